@@ -1,0 +1,244 @@
+//! Pure functions over stored runs: per-variant medians with intervals and
+//! ratios against the baseline.
+
+pub mod stats;
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::store::Experiment;
+use crate::trial::{RunRecord, RunStatus};
+
+/// Fewest successful runs in both groups before a ratio may be called significant.
+pub const MIN_RUNS_FOR_SIGNIFICANCE: usize = 3;
+
+/// A figure summarised per variant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Figure {
+    PeakRssBytes,
+    MeanRssBytes,
+    FinalRssBytes,
+    PeakPssBytes,
+    PeakVszBytes,
+    WallSeconds,
+    CpuSeconds,
+    CpuUserSeconds,
+    CpuSysSeconds,
+    ThreadsPeak,
+}
+
+impl Figure {
+    pub const ALL: [Figure; 10] = [
+        Figure::PeakRssBytes,
+        Figure::MeanRssBytes,
+        Figure::FinalRssBytes,
+        Figure::PeakPssBytes,
+        Figure::PeakVszBytes,
+        Figure::WallSeconds,
+        Figure::CpuSeconds,
+        Figure::CpuUserSeconds,
+        Figure::CpuSysSeconds,
+        Figure::ThreadsPeak,
+    ];
+
+    pub fn key(self) -> &'static str {
+        match self {
+            Figure::PeakRssBytes => "peak_rss_bytes",
+            Figure::MeanRssBytes => "mean_rss_bytes",
+            Figure::FinalRssBytes => "final_rss_bytes",
+            Figure::PeakPssBytes => "peak_pss_bytes",
+            Figure::PeakVszBytes => "peak_vsz_bytes",
+            Figure::WallSeconds => "wall_seconds",
+            Figure::CpuSeconds => "cpu_seconds",
+            Figure::CpuUserSeconds => "cpu_user_seconds",
+            Figure::CpuSysSeconds => "cpu_sys_seconds",
+            Figure::ThreadsPeak => "threads_peak",
+        }
+    }
+
+    pub fn is_bytes(self) -> bool {
+        matches!(
+            self,
+            Figure::PeakRssBytes
+                | Figure::MeanRssBytes
+                | Figure::FinalRssBytes
+                | Figure::PeakPssBytes
+                | Figure::PeakVszBytes
+        )
+    }
+
+    /// The figure's value in one run, if it was measured.
+    pub fn of(self, r: &RunRecord) -> Option<f64> {
+        Some(match self {
+            Figure::PeakRssBytes => r.peak_rss_bytes as f64,
+            Figure::MeanRssBytes => r.mean_rss_bytes as f64,
+            Figure::FinalRssBytes => r.final_rss_bytes as f64,
+            Figure::PeakPssBytes => r.peak_pss_bytes? as f64,
+            Figure::PeakVszBytes => r.peak_vsz_bytes as f64,
+            Figure::WallSeconds => r.wall_seconds,
+            Figure::CpuSeconds => r.cpu_user_seconds + r.cpu_sys_seconds,
+            Figure::CpuUserSeconds => r.cpu_user_seconds,
+            Figure::CpuSysSeconds => r.cpu_sys_seconds,
+            Figure::ThreadsPeak => r.threads_peak as f64,
+        })
+    }
+
+    fn index(self) -> u64 {
+        Figure::ALL.iter().position(|f| *f == self).unwrap_or(0) as u64
+    }
+}
+
+/// A median with its 95% interval, over `n` runs.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Estimate {
+    pub median: f64,
+    pub ci95: [f64; 2],
+    pub n: usize,
+}
+
+/// A ratio to the baseline's median with its 95% interval.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Ratio {
+    pub value: f64,
+    pub ci95: [f64; 2],
+    /// The interval excludes 1 and both groups had enough runs.
+    pub significant: bool,
+}
+
+/// Everything said about one variant.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct VariantSummary {
+    pub name: String,
+    pub is_baseline: bool,
+    /// Measured (non-warm-up) runs recorded.
+    pub runs_total: usize,
+    /// Runs that finished `ok` and count in the figures.
+    pub runs_ok: usize,
+    /// Measured runs by status (only statuses that occurred).
+    pub statuses: BTreeMap<String, usize>,
+    /// Runs whose variant could not be confirmed (too short-lived to inspect).
+    pub runs_unverified: usize,
+    /// The allocator seen in most runs.
+    pub allocator_detected: Option<String>,
+    pub figures: BTreeMap<Figure, Estimate>,
+    pub ratio_to_baseline: BTreeMap<Figure, Ratio>,
+}
+
+impl VariantSummary {
+    /// Every measured run succeeded and was verified.
+    pub fn clean(&self) -> bool {
+        self.runs_ok == self.runs_total && self.runs_unverified == 0 && self.runs_total > 0
+    }
+}
+
+/// The analysis of one experiment.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Analysis {
+    pub baseline: String,
+    pub variants: Vec<VariantSummary>,
+}
+
+fn values(runs: &[&RunRecord], f: Figure) -> Vec<f64> {
+    runs.iter().filter_map(|r| f.of(r)).collect()
+}
+
+fn seed_for(base_seed: u64, variant_idx: usize, f: Figure) -> u64 {
+    base_seed
+        .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        .wrapping_add((variant_idx as u64) << 8 | f.index())
+}
+
+/// Summarises every variant of an experiment.
+pub fn analyse(e: &Experiment) -> Analysis {
+    let seed = e.plan.seed;
+    let counted = |name: &str| -> Vec<&RunRecord> {
+        e.runs
+            .iter()
+            .filter(|r| r.variant == name && r.counts())
+            .collect()
+    };
+    let base_runs = counted(&e.plan.baseline);
+    let mut variants = Vec::new();
+    for (vi, v) in e.plan.variants.iter().enumerate() {
+        let measured: Vec<&RunRecord> = e
+            .runs
+            .iter()
+            .filter(|r| r.variant == v.name && !r.warmup)
+            .collect();
+        let ok = counted(&v.name);
+        let mut statuses = BTreeMap::new();
+        for r in &measured {
+            *statuses.entry(r.status.as_str().to_string()).or_insert(0) += 1;
+        }
+        let runs_unverified = ok.iter().filter(|r| !r.verification.ok()).count();
+        let mut alloc_counts: BTreeMap<&str, usize> = BTreeMap::new();
+        for r in &measured {
+            *alloc_counts
+                .entry(r.allocator_detected.as_str())
+                .or_insert(0) += 1;
+        }
+        let allocator_detected = alloc_counts
+            .iter()
+            .max_by_key(|(_, n)| **n)
+            .map(|(a, _)| a.to_string());
+        let is_baseline = v.name == e.plan.baseline;
+        let mut figures = BTreeMap::new();
+        let mut ratio_to_baseline = BTreeMap::new();
+        for f in Figure::ALL {
+            let xs = values(&ok, f);
+            if xs.is_empty() {
+                continue;
+            }
+            let s = seed_for(seed, vi, f);
+            let (lo, hi) = stats::median_ci95(&xs, s);
+            figures.insert(
+                f,
+                Estimate {
+                    median: stats::median(&xs),
+                    ci95: [lo, hi],
+                    n: xs.len(),
+                },
+            );
+            if is_baseline {
+                continue;
+            }
+            let base = values(&base_runs, f);
+            if let Some((value, (lo, hi))) = stats::ratio_ci95(&xs, &base, s ^ 0xA5A5) {
+                let enough = xs.len() >= MIN_RUNS_FOR_SIGNIFICANCE
+                    && base.len() >= MIN_RUNS_FOR_SIGNIFICANCE;
+                ratio_to_baseline.insert(
+                    f,
+                    Ratio {
+                        value,
+                        ci95: [lo, hi],
+                        significant: enough && (hi < 1.0 || lo > 1.0),
+                    },
+                );
+            }
+        }
+        variants.push(VariantSummary {
+            name: v.name.clone(),
+            is_baseline,
+            runs_total: measured.len(),
+            runs_ok: ok.len(),
+            statuses,
+            runs_unverified,
+            allocator_detected,
+            figures,
+            ratio_to_baseline,
+        });
+    }
+    Analysis {
+        baseline: e.plan.baseline.clone(),
+        variants,
+    }
+}
+
+/// True when any measured run did not finish `ok`.
+pub fn any_failed(e: &Experiment) -> bool {
+    e.runs
+        .iter()
+        .any(|r| !r.warmup && r.status != RunStatus::Ok)
+}

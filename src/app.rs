@@ -1,0 +1,510 @@
+//! The command-line edge: turns parsed flags into plans, runs them, prints.
+
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::cli::{
+    Cli, ColorChoice, Command, DemoArgs, FragmentArgs, OutputArgs, ReportArgs, RunArgs,
+    WorkloadCommand,
+};
+use memtrial::analysis::{analyse, any_failed};
+use memtrial::linux::host::HostInfo;
+use memtrial::plan::catalog::{CatalogKind, Distro, LibraryLocator, CATALOG};
+use memtrial::plan::units::{format_bytes, format_seconds, parse_duration, parse_size};
+use memtrial::plan::{build_plan, read_plan_file, PlanContext, PlanInput};
+use memtrial::report;
+use memtrial::runner::{run_experiment, Event};
+use memtrial::store::{Experiment, Store};
+use memtrial::trial::RunStatus;
+use memtrial::workload::fragment::{self, FragmentConfig};
+
+/// How the process should exit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Ok,
+    RunsFailed,
+    Interrupted,
+}
+
+impl Outcome {
+    pub fn code(self) -> u8 {
+        match self {
+            Outcome::Ok => 0,
+            Outcome::RunsFailed => 1,
+            Outcome::Interrupted => 130,
+        }
+    }
+}
+
+struct Ui {
+    quiet: bool,
+    color: bool,
+    tty: bool,
+}
+
+impl Ui {
+    fn new(cli: &Cli) -> Ui {
+        let stderr_tty = std::io::stderr().is_terminal();
+        let stdout_tty = std::io::stdout().is_terminal();
+        let color = match cli.color {
+            ColorChoice::Always => true,
+            ColorChoice::Never => false,
+            ColorChoice::Auto => stdout_tty && std::env::var_os("NO_COLOR").is_none(),
+        };
+        Ui {
+            quiet: cli.quiet,
+            color,
+            tty: stderr_tty,
+        }
+    }
+
+    fn note(&self, msg: &str) {
+        if !self.quiet {
+            eprintln!("{msg}");
+        }
+    }
+}
+
+pub fn dispatch(cli: Cli) -> Result<Outcome> {
+    let ui = Ui::new(&cli);
+    match &cli.command {
+        Command::Run(args) => run_cmd(&cli.db, args, &ui),
+        Command::Demo(args) => demo_cmd(&cli.db, args, &ui),
+        Command::Variants => variants_cmd(&ui),
+        Command::List => list_cmd(&cli.db),
+        Command::Report(args) => report_cmd(&cli.db, args, &ui),
+        Command::Workload(WorkloadCommand::Fragment(args)) => fragment_cmd(args),
+    }
+}
+
+fn plan_context(locator: &LibraryLocator) -> Result<PlanContext<'_>> {
+    Ok(PlanContext {
+        locator,
+        distro: Distro::detect(),
+        path_var: std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into()),
+        workdir: std::env::current_dir().context("cannot read the current directory")?,
+    })
+}
+
+fn run_input(args: &RunArgs) -> Result<PlanInput> {
+    let flags = PlanInput {
+        command: args.command.clone(),
+        variants: args.variants.clone(),
+        custom: args.custom.clone(),
+        baseline: args.baseline.clone(),
+        runs: args.runs,
+        warmup: args.warmup,
+        interval: args.interval.clone(),
+        timeout: args.timeout.clone(),
+        seed: args.seed,
+    };
+    Ok(match &args.plan {
+        Some(path) => flags.or(read_plan_file(path)?),
+        None => flags,
+    })
+}
+
+fn run_cmd(db: &Path, args: &RunArgs, ui: &Ui) -> Result<Outcome> {
+    let input = run_input(args)?;
+    execute(db, input, &args.output, ui)
+}
+
+fn demo_cmd(db: &Path, args: &DemoArgs, ui: &Ui) -> Result<Outcome> {
+    let exe = std::env::current_exe().context("cannot find memtrial's own executable")?;
+    let input = PlanInput {
+        command: vec![
+            exe.display().to_string(),
+            "workload".into(),
+            "fragment".into(),
+        ],
+        runs: Some(args.runs),
+        ..Default::default()
+    };
+    ui.note("memtrial demo: the built-in fragmentation workload (`memtrial workload fragment`) under every available variant.");
+    execute(db, input, &args.output, ui)
+}
+
+/// Checks an output path can be written before hours of runs, not after.
+fn check_output(path: &Option<PathBuf>, flag: &str) -> Result<()> {
+    if let Some(p) = path {
+        if p.as_os_str() == "-" {
+            return Ok(());
+        }
+        let parent = p.parent().filter(|d| !d.as_os_str().is_empty());
+        if let Some(d) = parent {
+            if !d.is_dir() {
+                bail!(
+                    "{flag} {}: the directory {} does not exist",
+                    p.display(),
+                    d.display()
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+fn execute(db: &Path, input: PlanInput, output: &OutputArgs, ui: &Ui) -> Result<Outcome> {
+    check_output(&output.json, "--json")?;
+    check_output(&output.csv, "--csv")?;
+    let locator = LibraryLocator::new();
+    let ctx = plan_context(&locator)?;
+    let built = build_plan(input, &ctx)?;
+    for n in &built.notes {
+        ui.note(&format!("note: {n}"));
+    }
+    let plan = built.plan;
+    let mut store = Store::open(db)?;
+    let host = HostInfo::detect();
+
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGHUP,
+    ] {
+        signal_hook::flag::register(sig, Arc::clone(&stop))
+            .context("cannot install signal handlers")?;
+    }
+
+    let bar = if ui.tty && !ui.quiet {
+        let b = ProgressBar::new(0);
+        b.set_style(
+            ProgressStyle::with_template("{spinner} [{bar:24}] {pos}/{len} {wide_msg}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar())
+                .progress_chars("=> "),
+        );
+        b.enable_steady_tick(Duration::from_millis(200));
+        Some(b)
+    } else {
+        None
+    };
+    let variants_line = plan
+        .variants
+        .iter()
+        .map(|v| v.name.as_str())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let mut observer = |ev: Event| match ev {
+        Event::Started {
+            experiment,
+            total,
+            log_dir,
+        } => {
+            ui.note(&format!(
+                "experiment {experiment}: {total} runs ({} variants: {variants_line}; {} measured + {} warm-up each), seed {}, output of each run in {}",
+                plan.variants.len(),
+                plan.runs,
+                plan.warmup,
+                plan.seed,
+                log_dir.display()
+            ));
+            if let Some(b) = &bar {
+                b.set_length(total as u64);
+            }
+        }
+        Event::TrialStart { variant, slot, .. } => {
+            if let Some(b) = &bar {
+                b.set_message(format!(
+                    "{variant}{} starting",
+                    if slot.warmup { " (warm-up)" } else { "" }
+                ));
+            }
+        }
+        Event::Sample { slot, live } => {
+            if let Some(b) = &bar {
+                let v = &plan.variants[slot.variant].name;
+                b.set_message(format!(
+                    "{v}{} · {} · RSS {}",
+                    if slot.warmup { " (warm-up)" } else { "" },
+                    format_seconds(live.elapsed.as_secs_f64()),
+                    format_bytes(live.rss_bytes as f64)
+                ));
+            }
+        }
+        Event::TrialEnd {
+            slot,
+            total,
+            record,
+        } => {
+            let line = format!(
+                "[{:>3}/{total}] {:<12} {:<8} {:>9}  peak RSS {:>9}  {}{}",
+                slot.seq + 1,
+                record.variant,
+                record.status.as_str(),
+                format_seconds(record.wall_seconds),
+                format_bytes(record.peak_rss_bytes as f64),
+                record.verification.as_str(),
+                if record.warmup { " (warm-up)" } else { "" },
+            );
+            match &bar {
+                Some(b) => {
+                    b.inc(1);
+                    if record.status != RunStatus::Ok {
+                        b.println(line);
+                    }
+                }
+                None => ui.note(&line),
+            }
+        }
+    };
+    let outcome = run_experiment(&mut store, &plan, &host, &built.notes, &stop, &mut observer)?;
+    if let Some(b) = &bar {
+        b.finish_and_clear();
+    }
+    let exp = store.load(outcome.experiment)?;
+    let result = present(&exp, output, ui)?;
+    if outcome.interrupted {
+        ui.note(&format!(
+            "interrupted: {} completed run(s) are kept in {} (experiment {}).",
+            exp.runs
+                .iter()
+                .filter(|r| r.status != RunStatus::Interrupted)
+                .count(),
+            db.display(),
+            exp.id
+        ));
+        return Ok(Outcome::Interrupted);
+    }
+    Ok(result)
+}
+
+/// Prints the table, writes JSON/CSV, shows the output of failed runs.
+fn present(exp: &Experiment, output: &OutputArgs, ui: &Ui) -> Result<Outcome> {
+    let analysis = analyse(exp);
+    let to_stdout = |p: &Option<PathBuf>| p.as_ref().is_some_and(|p| p.as_os_str() == "-");
+    let table = report::table::render(exp, &analysis, ui.color);
+    if to_stdout(&output.json) || to_stdout(&output.csv) {
+        if !ui.quiet {
+            eprint!("{table}");
+        }
+    } else {
+        print!("{table}");
+    }
+    show_failures(exp, ui);
+    if let Some(p) = &output.json {
+        write_output(p, &report::json::render(exp, &analysis), "--json", ui)?;
+    }
+    if let Some(p) = &output.csv {
+        write_output(p, &report::csv::render(exp), "--csv", ui)?;
+    }
+    Ok(if any_failed(exp) {
+        Outcome::RunsFailed
+    } else {
+        Outcome::Ok
+    })
+}
+
+fn write_output(path: &Path, text: &str, flag: &str, ui: &Ui) -> Result<()> {
+    if path.as_os_str() == "-" {
+        let mut out = std::io::stdout().lock();
+        out.write_all(text.as_bytes())?;
+        out.flush()?;
+        return Ok(());
+    }
+    std::fs::write(path, text)
+        .with_context(|| format!("{flag} {}: cannot write", path.display()))?;
+    ui.note(&format!("wrote {}", path.display()));
+    Ok(())
+}
+
+/// For each variant, the last lines of the first failed run's stderr.
+fn show_failures(exp: &Experiment, ui: &Ui) {
+    if ui.quiet {
+        return;
+    }
+    let mut shown = std::collections::HashSet::new();
+    for r in exp
+        .runs
+        .iter()
+        .filter(|r| !r.warmup && matches!(r.status, RunStatus::Failed | RunStatus::Timeout))
+    {
+        if !shown.insert(r.variant.clone()) {
+            continue;
+        }
+        eprintln!(
+            "\n{} run failed: {}",
+            r.variant,
+            r.message.as_deref().unwrap_or("failed")
+        );
+        let tail = tail_lines(&r.stderr_path, 10);
+        if tail.is_empty() {
+            eprintln!("  (no output on stderr: {})", r.stderr_path.display());
+        } else {
+            eprintln!("  last lines of {}:", r.stderr_path.display());
+            for l in tail {
+                eprintln!("  | {l}");
+            }
+        }
+    }
+}
+
+fn tail_lines(path: &Path, n: usize) -> Vec<String> {
+    use std::io::{Read, Seek, SeekFrom};
+    let Ok(mut f) = std::fs::File::open(path) else {
+        return Vec::new();
+    };
+    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+    let start = len.saturating_sub(8192);
+    if f.seek(SeekFrom::Start(start)).is_err() {
+        return Vec::new();
+    }
+    let mut buf = Vec::new();
+    if f.read_to_end(&mut buf).is_err() {
+        return Vec::new();
+    }
+    let text = String::from_utf8_lossy(&buf);
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+}
+
+fn report_cmd(db: &Path, args: &ReportArgs, ui: &Ui) -> Result<Outcome> {
+    check_output(&args.output.json, "--json")?;
+    check_output(&args.output.csv, "--csv")?;
+    let store = Store::open_existing(db)?;
+    let id = match args.id {
+        Some(id) => id,
+        None => store.latest_id()?,
+    };
+    let exp = store.load(id)?;
+    present(&exp, &args.output, ui)?;
+    Ok(Outcome::Ok)
+}
+
+fn list_cmd(db: &Path) -> Result<Outcome> {
+    let store = Store::open_existing(db)?;
+    let list = store.list()?;
+    if list.is_empty() {
+        println!("no experiments in {}", db.display());
+        return Ok(Outcome::Ok);
+    }
+    let mut t = comfy_table::Table::new();
+    t.load_preset(comfy_table::presets::UTF8_FULL_CONDENSED);
+    t.set_header(["id", "started", "status", "runs", "variants", "command"]);
+    for e in list {
+        t.add_row([
+            e.id.to_string(),
+            e.created_at,
+            e.status.as_str().to_string(),
+            format!("{}/{}", e.runs_done, e.runs_planned),
+            e.variants.join(","),
+            report::table::shell_line(&e.command),
+        ]);
+    }
+    println!("{t}");
+    Ok(Outcome::Ok)
+}
+
+fn variants_cmd(ui: &Ui) -> Result<Outcome> {
+    let locator = LibraryLocator::new();
+    let distro = Distro::detect();
+    let mut t = comfy_table::Table::new();
+    t.load_preset(comfy_table::presets::UTF8_FULL_CONDENSED);
+    if !ui.color {
+        t.force_no_tty();
+    }
+    t.set_header(["variant", "available", "how", "what"]);
+    for e in CATALOG.iter() {
+        let (available, how) = match e.kind {
+            CatalogKind::Glibc => ("yes".to_string(), "unchanged environment".to_string()),
+            CatalogKind::ArenaMax(n) => ("yes".to_string(), format!("MALLOC_ARENA_MAX={n}")),
+            CatalogKind::Preload(lib) => match locator.locate(lib) {
+                Some(p) => ("yes".to_string(), format!("LD_PRELOAD={}", p.display())),
+                None => (
+                    "no".to_string(),
+                    format!("install: {}", lib.install_hint(distro)),
+                ),
+            },
+        };
+        t.add_row([
+            e.name.to_string(),
+            available,
+            how,
+            e.description.to_string(),
+        ]);
+    }
+    println!("{t}");
+    println!("Custom variants: --variant 'NAME=KEY=VALUE … preload:LIB' (LIB: jemalloc, tcmalloc, mimalloc or a path to a .so).");
+    Ok(Outcome::Ok)
+}
+
+fn fragment_cmd(args: &FragmentArgs) -> Result<Outcome> {
+    let mut cfg = FragmentConfig::default();
+    if let Some(t) = args.threads {
+        if t == 0 {
+            bail!("--threads 0: at least one worker thread is needed");
+        }
+        cfg.threads = t;
+    }
+    if let Some(s) = &args.seconds {
+        let d = parse_duration(s).map_err(|e| anyhow::anyhow!("--seconds {s}: {e}"))?;
+        if d.is_zero() {
+            bail!("--seconds {s}: must be longer than zero");
+        }
+        cfg.duration = Some(d);
+        cfg.iterations = None;
+    }
+    if let Some(n) = args.iterations {
+        if n == 0 {
+            bail!("--iterations 0: at least one allocation per thread is needed");
+        }
+        cfg.iterations = Some(n);
+        cfg.duration = None;
+    }
+    if let Some(s) = &args.min_size {
+        cfg.min_size = parse_size(s).map_err(|e| anyhow::anyhow!("--min-size {s}: {e}"))? as usize;
+    }
+    if let Some(s) = &args.max_size {
+        cfg.max_size = parse_size(s).map_err(|e| anyhow::anyhow!("--max-size {s}: {e}"))? as usize;
+    }
+    if cfg.min_size == 0 || cfg.min_size > cfg.max_size {
+        bail!(
+            "--min-size {} / --max-size {}: need 1 <= min-size <= max-size",
+            cfg.min_size,
+            cfg.max_size
+        );
+    }
+    if cfg.max_size > 1 << 30 {
+        bail!("--max-size {}: at most 1G per object", cfg.max_size);
+    }
+    if let Some(f) = args.survivors {
+        if !(0.0..=1.0).contains(&f) {
+            bail!("--survivors {f}: must be a fraction between 0 and 1");
+        }
+        cfg.survivor_fraction = f;
+    }
+    if let Some(n) = args.live {
+        if n == 0 {
+            bail!("--live 0: the working set needs at least one object");
+        }
+        cfg.live_objects = n;
+    }
+    if let Some(s) = args.seed {
+        cfg.seed = s;
+    }
+    let summary = fragment::run(&cfg);
+    let status = memtrial::linux::proc::read_status(std::process::id() as i32).ok();
+    let line = serde_json::json!({
+        "workload": "fragment",
+        "threads": summary.threads,
+        "allocations": summary.allocations,
+        "bytes_allocated": summary.bytes_allocated,
+        "survivors": summary.survivors,
+        "survivor_bytes": summary.survivor_bytes,
+        "cross_thread_frees": summary.cross_thread_frees,
+        "elapsed_seconds": summary.elapsed.as_secs_f64(),
+        "vm_hwm_bytes": status.as_ref().map(|s| s.vm_hwm),
+        "vm_rss_bytes": status.as_ref().map(|s| s.vm_rss),
+    });
+    println!("{line}");
+    Ok(Outcome::Ok)
+}

@@ -1,0 +1,156 @@
+//! Command-line definitions (clap) only. Nothing here outlives parsing: the
+//! app turns these into a [`crate::plan::PlanInput`] and plain settings.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "memtrial",
+    version,
+    about = "Run a workload under every allocator variant and compare memory, time and CPU with evidence",
+    after_help = "Exit codes: 0 all measured runs ok · 1 some runs failed, timed out or their variant \
+did not take effect · 2 usage or internal error · 130 interrupted (completed runs are kept)."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+    /// The SQLite database holding experiments.
+    #[arg(
+        long,
+        global = true,
+        default_value = "memtrial.db",
+        value_name = "FILE"
+    )]
+    pub db: PathBuf,
+    /// Print nothing but errors (and the final table unless --json -).
+    #[arg(long, short, global = true)]
+    pub quiet: bool,
+    /// Colour in the terminal output.
+    #[arg(long, global = true, value_enum, default_value_t = ColorChoice::Auto)]
+    pub color: ColorChoice,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ColorChoice {
+    Auto,
+    Always,
+    Never,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a command under every variant, repeated, and compare.
+    Run(RunArgs),
+    /// Show the variant catalog: what is available here, where, how to install the rest.
+    Variants,
+    /// List the experiments in the store.
+    List,
+    /// Show a stored experiment again (the latest by default).
+    Report(ReportArgs),
+    /// Built-in reference workloads.
+    #[command(subcommand)]
+    Workload(WorkloadCommand),
+    /// Run the fragmentation workload under every available variant and show the table.
+    Demo(DemoArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct OutputArgs {
+    /// Write the full record as JSON to FILE ('-' for standard output).
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Write one CSV row per run to FILE ('-' for standard output).
+    #[arg(long, value_name = "FILE")]
+    pub csv: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Measured runs per variant [default: 5].
+    #[arg(long, short = 'n', value_name = "N")]
+    pub runs: Option<u32>,
+    /// Warm-up runs per variant, run first and discarded [default: 0].
+    #[arg(long, value_name = "N")]
+    pub warmup: Option<u32>,
+    /// Comma-separated variants to run [default: every available built-in variant].
+    #[arg(long, value_delimiter = ',', value_name = "LIST")]
+    pub variants: Option<Vec<String>>,
+    /// A custom variant NAME=SPEC: space-separated KEY=VALUE settings and/or preload:LIB
+    /// (a catalog allocator or a path to a .so). Repeatable.
+    #[arg(long = "variant", value_name = "NAME=SPEC")]
+    pub custom: Vec<String>,
+    /// The variant ratios are computed against [default: glibc].
+    #[arg(long, value_name = "NAME")]
+    pub baseline: Option<String>,
+    /// A TOML plan file; flags given here override it.
+    #[arg(long, value_name = "FILE")]
+    pub plan: Option<PathBuf>,
+    /// Sampling interval for the memory time series [default: 100ms].
+    #[arg(long, value_name = "DURATION")]
+    pub interval: Option<String>,
+    /// Stop a run that takes longer than this (e.g. 30s, 5m) and record it as a timeout.
+    #[arg(long, value_name = "DURATION")]
+    pub timeout: Option<String>,
+    /// Seed for the run order (recorded; random by default).
+    #[arg(long, value_name = "N")]
+    pub seed: Option<u64>,
+    #[command(flatten)]
+    pub output: OutputArgs,
+    /// The workload command and its arguments.
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// Experiment id (see `memtrial list`) [default: the latest].
+    pub id: Option<i64>,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum WorkloadCommand {
+    /// Many threads allocating mixed sizes, keeping survivors, freeing across threads:
+    /// the pattern behind Sidekiq-style malloc fragmentation.
+    Fragment(FragmentArgs),
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct FragmentArgs {
+    /// Worker threads.
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Run for this long (e.g. 3s); exclusive with --iterations.
+    #[arg(long, value_name = "DURATION", conflicts_with = "iterations")]
+    pub seconds: Option<String>,
+    /// Allocations per thread; exclusive with --seconds.
+    #[arg(long, value_name = "N")]
+    pub iterations: Option<u64>,
+    /// Smallest object (e.g. 16, 1K).
+    #[arg(long, value_name = "SIZE")]
+    pub min_size: Option<String>,
+    /// Largest object (e.g. 16K, 1M).
+    #[arg(long, value_name = "SIZE")]
+    pub max_size: Option<String>,
+    /// Fraction of objects kept alive until the end (0 to 1).
+    #[arg(long, value_name = "FRACTION")]
+    pub survivors: Option<f64>,
+    /// Short-lived objects each thread keeps in its working set.
+    #[arg(long, value_name = "N")]
+    pub live: Option<usize>,
+    /// Seed of the allocation pattern.
+    #[arg(long)]
+    pub seed: Option<u64>,
+}
+
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Runs per variant.
+    #[arg(long, default_value_t = 3, value_name = "N")]
+    pub runs: u32,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}

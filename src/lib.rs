@@ -1,0 +1,16 @@
+//! memtrial: run a workload under every allocator variant, isolated and repeated,
+//! measured from the kernel's own counters, and compare.
+//!
+//! Data flows Plan → Schedule → Trial → RunRecord → Store → Analysis → Report;
+//! see `docs/` and the design notes.
+
+pub mod analysis;
+pub mod linux;
+pub mod plan;
+pub mod probe;
+pub mod report;
+pub mod runner;
+pub mod schedule;
+pub mod store;
+pub mod trial;
+pub mod workload;

@@ -1,0 +1,583 @@
+//! Who answers `malloc`, judged from an ELF file on disk.
+//!
+//! The facts gathered here let a caller decide, before or after a run,
+//! whether an `LD_PRELOAD`ed allocator can possibly be the one answering
+//! `malloc` for a program:
+//!
+//! * a [`Linkage::Static`] executable never runs the dynamic loader, so
+//!   `LD_PRELOAD` is ignored entirely;
+//! * an executable that [defines `malloc`](ElfFacts::defines_malloc) in its
+//!   dynamic symbol table comes first in the symbol lookup scope, so its
+//!   `malloc` wins over any preloaded library (which is still mapped, but
+//!   unused for `malloc`);
+//! * a [bundled allocator](ElfFacts::bundled_allocator) (e.g. a Rust program
+//!   using `tikv-jemallocator`) may serve the program's own allocations even
+//!   when `malloc` itself is glibc's or the preloaded one;
+//! * a [set-user/group-ID](ElfFacts::setuid_or_setgid) executable runs in
+//!   secure-execution mode, where `ld.so` ignores `LD_PRELOAD` entries that
+//!   contain a slash and preloads only set-user-ID libraries from the
+//!   standard directories; glibc may also ignore malloc tunables such as
+//!   `MALLOC_ARENA_MAX` there.
+
+use std::fs::File;
+use std::io::Read;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use goblin::elf::section_header::SHN_UNDEF;
+use goblin::elf::sym::{Sym, Symtab, STB_GLOBAL, STB_WEAK, STT_FUNC, STT_GNU_IFUNC};
+use goblin::elf::Elf;
+use goblin::strtab::Strtab;
+
+/// Largest file [`inspect_elf`] will read (2 GiB).
+pub const MAX_ELF_SIZE: u64 = 2 * 1024 * 1024 * 1024;
+
+/// Path reported in errors from [`inspect_elf_bytes`].
+const MEMORY_PATH: &str = "<memory>";
+
+/// How the program gets to its libraries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Linkage {
+    /// No `PT_INTERP`: the kernel starts the file directly and no dynamic
+    /// loader runs, so `LD_PRELOAD` has no effect. This covers `gcc -static`
+    /// and `gcc -static-pie` executables. Note that shared libraries have no
+    /// `PT_INTERP` either and so are reported as `Static` too; this
+    /// classification is meant for executables.
+    Static,
+    /// `PT_INTERP` names the dynamic loader, e.g. `/lib64/ld-linux-x86-64.so.2`.
+    Dynamic { interpreter: String },
+}
+
+/// A malloc implementation recognised by its exported symbols or file name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BundledAllocator {
+    /// jemalloc: `mallctl`, `je_malloc`, `je_mallctl`, `_rjem_malloc`, …
+    Jemalloc,
+    /// gperftools tcmalloc: `tc_malloc`, `MallocExtension_*`.
+    Tcmalloc,
+    /// mimalloc: `mi_malloc`, `mi_version`.
+    Mimalloc,
+}
+
+/// What an ELF file says about its `malloc`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ElfFacts {
+    pub linkage: Linkage,
+    /// The file defines a global or weak function named `malloc` in
+    /// `.dynsym`. For a file without `PT_INTERP` and without `DT_NEEDED`
+    /// (a static or static-pie executable) a definition in `.symtab` counts
+    /// too, of any binding, since such a program's calls were bound at link
+    /// time; a stripped static executable therefore reports `false` even
+    /// though its `malloc` is necessarily its own.
+    pub defines_malloc: bool,
+    /// Signatures of an allocator linked into this file, from defined
+    /// function symbols in `.dynsym` and (if present) `.symtab`.
+    pub bundled_allocator: Option<BundledAllocator>,
+    /// The set-user-ID or set-group-ID mode bit is set on the file. Always
+    /// `false` from [`inspect_elf_bytes`].
+    pub setuid_or_setgid: bool,
+}
+
+/// Error returned by [`inspect_elf`] and [`inspect_elf_bytes`].
+#[derive(Debug, thiserror::Error)]
+pub enum ElfError {
+    #[error("cannot read {}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{} is not an ELF file", path.display())]
+    NotElf { path: PathBuf },
+    #[error("{} is {size} bytes, more than the {limit}-byte limit", path.display())]
+    TooLarge {
+        path: PathBuf,
+        size: u64,
+        limit: u64,
+    },
+    #[error("cannot parse ELF file {}: {reason}", path.display())]
+    Parse { path: PathBuf, reason: String },
+}
+
+/// Inspect the ELF file at `path` (symlinks such as `/proc/PID/exe` are
+/// followed). Files larger than [`MAX_ELF_SIZE`] are refused.
+pub fn inspect_elf(path: &Path) -> Result<ElfFacts, ElfError> {
+    let io_err = |source| ElfError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = File::open(path).map_err(io_err)?;
+    // Mode bits and contents come from the same open file.
+    let meta = file.metadata().map_err(io_err)?;
+    let too_large = |size| ElfError::TooLarge {
+        path: path.to_path_buf(),
+        size,
+        limit: MAX_ELF_SIZE,
+    };
+    if meta.len() > MAX_ELF_SIZE {
+        return Err(too_large(meta.len()));
+    }
+    let mut bytes = Vec::new();
+    // The file may grow after metadata(): never read more than the limit + 1.
+    file.take(MAX_ELF_SIZE + 1)
+        .read_to_end(&mut bytes)
+        .map_err(io_err)?;
+    let read = u64::try_from(bytes.len()).unwrap_or(u64::MAX);
+    if read > MAX_ELF_SIZE {
+        return Err(too_large(read));
+    }
+    let mut facts = inspect(&bytes, path)?;
+    facts.setuid_or_setgid = meta.permissions().mode() & 0o6000 != 0;
+    Ok(facts)
+}
+
+/// Inspect an ELF image held in memory. `setuid_or_setgid` is `false`.
+pub fn inspect_elf_bytes(bytes: &[u8]) -> Result<ElfFacts, ElfError> {
+    inspect(bytes, Path::new(MEMORY_PATH))
+}
+
+/// Classify a shared library path by its file name: `libjemalloc*.so*` →
+/// jemalloc, `libtcmalloc*.so*` → tcmalloc (including `_minimal` and
+/// `_debug` variants), `libmimalloc*.so*` → mimalloc. A trailing
+/// `" (deleted)"` from `/proc/PID/maps` is ignored.
+pub fn allocator_of_library(path: &str) -> Option<BundledAllocator> {
+    let path = path.strip_suffix(" (deleted)").unwrap_or(path);
+    let name = path.rsplit('/').next().unwrap_or(path);
+    let known = [
+        ("libjemalloc", BundledAllocator::Jemalloc),
+        ("libtcmalloc", BundledAllocator::Tcmalloc),
+        ("libmimalloc", BundledAllocator::Mimalloc),
+    ];
+    known.into_iter().find_map(|(prefix, alloc)| {
+        let rest = name.strip_prefix(prefix)?;
+        has_so_component(rest).then_some(alloc)
+    })
+}
+
+/// `.so` at the end or followed by `.` (`.so`, `.so.2`, `.so.4.5.10`).
+fn has_so_component(s: &str) -> bool {
+    s.match_indices(".so").any(|(pos, m)| {
+        let after = &s[pos + m.len()..];
+        after.is_empty() || after.starts_with('.')
+    })
+}
+
+fn inspect(bytes: &[u8], path: &Path) -> Result<ElfFacts, ElfError> {
+    if !bytes.starts_with(b"\x7fELF") {
+        return Err(ElfError::NotElf {
+            path: path.to_path_buf(),
+        });
+    }
+    let elf = Elf::parse(bytes).map_err(|e| ElfError::Parse {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })?;
+
+    let linkage = match elf.interpreter {
+        Some(interp) => Linkage::Dynamic {
+            interpreter: interp.to_owned(),
+        },
+        None => Linkage::Static,
+    };
+
+    // A static (or static-pie) executable: no loader, no needed libraries.
+    // Shared libraries also lack PT_INTERP, but they have DT_NEEDED (except
+    // ld.so itself), and a hidden malloc in their .symtab must not count.
+    let static_executable = linkage == Linkage::Static && elf.libraries.is_empty();
+
+    let mut defines_malloc = defined_functions(&elf.dynsyms, &elf.dynstrtab)
+        .any(|(sym, name)| name == "malloc" && is_global_or_weak(&sym));
+    if !defines_malloc && static_executable {
+        defines_malloc =
+            defined_functions(&elf.syms, &elf.strtab).any(|(_, name)| name == "malloc");
+    }
+
+    let bundled_allocator = defined_functions(&elf.dynsyms, &elf.dynstrtab)
+        .chain(defined_functions(&elf.syms, &elf.strtab))
+        .filter_map(|(_, name)| allocator_signature(name))
+        .min_by_key(|alloc| *alloc as u8);
+
+    Ok(ElfFacts {
+        linkage,
+        defines_malloc,
+        bundled_allocator,
+        setuid_or_setgid: false,
+    })
+}
+
+fn is_global_or_weak(sym: &Sym) -> bool {
+    matches!(sym.st_bind(), STB_GLOBAL | STB_WEAK)
+}
+
+/// Defined (`st_shndx != SHN_UNDEF`) function symbols with their names.
+/// Symbols whose name offset is out of range are skipped.
+fn defined_functions<'a>(
+    syms: &'a Symtab<'a>,
+    strtab: &'a Strtab<'a>,
+) -> impl Iterator<Item = (Sym, &'a str)> + 'a {
+    syms.iter().filter_map(move |sym| {
+        let is_func = matches!(sym.st_type(), STT_FUNC | STT_GNU_IFUNC);
+        if !is_func || sym.st_shndx == SHN_UNDEF as usize {
+            return None;
+        }
+        let name = strtab.get_at(sym.st_name)?;
+        Some((sym, name))
+    })
+}
+
+/// Which allocator, if any, a defined function name is a signature of.
+fn allocator_signature(name: &str) -> Option<BundledAllocator> {
+    match name {
+        // Debian's libjemalloc exports unprefixed mallctl*; builds with
+        // --with-jemalloc-prefix=je_ and tikv-jemalloc-sys (_rjem_) prefix.
+        "mallctl" | "mallctlnametomib" | "mallctlbymib" | "je_malloc" | "je_mallctl"
+        | "_rjem_malloc" | "_rjem_mallctl" => Some(BundledAllocator::Jemalloc),
+        "tc_malloc" | "tc_free" => Some(BundledAllocator::Tcmalloc),
+        n if n.starts_with("MallocExtension_") => Some(BundledAllocator::Tcmalloc),
+        "mi_malloc" | "mi_version" => Some(BundledAllocator::Mimalloc),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+    use std::process::Command;
+    use std::sync::OnceLock;
+
+    const LIBDIR: &str = "/usr/lib/x86_64-linux-gnu";
+
+    /// Build the C fixtures once per test process; `None` (with a printed
+    /// reason) when gcc is not available.
+    fn fixtures() -> Option<&'static Path> {
+        static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
+        DIR.get_or_init(|| {
+            if Command::new("gcc").arg("--version").output().is_err() {
+                eprintln!("skipping: gcc not found, cannot build C fixtures");
+                return None;
+            }
+            // Next to the test binary (target/debug/deps), so nothing leaks into /tmp.
+            let exe = std::env::current_exe().expect("current_exe");
+            let out = exe
+                .parent()
+                .expect("test binary has a parent dir")
+                .join("memtrial-c-fixtures");
+            let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/c/build.sh");
+            let result = Command::new("sh")
+                .arg(&script)
+                .arg(&out)
+                .output()
+                .expect("run build.sh");
+            assert!(
+                result.status.success(),
+                "build.sh failed: {}",
+                String::from_utf8_lossy(&result.stderr)
+            );
+            Some(out)
+        })
+        .as_deref()
+    }
+
+    /// A built fixture, or `None` with a printed reason.
+    fn fixture(name: &str) -> Option<PathBuf> {
+        let path = fixtures()?.join(name);
+        if path.exists() {
+            Some(path)
+        } else {
+            eprintln!("skipping: fixture {name} was not built (see build.sh output)");
+            None
+        }
+    }
+
+    fn system_file(path: &str) -> Option<PathBuf> {
+        let path = PathBuf::from(path);
+        if path.exists() {
+            Some(path)
+        } else {
+            eprintln!("skipping: {} not installed", path.display());
+            None
+        }
+    }
+
+    fn facts(path: &Path) -> ElfFacts {
+        inspect_elf(path).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn dynamic_ld() -> Linkage {
+        Linkage::Dynamic {
+            interpreter: "/lib64/ld-linux-x86-64.so.2".into(),
+        }
+    }
+
+    #[test]
+    fn dynamic_fixture() {
+        let Some(path) = fixture("alloc_loop_dyn") else {
+            return;
+        };
+        let f = facts(&path);
+        assert_eq!(f.linkage, dynamic_ld());
+        assert!(!f.defines_malloc);
+        assert_eq!(f.bundled_allocator, None);
+        assert!(!f.setuid_or_setgid);
+    }
+
+    #[test]
+    fn static_fixture() {
+        let Some(path) = fixture("alloc_loop_static") else {
+            return;
+        };
+        let f = facts(&path);
+        assert_eq!(f.linkage, Linkage::Static);
+        // Not stripped: glibc's malloc is in .symtab.
+        assert!(f.defines_malloc);
+        assert_eq!(f.bundled_allocator, None);
+    }
+
+    #[test]
+    fn static_pie_fixture() {
+        let Some(path) = fixture("alloc_loop_static_pie") else {
+            return;
+        };
+        let f = facts(&path);
+        // ET_DYN with PT_DYNAMIC but no PT_INTERP.
+        assert_eq!(f.linkage, Linkage::Static);
+        // malloc is a LOCAL symbol in a static-pie's .symtab; still counts.
+        assert!(f.defines_malloc);
+    }
+
+    #[test]
+    fn stripped_static_fixture_cannot_show_malloc() {
+        let Some(path) = fixture("alloc_loop_static") else {
+            return;
+        };
+        let stripped = path.with_file_name("alloc_loop_static_stripped");
+        let ok = Command::new("strip")
+            .arg("-o")
+            .arg(&stripped)
+            .arg(&path)
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            eprintln!("skipping: strip not available");
+            return;
+        }
+        let f = facts(&stripped);
+        assert_eq!(f.linkage, Linkage::Static);
+        assert!(!f.defines_malloc);
+    }
+
+    #[test]
+    fn own_malloc_fixture() {
+        let Some(path) = fixture("own_malloc") else {
+            return;
+        };
+        let f = facts(&path);
+        assert_eq!(f.linkage, dynamic_ld());
+        assert!(f.defines_malloc);
+        assert_eq!(f.bundled_allocator, None);
+    }
+
+    #[test]
+    fn setuid_bit_is_reported() {
+        let Some(path) = fixture("alloc_loop_dyn") else {
+            return;
+        };
+        let copy = path.with_file_name("alloc_loop_setuid");
+        std::fs::copy(&path, &copy).expect("copy");
+        std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o4755)).expect("chmod");
+        assert!(facts(&copy).setuid_or_setgid);
+        std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o2755)).expect("chmod");
+        assert!(facts(&copy).setuid_or_setgid);
+        std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        assert!(!facts(&copy).setuid_or_setgid);
+    }
+
+    #[test]
+    fn system_allocator_libraries() {
+        for (file, alloc) in [
+            ("libjemalloc.so.2", BundledAllocator::Jemalloc),
+            ("libtcmalloc_minimal.so.4", BundledAllocator::Tcmalloc),
+            ("libmimalloc.so.2", BundledAllocator::Mimalloc),
+        ] {
+            let Some(path) = system_file(&format!("{LIBDIR}/{file}")) else {
+                continue;
+            };
+            let f = facts(&path);
+            assert_eq!(f.bundled_allocator, Some(alloc), "{file}");
+            assert!(f.defines_malloc, "{file}");
+            assert_eq!(
+                f.linkage,
+                Linkage::Static,
+                "{file}: libraries have no PT_INTERP"
+            );
+            assert_eq!(allocator_of_library(&path.to_string_lossy()), Some(alloc));
+        }
+    }
+
+    #[test]
+    fn libc_defines_malloc_but_is_no_bundled_allocator() {
+        let Some(path) = system_file(&format!("{LIBDIR}/libc.so.6")) else {
+            return;
+        };
+        let f = facts(&path);
+        assert!(f.defines_malloc);
+        assert_eq!(f.bundled_allocator, None);
+    }
+
+    #[test]
+    fn bin_ls() {
+        let Some(path) = system_file("/bin/ls") else {
+            return;
+        };
+        let f = facts(&path);
+        assert_eq!(f.linkage, dynamic_ld());
+        assert!(!f.defines_malloc);
+        assert_eq!(f.bundled_allocator, None);
+    }
+
+    #[test]
+    fn proc_self_exe_is_followed() {
+        // The test binary itself: dynamically linked Rust, glibc malloc.
+        let f = facts(Path::new("/proc/self/exe"));
+        assert!(matches!(f.linkage, Linkage::Dynamic { .. }));
+        assert!(!f.defines_malloc);
+    }
+
+    #[test]
+    fn library_names() {
+        use BundledAllocator::*;
+        let cases = [
+            ("/usr/lib/x86_64-linux-gnu/libjemalloc.so.2", Some(Jemalloc)),
+            ("/opt/lib/libjemalloc.so", Some(Jemalloc)),
+            ("libtcmalloc_minimal.so.4.5.10", Some(Tcmalloc)),
+            ("/usr/lib/libtcmalloc_minimal_debug.so.4", Some(Tcmalloc)),
+            ("/usr/lib/libtcmalloc.so.4", Some(Tcmalloc)),
+            (
+                "/usr/lib/x86_64-linux-gnu/libmimalloc.so.2.0",
+                Some(Mimalloc),
+            ),
+            ("/tmp/pre/libmimalloc-secure.so.2 (deleted)", Some(Mimalloc)),
+            ("/usr/lib/x86_64-linux-gnu/libc.so.6", None),
+            ("/usr/lib/libjemalloc.a", None),
+            ("/home/libjemalloc.so.2/libc.so.6", None),
+            ("/usr/lib/mylibjemalloc.so", None),
+            ("", None),
+        ];
+        for (path, want) in cases {
+            assert_eq!(allocator_of_library(path), want, "{path}");
+        }
+    }
+
+    #[test]
+    fn signatures() {
+        assert_eq!(
+            allocator_signature("_rjem_malloc"),
+            Some(BundledAllocator::Jemalloc)
+        );
+        assert_eq!(
+            allocator_signature("je_mallctl"),
+            Some(BundledAllocator::Jemalloc)
+        );
+        assert_eq!(
+            allocator_signature("MallocExtension_GetNumericProperty"),
+            Some(BundledAllocator::Tcmalloc)
+        );
+        assert_eq!(
+            allocator_signature("mi_version"),
+            Some(BundledAllocator::Mimalloc)
+        );
+        assert_eq!(allocator_signature("malloc"), None);
+        assert_eq!(allocator_signature("mi_malloc_aligned"), None);
+    }
+
+    #[test]
+    fn not_elf() {
+        for bytes in [&b""[..], b"\x7fEL", b"#!/bin/sh\necho hi\n", &[0u8; 4096]] {
+            assert!(
+                matches!(inspect_elf_bytes(bytes), Err(ElfError::NotElf { .. })),
+                "{bytes:?}"
+            );
+        }
+        let err = inspect_elf(Path::new("/etc/passwd")).expect_err("text file");
+        assert!(matches!(err, ElfError::NotElf { ref path } if path == Path::new("/etc/passwd")));
+    }
+
+    #[test]
+    fn missing_file_is_io_error() {
+        let err = inspect_elf(Path::new("/nonexistent/elfwork")).expect_err("missing");
+        assert!(matches!(err, ElfError::Io { .. }), "{err}");
+        assert!(err.to_string().contains("/nonexistent/elfwork"), "{err}");
+        let err = inspect_elf(Path::new("/tmp")).expect_err("directory");
+        assert!(matches!(err, ElfError::Io { .. }), "{err}");
+    }
+
+    /// Deterministic xorshift so the garbage tests need no extra crate.
+    fn xorshift(state: &mut u64) -> u64 {
+        *state ^= *state << 13;
+        *state ^= *state >> 7;
+        *state ^= *state << 17;
+        *state
+    }
+
+    #[test]
+    fn garbage_with_elf_magic_does_not_panic() {
+        let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+        for len in [4usize, 5, 16, 52, 63, 64, 65, 200, 4096, 65536] {
+            for _ in 0..50 {
+                let mut bytes: Vec<u8> = (0..len).map(|_| xorshift(&mut state) as u8).collect();
+                bytes[..4].copy_from_slice(b"\x7fELF");
+                // Result is irrelevant; it must return rather than panic.
+                let _ = inspect_elf_bytes(&bytes);
+            }
+        }
+    }
+
+    #[test]
+    fn truncated_and_corrupted_real_elf_does_not_panic() {
+        let Some(path) = system_file("/bin/ls") else {
+            return;
+        };
+        let bytes = std::fs::read(&path).expect("read /bin/ls");
+        // Every prefix length of the headers region, then coarser steps.
+        let mut cuts: Vec<usize> = (0..2048).collect();
+        cuts.extend((2048..bytes.len()).step_by(509));
+        for cut in cuts {
+            let r = inspect_elf_bytes(&bytes[..cut]);
+            if cut < 4 {
+                assert!(matches!(r, Err(ElfError::NotElf { .. })));
+            }
+        }
+        // /bin/ls keeps its section header table at the very end of the file:
+        // losing its last byte must be reported, not ignored.
+        let r = inspect_elf_bytes(&bytes[..bytes.len() - 1]);
+        assert!(matches!(r, Err(ElfError::Parse { .. })), "{r:?}");
+
+        // Random single-byte corruptions of the first 4 KiB.
+        let mut state = 0x2545_f491_4f6c_dd1d_u64;
+        for _ in 0..3000 {
+            let mut copy = bytes.clone();
+            let i = 4 + (xorshift(&mut state) as usize) % 4092;
+            copy[i] = xorshift(&mut state) as u8;
+            let _ = inspect_elf_bytes(&copy);
+        }
+    }
+
+    #[test]
+    fn truncated_file_on_disk_is_parse_error() {
+        let Some(path) = system_file("/bin/ls") else {
+            return;
+        };
+        let bytes = std::fs::read(&path).expect("read");
+        let dir = std::env::temp_dir().join(format!("elfwork-trunc-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        let cut = dir.join("ls_cut");
+        std::fs::write(&cut, &bytes[..bytes.len() / 2]).expect("write");
+        let err = inspect_elf(&cut).expect_err("truncated");
+        assert!(
+            matches!(err, ElfError::Parse { ref path, .. } if *path == cut),
+            "{err}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -1,0 +1,6 @@
+//! OS-facing readers: `/proc`, ELF files, the host.
+
+pub mod elf;
+pub mod host;
+pub mod maps;
+pub mod proc;

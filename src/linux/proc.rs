@@ -1,0 +1,427 @@
+//! Typed readers for the few `/proc/PID/*` files memtrial samples.
+//!
+//! Every reader comes in two halves: a pure `parse_*` function over the file's
+//! text (unit-tested on captured text in `tests/fixtures/proc/`) and a thin
+//! `read_*` function that fetches the file. A process may exit at any moment, so
+//! "the process is gone" is an ordinary outcome ([`ProcError::Gone`]), not a failure.
+
+use std::fs;
+use std::io;
+use std::path::PathBuf;
+
+/// Errors reading `/proc`.
+#[derive(Debug, thiserror::Error)]
+pub enum ProcError {
+    /// The process exited (or never existed) while we were reading it.
+    #[error("process {pid} is gone")]
+    Gone { pid: i32 },
+    /// We are not allowed to read this file (ptrace-read permission is needed for some).
+    #[error("permission denied reading {path}: run as the process's owner or as root")]
+    PermissionDenied { path: PathBuf },
+    /// Any other I/O error.
+    #[error("cannot read {path}: {source}")]
+    Io { path: PathBuf, source: io::Error },
+    /// The text did not have the expected shape.
+    #[error("cannot parse {what}: {reason}")]
+    Parse { what: &'static str, reason: String },
+}
+
+fn parse_err(what: &'static str, reason: impl Into<String>) -> ProcError {
+    ProcError::Parse {
+        what,
+        reason: reason.into(),
+    }
+}
+
+/// Reads `/proc/{pid}/{file}` as bytes, mapping "no such process" to [`ProcError::Gone`].
+pub fn read_proc_file(pid: i32, file: &str) -> Result<Vec<u8>, ProcError> {
+    let path = PathBuf::from(format!("/proc/{pid}/{file}"));
+    match fs::read(&path) {
+        Ok(bytes) => Ok(bytes),
+        Err(e) => Err(classify_io(pid, path, e)),
+    }
+}
+
+fn classify_io(pid: i32, path: PathBuf, e: io::Error) -> ProcError {
+    match e.raw_os_error() {
+        Some(libc::ENOENT) | Some(libc::ESRCH) => ProcError::Gone { pid },
+        Some(libc::EACCES) | Some(libc::EPERM) => ProcError::PermissionDenied { path },
+        _ => ProcError::Io { path, source: e },
+    }
+}
+
+/// The fields of `/proc/PID/stat` that memtrial uses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stat {
+    pub pid: i32,
+    /// The command name (`comm`), at most 15 bytes, may contain spaces and parentheses.
+    pub comm: String,
+    pub state: char,
+    pub ppid: i32,
+    pub pgrp: i32,
+    pub minflt: u64,
+    pub majflt: u64,
+    /// CPU time in clock ticks (see [`clock_ticks_per_second`]).
+    pub utime_ticks: u64,
+    pub stime_ticks: u64,
+    pub num_threads: u64,
+    /// Start time after boot in clock ticks: with the PID, identifies a process uniquely.
+    pub starttime_ticks: u64,
+    pub vsize_bytes: u64,
+    pub rss_pages: u64,
+}
+
+/// Parses the text of `/proc/PID/stat`.
+pub fn parse_stat(text: &str) -> Result<Stat, ProcError> {
+    const WHAT: &str = "/proc/PID/stat";
+    let open = text.find('(').ok_or_else(|| parse_err(WHAT, "no '('"))?;
+    let close = text.rfind(')').ok_or_else(|| parse_err(WHAT, "no ')'"))?;
+    if close < open {
+        return Err(parse_err(WHAT, "')' before '('"));
+    }
+    let pid: i32 = text[..open]
+        .trim()
+        .parse()
+        .map_err(|_| parse_err(WHAT, "pid is not a number"))?;
+    let comm = text[open + 1..close].to_string();
+    // Fields after the comm, numbered from 3 (state) as in proc(5).
+    let rest: Vec<&str> = text[close + 1..].split_ascii_whitespace().collect();
+    let field = |n: usize| -> Result<&str, ProcError> {
+        rest.get(n - 3)
+            .copied()
+            .ok_or_else(|| parse_err(WHAT, format!("missing field {n}")))
+    };
+    let num = |n: usize| -> Result<u64, ProcError> {
+        field(n)?
+            .parse::<u64>()
+            .map_err(|_| parse_err(WHAT, format!("field {n} is not a number")))
+    };
+    let int = |n: usize| -> Result<i32, ProcError> {
+        field(n)?
+            .parse::<i32>()
+            .map_err(|_| parse_err(WHAT, format!("field {n} is not a number")))
+    };
+    Ok(Stat {
+        pid,
+        comm,
+        state: field(3)?.chars().next().unwrap_or('?'),
+        ppid: int(4)?,
+        pgrp: int(5)?,
+        minflt: num(10)?,
+        majflt: num(12)?,
+        utime_ticks: num(14)?,
+        stime_ticks: num(15)?,
+        num_threads: num(20)?,
+        starttime_ticks: num(22)?,
+        vsize_bytes: num(23)?,
+        rss_pages: num(24)?,
+    })
+}
+
+/// Reads and parses `/proc/{pid}/stat`.
+pub fn read_stat(pid: i32) -> Result<Stat, ProcError> {
+    let bytes = read_proc_file(pid, "stat")?;
+    if bytes.is_empty() {
+        return Err(ProcError::Gone { pid });
+    }
+    parse_stat(&String::from_utf8_lossy(&bytes))
+}
+
+/// The memory fields of `/proc/PID/status` (all in bytes).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Status {
+    pub name: String,
+    pub ppid: i32,
+    pub threads: u64,
+    pub vm_size: u64,
+    pub vm_peak: u64,
+    pub vm_rss: u64,
+    /// Peak resident set size: the kernel's high-water mark.
+    pub vm_hwm: u64,
+    pub rss_anon: u64,
+    pub rss_file: u64,
+    pub rss_shmem: u64,
+    pub vm_swap: u64,
+}
+
+fn kb_value(value: &str) -> Option<u64> {
+    let mut parts = value.split_ascii_whitespace();
+    let n: u64 = parts.next()?.parse().ok()?;
+    match parts.next() {
+        Some("kB") => Some(n * 1024),
+        None => Some(n),
+        Some(_) => None,
+    }
+}
+
+/// Parses the text of `/proc/PID/status`. Kernel threads lack the `Vm*` lines;
+/// those fields are then 0.
+pub fn parse_status(text: &str) -> Result<Status, ProcError> {
+    const WHAT: &str = "/proc/PID/status";
+    let mut s = Status::default();
+    let mut saw_name = false;
+    for line in text.lines() {
+        let Some((key, value)) = line.split_once(':') else {
+            continue;
+        };
+        let value = value.trim();
+        let bytes = || kb_value(value).ok_or_else(|| parse_err(WHAT, format!("bad {key}")));
+        match key {
+            "Name" => {
+                s.name = value.to_string();
+                saw_name = true;
+            }
+            "PPid" => s.ppid = value.parse().map_err(|_| parse_err(WHAT, "bad PPid"))?,
+            "Threads" => s.threads = value.parse().map_err(|_| parse_err(WHAT, "bad Threads"))?,
+            "VmSize" => s.vm_size = bytes()?,
+            "VmPeak" => s.vm_peak = bytes()?,
+            "VmRSS" => s.vm_rss = bytes()?,
+            "VmHWM" => s.vm_hwm = bytes()?,
+            "RssAnon" => s.rss_anon = bytes()?,
+            "RssFile" => s.rss_file = bytes()?,
+            "RssShmem" => s.rss_shmem = bytes()?,
+            "VmSwap" => s.vm_swap = bytes()?,
+            _ => {}
+        }
+    }
+    if !saw_name {
+        return Err(parse_err(WHAT, "no Name line"));
+    }
+    Ok(s)
+}
+
+/// Reads and parses `/proc/{pid}/status`.
+pub fn read_status(pid: i32) -> Result<Status, ProcError> {
+    let bytes = read_proc_file(pid, "status")?;
+    if bytes.is_empty() {
+        return Err(ProcError::Gone { pid });
+    }
+    parse_status(&String::from_utf8_lossy(&bytes))
+}
+
+/// The summed figures of `/proc/PID/smaps_rollup` (bytes).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SmapsRollup {
+    pub rss: u64,
+    pub pss: u64,
+    pub pss_anon: u64,
+    pub pss_file: u64,
+    pub pss_shmem: u64,
+    /// Unique set size: the sum of the private pages.
+    pub uss: u64,
+    pub swap: u64,
+    pub swap_pss: u64,
+}
+
+/// Parses the text of `/proc/PID/smaps_rollup`.
+pub fn parse_smaps_rollup(text: &str) -> Result<SmapsRollup, ProcError> {
+    const WHAT: &str = "/proc/PID/smaps_rollup";
+    let mut r = SmapsRollup::default();
+    let mut saw_pss = false;
+    for line in text.lines() {
+        let Some((key, value)) = line.split_once(':') else {
+            continue;
+        };
+        let Some(v) = kb_value(value.trim()) else {
+            continue; // the header line holds an address range, not "N kB"
+        };
+        match key {
+            "Rss" => r.rss = v,
+            "Pss" => {
+                r.pss = v;
+                saw_pss = true;
+            }
+            "Pss_Anon" => r.pss_anon = v,
+            "Pss_File" => r.pss_file = v,
+            "Pss_Shmem" => r.pss_shmem = v,
+            "Private_Clean" | "Private_Dirty" | "Private_Hugetlb" => r.uss += v,
+            "Swap" => r.swap = v,
+            "SwapPss" => r.swap_pss = v,
+            _ => {}
+        }
+    }
+    if !saw_pss {
+        return Err(parse_err(WHAT, "no Pss line"));
+    }
+    Ok(r)
+}
+
+/// Reads and parses `/proc/{pid}/smaps_rollup` (walks the page tables: costly
+/// for large processes, so sample it sparingly).
+pub fn read_smaps_rollup(pid: i32) -> Result<SmapsRollup, ProcError> {
+    let bytes = read_proc_file(pid, "smaps_rollup")?;
+    if bytes.is_empty() {
+        // A zombie or kernel thread has no address space to report.
+        return Err(ProcError::Gone { pid });
+    }
+    parse_smaps_rollup(&String::from_utf8_lossy(&bytes))
+}
+
+/// Splits the NUL-separated text of `/proc/PID/environ` into `KEY=VALUE` pairs.
+pub fn parse_environ(bytes: &[u8]) -> Vec<(String, String)> {
+    bytes
+        .split(|b| *b == 0)
+        .filter(|e| !e.is_empty())
+        .map(|e| {
+            let s = String::from_utf8_lossy(e);
+            match s.split_once('=') {
+                Some((k, v)) => (k.to_string(), v.to_string()),
+                None => (s.to_string(), String::new()),
+            }
+        })
+        .collect()
+}
+
+/// Reads `/proc/{pid}/environ` (the process's *initial* environment).
+pub fn read_environ(pid: i32) -> Result<Vec<(String, String)>, ProcError> {
+    Ok(parse_environ(&read_proc_file(pid, "environ")?))
+}
+
+/// Reads `/proc/{pid}/maps` as text.
+pub fn read_maps_text(pid: i32) -> Result<String, ProcError> {
+    let bytes = read_proc_file(pid, "maps")?;
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+/// Lists the PIDs of all processes (not threads) currently in `/proc`.
+pub fn list_pids() -> Result<Vec<i32>, ProcError> {
+    let dir = fs::read_dir("/proc").map_err(|e| ProcError::Io {
+        path: PathBuf::from("/proc"),
+        source: e,
+    })?;
+    Ok(dir
+        .filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()))
+        .collect())
+}
+
+/// The kernel's clock ticks per second (`sysconf(_SC_CLK_TCK)`), 100 if unknown.
+pub fn clock_ticks_per_second() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let v = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if v > 0 {
+        v as u64
+    } else {
+        100
+    }
+}
+
+/// The page size in bytes (`sysconf(_SC_PAGESIZE)`), 4096 if unknown.
+pub fn page_size() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let v = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if v > 0 {
+        v as u64
+    } else {
+        4096
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const STAT: &str = include_str!("../../tests/fixtures/proc/python_threads.stat");
+    const STATUS: &str = include_str!("../../tests/fixtures/proc/python_threads.status");
+    const ROLLUP: &str = include_str!("../../tests/fixtures/proc/python_threads.smaps_rollup");
+    const ENVIRON: &[u8] = include_bytes!("../../tests/fixtures/proc/python_threads.environ");
+
+    #[test]
+    fn stat_fields_from_captured_text() {
+        let s = parse_stat(STAT).unwrap();
+        assert_eq!(s.pid, 4577);
+        assert_eq!(s.comm, "python3");
+        assert_eq!(s.state, 'R');
+        assert_eq!(s.ppid, 4517);
+        assert_eq!(s.pgrp, 4514);
+        assert_eq!(s.minflt, 8415);
+        assert_eq!(s.utime_ticks, 6);
+        assert_eq!(s.stime_ticks, 13);
+        assert_eq!(s.num_threads, 6);
+        assert_eq!(s.starttime_ticks, 17663);
+        assert_eq!(s.vsize_bytes, 154_984_448);
+        assert_eq!(s.rss_pages, 10201);
+    }
+
+    #[test]
+    fn stat_comm_with_spaces_and_parens() {
+        let text = "77 (a) b (c)) S 1 77 77 0 -1 0 1 0 2 0 3 4 0 0 20 0 9 0 555 1000 7 0";
+        let s = parse_stat(text).unwrap();
+        assert_eq!(s.comm, "a) b (c)");
+        assert_eq!(s.state, 'S');
+        assert_eq!(s.ppid, 1);
+        assert_eq!(s.num_threads, 9);
+        assert_eq!(s.starttime_ticks, 555);
+        assert_eq!(s.rss_pages, 7);
+    }
+
+    #[test]
+    fn stat_truncated_is_an_error() {
+        assert!(parse_stat("12 (x) S 1 2").is_err());
+        assert!(parse_stat("garbage").is_err());
+    }
+
+    #[test]
+    fn status_fields_from_captured_text() {
+        let s = parse_status(STATUS).unwrap();
+        assert_eq!(s.name, "python3");
+        assert_eq!(s.ppid, 4517);
+        assert_eq!(s.threads, 6);
+        assert_eq!(s.vm_hwm, 40924 * 1024);
+        assert_eq!(s.vm_rss, 40924 * 1024);
+        assert_eq!(s.vm_rss, s.rss_anon + s.rss_file + s.rss_shmem);
+        assert!(s.vm_size >= s.vm_rss);
+        assert!(s.vm_peak >= s.vm_size);
+    }
+
+    #[test]
+    fn status_of_kernel_thread_has_no_vm_lines() {
+        let text = "Name:\tkthreadd\nState:\tS (sleeping)\nPPid:\t0\nThreads:\t1\n";
+        let s = parse_status(text).unwrap();
+        assert_eq!(s.vm_rss, 0);
+        assert_eq!(s.threads, 1);
+    }
+
+    #[test]
+    fn smaps_rollup_from_captured_text() {
+        let r = parse_smaps_rollup(ROLLUP).unwrap();
+        assert!(r.pss > 0);
+        assert!(r.pss <= r.rss);
+        assert!(r.uss <= r.pss);
+        assert_eq!(r.pss, r.pss_anon + r.pss_file + r.pss_shmem);
+    }
+
+    #[test]
+    fn smaps_rollup_without_pss_is_an_error() {
+        assert!(parse_smaps_rollup("Rss: 12 kB\n").is_err());
+    }
+
+    #[test]
+    fn environ_pairs() {
+        let env = parse_environ(ENVIRON);
+        assert!(env.contains(&("MALLOC_ARENA_MAX".into(), "2".into())));
+        assert!(env.contains(&(
+            "LD_PRELOAD".into(),
+            "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2".into()
+        )));
+    }
+
+    #[test]
+    fn reading_a_missing_process_is_gone() {
+        // PID numbers above pid_max never exist.
+        match read_status(i32::MAX) {
+            Err(ProcError::Gone { .. }) => {}
+            other => panic!("expected Gone, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn reading_self_works() {
+        let me = std::process::id() as i32;
+        let s = read_status(me).unwrap();
+        assert!(s.vm_rss > 0);
+        let st = read_stat(me).unwrap();
+        assert_eq!(st.pid, me);
+        assert!(list_pids().unwrap().contains(&me));
+    }
+}

@@ -1,0 +1,824 @@
+//! What to run: workload, variants, repetitions. Built from CLI flags and/or a
+//! TOML plan file, validated once, then plain data.
+
+pub mod catalog;
+pub mod units;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use catalog::{catalog_entry, catalog_names, CatalogKind, Distro, LibAllocator, LibraryLocator};
+
+/// Errors building a plan. Each names the flag or setting, the value and what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    #[error("unknown variant '{name}'; known variants: {known}. Define your own with --variant NAME=SPEC")]
+    UnknownVariant { name: String, known: String },
+    #[error(
+        "variant '{variant}' needs {lib}, which is not installed here; install it with: {hint}"
+    )]
+    LibraryMissing {
+        variant: String,
+        lib: &'static str,
+        hint: String,
+    },
+    #[error("variant '{variant}': preload library '{path}' {reason}")]
+    BadPreloadPath {
+        variant: String,
+        path: String,
+        reason: String,
+    },
+    #[error("bad variant definition '{spec}': {reason}. Expected NAME=SPEC where SPEC is space-separated KEY=VALUE settings and/or preload:LIB, e.g. 'je=preload:jemalloc MALLOC_CONF=narenas:2'")]
+    BadVariantSpec { spec: String, reason: String },
+    #[error("variant name '{name}' is used twice")]
+    DuplicateVariant { name: String },
+    #[error("no command to run: give it after '--' (memtrial run -- ./job --flag) or as `command` in the plan file")]
+    NoCommand,
+    #[error("command '{command}' not found in PATH ({path})")]
+    CommandNotFound { command: String, path: String },
+    #[error("command '{command}' is not an executable file")]
+    NotExecutable { command: String },
+    #[error("{flag} {value}: {reason}")]
+    BadValue {
+        flag: &'static str,
+        value: String,
+        reason: String,
+    },
+    #[error("plan file {path}: {message}")]
+    PlanFile { path: PathBuf, message: String },
+}
+
+/// One variant of the workload's environment.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Variant {
+    pub name: String,
+    /// Environment settings given to the workload only.
+    pub env: Vec<(String, String)>,
+    /// A library to preload (`LD_PRELOAD`), resolved to a path.
+    pub preload: Option<PathBuf>,
+    /// How the preload was asked for (catalog name or path), for display.
+    pub preload_spec: Option<String>,
+    pub origin: VariantOrigin,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum VariantOrigin {
+    Catalog,
+    Custom,
+}
+
+impl Variant {
+    /// The environment the workload gets on top of memtrial's own: the settings and `LD_PRELOAD`.
+    /// An existing `LD_PRELOAD` of the user is kept after the variant's library.
+    pub fn workload_env(&self, inherited_preload: Option<&str>) -> Vec<(String, String)> {
+        let mut env = self.env.clone();
+        if let Some(p) = &self.preload {
+            let mut value = p.display().to_string();
+            if let Some(old) = inherited_preload.filter(|s| !s.is_empty()) {
+                value.push(' ');
+                value.push_str(old);
+            }
+            env.retain(|(k, _)| k != "LD_PRELOAD");
+            env.push(("LD_PRELOAD".to_string(), value));
+        }
+        env
+    }
+
+    /// A one-line description: `MALLOC_ARENA_MAX=2`, `preload jemalloc`, or `unchanged`.
+    pub fn describe(&self) -> String {
+        let mut parts: Vec<String> = Vec::new();
+        if let Some(p) = &self.preload_spec {
+            parts.push(format!("preload:{p}"));
+        }
+        parts.extend(self.env.iter().map(|(k, v)| format!("{k}={v}")));
+        if parts.is_empty() {
+            "unchanged".to_string()
+        } else {
+            parts.join(" ")
+        }
+    }
+}
+
+/// A validated plan: plain data, stored with the experiment.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Plan {
+    /// The command as the user gave it.
+    pub command: Vec<String>,
+    /// The resolved program path.
+    pub program: PathBuf,
+    /// The directory the workload runs in.
+    pub workdir: PathBuf,
+    pub variants: Vec<Variant>,
+    pub baseline: String,
+    pub runs: u32,
+    pub warmup: u32,
+    pub interval_ms: u64,
+    pub timeout_ms: Option<u64>,
+    /// How long a workload gets between SIGTERM and SIGKILL.
+    pub grace_ms: u64,
+    pub seed: u64,
+}
+
+impl Plan {
+    pub fn interval(&self) -> Duration {
+        Duration::from_millis(self.interval_ms)
+    }
+    pub fn timeout(&self) -> Option<Duration> {
+        self.timeout_ms.map(Duration::from_millis)
+    }
+    pub fn grace(&self) -> Duration {
+        Duration::from_millis(self.grace_ms)
+    }
+    pub fn variant(&self, name: &str) -> Option<&Variant> {
+        self.variants.iter().find(|v| v.name == name)
+    }
+}
+
+/// What the user asked for, before validation: CLI flags and plan file alike.
+/// `None` means "not given here".
+#[derive(Debug, Clone, Default)]
+pub struct PlanInput {
+    pub command: Vec<String>,
+    /// Catalog or custom variant names to run.
+    pub variants: Option<Vec<String>>,
+    /// Custom variants, `NAME=SPEC`.
+    pub custom: Vec<String>,
+    pub baseline: Option<String>,
+    pub runs: Option<u32>,
+    pub warmup: Option<u32>,
+    pub interval: Option<String>,
+    pub timeout: Option<String>,
+    pub seed: Option<u64>,
+}
+
+impl PlanInput {
+    /// Fills what this input leaves open from `other` (a plan file); flags win.
+    pub fn or(mut self, other: PlanInput) -> PlanInput {
+        if self.command.is_empty() {
+            self.command = other.command;
+        }
+        self.variants = self.variants.or(other.variants);
+        let mut custom = other.custom;
+        custom.extend(self.custom);
+        self.custom = custom;
+        self.baseline = self.baseline.or(other.baseline);
+        self.runs = self.runs.or(other.runs);
+        self.warmup = self.warmup.or(other.warmup);
+        self.interval = self.interval.or(other.interval);
+        self.timeout = self.timeout.or(other.timeout);
+        self.seed = self.seed.or(other.seed);
+        self
+    }
+}
+
+/// The TOML plan file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PlanFile {
+    command: Option<CommandField>,
+    variants: Option<Vec<String>>,
+    #[serde(default)]
+    variant: Vec<VariantFile>,
+    baseline: Option<String>,
+    runs: Option<u32>,
+    warmup: Option<u32>,
+    interval: Option<String>,
+    timeout: Option<String>,
+    seed: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum CommandField {
+    Line(String),
+    Argv(Vec<String>),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct VariantFile {
+    name: String,
+    spec: Option<String>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    preload: Option<String>,
+}
+
+/// Reads a TOML plan file into a [`PlanInput`]. Syntax errors name the line and column.
+pub fn read_plan_file(path: &Path) -> Result<PlanInput, PlanError> {
+    let text = std::fs::read_to_string(path).map_err(|e| PlanError::PlanFile {
+        path: path.to_path_buf(),
+        message: format!("cannot read it: {e}"),
+    })?;
+    parse_plan_text(&text).map_err(|message| PlanError::PlanFile {
+        path: path.to_path_buf(),
+        message,
+    })
+}
+
+/// Parses plan-file text. The error is a message naming line and column.
+pub fn parse_plan_text(text: &str) -> Result<PlanInput, String> {
+    let file: PlanFile = toml::from_str(text).map_err(|e| {
+        let (line, col) = e.span().map(|s| line_col(text, s.start)).unwrap_or((0, 0));
+        let msg = e.message().trim().to_string();
+        if line > 0 {
+            format!("line {line}, column {col}: {msg}")
+        } else {
+            msg
+        }
+    })?;
+    let command = match file.command {
+        None => Vec::new(),
+        Some(CommandField::Argv(v)) => v,
+        Some(CommandField::Line(s)) => {
+            shell_words::split(&s).map_err(|e| format!("command: {e}"))?
+        }
+    };
+    let mut custom = Vec::new();
+    for v in file.variant {
+        let mut parts: Vec<String> = Vec::new();
+        if let Some(p) = v.preload {
+            parts.push(shell_words::quote(&format!("preload:{p}")).into_owned());
+        }
+        for (k, val) in v.env {
+            parts.push(shell_words::quote(&format!("{k}={val}")).into_owned());
+        }
+        if let Some(s) = v.spec {
+            parts.push(s);
+        }
+        custom.push(format!("{}={}", v.name, parts.join(" ")));
+    }
+    Ok(PlanInput {
+        command,
+        variants: file.variants,
+        custom,
+        baseline: file.baseline,
+        runs: file.runs,
+        warmup: file.warmup,
+        interval: file.interval,
+        timeout: file.timeout,
+        seed: file.seed,
+    })
+}
+
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let col = before
+        .rfind('\n')
+        .map_or(before.len(), |i| before.len() - i - 1)
+        + 1;
+    (line, col)
+}
+
+/// Defaults, documented in the README and `--help`.
+pub const DEFAULT_RUNS: u32 = 5;
+pub const DEFAULT_INTERVAL: &str = "100ms";
+pub const DEFAULT_GRACE_MS: u64 = 3000;
+pub const MIN_INTERVAL_MS: u64 = 10;
+
+/// Environment the plan builder needs from the machine.
+pub struct PlanContext<'a> {
+    pub locator: &'a LibraryLocator,
+    pub distro: Distro,
+    /// The PATH to look commands up in.
+    pub path_var: String,
+    pub workdir: PathBuf,
+}
+
+/// What building a plan produced: the plan, and notes for the user (skipped variants).
+#[derive(Debug)]
+pub struct BuiltPlan {
+    pub plan: Plan,
+    pub notes: Vec<String>,
+}
+
+/// Validates the input and resolves variants and the command.
+pub fn build_plan(input: PlanInput, ctx: &PlanContext) -> Result<BuiltPlan, PlanError> {
+    let mut notes = Vec::new();
+    if input.command.is_empty() {
+        return Err(PlanError::NoCommand);
+    }
+    let program = resolve_program(&input.command[0], &ctx.path_var, &ctx.workdir)?;
+
+    let runs = input.runs.unwrap_or(DEFAULT_RUNS);
+    if runs == 0 {
+        return Err(PlanError::BadValue {
+            flag: "--runs",
+            value: "0".into(),
+            reason:
+                "at least one measured run per variant is needed (5 or more for useful intervals)"
+                    .into(),
+        });
+    }
+    let warmup = input.warmup.unwrap_or(0);
+    let interval_text = input.interval.as_deref().unwrap_or(DEFAULT_INTERVAL);
+    let interval = units::parse_duration(interval_text).map_err(|reason| PlanError::BadValue {
+        flag: "--interval",
+        value: interval_text.into(),
+        reason,
+    })?;
+    if interval < Duration::from_millis(MIN_INTERVAL_MS) {
+        return Err(PlanError::BadValue {
+            flag: "--interval",
+            value: interval_text.into(),
+            reason: format!("the sampling interval must be at least {MIN_INTERVAL_MS}ms (peaks come from the kernel's high-water marks, not from faster sampling)"),
+        });
+    }
+    let timeout = match input.timeout.as_deref() {
+        None => None,
+        Some(t) => {
+            let d = units::parse_duration(t).map_err(|reason| PlanError::BadValue {
+                flag: "--timeout",
+                value: t.into(),
+                reason,
+            })?;
+            if d.is_zero() {
+                return Err(PlanError::BadValue {
+                    flag: "--timeout",
+                    value: t.into(),
+                    reason: "must be longer than zero".into(),
+                });
+            }
+            Some(d)
+        }
+    };
+
+    // Custom variants first, so --variants can name them.
+    let mut custom = Vec::new();
+    for spec in &input.custom {
+        let v = parse_custom_variant(spec, ctx)?;
+        if catalog_entry(&v.name).is_some() || custom.iter().any(|c: &Variant| c.name == v.name) {
+            return Err(PlanError::DuplicateVariant { name: v.name });
+        }
+        custom.push(v);
+    }
+
+    let baseline_given = input.baseline.is_some();
+    let baseline = input.baseline.unwrap_or_else(|| "glibc".to_string());
+    let known = || {
+        let mut names: Vec<String> = catalog_names().iter().map(|s| s.to_string()).collect();
+        names.extend(custom.iter().map(|c| c.name.clone()));
+        names.join(", ")
+    };
+
+    let mut chosen: Vec<Variant> = Vec::new();
+    let add = |v: Variant, chosen: &mut Vec<Variant>| -> Result<(), PlanError> {
+        if chosen.iter().any(|c| c.name == v.name) {
+            return Err(PlanError::DuplicateVariant { name: v.name });
+        }
+        chosen.push(v);
+        Ok(())
+    };
+    match &input.variants {
+        Some(names) => {
+            for name in names {
+                let name = name.trim();
+                if name.is_empty() {
+                    continue;
+                }
+                if let Some(c) = custom.iter().find(|c| c.name == name) {
+                    add(c.clone(), &mut chosen)?;
+                } else if catalog_entry(name).is_some() {
+                    add(
+                        catalog_variant(name, ctx, true)?.expect("required"),
+                        &mut chosen,
+                    )?;
+                } else {
+                    return Err(PlanError::UnknownVariant {
+                        name: name.to_string(),
+                        known: known(),
+                    });
+                }
+            }
+            // Custom variants are always run: they were defined for a reason.
+            for c in &custom {
+                if !chosen.iter().any(|v| v.name == c.name) {
+                    chosen.push(c.clone());
+                }
+            }
+        }
+        None if !custom.is_empty() => {
+            // The baseline plus the custom variants.
+            chosen.extend(custom.iter().cloned());
+        }
+        None => {
+            for entry in catalog::CATALOG.iter() {
+                match catalog_variant(entry.name, ctx, false)? {
+                    Some(v) => chosen.push(v),
+                    None => {
+                        if let CatalogKind::Preload(lib) = entry.kind {
+                            notes.push(format!(
+                                "skipping {}: not installed here ({})",
+                                entry.name,
+                                lib.install_hint(ctx.distro)
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    if chosen.is_empty() {
+        return Err(PlanError::BadValue {
+            flag: "--variants",
+            value: input.variants.unwrap_or_default().join(","),
+            reason: format!("no variants selected; known variants: {}", known()),
+        });
+    }
+    if !chosen.iter().any(|v| v.name == baseline) {
+        let base = if let Some(c) = custom.iter().find(|c| c.name == baseline) {
+            c.clone()
+        } else if catalog_entry(&baseline).is_some() {
+            catalog_variant(&baseline, ctx, true)?.expect("required")
+        } else {
+            return Err(PlanError::UnknownVariant {
+                name: baseline,
+                known: known(),
+            });
+        };
+        if baseline_given {
+            notes.push(format!("added the baseline '{baseline}' to the variants"));
+        }
+        chosen.insert(0, base);
+    }
+
+    let seed = input.seed.unwrap_or_else(random_seed);
+    Ok(BuiltPlan {
+        plan: Plan {
+            command: input.command,
+            program,
+            workdir: ctx.workdir.clone(),
+            variants: chosen,
+            baseline,
+            runs,
+            warmup,
+            interval_ms: interval.as_millis() as u64,
+            timeout_ms: timeout.map(|d| d.as_millis() as u64),
+            grace_ms: DEFAULT_GRACE_MS,
+            seed,
+        },
+        notes,
+    })
+}
+
+fn random_seed() -> u64 {
+    use rand::RngCore;
+    rand::thread_rng().next_u64() >> 11 // fits a JSON number and SQLite integer exactly
+}
+
+/// A catalog variant; `Ok(None)` when its library is missing and it was not required.
+fn catalog_variant(
+    name: &str,
+    ctx: &PlanContext,
+    required: bool,
+) -> Result<Option<Variant>, PlanError> {
+    let entry = catalog_entry(name).ok_or_else(|| PlanError::UnknownVariant {
+        name: name.to_string(),
+        known: catalog_names().join(", "),
+    })?;
+    let (env, preload, preload_spec) = match entry.kind {
+        CatalogKind::Glibc => (vec![], None, None),
+        CatalogKind::ArenaMax(n) => (
+            vec![("MALLOC_ARENA_MAX".to_string(), n.to_string())],
+            None,
+            None,
+        ),
+        CatalogKind::Preload(lib) => match ctx.locator.locate(lib) {
+            Some(p) => (vec![], Some(p), Some(lib.name().to_string())),
+            None if required => {
+                return Err(PlanError::LibraryMissing {
+                    variant: name.to_string(),
+                    lib: lib.name(),
+                    hint: lib.install_hint(ctx.distro),
+                })
+            }
+            None => return Ok(None),
+        },
+    };
+    Ok(Some(Variant {
+        name: name.to_string(),
+        env,
+        preload,
+        preload_spec,
+        origin: VariantOrigin::Catalog,
+    }))
+}
+
+fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+/// Parses `NAME=SPEC`: SPEC holds `KEY=VALUE` settings and/or `preload:LIB`,
+/// split like a shell would (quotes keep spaces inside a value).
+pub fn parse_custom_variant(spec: &str, ctx: &PlanContext) -> Result<Variant, PlanError> {
+    let bad = |reason: &str| PlanError::BadVariantSpec {
+        spec: spec.to_string(),
+        reason: reason.to_string(),
+    };
+    let (name, rest) = spec
+        .split_once('=')
+        .ok_or_else(|| bad("no '=' after the name"))?;
+    let name = name.trim();
+    if !valid_name(name) {
+        return Err(bad(
+            "the name must be 1-64 letters, digits, '-', '_' or '.'",
+        ));
+    }
+    let words = shell_words::split(rest).map_err(|e| bad(&e.to_string()))?;
+    if words.is_empty() {
+        return Err(bad("the spec is empty"));
+    }
+    let mut env = Vec::new();
+    let mut preload = None;
+    let mut preload_spec = None;
+    for w in words {
+        if let Some(lib) = w.strip_prefix("preload:") {
+            if preload.is_some() {
+                return Err(bad("more than one preload: (use one library per variant)"));
+            }
+            let path = resolve_preload(name, lib, ctx)?;
+            preload = Some(path);
+            preload_spec = Some(lib.to_string());
+        } else if let Some((k, v)) = w.split_once('=') {
+            if k.is_empty() || k.contains('\0') || v.contains('\0') {
+                return Err(bad(&format!("'{w}' is not a KEY=VALUE setting")));
+            }
+            if k == "LD_PRELOAD" {
+                return Err(bad(
+                    "use preload:LIB instead of LD_PRELOAD=…, so memtrial can verify it",
+                ));
+            }
+            env.push((k.to_string(), v.to_string()));
+        } else {
+            return Err(bad(&format!("'{w}' is neither KEY=VALUE nor preload:LIB")));
+        }
+    }
+    Ok(Variant {
+        name: name.to_string(),
+        env,
+        preload,
+        preload_spec,
+        origin: VariantOrigin::Custom,
+    })
+}
+
+fn resolve_preload(variant: &str, lib: &str, ctx: &PlanContext) -> Result<PathBuf, PlanError> {
+    if let Some(a) = LibAllocator::from_name(lib) {
+        return ctx
+            .locator
+            .locate(a)
+            .ok_or_else(|| PlanError::LibraryMissing {
+                variant: variant.to_string(),
+                lib: a.name(),
+                hint: a.install_hint(ctx.distro),
+            });
+    }
+    let bad = |reason: String| PlanError::BadPreloadPath {
+        variant: variant.to_string(),
+        path: lib.to_string(),
+        reason,
+    };
+    if !lib.contains('/') {
+        return Err(bad(format!(
+            "is neither a known allocator ({}) nor a path to a .so file",
+            LibAllocator::ALL.map(|a| a.name()).join(", ")
+        )));
+    }
+    let path = ctx.workdir.join(lib);
+    match std::fs::metadata(&path) {
+        Ok(m) if m.is_file() => {}
+        Ok(_) => return Err(bad("is not a file".into())),
+        Err(e) => return Err(bad(format!("cannot be read: {e}"))),
+    }
+    // The dynamic loader wants an absolute path to be sure which file it maps.
+    std::fs::canonicalize(&path).map_err(|e| bad(format!("cannot be resolved: {e}")))
+}
+
+/// Finds the program like `execvp` would, and checks it can be executed.
+pub fn resolve_program(cmd: &str, path_var: &str, workdir: &Path) -> Result<PathBuf, PlanError> {
+    use std::os::unix::fs::PermissionsExt;
+    let check = |p: &Path| -> Option<bool> {
+        let m = std::fs::metadata(p).ok()?;
+        Some(m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if cmd.contains('/') {
+        let p = workdir.join(cmd);
+        return match check(&p) {
+            Some(true) => Ok(p),
+            Some(false) => Err(PlanError::NotExecutable {
+                command: cmd.to_string(),
+            }),
+            None => Err(PlanError::CommandNotFound {
+                command: cmd.to_string(),
+                path: "as a path it does not exist".into(),
+            }),
+        };
+    }
+    let mut non_exec = None;
+    for dir in path_var.split(':').filter(|d| !d.is_empty()) {
+        let p = Path::new(dir).join(cmd);
+        match check(&p) {
+            Some(true) => return Ok(p),
+            Some(false) => non_exec = Some(p),
+            None => {}
+        }
+    }
+    match non_exec {
+        Some(_) => Err(PlanError::NotExecutable {
+            command: cmd.to_string(),
+        }),
+        None => Err(PlanError::CommandNotFound {
+            command: cmd.to_string(),
+            path: format!("PATH={path_var}"),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ctx() -> (LibraryLocator, PathBuf) {
+        (LibraryLocator::in_dirs(vec![]), std::env::temp_dir())
+    }
+
+    fn input(cmd: &[&str]) -> PlanInput {
+        PlanInput {
+            command: cmd.iter().map(|s| s.to_string()).collect(),
+            ..Default::default()
+        }
+    }
+
+    fn build(i: PlanInput) -> Result<BuiltPlan, PlanError> {
+        let (loc, wd) = ctx();
+        build_plan(
+            i,
+            &PlanContext {
+                locator: &loc,
+                distro: Distro::Debian,
+                path_var: "/usr/bin:/bin".into(),
+                workdir: wd,
+            },
+        )
+    }
+
+    #[test]
+    fn default_set_without_libraries_is_glibc_and_arenas() {
+        let b = build(input(&["true"])).unwrap();
+        let names: Vec<_> = b.plan.variants.iter().map(|v| v.name.as_str()).collect();
+        assert_eq!(names, ["glibc", "arena1", "arena2"]);
+        assert_eq!(b.plan.baseline, "glibc");
+        assert_eq!(b.plan.runs, DEFAULT_RUNS);
+        assert_eq!(
+            b.notes.len(),
+            3,
+            "one note per missing library: {:?}",
+            b.notes
+        );
+        assert!(b.notes[0].contains("apt-get install -y libjemalloc2"));
+    }
+
+    #[test]
+    fn requested_missing_library_names_the_package() {
+        let mut i = input(&["true"]);
+        i.variants = Some(vec!["glibc".into(), "jemalloc".into()]);
+        let e = build(i).unwrap_err().to_string();
+        assert!(e.contains("libjemalloc2"), "{e}");
+    }
+
+    #[test]
+    fn unknown_variant_lists_known() {
+        let mut i = input(&["true"]);
+        i.variants = Some(vec!["jemaloc".into()]);
+        let e = build(i).unwrap_err().to_string();
+        assert!(e.contains("jemaloc") && e.contains("arena2"), "{e}");
+    }
+
+    #[test]
+    fn custom_variants_with_quotes_and_baseline() {
+        let mut i = input(&["true"]);
+        i.custom = vec![
+            "yjit=RUBYOPT=--yjit".into(),
+            "w='RUBYOPT=-W0 --yjit' X=1".into(),
+        ];
+        let b = build(i).unwrap();
+        let names: Vec<_> = b.plan.variants.iter().map(|v| v.name.as_str()).collect();
+        assert_eq!(names, ["glibc", "yjit", "w"]);
+        assert_eq!(
+            b.plan.variants[2].env,
+            vec![
+                ("RUBYOPT".to_string(), "-W0 --yjit".to_string()),
+                ("X".to_string(), "1".to_string())
+            ]
+        );
+    }
+
+    #[test]
+    fn bad_specs() {
+        for spec in [
+            "noequals",
+            "=X=1",
+            "a=",
+            "a=justaword",
+            "a=preload:nosuchalloc",
+            "a=LD_PRELOAD=/x.so",
+        ] {
+            let mut i = input(&["true"]);
+            i.custom = vec![spec.into()];
+            assert!(build(i).is_err(), "{spec} should be rejected");
+        }
+    }
+
+    #[test]
+    fn runs_zero_and_bad_durations() {
+        let mut i = input(&["true"]);
+        i.runs = Some(0);
+        assert!(build(i).unwrap_err().to_string().contains("--runs"));
+        let mut i = input(&["true"]);
+        i.interval = Some("soon".into());
+        assert!(build(i)
+            .unwrap_err()
+            .to_string()
+            .contains("--interval soon"));
+        let mut i = input(&["true"]);
+        i.interval = Some("1ms".into());
+        assert!(build(i).is_err());
+        let mut i = input(&["true"]);
+        i.timeout = Some("0s".into());
+        assert!(build(i).is_err());
+    }
+
+    #[test]
+    fn command_lookup() {
+        assert!(matches!(
+            build(input(&["no-such-command-xyz"])),
+            Err(PlanError::CommandNotFound { .. })
+        ));
+        assert!(matches!(
+            build(input(&["/etc/passwd"])),
+            Err(PlanError::NotExecutable { .. })
+        ));
+        assert!(matches!(
+            build(PlanInput::default()),
+            Err(PlanError::NoCommand)
+        ));
+    }
+
+    #[test]
+    fn plan_file_parses_and_flags_win() {
+        let text = r#"
+command = "ruby job.rb --n 'two words'"
+runs = 3
+variants = ["glibc", "arena2", "yjit"]
+timeout = "5m"
+
+[[variant]]
+name = "yjit"
+env = { RUBYOPT = "--yjit" }
+"#;
+        let file = parse_plan_text(text).unwrap();
+        assert_eq!(file.command, ["ruby", "job.rb", "--n", "two words"]);
+        assert_eq!(file.custom.len(), 1);
+        let (name, spec) = file.custom[0].split_once('=').unwrap();
+        assert_eq!(name, "yjit");
+        assert_eq!(shell_words::split(spec).unwrap(), ["RUBYOPT=--yjit"]);
+        let flags = PlanInput {
+            runs: Some(7),
+            ..Default::default()
+        };
+        let merged = flags.or(file);
+        assert_eq!(merged.runs, Some(7));
+        assert_eq!(merged.timeout.as_deref(), Some("5m"));
+    }
+
+    #[test]
+    fn plan_file_errors_name_line_and_column() {
+        let e = parse_plan_text("runs = 3\nvariants = [\"a\",\n  oops]\n").unwrap_err();
+        assert!(e.starts_with("line 3, column 3"), "{e}");
+        let e = parse_plan_text("runz = 3\n").unwrap_err();
+        assert!(e.contains("line 1") && e.contains("runz"), "{e}");
+    }
+
+    #[test]
+    fn workload_env_adds_preload_first() {
+        let v = Variant {
+            name: "je".into(),
+            env: vec![("A".into(), "1".into())],
+            preload: Some(PathBuf::from("/lib/libjemalloc.so.2")),
+            preload_spec: Some("jemalloc".into()),
+            origin: VariantOrigin::Catalog,
+        };
+        let env = v.workload_env(Some("/other.so"));
+        assert_eq!(env[1].1, "/lib/libjemalloc.so.2 /other.so");
+        assert_eq!(v.describe(), "preload:jemalloc A=1");
+    }
+}

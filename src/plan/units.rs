@@ -1,0 +1,111 @@
+//! Durations ("100ms", "5m", "1h30m") and sizes ("512M", "64KiB", "1.5G").
+
+use std::time::Duration;
+
+/// Parses a duration such as `100ms`, `2s`, `5m`, `1h 30m`. A bare number is seconds.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let t = text.trim();
+    if t.is_empty() {
+        return Err("empty duration".into());
+    }
+    if let Ok(secs) = t.parse::<f64>() {
+        if !secs.is_finite() || secs < 0.0 {
+            return Err(format!("'{t}' is not a non-negative number of seconds"));
+        }
+        return Ok(Duration::from_secs_f64(secs));
+    }
+    humantime::parse_duration(t)
+        .map_err(|e| format!("'{t}' is not a duration ({e}); use e.g. 500ms, 30s, 5m, 1h"))
+}
+
+/// Parses a size in bytes: `4096`, `64K`/`64KiB`, `512M`/`512MiB`, `2G`/`2GiB`, `1.5G`.
+/// Suffixes are binary (K = 1024), as in `docker --memory`; `KB`/`MB`/`GB` too.
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("'{t}' is not a size; use e.g. 4096, 64K, 512M, 2G"))?;
+    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        "t" | "tb" | "tib" => 1 << 40,
+        other => {
+            return Err(format!(
+                "'{t}': unknown size unit '{other}'; use K, M, G or T (binary, 1K = 1024)"
+            ))
+        }
+    };
+    let bytes = n * mult as f64;
+    if !bytes.is_finite() || bytes < 0.0 || bytes > u64::MAX as f64 {
+        return Err(format!("'{t}' is out of range"));
+    }
+    Ok(bytes.round() as u64)
+}
+
+/// Formats bytes with a binary unit: `412.3 MiB`.
+pub fn format_bytes(bytes: f64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = bytes;
+    let mut i = 0;
+    while v.abs() >= 1024.0 && i < UNITS.len() - 1 {
+        v /= 1024.0;
+        i += 1;
+    }
+    if i == 0 || v.abs() >= 100.0 {
+        format!("{v:.0} {}", UNITS[i])
+    } else {
+        format!("{v:.1} {}", UNITS[i])
+    }
+}
+
+/// Formats seconds compactly: `850 ms`, `3.42 s`, `12.5 min`.
+pub fn format_seconds(s: f64) -> String {
+    if s < 1.0 {
+        format!("{:.0} ms", s * 1000.0)
+    } else if s < 600.0 {
+        format!("{s:.2} s")
+    } else {
+        format!("{:.1} min", s / 60.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("100ms").unwrap(), Duration::from_millis(100));
+        assert_eq!(parse_duration("5m").unwrap(), Duration::from_secs(300));
+        assert_eq!(parse_duration("1h 30m").unwrap(), Duration::from_secs(5400));
+        assert_eq!(parse_duration("2.5").unwrap(), Duration::from_millis(2500));
+        assert!(parse_duration("fast").is_err());
+        assert!(parse_duration("-1").is_err());
+        assert!(parse_duration("").is_err());
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("4096").unwrap(), 4096);
+        assert_eq!(parse_size("64K").unwrap(), 65536);
+        assert_eq!(parse_size("512MiB").unwrap(), 512 << 20);
+        assert_eq!(parse_size("1.5G").unwrap(), 3 << 29);
+        assert!(parse_size("12 parsecs").is_err());
+        assert!(parse_size("M").is_err());
+    }
+
+    #[test]
+    fn formatting() {
+        assert_eq!(format_bytes(512.0), "512 B");
+        assert_eq!(format_bytes(1536.0), "1.5 KiB");
+        assert_eq!(format_bytes(412.0 * 1048576.0), "412 MiB");
+        assert_eq!(format_seconds(0.85), "850 ms");
+        assert_eq!(format_seconds(3.421), "3.42 s");
+    }
+}

@@ -1,0 +1,308 @@
+//! Samples a process tree on one clock: which processes belong to the run, and
+//! their summed RSS, VSZ, threads and (at a rate kept within a CPU budget) PSS.
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::linux::proc::{self, ProcError};
+
+/// One point of a run's memory time series: sums over the process tree.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TreeSample {
+    /// Seconds since the workload was started.
+    pub t_seconds: f64,
+    pub rss_bytes: u64,
+    pub vsz_bytes: u64,
+    pub threads: u64,
+    /// Summed PSS, where it was read at this sample (see [`PssBudget`]).
+    pub pss_bytes: Option<u64>,
+    pub processes: u32,
+}
+
+/// How the run's processes are found.
+#[derive(Debug, Clone)]
+pub enum Membership {
+    /// Every descendant of this process (memtrial itself, a child subreaper, so that
+    /// orphans of the workload are reparented to it and stay in the tree).
+    DescendantsOf(i32),
+}
+
+/// A process of the run, as last seen.
+#[derive(Debug, Clone)]
+pub struct Member {
+    pub pid: i32,
+    pub ppid: i32,
+    pub starttime_ticks: u64,
+    pub comm: String,
+    /// Bumps whenever `comm` changes (the process exec'd another program).
+    pub exec_generation: u32,
+    pub state: char,
+    pub rss_bytes: u64,
+    pub vsz_bytes: u64,
+    pub threads: u64,
+    /// The kernel's high-water mark for this process (`VmHWM`).
+    pub hwm_bytes: u64,
+    pub peak_rss_bytes: u64,
+    pub cpu_ticks: u64,
+}
+
+/// Keeps the cost of reading `smaps_rollup` (it walks page tables: ~30 ms for a
+/// 2 GiB process) within a fraction of one core.
+#[derive(Debug, Clone)]
+pub struct PssBudget {
+    /// Fraction of one core PSS reads may use, e.g. 0.005.
+    pub cpu_fraction: f64,
+    next_allowed: Option<Instant>,
+}
+
+impl PssBudget {
+    pub fn new(cpu_fraction: f64) -> Self {
+        PssBudget {
+            cpu_fraction,
+            next_allowed: None,
+        }
+    }
+
+    fn due(&self, now: Instant) -> bool {
+        self.next_allowed.is_none_or(|t| now >= t)
+    }
+
+    fn spent(&mut self, now: Instant, cost: Duration) {
+        let wait = cost.as_secs_f64() / self.cpu_fraction;
+        self.next_allowed = Some(now + Duration::from_secs_f64(wait));
+    }
+}
+
+/// Samples one run's process tree.
+pub struct TreeProbe {
+    membership: Membership,
+    members: HashMap<i32, Member>,
+    /// PIDs seen in `/proc` that are not ours (not re-read while they stay listed).
+    strangers: HashSet<i32>,
+    /// Processes that were members and are gone, with their last high-water mark.
+    departed_hwm: u64,
+    pss: PssBudget,
+    page_size: u64,
+    pub pss_reads: u64,
+    pub pss_time: Duration,
+}
+
+impl TreeProbe {
+    pub fn new(membership: Membership) -> Self {
+        TreeProbe {
+            membership,
+            members: HashMap::new(),
+            strangers: HashSet::new(),
+            departed_hwm: 0,
+            pss: PssBudget::new(0.005),
+            page_size: proc::page_size(),
+            pss_reads: 0,
+            pss_time: Duration::ZERO,
+        }
+    }
+
+    /// The processes currently in the run.
+    pub fn members(&self) -> impl Iterator<Item = &Member> {
+        self.members.values()
+    }
+
+    /// The largest high-water mark of any single process seen so far (`VmHWM`).
+    pub fn max_hwm(&self) -> u64 {
+        self.members
+            .values()
+            .map(|m| m.hwm_bytes)
+            .max()
+            .unwrap_or(0)
+            .max(self.departed_hwm)
+    }
+
+    /// Refreshes membership and reads every member; returns the tree sum.
+    pub fn sample(&mut self, t_seconds: f64) -> TreeSample {
+        self.refresh();
+        let now = Instant::now();
+        let want_pss = self.pss.due(now);
+        let mut s = TreeSample {
+            t_seconds,
+            rss_bytes: 0,
+            vsz_bytes: 0,
+            threads: 0,
+            pss_bytes: None,
+            processes: 0,
+        };
+        let mut pss_sum = 0u64;
+        let mut pss_ok = want_pss;
+        let pss_start = Instant::now();
+        for m in self.members.values() {
+            if m.state == 'Z' {
+                continue;
+            }
+            s.rss_bytes += m.rss_bytes;
+            s.vsz_bytes += m.vsz_bytes;
+            s.threads += m.threads;
+            s.processes += 1;
+            if want_pss {
+                match proc::read_smaps_rollup(m.pid) {
+                    Ok(r) => pss_sum += r.pss,
+                    Err(ProcError::Gone { .. }) => {}
+                    Err(_) => pss_ok = false,
+                }
+            }
+        }
+        if want_pss && s.processes > 0 {
+            let cost = pss_start.elapsed();
+            self.pss_reads += 1;
+            self.pss_time += cost;
+            self.pss.spent(now, cost);
+            if pss_ok {
+                s.pss_bytes = Some(pss_sum);
+            }
+        }
+        s
+    }
+
+    /// Finds new members, drops departed ones and re-reads the rest.
+    pub fn refresh(&mut self) {
+        let Membership::DescendantsOf(ancestor) = self.membership;
+        let Ok(pids) = proc::list_pids() else {
+            return;
+        };
+        let listed: HashSet<i32> = pids.iter().copied().collect();
+        self.strangers.retain(|p| listed.contains(p));
+        // Departed members.
+        let gone: Vec<i32> = self
+            .members
+            .keys()
+            .filter(|p| !listed.contains(p))
+            .copied()
+            .collect();
+        for p in gone {
+            if let Some(m) = self.members.remove(&p) {
+                self.departed_hwm = self.departed_hwm.max(m.hwm_bytes);
+            }
+        }
+        // New processes: read their stat to learn the parent.
+        let mut fresh: Vec<proc::Stat> = Vec::new();
+        for &pid in &pids {
+            if pid == ancestor || self.members.contains_key(&pid) || self.strangers.contains(&pid) {
+                continue;
+            }
+            match proc::read_stat(pid) {
+                Ok(st) => fresh.push(st),
+                Err(_) => continue,
+            }
+        }
+        // A fresh process belongs if its parent is the ancestor or a member; its parent may
+        // itself be fresh, so repeat until nothing changes.
+        loop {
+            let before = fresh.len();
+            let mut i = 0;
+            while i < fresh.len() {
+                let pp = fresh[i].ppid;
+                if pp == ancestor || self.members.contains_key(&pp) {
+                    let st = fresh.swap_remove(i);
+                    self.members.insert(
+                        st.pid,
+                        Member {
+                            pid: st.pid,
+                            ppid: st.ppid,
+                            starttime_ticks: st.starttime_ticks,
+                            comm: st.comm.clone(),
+                            exec_generation: 0,
+                            state: st.state,
+                            rss_bytes: 0,
+                            vsz_bytes: 0,
+                            threads: 0,
+                            hwm_bytes: 0,
+                            peak_rss_bytes: 0,
+                            cpu_ticks: 0,
+                        },
+                    );
+                } else {
+                    i += 1;
+                }
+            }
+            if fresh.len() == before {
+                break;
+            }
+        }
+        self.strangers.extend(fresh.iter().map(|s| s.pid));
+        // Re-read every member.
+        let page = self.page_size;
+        let mut vanished = Vec::new();
+        for m in self.members.values_mut() {
+            let st = match proc::read_stat(m.pid) {
+                Ok(st) if st.starttime_ticks == m.starttime_ticks => st,
+                _ => {
+                    vanished.push(m.pid);
+                    continue;
+                }
+            };
+            if st.comm != m.comm {
+                m.comm = st.comm.clone();
+                m.exec_generation += 1;
+            }
+            m.state = st.state;
+            m.ppid = st.ppid;
+            m.cpu_ticks = st.utime_ticks + st.stime_ticks;
+            m.threads = st.num_threads;
+            m.vsz_bytes = st.vsize_bytes;
+            m.rss_bytes = st.rss_pages * page;
+            if st.state != 'Z' {
+                if let Ok(status) = proc::read_status(m.pid) {
+                    m.rss_bytes = status.vm_rss;
+                    m.vsz_bytes = status.vm_size;
+                    m.threads = status.threads;
+                    m.hwm_bytes = m.hwm_bytes.max(status.vm_hwm);
+                }
+            }
+            m.peak_rss_bytes = m.peak_rss_bytes.max(m.rss_bytes);
+        }
+        for p in vanished {
+            if let Some(m) = self.members.remove(&p) {
+                self.departed_hwm = self.departed_hwm.max(m.hwm_bytes);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::Command;
+
+    #[test]
+    fn finds_children_and_grandchildren() {
+        // sh → sleep (grandchild of this test process).
+        let mut child = Command::new("sh")
+            .args(["-c", "sleep 2 & sleep 2; wait"])
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        let mut probe = TreeProbe::new(Membership::DescendantsOf(std::process::id() as i32));
+        let s = probe.sample(0.0);
+        let comms: Vec<String> = probe.members().map(|m| m.comm.clone()).collect();
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(s.processes >= 3, "sh and two sleeps: {comms:?}");
+        assert_eq!(
+            comms.iter().filter(|c| *c == "sleep").count(),
+            2,
+            "{comms:?}"
+        );
+        assert!(s.rss_bytes > 0 && s.vsz_bytes >= s.rss_bytes);
+        assert!(s.pss_bytes.is_some(), "the first sample reads PSS");
+        assert!(probe.max_hwm() > 0);
+    }
+
+    #[test]
+    fn pss_budget_spaces_reads() {
+        let mut b = PssBudget::new(0.01);
+        let now = Instant::now();
+        assert!(b.due(now));
+        b.spent(now, Duration::from_millis(10));
+        assert!(!b.due(now + Duration::from_millis(500)));
+        assert!(b.due(now + Duration::from_millis(1001)));
+    }
+}

@@ -1,0 +1,218 @@
+//! The JSON record of an experiment (`--json FILE`). Versioned: `schema_version`
+//! changes when a name changes meaning or disappears; the JSON Schema lives in
+//! `docs/schema/experiment-v1.schema.json`.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::analysis::{Analysis, Estimate, Ratio, VariantSummary};
+use crate::linux::host::HostInfo;
+use crate::probe::TreeSample;
+use crate::store::Experiment;
+use crate::trial::RunRecord;
+
+pub const JSON_SCHEMA_VERSION: u32 = 1;
+
+#[derive(Serialize)]
+struct Doc<'a> {
+    schema_version: u32,
+    generator: String,
+    experiment: ExperimentJson<'a>,
+    baseline: &'a str,
+    variants: Vec<VariantJson<'a>>,
+    notes: &'a [String],
+}
+
+#[derive(Serialize)]
+struct ExperimentJson<'a> {
+    id: i64,
+    command: &'a [String],
+    started_at: &'a str,
+    finished_at: Option<&'a str>,
+    status: &'static str,
+    seed: u64,
+    runs_per_variant: u32,
+    warmup_runs_per_variant: u32,
+    interval_ms: u64,
+    timeout_ms: Option<u64>,
+    host: &'a HostInfo,
+}
+
+#[derive(Serialize)]
+struct VariantJson<'a> {
+    name: &'a str,
+    env: BTreeMap<&'a str, &'a str>,
+    preload: Option<String>,
+    preload_spec: Option<&'a str>,
+    origin: crate::plan::VariantOrigin,
+    runs: Vec<RunJson<'a>>,
+    summary: SummaryJson<'a>,
+}
+
+#[derive(Serialize)]
+struct RunJson<'a> {
+    block: u32,
+    warmup: bool,
+    started_at: &'a str,
+    status: &'static str,
+    exit_code: Option<i32>,
+    signal: Option<i32>,
+    verified: bool,
+    verification: &'static str,
+    verification_detail: &'a str,
+    allocator_detected: &'a str,
+    wall_seconds: f64,
+    cpu_user_seconds: f64,
+    cpu_sys_seconds: f64,
+    peak_rss_bytes: u64,
+    peak_rss_source: &'static str,
+    mean_rss_bytes: u64,
+    final_rss_bytes: u64,
+    peak_pss_bytes: Option<u64>,
+    peak_vsz_bytes: u64,
+    threads_peak: u64,
+    minor_faults: u64,
+    major_faults: u64,
+    processes_seen: u32,
+    message: Option<&'a str>,
+    stdout_path: String,
+    stderr_path: String,
+    samples: Vec<SampleJson>,
+}
+
+#[derive(Serialize)]
+struct SampleJson {
+    t_seconds: f64,
+    rss_bytes: u64,
+    vsz_bytes: u64,
+    threads: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pss_bytes: Option<u64>,
+    processes: u32,
+}
+
+#[derive(Serialize)]
+struct SummaryJson<'a> {
+    runs_total: usize,
+    runs_ok: usize,
+    runs_unverified: usize,
+    statuses: &'a BTreeMap<String, usize>,
+    allocator_detected: Option<&'a str>,
+    #[serde(flatten)]
+    figures: BTreeMap<&'static str, &'a Estimate>,
+    ratio_to_baseline: BTreeMap<&'static str, &'a Ratio>,
+}
+
+fn sample(s: &TreeSample) -> SampleJson {
+    SampleJson {
+        t_seconds: (s.t_seconds * 1000.0).round() / 1000.0,
+        rss_bytes: s.rss_bytes,
+        vsz_bytes: s.vsz_bytes,
+        threads: s.threads,
+        pss_bytes: s.pss_bytes,
+        processes: s.processes,
+    }
+}
+
+fn run(r: &RunRecord) -> RunJson<'_> {
+    RunJson {
+        block: r.block,
+        warmup: r.warmup,
+        started_at: &r.started_at,
+        status: r.status.as_str(),
+        exit_code: r.exit_code,
+        signal: r.signal,
+        verified: r.verification.ok(),
+        verification: r.verification.as_str(),
+        verification_detail: &r.verification_detail,
+        allocator_detected: &r.allocator_detected,
+        wall_seconds: r.wall_seconds,
+        cpu_user_seconds: r.cpu_user_seconds,
+        cpu_sys_seconds: r.cpu_sys_seconds,
+        peak_rss_bytes: r.peak_rss_bytes,
+        peak_rss_source: r.peak_rss_source.as_str(),
+        mean_rss_bytes: r.mean_rss_bytes,
+        final_rss_bytes: r.final_rss_bytes,
+        peak_pss_bytes: r.peak_pss_bytes,
+        peak_vsz_bytes: r.peak_vsz_bytes,
+        threads_peak: r.threads_peak,
+        minor_faults: r.minor_faults,
+        major_faults: r.major_faults,
+        processes_seen: r.processes_seen,
+        message: r.message.as_deref(),
+        stdout_path: r.stdout_path.display().to_string(),
+        stderr_path: r.stderr_path.display().to_string(),
+        samples: r.samples.iter().map(sample).collect(),
+    }
+}
+
+fn summary(s: &VariantSummary) -> SummaryJson<'_> {
+    SummaryJson {
+        runs_total: s.runs_total,
+        runs_ok: s.runs_ok,
+        runs_unverified: s.runs_unverified,
+        statuses: &s.statuses,
+        allocator_detected: s.allocator_detected.as_deref(),
+        figures: s.figures.iter().map(|(f, e)| (f.key(), e)).collect(),
+        ratio_to_baseline: s
+            .ratio_to_baseline
+            .iter()
+            .map(|(f, r)| (f.key(), r))
+            .collect(),
+    }
+}
+
+/// Renders the experiment as pretty JSON.
+pub fn render(e: &Experiment, a: &Analysis) -> String {
+    let variants = e
+        .plan
+        .variants
+        .iter()
+        .filter_map(|v| {
+            let s = a.variants.iter().find(|s| s.name == v.name)?;
+            Some(VariantJson {
+                name: &v.name,
+                env: v
+                    .env
+                    .iter()
+                    .map(|(k, v)| (k.as_str(), v.as_str()))
+                    .collect(),
+                preload: v.preload.as_ref().map(|p| p.display().to_string()),
+                preload_spec: v.preload_spec.as_deref(),
+                origin: v.origin,
+                runs: e
+                    .runs
+                    .iter()
+                    .filter(|r| r.variant == v.name)
+                    .map(run)
+                    .collect(),
+                summary: summary(s),
+            })
+        })
+        .collect();
+    let doc = Doc {
+        schema_version: JSON_SCHEMA_VERSION,
+        generator: format!("memtrial {}", env!("CARGO_PKG_VERSION")),
+        experiment: ExperimentJson {
+            id: e.id,
+            command: &e.plan.command,
+            started_at: &e.created_at,
+            finished_at: e.finished_at.as_deref(),
+            status: e.status.as_str(),
+            seed: e.plan.seed,
+            runs_per_variant: e.plan.runs,
+            warmup_runs_per_variant: e.plan.warmup,
+            interval_ms: e.plan.interval_ms,
+            timeout_ms: e.plan.timeout_ms,
+            host: &e.host,
+        },
+        baseline: &a.baseline,
+        variants,
+        notes: &e.notes,
+    };
+    let mut s =
+        serde_json::to_string_pretty(&doc).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"));
+    s.push('\n');
+    s
+}

@@ -1,0 +1,150 @@
+//! The terminal table: rows are variants, columns are figures as medians and as
+//! ratios to the baseline with 95% intervals.
+
+use comfy_table::{presets, Attribute, Cell, CellAlignment, Color, ContentArrangement, Table};
+
+use crate::analysis::{Analysis, Figure, VariantSummary};
+use crate::plan::units::{format_bytes, format_seconds};
+use crate::store::Experiment;
+
+/// The figures shown as columns.
+const COLUMNS: [(Figure, &str); 4] = [
+    (Figure::PeakRssBytes, "peak RSS"),
+    (Figure::MeanRssBytes, "mean RSS"),
+    (Figure::WallSeconds, "wall"),
+    (Figure::CpuSeconds, "CPU"),
+];
+
+fn value(f: Figure, v: f64) -> String {
+    if f.is_bytes() {
+        format_bytes(v)
+    } else {
+        format_seconds(v)
+    }
+}
+
+fn figure_cell(s: &VariantSummary, f: Figure, color: bool) -> Cell {
+    let Some(est) = s.figures.get(&f) else {
+        return Cell::new("—").set_alignment(CellAlignment::Right);
+    };
+    let top = value(f, est.median);
+    if s.is_baseline {
+        return Cell::new(format!("{top}\nbaseline")).set_alignment(CellAlignment::Right);
+    }
+    let Some(r) = s.ratio_to_baseline.get(&f) else {
+        return Cell::new(format!("{top}\nno ratio")).set_alignment(CellAlignment::Right);
+    };
+    let mark = if r.significant { "*" } else { " " };
+    let text = format!(
+        "{top}\n{:.2}× [{:.2}, {:.2}]{mark}",
+        r.value, r.ci95[0], r.ci95[1]
+    );
+    let mut cell = Cell::new(text).set_alignment(CellAlignment::Right);
+    if color {
+        cell = if !r.significant {
+            cell.add_attribute(Attribute::Dim)
+        } else if r.value < 1.0 {
+            cell.fg(Color::Green)
+        } else {
+            cell.fg(Color::Red)
+        };
+    }
+    cell
+}
+
+/// Renders the summary table and the notes under it.
+pub fn render(e: &Experiment, a: &Analysis, color: bool) -> String {
+    let mut t = Table::new();
+    t.load_preset(presets::UTF8_FULL_CONDENSED)
+        .set_content_arrangement(ContentArrangement::Disabled);
+    if !color {
+        t.force_no_tty();
+    } else {
+        t.enforce_styling();
+    }
+    let mut header = vec![
+        Cell::new("variant"),
+        Cell::new("runs ok"),
+        Cell::new("allocator"),
+    ];
+    header.extend(COLUMNS.iter().map(|(_, h)| Cell::new(*h)));
+    t.set_header(header);
+    for s in &a.variants {
+        let flag = if s.clean() { "" } else { " !" };
+        let mut row = vec![
+            Cell::new(&s.name),
+            Cell::new(format!("{}/{}{flag}", s.runs_ok, s.runs_total)),
+            Cell::new(s.allocator_detected.as_deref().unwrap_or("—")),
+        ];
+        row.extend(COLUMNS.iter().map(|(f, _)| figure_cell(s, *f, color)));
+        t.add_row(row);
+    }
+    let mut out = format!(
+        "experiment {} · {} · {} run(s) per variant · baseline {}\n",
+        e.id,
+        shell_line(&e.plan.command),
+        e.plan.runs,
+        a.baseline
+    );
+    out.push_str(&t.to_string());
+    out.push('\n');
+    out.push_str(
+        "medians over the runs that finished ok; ratio to the baseline's median with a 95% bootstrap interval;\n\
+         * = significant (the interval excludes 1, at least 3 ok runs on both sides).\n\
+         peak RSS: the kernel's high-water mark (wait4 ru_maxrss / VmHWM) or, for a tree, the sampled sum, whichever is larger.\n",
+    );
+    let problems = problem_lines(e, a);
+    if !problems.is_empty() {
+        out.push_str("\n! not every run counted:\n");
+        for p in problems {
+            out.push_str("  ");
+            out.push_str(&p);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// One line per variant whose runs did not all succeed or verify, with the reason.
+pub fn problem_lines(e: &Experiment, a: &Analysis) -> Vec<String> {
+    let mut out = Vec::new();
+    for s in a.variants.iter().filter(|s| !s.clean()) {
+        let statuses: Vec<String> = s
+            .statuses
+            .iter()
+            .filter(|(k, _)| k.as_str() != "ok")
+            .map(|(k, n)| format!("{n} {k}"))
+            .collect();
+        let mut line = format!("{}: {} of {} runs ok", s.name, s.runs_ok, s.runs_total);
+        if !statuses.is_empty() {
+            line.push_str(&format!(" ({})", statuses.join(", ")));
+        }
+        if s.runs_unverified > 0 {
+            line.push_str(&format!(
+                "; {} ok run(s) could not be verified",
+                s.runs_unverified
+            ));
+        }
+        if let Some(r) = e
+            .runs
+            .iter()
+            .find(|r| r.variant == s.name && !r.warmup && (!r.counts() || !r.verification.ok()))
+        {
+            let why = match r.status {
+                crate::trial::RunStatus::VariantNotEffective => r.verification_detail.clone(),
+                _ => r
+                    .message
+                    .clone()
+                    .unwrap_or_else(|| r.verification_detail.clone()),
+            };
+            line.push_str(&format!(" — e.g. {why}"));
+        }
+        out.push(line);
+    }
+    out
+}
+
+/// The command as a shell would show it.
+pub fn shell_line(cmd: &[String]) -> String {
+    shell_words::join(cmd)
+}

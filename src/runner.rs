@@ -1,0 +1,164 @@
+//! Runs a whole experiment: schedule → trials → store, reporting progress to an observer.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::linux::host::HostInfo;
+use crate::plan::Plan;
+use crate::schedule::{schedule, Slot};
+use crate::store::{ExperimentStatus, Store, StoreError};
+use crate::trial::{run_trial, Live, RunRecord, RunStatus, TrialError, TrialSpec};
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Trial(#[from] TrialError),
+    #[error("cannot create the log directory {path}: {source}")]
+    LogDir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// What the observer is told.
+pub enum Event<'a> {
+    Started {
+        experiment: i64,
+        total: usize,
+        log_dir: &'a Path,
+    },
+    TrialStart {
+        slot: Slot,
+        total: usize,
+        variant: &'a str,
+    },
+    Sample {
+        slot: Slot,
+        live: Live,
+    },
+    TrialEnd {
+        slot: Slot,
+        total: usize,
+        record: &'a RunRecord,
+    },
+}
+
+/// How the experiment ended.
+#[derive(Debug, Clone, Copy)]
+pub struct Outcome {
+    pub experiment: i64,
+    pub interrupted: bool,
+}
+
+/// Where the workload's output of an experiment goes: `<db-stem>-logs/exp-<id>/` beside the database.
+pub fn log_dir_for(db: &Path, experiment: i64) -> PathBuf {
+    let stem = db
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "memtrial".into());
+    let parent = db.parent().filter(|p| !p.as_os_str().is_empty());
+    parent
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."))
+        .join(format!("{stem}-logs"))
+        .join(format!("exp-{experiment}"))
+}
+
+/// Runs every trial of the plan, committing each run as it ends. Stops early,
+/// marking the experiment interrupted, when `stop` is set.
+pub fn run_experiment(
+    store: &mut Store,
+    plan: &Plan,
+    host: &HostInfo,
+    notes: &[String],
+    stop: &AtomicBool,
+    observer: &mut dyn FnMut(Event),
+) -> Result<Outcome, RunError> {
+    let slots = schedule(plan.variants.len(), plan.warmup, plan.runs, plan.seed);
+    let total = slots.len();
+    let experiment = store.create_experiment(plan, host, total)?;
+    for n in notes {
+        store.add_event(experiment, "note", n)?;
+    }
+    let log_dir = log_dir_for(store.path(), experiment);
+    std::fs::create_dir_all(&log_dir).map_err(|source| RunError::LogDir {
+        path: log_dir.clone(),
+        source,
+    })?;
+    observer(Event::Started {
+        experiment,
+        total,
+        log_dir: &log_dir,
+    });
+    let mut interrupted = false;
+    for slot in slots {
+        if stop.load(Ordering::SeqCst) {
+            interrupted = true;
+            break;
+        }
+        let variant = &plan.variants[slot.variant];
+        observer(Event::TrialStart {
+            slot,
+            total,
+            variant: &variant.name,
+        });
+        let spec = TrialSpec {
+            plan,
+            variant,
+            block: slot.block,
+            warmup: slot.warmup,
+            log_stem: log_dir.join(format!("{:03}-{}", slot.seq, variant.name)),
+        };
+        let record = run_trial(&spec, stop, &mut |live| {
+            observer(Event::Sample { slot, live })
+        })?;
+        store.add_run(experiment, slot.seq, &record)?;
+        observer(Event::TrialEnd {
+            slot,
+            total,
+            record: &record,
+        });
+        if record.status == RunStatus::Interrupted {
+            interrupted = true;
+            break;
+        }
+    }
+    if interrupted {
+        store.add_event(
+            experiment,
+            "interrupted",
+            "interrupted: completed runs are kept; the run in flight is recorded as interrupted",
+        )?;
+    }
+    store.finish_experiment(
+        experiment,
+        if interrupted {
+            ExperimentStatus::Interrupted
+        } else {
+            ExperimentStatus::Complete
+        },
+    )?;
+    Ok(Outcome {
+        experiment,
+        interrupted,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_dir_beside_the_database() {
+        assert_eq!(
+            log_dir_for(Path::new("memtrial.db"), 3),
+            PathBuf::from("./memtrial-logs/exp-3")
+        );
+        assert_eq!(
+            log_dir_for(Path::new("/data/x/trial.sqlite"), 12),
+            PathBuf::from("/data/x/trial-logs/exp-12")
+        );
+    }
+}

@@ -1,0 +1,562 @@
+//! One run of one variant, end to end: launch → verify → sample → wait → stop → [`RunRecord`].
+
+pub mod verify;
+
+use std::fs::File;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::plan::{Plan, Variant};
+use crate::probe::{Membership, TreeProbe, TreeSample};
+use verify::{Verification, Verifier};
+
+/// How a run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    Ok,
+    Failed,
+    Timeout,
+    VariantNotEffective,
+    Interrupted,
+}
+
+impl RunStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Ok => "ok",
+            RunStatus::Failed => "failed",
+            RunStatus::Timeout => "timeout",
+            RunStatus::VariantNotEffective => "variant_not_effective",
+            RunStatus::Interrupted => "interrupted",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        [
+            RunStatus::Ok,
+            RunStatus::Failed,
+            RunStatus::Timeout,
+            RunStatus::VariantNotEffective,
+            RunStatus::Interrupted,
+        ]
+        .into_iter()
+        .find(|v| v.as_str() == s)
+    }
+}
+
+/// Where the peak RSS figure came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PeakSource {
+    /// `wait4` rusage `ru_maxrss`: the kernel's high-water mark of the largest single
+    /// process among the workload and the descendants it waited for.
+    Wait4Maxrss,
+    /// `VmHWM` of `/proc/PID/status`: a kernel high-water mark read while the process lived.
+    VmHwm,
+    /// The sum of RSS over the process tree at the highest sample (several processes).
+    SampledTreeSum,
+}
+
+impl PeakSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PeakSource::Wait4Maxrss => "wait4_maxrss",
+            PeakSource::VmHwm => "vmhwm",
+            PeakSource::SampledTreeSum => "sampled_tree_sum",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Self> {
+        [
+            PeakSource::Wait4Maxrss,
+            PeakSource::VmHwm,
+            PeakSource::SampledTreeSum,
+        ]
+        .into_iter()
+        .find(|v| v.as_str() == s)
+    }
+}
+
+/// Everything measured about one run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunRecord {
+    pub variant: String,
+    /// Which block of the schedule (warm-up runs have their own blocks).
+    pub block: u32,
+    pub warmup: bool,
+    pub started_at: String,
+    pub status: RunStatus,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub wall_seconds: f64,
+    pub cpu_user_seconds: f64,
+    pub cpu_sys_seconds: f64,
+    pub peak_rss_bytes: u64,
+    pub peak_rss_source: PeakSource,
+    pub mean_rss_bytes: u64,
+    pub final_rss_bytes: u64,
+    pub peak_pss_bytes: Option<u64>,
+    pub peak_vsz_bytes: u64,
+    pub threads_peak: u64,
+    pub minor_faults: u64,
+    pub major_faults: u64,
+    pub processes_seen: u32,
+    pub allocator_detected: String,
+    pub verification: Verification,
+    pub verification_detail: String,
+    /// Why a run failed, in memtrial's words (exec errors, timeouts), if it did.
+    pub message: Option<String>,
+    pub stdout_path: PathBuf,
+    pub stderr_path: PathBuf,
+    pub samples: Vec<TreeSample>,
+}
+
+impl RunRecord {
+    /// The figures of this run count in the statistics.
+    pub fn counts(&self) -> bool {
+        !self.warmup && self.status == RunStatus::Ok
+    }
+}
+
+/// Errors that stop memtrial itself (not the workload: a workload's failure is a record).
+#[derive(Debug, thiserror::Error)]
+pub enum TrialError {
+    #[error("cannot create {path}: {source}")]
+    Log {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// What one trial is.
+pub struct TrialSpec<'a> {
+    pub plan: &'a Plan,
+    pub variant: &'a Variant,
+    pub block: u32,
+    pub warmup: bool,
+    /// Files `<log_stem>.stdout` and `<log_stem>.stderr` receive the workload's output.
+    pub log_stem: PathBuf,
+}
+
+/// A live view for progress displays.
+#[derive(Debug, Clone, Copy)]
+pub struct Live {
+    pub elapsed: Duration,
+    pub rss_bytes: u64,
+}
+
+/// Exit information from `wait4`.
+struct Exit {
+    status: i32,
+    rusage: libc::rusage,
+    at: Instant,
+}
+
+fn become_subreaper() {
+    // SAFETY: prctl with PR_SET_CHILD_SUBREAPER takes an integer flag only.
+    unsafe {
+        libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+    }
+}
+
+fn tv_seconds(tv: libc::timeval) -> f64 {
+    tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6
+}
+
+/// Runs one trial. `stop` is set by a signal handler when memtrial is interrupted.
+pub fn run_trial(
+    spec: &TrialSpec,
+    stop: &AtomicBool,
+    on_sample: &mut dyn FnMut(Live),
+) -> Result<RunRecord, TrialError> {
+    become_subreaper();
+    let plan = spec.plan;
+    let stdout_path = spec.log_stem.with_extension("stdout");
+    let stderr_path = spec.log_stem.with_extension("stderr");
+    let open = |p: &Path| {
+        File::create(p).map_err(|source| TrialError::Log {
+            path: p.to_path_buf(),
+            source,
+        })
+    };
+    let out = open(&stdout_path)?;
+    let err = open(&stderr_path)?;
+    let started_at = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
+
+    let mut cmd = Command::new(&plan.program);
+    cmd.arg0(&plan.command[0])
+        .args(&plan.command[1..])
+        .current_dir(&plan.workdir)
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .process_group(0);
+    let inherited = std::env::var("LD_PRELOAD").ok();
+    for (k, v) in spec.variant.workload_env(inherited.as_deref()) {
+        cmd.env(k, v);
+    }
+
+    let mut record = RunRecord {
+        variant: spec.variant.name.clone(),
+        block: spec.block,
+        warmup: spec.warmup,
+        started_at,
+        status: RunStatus::Failed,
+        exit_code: None,
+        signal: None,
+        wall_seconds: 0.0,
+        cpu_user_seconds: 0.0,
+        cpu_sys_seconds: 0.0,
+        peak_rss_bytes: 0,
+        peak_rss_source: PeakSource::Wait4Maxrss,
+        mean_rss_bytes: 0,
+        final_rss_bytes: 0,
+        peak_pss_bytes: None,
+        peak_vsz_bytes: 0,
+        threads_peak: 0,
+        minor_faults: 0,
+        major_faults: 0,
+        processes_seen: 0,
+        allocator_detected: "unknown".into(),
+        verification: Verification::Unverified,
+        verification_detail: String::new(),
+        message: None,
+        stdout_path: stdout_path.clone(),
+        stderr_path: stderr_path.clone(),
+        samples: Vec::new(),
+    };
+
+    let t0 = Instant::now();
+    let child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            record.message = Some(format!("could not start {}: {e}", plan.program.display()));
+            return Ok(record);
+        }
+    };
+    let pid = child.id() as i32;
+    // The child is reaped by wait4 below, never by std.
+    drop(child);
+
+    let (tx, rx) = mpsc::channel::<Exit>();
+    let waiter = std::thread::Builder::new()
+        .name("memtrial-wait4".into())
+        .spawn(move || loop {
+            let mut status = 0;
+            // SAFETY: rusage is plain data; wait4 fills it.
+            let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+            // SAFETY: valid pointers to locals.
+            let r = unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
+            if r == pid {
+                let _ = tx.send(Exit {
+                    status,
+                    rusage: ru,
+                    at: Instant::now(),
+                });
+                return;
+            }
+            if r < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+                return;
+            }
+        })
+        .expect("spawning a thread");
+
+    let mut probe = TreeProbe::new(Membership::DescendantsOf(std::process::id() as i32));
+    let mut verifier = Verifier::new(spec.variant);
+    let interval = plan.interval();
+    // Early checks catch short-lived processes once the loader has mapped the preload.
+    let early = [1u64, 3, 10, 30].map(Duration::from_millis);
+    let mut early_i = 0;
+    let mut next_sample = Duration::ZERO;
+    let mut exit: Option<Exit> = None;
+    let mut ended_by: Option<RunStatus> = None;
+    let mut seen = std::collections::HashSet::new();
+
+    loop {
+        let now = t0.elapsed();
+        if now >= next_sample {
+            let s = probe.sample(now.as_secs_f64());
+            verifier.check(probe.members());
+            seen.extend(probe.members().map(|m| (m.pid, m.starttime_ticks)));
+            on_sample(Live {
+                elapsed: now,
+                rss_bytes: s.rss_bytes,
+            });
+            if s.processes > 0 {
+                record.samples.push(s);
+            }
+            while next_sample <= now {
+                next_sample += interval;
+            }
+        } else if early_i < early.len() && now >= early[early_i] {
+            probe.refresh();
+            verifier.check(probe.members());
+            early_i += 1;
+        }
+        if ended_by.is_none() {
+            if stop.load(Ordering::SeqCst) {
+                ended_by = Some(RunStatus::Interrupted);
+            } else if plan.timeout().is_some_and(|t| now >= t) {
+                ended_by = Some(RunStatus::Timeout);
+                record.message = Some(format!(
+                    "timed out after {}",
+                    humantime::format_duration(plan.timeout().unwrap_or_default())
+                ));
+            }
+            if ended_by.is_some() {
+                terminate_tree(&mut probe, pid, plan.grace(), &rx, &mut exit);
+            }
+        }
+        if exit.is_some() {
+            break;
+        }
+        let mut wake = next_sample;
+        if early_i < early.len() {
+            wake = wake.min(early[early_i]);
+        }
+        let wait = wake
+            .saturating_sub(t0.elapsed())
+            .min(Duration::from_millis(50));
+        match rx.recv_timeout(wait) {
+            Ok(e) => exit = Some(e),
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        }
+    }
+    let _ = waiter.join();
+
+    // The workload's root exited: anything it left behind is part of the run and goes too.
+    probe.refresh();
+    verifier.check(probe.members());
+    let leftovers = probe.members().count();
+    if leftovers > 0 {
+        kill_members(&probe, pid, libc::SIGTERM);
+        let deadline = Instant::now() + plan.grace();
+        while Instant::now() < deadline {
+            reap_orphans(&probe, pid);
+            probe.refresh();
+            if probe.members().all(|m| m.state == 'Z') {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        kill_members(&probe, pid, libc::SIGKILL);
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while Instant::now() < deadline {
+            reap_orphans(&probe, pid);
+            probe.refresh();
+            if probe.members().next().is_none() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    // Figures.
+    if let Some(e) = &exit {
+        record.wall_seconds = (e.at - t0).as_secs_f64();
+        let ru = &e.rusage;
+        record.cpu_user_seconds = tv_seconds(ru.ru_utime);
+        record.cpu_sys_seconds = tv_seconds(ru.ru_stime);
+        record.minor_faults = ru.ru_minflt as u64;
+        record.major_faults = ru.ru_majflt as u64;
+        let maxrss = ru.ru_maxrss as u64 * 1024;
+        let hwm = probe.max_hwm();
+        let tree_peak = record
+            .samples
+            .iter()
+            .map(|s| s.rss_bytes)
+            .max()
+            .unwrap_or(0);
+        let (peak, source) = [
+            (maxrss, PeakSource::Wait4Maxrss),
+            (hwm, PeakSource::VmHwm),
+            (tree_peak, PeakSource::SampledTreeSum),
+        ]
+        .into_iter()
+        .fold((0, PeakSource::Wait4Maxrss), |best, c| {
+            if c.0 > best.0 {
+                c
+            } else {
+                best
+            }
+        });
+        record.peak_rss_bytes = peak;
+        record.peak_rss_source = source;
+        let st = e.status;
+        if libc::WIFEXITED(st) {
+            record.exit_code = Some(libc::WEXITSTATUS(st));
+        } else if libc::WIFSIGNALED(st) {
+            record.signal = Some(libc::WTERMSIG(st));
+        }
+    } else {
+        record.wall_seconds = t0.elapsed().as_secs_f64();
+        record.message = Some("lost track of the workload's exit".into());
+    }
+    record.processes_seen = seen.len() as u32;
+    record.mean_rss_bytes = time_weighted_mean(&record.samples);
+    record.final_rss_bytes = record.samples.last().map_or(0, |s| s.rss_bytes);
+    record.peak_pss_bytes = record.samples.iter().filter_map(|s| s.pss_bytes).max();
+    record.peak_vsz_bytes = record
+        .samples
+        .iter()
+        .map(|s| s.vsz_bytes)
+        .max()
+        .unwrap_or(0);
+    record.threads_peak = record.samples.iter().map(|s| s.threads).max().unwrap_or(0);
+    let (verification, detail, allocator) = verifier.finish();
+    record.verification = verification;
+    record.verification_detail = detail;
+    record.allocator_detected = allocator;
+
+    record.status = match ended_by {
+        Some(s) => s,
+        None if verification == Verification::NotEffective => RunStatus::VariantNotEffective,
+        None if record.exit_code == Some(0) => RunStatus::Ok,
+        None => RunStatus::Failed,
+    };
+    if record.status == RunStatus::Failed && record.message.is_none() {
+        record.message = Some(match (record.exit_code, record.signal) {
+            (Some(c), _) => format!("exited with code {c}"),
+            (_, Some(s)) => format!("killed by signal {s} ({})", signal_name(s)),
+            _ => "failed".into(),
+        });
+    }
+    Ok(record)
+}
+
+/// SIGTERM to the whole tree, a grace period, then SIGKILL; waits for the root's exit.
+fn terminate_tree(
+    probe: &mut TreeProbe,
+    root: i32,
+    grace: Duration,
+    rx: &mpsc::Receiver<Exit>,
+    exit: &mut Option<Exit>,
+) {
+    probe.refresh();
+    kill_members(probe, root, libc::SIGTERM);
+    let deadline = Instant::now() + grace;
+    while Instant::now() < deadline {
+        if let Ok(e) = rx.recv_timeout(Duration::from_millis(20)) {
+            *exit = Some(e);
+            return;
+        }
+    }
+    probe.refresh();
+    kill_members(probe, root, libc::SIGKILL);
+    if let Ok(e) = rx.recv_timeout(Duration::from_secs(5)) {
+        *exit = Some(e);
+    }
+}
+
+fn kill_members(probe: &TreeProbe, root: i32, sig: i32) {
+    // SAFETY: kill has no memory-safety preconditions. The process group first, then
+    // every known member (daemons leave the group with setsid).
+    unsafe {
+        libc::kill(-root, sig);
+        for m in probe.members() {
+            libc::kill(m.pid, sig);
+        }
+    }
+}
+
+/// Reaps exited orphans of the workload that were reparented to memtrial.
+fn reap_orphans(probe: &TreeProbe, root: i32) {
+    let me = std::process::id() as i32;
+    for m in probe.members() {
+        if m.pid != root && m.ppid == me {
+            let mut st = 0;
+            // SAFETY: WNOHANG on a specific child of ours.
+            unsafe {
+                libc::waitpid(m.pid, &mut st, libc::WNOHANG);
+            }
+        }
+    }
+}
+
+/// The time-weighted mean of RSS over the samples (trapezoids).
+pub fn time_weighted_mean(samples: &[TreeSample]) -> u64 {
+    match samples {
+        [] => 0,
+        [one] => one.rss_bytes,
+        _ => {
+            let mut area = 0.0;
+            for w in samples.windows(2) {
+                let dt = w[1].t_seconds - w[0].t_seconds;
+                area += dt * (w[0].rss_bytes as f64 + w[1].rss_bytes as f64) / 2.0;
+            }
+            let span = samples[samples.len() - 1].t_seconds - samples[0].t_seconds;
+            if span > 0.0 {
+                (area / span).round() as u64
+            } else {
+                samples[0].rss_bytes
+            }
+        }
+    }
+}
+
+/// A signal's name, e.g. `SIGKILL`.
+pub fn signal_name(sig: i32) -> &'static str {
+    match sig {
+        libc::SIGHUP => "SIGHUP",
+        libc::SIGINT => "SIGINT",
+        libc::SIGQUIT => "SIGQUIT",
+        libc::SIGILL => "SIGILL",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGPIPE => "SIGPIPE",
+        libc::SIGTERM => "SIGTERM",
+        _ => "signal",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(t: f64, rss: u64) -> TreeSample {
+        TreeSample {
+            t_seconds: t,
+            rss_bytes: rss,
+            vsz_bytes: 0,
+            threads: 1,
+            pss_bytes: None,
+            processes: 1,
+        }
+    }
+
+    #[test]
+    fn mean_is_time_weighted() {
+        assert_eq!(time_weighted_mean(&[]), 0);
+        assert_eq!(time_weighted_mean(&[s(0.0, 10)]), 10);
+        // 0..1 s at 100, then a jump to 300 held 3 s: trapezoid areas 200 + 900 = 1100 over 4 s.
+        let v = [s(0.0, 100), s(1.0, 100), s(1.0, 300), s(4.0, 300)];
+        assert_eq!(time_weighted_mean(&v), 250);
+    }
+
+    #[test]
+    fn status_names_round_trip() {
+        for st in [
+            RunStatus::Ok,
+            RunStatus::Failed,
+            RunStatus::Timeout,
+            RunStatus::VariantNotEffective,
+            RunStatus::Interrupted,
+        ] {
+            assert_eq!(RunStatus::parse(st.as_str()), Some(st));
+        }
+        assert_eq!(
+            PeakSource::parse(PeakSource::SampledTreeSum.as_str()),
+            Some(PeakSource::SampledTreeSum)
+        );
+    }
+}

@@ -1,0 +1,323 @@
+//! Did the variant take effect? Checked on the live processes of a run:
+//! a preloaded allocator must be mapped *and* be the one that answers `malloc`
+//! (a static executable ignores `LD_PRELOAD`; an executable that defines `malloc`
+//! wins over a preload); an environment setting must be in the initial environment.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::linux::elf::{self, BundledAllocator, Linkage};
+use crate::linux::maps;
+use crate::linux::proc::{self, ProcError};
+use crate::plan::Variant;
+use crate::probe::Member;
+
+/// The outcome of verification for one run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verification {
+    /// Every checked process carried the variant.
+    Verified,
+    /// The variant changes nothing that could be checked (the unchanged baseline).
+    NothingToVerify,
+    /// At least one process did not carry the variant.
+    NotEffective,
+    /// No process lived long enough to be checked.
+    Unverified,
+}
+
+impl Verification {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verification::Verified => "verified",
+            Verification::NothingToVerify => "nothing_to_verify",
+            Verification::NotEffective => "not_effective",
+            Verification::Unverified => "unverified",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        [
+            Verification::Verified,
+            Verification::NothingToVerify,
+            Verification::NotEffective,
+            Verification::Unverified,
+        ]
+        .into_iter()
+        .find(|v| v.as_str() == s)
+    }
+
+    /// True when the run's figures can be trusted to be the variant's.
+    pub fn ok(self) -> bool {
+        matches!(self, Verification::Verified | Verification::NothingToVerify)
+    }
+}
+
+/// The result of checking one process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Check {
+    /// The loader has not finished yet: look again later.
+    Pending,
+    Effective(String),
+    NotEffective(String),
+}
+
+#[derive(Debug, Clone)]
+struct ProcessCheck {
+    comm: String,
+    check: Check,
+    allocator: String,
+    peak_rss: u64,
+}
+
+/// Checks processes as they appear; summarises at the end of the run.
+pub struct Verifier {
+    preload: Option<PathBuf>,
+    env: Vec<(String, String)>,
+    /// (pid, starttime, exec generation) → result.
+    checked: HashMap<(i32, u64, u32), ProcessCheck>,
+    elf_cache: HashMap<PathBuf, Result<elf::ElfFacts, String>>,
+}
+
+impl Verifier {
+    pub fn new(variant: &Variant) -> Self {
+        Verifier {
+            preload: variant.preload.clone(),
+            env: variant.env.clone(),
+            checked: HashMap::new(),
+            elf_cache: HashMap::new(),
+        }
+    }
+
+    /// Checks the members not yet decided. Cheap for decided ones.
+    pub fn check<'a>(&mut self, members: impl Iterator<Item = &'a Member>) {
+        for m in members {
+            let key = (m.pid, m.starttime_ticks, m.exec_generation);
+            if let Some(c) = self.checked.get_mut(&key) {
+                c.peak_rss = c.peak_rss.max(m.peak_rss_bytes);
+                if c.check != Check::Pending {
+                    continue;
+                }
+            }
+            if m.state == 'Z' {
+                continue;
+            }
+            let (check, allocator) = match self.check_process(m.pid) {
+                Ok(r) => r,
+                Err(ProcError::Gone { .. }) => continue,
+                Err(e) => (Check::Pending, format!("unknown ({e})")),
+            };
+            let entry = self.checked.entry(key).or_insert(ProcessCheck {
+                comm: m.comm.clone(),
+                check: Check::Pending,
+                allocator: String::new(),
+                peak_rss: 0,
+            });
+            entry.check = check;
+            entry.allocator = allocator;
+            entry.peak_rss = entry.peak_rss.max(m.peak_rss_bytes);
+        }
+    }
+
+    fn elf_facts(&mut self, exe: &Path) -> Result<elf::ElfFacts, String> {
+        self.elf_cache
+            .entry(exe.to_path_buf())
+            .or_insert_with(|| elf::inspect_elf(exe).map_err(|e| e.to_string()))
+            .clone()
+    }
+
+    fn check_process(&mut self, pid: i32) -> Result<(Check, String), ProcError> {
+        let maps_text = proc::read_maps_text(pid)?;
+        if maps_text.is_empty() {
+            return Err(ProcError::Gone { pid });
+        }
+        let mappings = maps::parse_maps(&maps_text).map_err(|e| ProcError::Parse {
+            what: "/proc/PID/maps",
+            reason: e.to_string(),
+        })?;
+        let libs = maps::mapped_libraries(&mappings);
+        let libc_mapped = libs.iter().any(|l| file_name(l).starts_with("libc.so"));
+        // The executable as mapped (the first file mapping is the main program).
+        let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok();
+        let facts = match &exe {
+            Some(p) => self
+                .elf_facts(&PathBuf::from(format!("/proc/{pid}/exe")))
+                .map_err(|e| format!("{}: {e}", p.display())),
+            None => Err("executable not readable".into()),
+        };
+        let allocator = detect_allocator(&libs, facts.as_ref().ok());
+
+        let mut reasons_ok = Vec::new();
+        // Environment settings: the initial environment must carry them.
+        if !self.env.is_empty() {
+            let env = proc::read_environ(pid)?;
+            for (k, v) in &self.env {
+                match env.iter().find(|(ek, _)| ek == k) {
+                    Some((_, ev)) if ev == v => reasons_ok.push(format!("{k}={v} in environ")),
+                    Some((_, ev)) => {
+                        return Ok((
+                            Check::NotEffective(format!("{k}={ev} in its environment, not {v}")),
+                            allocator,
+                        ))
+                    }
+                    None => {
+                        return Ok((
+                            Check::NotEffective(format!("{k} missing from its environment")),
+                            allocator,
+                        ))
+                    }
+                }
+            }
+        }
+        if let Some(pre) = &self.preload {
+            if let Ok(f) = &facts {
+                if let Linkage::Static = f.linkage {
+                    return Ok((
+                        Check::NotEffective(
+                            "statically linked executable: LD_PRELOAD is ignored".into(),
+                        ),
+                        allocator,
+                    ));
+                }
+            }
+            let mapped = libs.iter().any(|l| same_file(Path::new(l), pre));
+            if !mapped {
+                if libc_mapped {
+                    return Ok((
+                        Check::NotEffective(format!(
+                            "{} is not mapped (environment reset, setuid, or LD_PRELOAD overridden?)",
+                            pre.display()
+                        )),
+                        allocator,
+                    ));
+                }
+                return Ok((Check::Pending, allocator));
+            }
+            if let Ok(f) = &facts {
+                if f.defines_malloc {
+                    return Ok((
+                        Check::NotEffective(format!(
+                            "{} is mapped but unused: the executable defines malloc itself",
+                            file_name(&pre.display().to_string())
+                        )),
+                        allocator,
+                    ));
+                }
+            }
+            reasons_ok.push(format!("{} mapped", file_name(&pre.display().to_string())));
+        }
+        Ok((Check::Effective(reasons_ok.join(", ")), allocator))
+    }
+
+    /// The verdict over every process checked, with a detail line, and the
+    /// allocator of the process with the largest RSS.
+    pub fn finish(&self) -> (Verification, String, String) {
+        let allocator = self
+            .checked
+            .values()
+            .max_by_key(|c| c.peak_rss)
+            .map(|c| c.allocator.clone())
+            .unwrap_or_else(|| "unknown (exited before it could be inspected)".into());
+        let nothing = self.preload.is_none() && self.env.is_empty();
+        if let Some((key, c)) = self
+            .checked
+            .iter()
+            .find(|(_, c)| matches!(c.check, Check::NotEffective(_)))
+        {
+            let Check::NotEffective(why) = &c.check else {
+                unreachable!()
+            };
+            return (
+                Verification::NotEffective,
+                format!("pid {} ({}): {why}", key.0, c.comm),
+                allocator,
+            );
+        }
+        if nothing {
+            return (
+                Verification::NothingToVerify,
+                "unchanged environment".into(),
+                allocator,
+            );
+        }
+        let effective: Vec<_> = self
+            .checked
+            .iter()
+            .filter_map(|(k, c)| match &c.check {
+                Check::Effective(why) => Some(format!("pid {} ({}): {why}", k.0, c.comm)),
+                _ => None,
+            })
+            .collect();
+        if effective.is_empty() {
+            (
+                Verification::Unverified,
+                "no process lived long enough to be checked".into(),
+                allocator,
+            )
+        } else {
+            let n = effective.len();
+            let mut detail = effective.into_iter().take(3).collect::<Vec<_>>().join("; ");
+            if n > 3 {
+                detail.push_str(&format!("; and {} more processes", n - 3));
+            }
+            (Verification::Verified, detail, allocator)
+        }
+    }
+}
+
+fn file_name(p: &str) -> &str {
+    p.rsplit('/').next().unwrap_or(p)
+}
+
+fn same_file(a: &Path, b: &Path) -> bool {
+    if a == b {
+        return true;
+    }
+    match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
+        (Ok(x), Ok(y)) => x == y,
+        _ => false,
+    }
+}
+
+/// Names the allocator that answers `malloc` in a process, from its mapped
+/// libraries and its executable's ELF facts.
+pub fn detect_allocator(libs: &[String], exe: Option<&elf::ElfFacts>) -> String {
+    if let Some(f) = exe {
+        if f.defines_malloc {
+            return match f.bundled_allocator {
+                Some(b) => format!("{} (linked into the executable)", bundled_name(b)),
+                None => "custom (the executable defines malloc)".into(),
+            };
+        }
+        if let Linkage::Static = f.linkage {
+            return match f.bundled_allocator {
+                Some(b) => format!("{} (static executable)", bundled_name(b)),
+                None => "glibc (static executable)".into(),
+            };
+        }
+    }
+    let mut found: Vec<&str> = Vec::new();
+    for l in libs {
+        if let Some(b) = elf::allocator_of_library(l) {
+            let n = bundled_name(b);
+            if !found.contains(&n) {
+                found.push(n);
+            }
+        }
+    }
+    match found.len() {
+        0 => "glibc".into(),
+        1 => found[0].to_string(),
+        _ => format!("{} (several allocators mapped)", found.join("+")),
+    }
+}
+
+fn bundled_name(b: BundledAllocator) -> &'static str {
+    match b {
+        BundledAllocator::Jemalloc => "jemalloc",
+        BundledAllocator::Tcmalloc => "tcmalloc",
+        BundledAllocator::Mimalloc => "mimalloc",
+    }
+}
