@@ -20,7 +20,6 @@
 //!   `MALLOC_ARENA_MAX` there.
 
 use std::fs::File;
-use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
@@ -117,15 +116,11 @@ pub fn inspect_elf(path: &Path) -> Result<ElfFacts, ElfError> {
     if meta.len() > MAX_ELF_SIZE {
         return Err(too_large(meta.len()));
     }
-    let mut bytes = Vec::new();
-    // The file may grow after metadata(): never read more than the limit + 1.
-    file.take(MAX_ELF_SIZE + 1)
-        .read_to_end(&mut bytes)
-        .map_err(io_err)?;
-    let read = u64::try_from(bytes.len()).unwrap_or(u64::MAX);
-    if read > MAX_ELF_SIZE {
-        return Err(too_large(read));
-    }
+    // Map rather than read: executables with debug info run to hundreds of MB, and the
+    // parser touches only the headers and symbol tables. A running executable cannot be
+    // written to (ETXTBSY), so the mapping stays valid while we parse.
+    // SAFETY: read-only private mapping; see above for why the file does not change under it.
+    let bytes = unsafe { memmap2::Mmap::map(&file) }.map_err(io_err)?;
     let mut facts = inspect(&bytes, path)?;
     facts.setuid_or_setgid = meta.permissions().mode() & 0o6000 != 0;
     Ok(facts)

@@ -91,7 +91,7 @@ pub fn render(e: &Experiment, a: &Analysis, color: bool) -> String {
     out.push_str(
         "medians over the runs that finished ok; ratio to the baseline's median with a 95% bootstrap interval;\n\
          * = significant (the interval excludes 1, at least 3 ok runs on both sides).\n\
-         peak RSS: the kernel's high-water mark (wait4 ru_maxrss / VmHWM) or, for a tree, the sampled sum, whichever is larger.\n",
+         peak RSS: a kernel high-water mark (wait4 ru_maxrss or VmHWM); for several processes at once, the sampled tree sum if larger.\n",
     );
     let problems = problem_lines(e, a);
     if !problems.is_empty() {

@@ -367,26 +367,7 @@ pub fn run_trial(
         record.minor_faults = ru.ru_minflt as u64;
         record.major_faults = ru.ru_majflt as u64;
         let maxrss = ru.ru_maxrss as u64 * 1024;
-        let hwm = probe.max_hwm();
-        let tree_peak = record
-            .samples
-            .iter()
-            .map(|s| s.rss_bytes)
-            .max()
-            .unwrap_or(0);
-        let (peak, source) = [
-            (maxrss, PeakSource::Wait4Maxrss),
-            (hwm, PeakSource::VmHwm),
-            (tree_peak, PeakSource::SampledTreeSum),
-        ]
-        .into_iter()
-        .fold((0, PeakSource::Wait4Maxrss), |best, c| {
-            if c.0 > best.0 {
-                c
-            } else {
-                best
-            }
-        });
+        let (peak, source) = choose_peak(maxrss, probe.max_hwm(), &record.samples);
         record.peak_rss_bytes = peak;
         record.peak_rss_source = source;
         let st = e.status;
@@ -429,6 +410,32 @@ pub fn run_trial(
         });
     }
     Ok(record)
+}
+
+/// The run's peak RSS and where it came from. Kernel high-water marks first:
+/// `wait4`'s `ru_maxrss` (final, for the root and the children it reaped), else a
+/// `VmHWM` read while a process lived (orphans, or when it is clearly larger — the
+/// two differ by the kernel's approximate per-CPU RSS counters, so within 1% the
+/// `wait4` figure stands). A tree of several processes at once can exceed any single
+/// process's mark; then the largest sampled sum over samples with two or more
+/// processes is the figure.
+pub fn choose_peak(maxrss: u64, hwm: u64, samples: &[TreeSample]) -> (u64, PeakSource) {
+    let (kernel, ksrc) = if hwm > maxrss + maxrss / 100 {
+        (hwm, PeakSource::VmHwm)
+    } else {
+        (maxrss, PeakSource::Wait4Maxrss)
+    };
+    let tree = samples
+        .iter()
+        .filter(|s| s.processes >= 2)
+        .map(|s| s.rss_bytes)
+        .max()
+        .unwrap_or(0);
+    if tree > kernel {
+        (tree, PeakSource::SampledTreeSum)
+    } else {
+        (kernel, ksrc)
+    }
 }
 
 /// SIGTERM to the whole tree, a grace period, then SIGKILL; waits for the root's exit.
@@ -541,6 +548,28 @@ mod tests {
         // 0..1 s at 100, then a jump to 300 held 3 s: trapezoid areas 200 + 900 = 1100 over 4 s.
         let v = [s(0.0, 100), s(1.0, 100), s(1.0, 300), s(4.0, 300)];
         assert_eq!(time_weighted_mean(&v), 250);
+    }
+
+    #[test]
+    fn peak_prefers_kernel_marks() {
+        let single = [s(0.0, 90), s(0.1, 101)];
+        assert_eq!(
+            choose_peak(100, 100, &single),
+            (100, PeakSource::Wait4Maxrss)
+        );
+        // VmHWM within 1% of ru_maxrss: counter noise, wait4 stands.
+        assert_eq!(
+            choose_peak(1000, 1005, &single),
+            (1000, PeakSource::Wait4Maxrss)
+        );
+        // An orphan's VmHWM clearly above what wait4 saw.
+        assert_eq!(choose_peak(100, 300, &single), (300, PeakSource::VmHwm));
+        let mut two = s(0.2, 500);
+        two.processes = 2;
+        assert_eq!(
+            choose_peak(300, 300, &[two]),
+            (500, PeakSource::SampledTreeSum)
+        );
     }
 
     #[test]

@@ -78,7 +78,8 @@ pub struct Verifier {
     env: Vec<(String, String)>,
     /// (pid, starttime, exec generation) → result.
     checked: HashMap<(i32, u64, u32), ProcessCheck>,
-    elf_cache: HashMap<PathBuf, Result<elf::ElfFacts, String>>,
+    /// ELF facts by executable identity (device, inode, mtime): parsed once per program.
+    elf_cache: HashMap<(u64, u64, i64), Result<elf::ElfFacts, String>>,
 }
 
 impl Verifier {
@@ -121,11 +122,25 @@ impl Verifier {
         }
     }
 
-    fn elf_facts(&mut self, exe: &Path) -> Result<elf::ElfFacts, String> {
-        self.elf_cache
-            .entry(exe.to_path_buf())
-            .or_insert_with(|| elf::inspect_elf(exe).map_err(|e| e.to_string()))
-            .clone()
+    /// ELF facts of a process's executable, parsed once per distinct file.
+    fn exe_facts(&mut self, pid: i32) -> Result<elf::ElfFacts, String> {
+        use std::os::unix::fs::MetadataExt;
+        let link = PathBuf::from(format!("/proc/{pid}/exe"));
+        // Metadata through the link is the executable's own, even if it was deleted.
+        let meta = std::fs::metadata(&link).map_err(|e| format!("executable not readable: {e}"))?;
+        let key = (meta.dev(), meta.ino(), meta.mtime());
+        if let Some(f) = self.elf_cache.get(&key) {
+            return f.clone();
+        }
+        // Parse the file by its path where it still exists, so a process that exits
+        // meanwhile does not make its program unreadable.
+        let target = std::fs::read_link(&link)
+            .ok()
+            .filter(|p| !p.to_string_lossy().ends_with(" (deleted)"))
+            .unwrap_or(link);
+        let facts = elf::inspect_elf(&target).map_err(|e| e.to_string());
+        self.elf_cache.insert(key, facts.clone());
+        facts
     }
 
     fn check_process(&mut self, pid: i32) -> Result<(Check, String), ProcError> {
@@ -139,14 +154,7 @@ impl Verifier {
         })?;
         let libs = maps::mapped_libraries(&mappings);
         let libc_mapped = libs.iter().any(|l| file_name(l).starts_with("libc.so"));
-        // The executable as mapped (the first file mapping is the main program).
-        let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok();
-        let facts = match &exe {
-            Some(p) => self
-                .elf_facts(&PathBuf::from(format!("/proc/{pid}/exe")))
-                .map_err(|e| format!("{}: {e}", p.display())),
-            None => Err("executable not readable".into()),
-        };
+        let facts = self.exe_facts(pid);
         let allocator = detect_allocator(&libs, facts.as_ref().ok());
 
         let mut reasons_ok = Vec::new();

@@ -1,0 +1,125 @@
+//! A fixed experiment for snapshot tests: numbers that do not drift with the machine.
+
+use crate::linux::host::HostInfo;
+use crate::plan::{Plan, Variant, VariantOrigin};
+use crate::probe::TreeSample;
+use crate::store::{Experiment, ExperimentStatus};
+use crate::trial::verify::Verification;
+use crate::trial::{PeakSource, RunRecord, RunStatus};
+
+fn variant(name: &str, env: &[(&str, &str)], preload: Option<&str>) -> Variant {
+    Variant {
+        name: name.into(),
+        env: env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        preload: preload.map(|p| format!("/usr/lib/x86_64-linux-gnu/lib{p}.so.2").into()),
+        preload_spec: preload.map(String::from),
+        origin: VariantOrigin::Catalog,
+    }
+}
+
+fn run(variant: &str, block: u32, peak_mib: f64, wall: f64, status: RunStatus) -> RunRecord {
+    let peak = (peak_mib * 1048576.0) as u64;
+    let samples = (0..5)
+        .map(|i| TreeSample {
+            t_seconds: i as f64 * 0.1,
+            rss_bytes: peak / 5 * (i + 1),
+            vsz_bytes: peak * 3,
+            threads: 17,
+            pss_bytes: (i % 2 == 0).then_some(peak / 5 * (i + 1) - 4096),
+            processes: 1,
+        })
+        .collect();
+    RunRecord {
+        variant: variant.into(),
+        block,
+        warmup: false,
+        started_at: format!("2026-11-22T10:0{block}:00Z"),
+        status,
+        exit_code: Some(if status == RunStatus::Failed { 1 } else { 0 }),
+        signal: None,
+        wall_seconds: wall,
+        cpu_user_seconds: wall * 1.5,
+        cpu_sys_seconds: wall * 0.25,
+        peak_rss_bytes: peak,
+        peak_rss_source: PeakSource::Wait4Maxrss,
+        mean_rss_bytes: peak * 3 / 5,
+        final_rss_bytes: peak,
+        peak_pss_bytes: Some(peak - 4096),
+        peak_vsz_bytes: peak * 3,
+        threads_peak: 17,
+        minor_faults: 1000 + block as u64,
+        major_faults: 0,
+        processes_seen: 1,
+        allocator_detected: match variant {
+            "jemalloc" => "jemalloc".into(),
+            _ => "glibc".into(),
+        },
+        verification: match variant {
+            "glibc" => Verification::NothingToVerify,
+            _ => Verification::Verified,
+        },
+        verification_detail: "fixture".into(),
+        message: (status == RunStatus::Failed).then(|| "exited with code 1".into()),
+        stdout_path: format!("/tmp/logs/{block}-{variant}.stdout").into(),
+        stderr_path: format!("/tmp/logs/{block}-{variant}.stderr").into(),
+        samples,
+    }
+}
+
+/// Three variants, three blocks; arena2's last run failed.
+pub fn experiment() -> Experiment {
+    let runs = vec![
+        run("glibc", 0, 812.0, 3.10, RunStatus::Ok),
+        run("arena2", 0, 501.0, 3.40, RunStatus::Ok),
+        run("jemalloc", 0, 402.0, 2.90, RunStatus::Ok),
+        run("jemalloc", 1, 398.5, 2.95, RunStatus::Ok),
+        run("glibc", 1, 790.0, 3.05, RunStatus::Ok),
+        run("arena2", 1, 512.0, 3.35, RunStatus::Ok),
+        run("arena2", 2, 505.0, 3.50, RunStatus::Failed),
+        run("glibc", 2, 805.5, 3.20, RunStatus::Ok),
+        run("jemalloc", 2, 405.0, 2.85, RunStatus::Ok),
+    ];
+    Experiment {
+        id: 7,
+        created_at: "2026-11-22T10:00:00Z".into(),
+        finished_at: Some("2026-11-22T10:03:00Z".into()),
+        status: ExperimentStatus::Complete,
+        plan: Plan {
+            command: vec![
+                "ruby".into(),
+                "job.rb".into(),
+                "--input".into(),
+                "big file.csv".into(),
+            ],
+            program: "/usr/bin/ruby".into(),
+            workdir: "/srv/app".into(),
+            variants: vec![
+                variant("glibc", &[], None),
+                variant("arena2", &[("MALLOC_ARENA_MAX", "2")], None),
+                variant("jemalloc", &[], Some("jemalloc")),
+            ],
+            baseline: "glibc".into(),
+            runs: 3,
+            warmup: 0,
+            interval_ms: 100,
+            timeout_ms: None,
+            grace_ms: 3000,
+            seed: 1234,
+        },
+        host: HostInfo {
+            hostname: "build-1".into(),
+            cpus: 2,
+            memory_bytes: 24 << 30,
+            kernel: "6.1.0-fixture".into(),
+            glibc: "2.36".into(),
+        },
+        runs,
+        notes: vec![
+            "skipping tcmalloc: not installed here (apt-get install -y libtcmalloc-minimal4)"
+                .into(),
+        ],
+    }
+}
