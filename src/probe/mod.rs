@@ -8,6 +8,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::linux::proc::{self, ProcError};
 
+/// Share of one core that PSS reads (`smaps_rollup`) may use.
+pub const PSS_CPU_FRACTION: f64 = 0.002;
+
+/// `/proc` is walked for new processes when the kernel's last PID changed, and at least this often.
+pub const FULL_SCAN_EVERY: Duration = Duration::from_secs(2);
+
 /// One point of a run's memory time series: sums over the process tree.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TreeSample {
@@ -45,7 +51,6 @@ pub struct Member {
     /// The kernel's high-water mark for this process (`VmHWM`).
     pub hwm_bytes: u64,
     pub peak_rss_bytes: u64,
-    pub cpu_ticks: u64,
 }
 
 /// Keeps the cost of reading `smaps_rollup` (it walks page tables: ~30 ms for a
@@ -84,7 +89,9 @@ pub struct TreeProbe {
     /// Processes that were members and are gone, with their last high-water mark.
     departed_hwm: u64,
     pss: PssBudget,
-    page_size: u64,
+    /// The last PID the kernel handed out when `/proc` was last scanned.
+    last_pid: Option<i32>,
+    next_full_scan: Option<Instant>,
     pub pss_reads: u64,
     pub pss_time: Duration,
 }
@@ -96,8 +103,9 @@ impl TreeProbe {
             members: HashMap::new(),
             strangers: HashSet::new(),
             departed_hwm: 0,
-            pss: PssBudget::new(0.005),
-            page_size: proc::page_size(),
+            pss: PssBudget::new(PSS_CPU_FRACTION),
+            last_pid: None,
+            next_full_scan: None,
             pss_reads: 0,
             pss_time: Duration::ZERO,
         }
@@ -162,37 +170,78 @@ impl TreeProbe {
         s
     }
 
-    /// Finds new members, drops departed ones and re-reads the rest.
+    /// Finds new members (only when a process was created since the last look, or
+    /// every [`FULL_SCAN_EVERY`]), drops departed ones and re-reads the rest.
     pub fn refresh(&mut self) {
+        let last = proc::last_pid();
+        let now = Instant::now();
+        let due = self.next_full_scan.is_none_or(|t| now >= t);
+        if last.is_none() || last != self.last_pid || due {
+            self.scan();
+            self.last_pid = last;
+            self.next_full_scan = Some(now + FULL_SCAN_EVERY);
+        }
+        let mut vanished = Vec::new();
+        for m in self.members.values_mut() {
+            let st = match proc::read_status(m.pid) {
+                Ok(st) => st,
+                Err(_) => {
+                    vanished.push(m.pid);
+                    continue;
+                }
+            };
+            if m.comm.is_empty() {
+                m.comm = st.name;
+            } else if st.name != m.comm {
+                m.comm = st.name;
+                m.exec_generation += 1;
+            }
+            m.state = st.state;
+            m.ppid = st.ppid;
+            m.threads = st.threads;
+            m.rss_bytes = st.vm_rss;
+            m.vsz_bytes = st.vm_size;
+            m.hwm_bytes = m.hwm_bytes.max(st.vm_hwm);
+            m.peak_rss_bytes = m.peak_rss_bytes.max(m.rss_bytes);
+        }
+        self.forget(vanished);
+    }
+
+    fn forget(&mut self, pids: Vec<i32>) {
+        for p in pids {
+            if let Some(m) = self.members.remove(&p) {
+                self.departed_hwm = self.departed_hwm.max(m.hwm_bytes);
+            }
+        }
+    }
+
+    /// Walks `/proc`: new processes whose parent is the ancestor or a member join.
+    fn scan(&mut self) {
         let Membership::DescendantsOf(ancestor) = self.membership;
         let Ok(pids) = proc::list_pids() else {
             return;
         };
         let listed: HashSet<i32> = pids.iter().copied().collect();
         self.strangers.retain(|p| listed.contains(p));
-        // Departed members.
-        let gone: Vec<i32> = self
+        // Departed members, and members whose PID now names another process.
+        let stale: Vec<i32> = self
             .members
-            .keys()
-            .filter(|p| !listed.contains(p))
-            .copied()
+            .values()
+            .filter(|m| {
+                !listed.contains(&m.pid)
+                    || proc::read_stat(m.pid)
+                        .map_or(true, |st| st.starttime_ticks != m.starttime_ticks)
+            })
+            .map(|m| m.pid)
             .collect();
-        for p in gone {
-            if let Some(m) = self.members.remove(&p) {
-                self.departed_hwm = self.departed_hwm.max(m.hwm_bytes);
-            }
-        }
-        // New processes: read their stat to learn the parent.
-        let mut fresh: Vec<proc::Stat> = Vec::new();
-        for &pid in &pids {
-            if pid == ancestor || self.members.contains_key(&pid) || self.strangers.contains(&pid) {
-                continue;
-            }
-            match proc::read_stat(pid) {
-                Ok(st) => fresh.push(st),
-                Err(_) => continue,
-            }
-        }
+        self.forget(stale);
+        let mut fresh: Vec<proc::Stat> = pids
+            .iter()
+            .filter(|p| {
+                **p != ancestor && !self.members.contains_key(p) && !self.strangers.contains(p)
+            })
+            .filter_map(|p| proc::read_stat(*p).ok())
+            .collect();
         // A fresh process belongs if its parent is the ancestor or a member; its parent may
         // itself be fresh, so repeat until nothing changes.
         loop {
@@ -208,7 +257,7 @@ impl TreeProbe {
                             pid: st.pid,
                             ppid: st.ppid,
                             starttime_ticks: st.starttime_ticks,
-                            comm: st.comm.clone(),
+                            comm: String::new(),
                             exec_generation: 0,
                             state: st.state,
                             rss_bytes: 0,
@@ -216,7 +265,6 @@ impl TreeProbe {
                             threads: 0,
                             hwm_bytes: 0,
                             peak_rss_bytes: 0,
-                            cpu_ticks: 0,
                         },
                     );
                 } else {
@@ -228,42 +276,6 @@ impl TreeProbe {
             }
         }
         self.strangers.extend(fresh.iter().map(|s| s.pid));
-        // Re-read every member.
-        let page = self.page_size;
-        let mut vanished = Vec::new();
-        for m in self.members.values_mut() {
-            let st = match proc::read_stat(m.pid) {
-                Ok(st) if st.starttime_ticks == m.starttime_ticks => st,
-                _ => {
-                    vanished.push(m.pid);
-                    continue;
-                }
-            };
-            if st.comm != m.comm {
-                m.comm = st.comm.clone();
-                m.exec_generation += 1;
-            }
-            m.state = st.state;
-            m.ppid = st.ppid;
-            m.cpu_ticks = st.utime_ticks + st.stime_ticks;
-            m.threads = st.num_threads;
-            m.vsz_bytes = st.vsize_bytes;
-            m.rss_bytes = st.rss_pages * page;
-            if st.state != 'Z' {
-                if let Ok(status) = proc::read_status(m.pid) {
-                    m.rss_bytes = status.vm_rss;
-                    m.vsz_bytes = status.vm_size;
-                    m.threads = status.threads;
-                    m.hwm_bytes = m.hwm_bytes.max(status.vm_hwm);
-                }
-            }
-            m.peak_rss_bytes = m.peak_rss_bytes.max(m.rss_bytes);
-        }
-        for p in vanished {
-            if let Some(m) = self.members.remove(&p) {
-                self.departed_hwm = self.departed_hwm.max(m.hwm_bytes);
-            }
-        }
     }
 }
 
