@@ -82,7 +82,9 @@ pub fn run_experiment(
     for n in notes {
         store.add_event(experiment, "note", n)?;
     }
+    // Absolute, so the paths stored with each run hold from any directory.
     let log_dir = log_dir_for(store.path(), experiment);
+    let log_dir = std::path::absolute(&log_dir).unwrap_or(log_dir);
     std::fs::create_dir_all(&log_dir).map_err(|source| RunError::LogDir {
         path: log_dir.clone(),
         source,

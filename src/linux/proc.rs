@@ -189,6 +189,7 @@ pub fn parse_status(text: &str) -> Result<Status, ProcError> {
                 s.name = value.to_string();
                 saw_name = true;
             }
+            "State" => s.state = value.chars().next().unwrap_or('?'),
             "PPid" => s.ppid = value.parse().map_err(|_| parse_err(WHAT, "bad PPid"))?,
             "Threads" => s.threads = value.parse().map_err(|_| parse_err(WHAT, "bad Threads"))?,
             "VmSize" => s.vm_size = bytes()?,
