@@ -14,14 +14,15 @@ use crate::cli::{
     WorkloadCommand,
 };
 use memtrial::analysis::{analyse, any_failed};
+use memtrial::linux::cgroup;
 use memtrial::linux::host::HostInfo;
 use memtrial::plan::catalog::{CatalogKind, Distro, LibraryLocator, CATALOG};
 use memtrial::plan::units::{format_bytes, format_seconds, parse_duration, parse_size};
 use memtrial::plan::{build_plan, read_plan_file, PlanContext, PlanInput};
 use memtrial::report;
-use memtrial::runner::{run_experiment, Event};
-use memtrial::store::{Experiment, Store};
-use memtrial::trial::RunStatus;
+use memtrial::runner::{run_experiment, Event, Start};
+use memtrial::store::{Experiment, ExperimentStatus, Store};
+use memtrial::trial::{Isolation, RunStatus};
 use memtrial::workload::fragment::{self, FragmentConfig};
 
 /// How the process should exit.
@@ -89,6 +90,7 @@ fn plan_context(locator: &LibraryLocator) -> Result<PlanContext<'_>> {
         distro: Distro::detect(),
         path_var: std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into()),
         workdir: std::env::current_dir().context("cannot read the current directory")?,
+        online_cpus: memtrial::linux::host::online_cpus(),
     })
 }
 
@@ -103,6 +105,10 @@ fn run_input(args: &RunArgs) -> Result<PlanInput> {
         interval: args.interval.clone(),
         timeout: args.timeout.clone(),
         seed: args.seed,
+        memory_limit: args.memory_limit.clone(),
+        cpus: args.cpus.clone(),
+        cpuset: args.cpuset.clone(),
+        pids_limit: args.pids_limit,
     };
     Ok(match &args.plan {
         Some(path) => flags.or(read_plan_file(path)?),
@@ -111,8 +117,40 @@ fn run_input(args: &RunArgs) -> Result<PlanInput> {
 }
 
 fn run_cmd(db: &Path, args: &RunArgs, ui: &Ui) -> Result<Outcome> {
+    if let Some(id) = args.resume {
+        return resume(db, id, &args.output, ui);
+    }
     let input = run_input(args)?;
     execute(db, input, &args.output, ui)
+}
+
+/// Decides where runs are isolated: a fresh cgroup per run as root, else none — and
+/// then limits cannot be honoured, which is an error, never a silent no-op.
+fn isolation(limits: &memtrial::plan::Limits, ui: &Ui) -> Result<Isolation> {
+    let root = unsafe { libc::geteuid() } == 0;
+    let reason = if !root {
+        "not running as root: memtrial creates a cgroup per run only as root (a delegated cgroup v2 subtree for other users is not supported yet)".to_string()
+    } else {
+        match cgroup::detect() {
+            Ok(h) => {
+                for p in cgroup::clean_stale(&h) {
+                    ui.note(&format!(
+                        "note: removed a cgroup left by an earlier memtrial that died: {}",
+                        p.display()
+                    ));
+                }
+                return Ok(Isolation::Cgroup(h));
+            }
+            Err(e) => format!("no usable cgroup: {e}"),
+        }
+    };
+    if limits.any() {
+        bail!("--memory-limit, --cpus, --cpuset and --pids-limit need a cgroup, and there is none: {reason}");
+    }
+    ui.note(&format!(
+        "note: runs are not isolated in cgroups ({reason}); the tree's cgroup peak, OOM kills and CPU throttling are not measured"
+    ));
+    Ok(Isolation::None { reason })
 }
 
 fn demo_cmd(db: &Path, args: &DemoArgs, ui: &Ui) -> Result<Outcome> {
@@ -162,7 +200,107 @@ fn execute(db: &Path, input: PlanInput, output: &OutputArgs, ui: &Ui) -> Result<
     let plan = built.plan;
     let mut store = Store::open(db)?;
     let host = HostInfo::detect();
+    let isolation = isolation(&plan.limits, ui)?;
+    let mut notes = built.notes.clone();
+    notes.push(isolation_note(&isolation, &plan.limits));
+    run_and_present(
+        db,
+        &mut store,
+        &plan,
+        Start::New {
+            host: &host,
+            notes: &notes,
+        },
+        &isolation,
+        output,
+        ui,
+    )
+}
 
+fn isolation_note(isolation: &Isolation, limits: &memtrial::plan::Limits) -> String {
+    match isolation {
+        Isolation::Cgroup(h) => {
+            let mut l = Vec::new();
+            if let Some(m) = limits.memory_max {
+                l.push(format!("memory {}", format_bytes(m as f64)));
+            }
+            if let Some(c) = limits.cpus {
+                l.push(format!("{c} CPUs of quota"));
+            }
+            if let Some(s) = &limits.cpuset {
+                l.push(format!("cpuset {s}"));
+            }
+            if let Some(p) = limits.pids_max {
+                l.push(format!("{p} pids"));
+            }
+            let limits = if l.is_empty() {
+                "no limits".to_string()
+            } else {
+                l.join(", ")
+            };
+            format!("isolation: a fresh {} per run; {limits}", h.describe())
+        }
+        Isolation::None { reason } => format!("isolation: none ({reason})"),
+    }
+}
+
+/// `memtrial run --resume [ID]`: the same plan and seed; only what is missing runs.
+fn resume(db: &Path, id: Option<i64>, output: &OutputArgs, ui: &Ui) -> Result<Outcome> {
+    check_output(&output.json, "--json")?;
+    check_output(&output.csv, "--csv")?;
+    let mut store = Store::open_existing(db)?;
+    let id = match id {
+        Some(id) => id,
+        None => store.latest_id()?,
+    };
+    let exp = store.load(id)?;
+    if exp.status == ExperimentStatus::Complete {
+        bail!("experiment {id} is complete; nothing to resume (memtrial report {id} shows it)");
+    }
+    let plan = exp.plan.clone();
+    memtrial::plan::resolve_program(
+        &plan.command[0],
+        &std::env::var("PATH").unwrap_or_default(),
+        &plan.workdir,
+    )
+    .with_context(|| format!("cannot resume experiment {id}"))?;
+    let deleted = store.delete_interrupted(id)?;
+    let done: Vec<u32> = exp
+        .seqs
+        .iter()
+        .zip(&exp.runs)
+        .filter(|(_, r)| r.status != RunStatus::Interrupted)
+        .map(|(s, _)| *s)
+        .collect();
+    ui.note(&format!(
+        "resuming experiment {id}: {} run(s) kept, {deleted} interrupted run(s) to redo",
+        done.len()
+    ));
+    let isolation = isolation(&plan.limits, ui)?;
+    run_and_present(
+        db,
+        &mut store,
+        &plan,
+        Start::Resume {
+            experiment: id,
+            done: &done,
+        },
+        &isolation,
+        output,
+        ui,
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_and_present(
+    db: &Path,
+    store: &mut Store,
+    plan: &memtrial::plan::Plan,
+    start: Start,
+    isolation: &Isolation,
+    output: &OutputArgs,
+    ui: &Ui,
+) -> Result<Outcome> {
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [
         signal_hook::consts::SIGINT,
@@ -229,13 +367,14 @@ fn execute(db: &Path, input: PlanInput, output: &OutputArgs, ui: &Ui) -> Result<
             }
         }
         Event::TrialEnd {
-            slot,
+            index,
             total,
             record,
+            ..
         } => {
             let line = format!(
                 "[{:>3}/{total}] {:<12} {:<8} {:>9}  peak RSS {:>9}  {}{}",
-                slot.seq + 1,
+                index,
                 record.variant,
                 record.status.as_str(),
                 format_seconds(record.wall_seconds),
@@ -254,7 +393,7 @@ fn execute(db: &Path, input: PlanInput, output: &OutputArgs, ui: &Ui) -> Result<
             }
         }
     };
-    let outcome = run_experiment(&mut store, &plan, &host, &built.notes, &stop, &mut observer)?;
+    let outcome = run_experiment(store, plan, start, isolation, &stop, &mut observer)?;
     if let Some(b) = &bar {
         b.finish_and_clear();
     }

@@ -96,6 +96,23 @@ pub struct RunArgs {
     /// Seed for the run order (recorded; random by default).
     #[arg(long, value_name = "N")]
     pub seed: Option<u64>,
+    /// Memory limit per run, like a container's (e.g. 512M, 2G); no swap escape.
+    #[arg(long, value_name = "SIZE")]
+    pub memory_limit: Option<String>,
+    /// CPU quota per run in CPUs (e.g. 1, 0.5): the program still sees every host CPU,
+    /// as under `docker --cpus` or a Kubernetes CPU limit.
+    #[arg(long, value_name = "N")]
+    pub cpus: Option<String>,
+    /// CPUs the program may run on and sees (e.g. 0, 0-1,3).
+    #[arg(long, value_name = "LIST")]
+    pub cpuset: Option<String>,
+    /// Most processes and threads a run may have at once.
+    #[arg(long, value_name = "N")]
+    pub pids_limit: Option<u64>,
+    /// Finish an interrupted experiment (the latest, or ID): runs only what is missing,
+    /// with the same plan and seed.
+    #[arg(long, value_name = "ID", num_args = 0..=1, conflicts_with_all = ["command", "plan", "variants", "custom", "runs", "warmup", "baseline", "seed", "memory_limit", "cpus", "cpuset", "pids_limit", "interval", "timeout"])]
+    pub resume: Option<Option<i64>>,
     #[command(flatten)]
     pub output: OutputArgs,
     /// The workload command and its arguments.

@@ -7,7 +7,7 @@ use crate::linux::host::HostInfo;
 use crate::plan::Plan;
 use crate::schedule::{schedule, Slot};
 use crate::store::{ExperimentStatus, Store, StoreError};
-use crate::trial::{run_trial, Live, RunRecord, RunStatus, TrialError, TrialSpec};
+use crate::trial::{run_trial, Isolation, Live, RunRecord, RunStatus, TrialError, TrialSpec};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
@@ -31,6 +31,8 @@ pub enum Event<'a> {
     },
     TrialStart {
         slot: Slot,
+        /// 1-based position among the trials of this invocation.
+        index: usize,
         total: usize,
         variant: &'a str,
     },
@@ -40,6 +42,7 @@ pub enum Event<'a> {
     },
     TrialEnd {
         slot: Slot,
+        index: usize,
         total: usize,
         record: &'a RunRecord,
     },
@@ -66,22 +69,46 @@ pub fn log_dir_for(db: &Path, experiment: i64) -> PathBuf {
         .join(format!("exp-{experiment}"))
 }
 
+/// Which experiment to run: a new one, or the rest of a stored one.
+pub enum Start<'a> {
+    New {
+        host: &'a HostInfo,
+        notes: &'a [String],
+    },
+    /// Resume: the slots whose runs are already stored are skipped.
+    Resume { experiment: i64, done: &'a [u32] },
+}
+
 /// Runs every trial of the plan, committing each run as it ends. Stops early,
 /// marking the experiment interrupted, when `stop` is set.
 pub fn run_experiment(
     store: &mut Store,
     plan: &Plan,
-    host: &HostInfo,
-    notes: &[String],
+    start: Start,
+    isolation: &Isolation,
     stop: &AtomicBool,
     observer: &mut dyn FnMut(Event),
 ) -> Result<Outcome, RunError> {
-    let slots = schedule(plan.variants.len(), plan.warmup, plan.runs, plan.seed);
+    let all = schedule(plan.variants.len(), plan.warmup, plan.runs, plan.seed);
+    let (experiment, slots) = match start {
+        Start::New { host, notes } => {
+            let id = store.create_experiment(plan, host, all.len())?;
+            for n in notes {
+                store.add_event(id, "note", n)?;
+            }
+            (id, all)
+        }
+        Start::Resume { experiment, done } => {
+            let rest: Vec<Slot> = all.into_iter().filter(|s| !done.contains(&s.seq)).collect();
+            store.add_event(
+                experiment,
+                "resumed",
+                &format!("resumed: {} run(s) left", rest.len()),
+            )?;
+            (experiment, rest)
+        }
+    };
     let total = slots.len();
-    let experiment = store.create_experiment(plan, host, total)?;
-    for n in notes {
-        store.add_event(experiment, "note", n)?;
-    }
     // Absolute, so the paths stored with each run hold from any directory.
     let log_dir = log_dir_for(store.path(), experiment);
     let log_dir = std::path::absolute(&log_dir).unwrap_or(log_dir);
@@ -95,7 +122,8 @@ pub fn run_experiment(
         log_dir: &log_dir,
     });
     let mut interrupted = false;
-    for slot in slots {
+    for (i, slot) in slots.into_iter().enumerate() {
+        let index = i + 1;
         if stop.load(Ordering::SeqCst) {
             interrupted = true;
             break;
@@ -103,12 +131,15 @@ pub fn run_experiment(
         let variant = &plan.variants[slot.variant];
         observer(Event::TrialStart {
             slot,
+            index,
             total,
             variant: &variant.name,
         });
         let spec = TrialSpec {
             plan,
             variant,
+            isolation,
+            seq: slot.seq,
             block: slot.block,
             warmup: slot.warmup,
             log_stem: log_dir.join(format!("{:03}-{}", slot.seq, variant.name)),
@@ -119,6 +150,7 @@ pub fn run_experiment(
         store.add_run(experiment, slot.seq, &record)?;
         observer(Event::TrialEnd {
             slot,
+            index,
             total,
             record: &record,
         });

@@ -27,10 +27,13 @@ pub enum Figure {
     CpuUserSeconds,
     CpuSysSeconds,
     ThreadsPeak,
+    CgroupPeakBytes,
+    CgroupAnonPeakBytes,
+    ThrottledSeconds,
 }
 
 impl Figure {
-    pub const ALL: [Figure; 10] = [
+    pub const ALL: [Figure; 13] = [
         Figure::PeakRssBytes,
         Figure::MeanRssBytes,
         Figure::FinalRssBytes,
@@ -41,6 +44,9 @@ impl Figure {
         Figure::CpuUserSeconds,
         Figure::CpuSysSeconds,
         Figure::ThreadsPeak,
+        Figure::CgroupPeakBytes,
+        Figure::CgroupAnonPeakBytes,
+        Figure::ThrottledSeconds,
     ];
 
     pub fn key(self) -> &'static str {
@@ -55,6 +61,9 @@ impl Figure {
             Figure::CpuUserSeconds => "cpu_user_seconds",
             Figure::CpuSysSeconds => "cpu_sys_seconds",
             Figure::ThreadsPeak => "threads_peak",
+            Figure::CgroupPeakBytes => "cgroup_peak_bytes",
+            Figure::CgroupAnonPeakBytes => "cgroup_anon_peak_bytes",
+            Figure::ThrottledSeconds => "throttled_seconds",
         }
     }
 
@@ -66,6 +75,8 @@ impl Figure {
                 | Figure::FinalRssBytes
                 | Figure::PeakPssBytes
                 | Figure::PeakVszBytes
+                | Figure::CgroupPeakBytes
+                | Figure::CgroupAnonPeakBytes
         )
     }
 
@@ -82,6 +93,9 @@ impl Figure {
             Figure::CpuUserSeconds => r.cpu_user_seconds,
             Figure::CpuSysSeconds => r.cpu_sys_seconds,
             Figure::ThreadsPeak => r.threads_peak as f64,
+            Figure::CgroupPeakBytes => r.cgroup.as_ref()?.peak_bytes? as f64,
+            Figure::CgroupAnonPeakBytes => r.cgroup.as_ref()?.anon_peak_bytes as f64,
+            Figure::ThrottledSeconds => r.cgroup.as_ref()?.throttled_seconds,
         })
     }
 

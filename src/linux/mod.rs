@@ -1,5 +1,6 @@
 //! OS-facing readers: `/proc`, ELF files, the host.
 
+pub mod cgroup;
 pub mod elf;
 pub mod host;
 pub mod maps;

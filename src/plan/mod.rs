@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::linux::cgroup::Limits;
 use catalog::{catalog_entry, catalog_names, CatalogKind, Distro, LibAllocator, LibraryLocator};
 
 /// Errors building a plan. Each names the flag or setting, the value and what to do.
@@ -104,7 +105,7 @@ impl Variant {
 }
 
 /// A validated plan: plain data, stored with the experiment.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Plan {
     /// The command as the user gave it.
     pub command: Vec<String>,
@@ -121,6 +122,9 @@ pub struct Plan {
     /// How long a workload gets between SIGTERM and SIGKILL.
     pub grace_ms: u64,
     pub seed: u64,
+    /// Container-like limits applied to every run, identically for every variant.
+    #[serde(default)]
+    pub limits: Limits,
 }
 
 impl Plan {
@@ -153,6 +157,10 @@ pub struct PlanInput {
     pub interval: Option<String>,
     pub timeout: Option<String>,
     pub seed: Option<u64>,
+    pub memory_limit: Option<String>,
+    pub cpus: Option<String>,
+    pub cpuset: Option<String>,
+    pub pids_limit: Option<u64>,
 }
 
 impl PlanInput {
@@ -171,6 +179,10 @@ impl PlanInput {
         self.interval = self.interval.or(other.interval);
         self.timeout = self.timeout.or(other.timeout);
         self.seed = self.seed.or(other.seed);
+        self.memory_limit = self.memory_limit.or(other.memory_limit);
+        self.cpus = self.cpus.or(other.cpus);
+        self.cpuset = self.cpuset.or(other.cpuset);
+        self.pids_limit = self.pids_limit.or(other.pids_limit);
         self
     }
 }
@@ -189,6 +201,28 @@ struct PlanFile {
     interval: Option<String>,
     timeout: Option<String>,
     seed: Option<u64>,
+    memory_limit: Option<String>,
+    cpus: Option<TomlNumber>,
+    cpuset: Option<String>,
+    pids_limit: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum TomlNumber {
+    Int(i64),
+    Float(f64),
+    Text(String),
+}
+
+impl TomlNumber {
+    fn text(&self) -> String {
+        match self {
+            TomlNumber::Int(i) => i.to_string(),
+            TomlNumber::Float(f) => f.to_string(),
+            TomlNumber::Text(s) => s.clone(),
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -262,6 +296,10 @@ pub fn parse_plan_text(text: &str) -> Result<PlanInput, String> {
         interval: file.interval,
         timeout: file.timeout,
         seed: file.seed,
+        memory_limit: file.memory_limit,
+        cpus: file.cpus.map(|c| c.text()),
+        cpuset: file.cpuset,
+        pids_limit: file.pids_limit,
     })
 }
 
@@ -288,6 +326,8 @@ pub struct PlanContext<'a> {
     /// The PATH to look commands up in.
     pub path_var: String,
     pub workdir: PathBuf,
+    /// Online CPUs, to check `--cpuset`.
+    pub online_cpus: u32,
 }
 
 /// What building a plan produced: the plan, and notes for the user (skipped variants).
@@ -304,6 +344,7 @@ pub fn build_plan(input: PlanInput, ctx: &PlanContext) -> Result<BuiltPlan, Plan
         return Err(PlanError::NoCommand);
     }
     let program = resolve_program(&input.command[0], &ctx.path_var, &ctx.workdir)?;
+    let limits = build_limits(&input, ctx)?;
 
     let runs = input.runs.unwrap_or(DEFAULT_RUNS);
     if runs == 0 {
@@ -461,9 +502,78 @@ pub fn build_plan(input: PlanInput, ctx: &PlanContext) -> Result<BuiltPlan, Plan
             timeout_ms: timeout.map(|d| d.as_millis() as u64),
             grace_ms: DEFAULT_GRACE_MS,
             seed,
+            limits,
         },
         notes,
     })
+}
+
+/// Smallest memory limit accepted: below this the kernel OOM-kills most programs at start.
+pub const MIN_MEMORY_LIMIT: u64 = 4 << 20;
+
+fn build_limits(input: &PlanInput, ctx: &PlanContext) -> Result<Limits, PlanError> {
+    let mut l = Limits::default();
+    if let Some(m) = &input.memory_limit {
+        let bytes = units::parse_size(m).map_err(|reason| PlanError::BadValue {
+            flag: "--memory-limit",
+            value: m.clone(),
+            reason,
+        })?;
+        if bytes < MIN_MEMORY_LIMIT {
+            return Err(PlanError::BadValue {
+                flag: "--memory-limit",
+                value: m.clone(),
+                reason: "at least 4M (the program could not even start below that)".into(),
+            });
+        }
+        l.memory_max = Some(bytes);
+    }
+    if let Some(c) = &input.cpus {
+        let cpus: f64 = c.trim().parse().map_err(|_| PlanError::BadValue {
+            flag: "--cpus",
+            value: c.clone(),
+            reason: "not a number of CPUs (e.g. 1, 0.5, 8)".into(),
+        })?;
+        if !(0.01..=4096.0).contains(&cpus) {
+            return Err(PlanError::BadValue {
+                flag: "--cpus",
+                value: c.clone(),
+                reason: "must be between 0.01 and 4096".into(),
+            });
+        }
+        l.cpus = Some(cpus);
+    }
+    if let Some(s) = &input.cpuset {
+        let cpus =
+            crate::linux::cgroup::parse_cpu_list(s).map_err(|reason| PlanError::BadValue {
+                flag: "--cpuset",
+                value: s.clone(),
+                reason,
+            })?;
+        let online = ctx.online_cpus;
+        if let Some(bad) = cpus.iter().find(|c| **c >= online) {
+            return Err(PlanError::BadValue {
+                flag: "--cpuset",
+                value: s.clone(),
+                reason: format!(
+                    "CPU {bad} does not exist here (online CPUs: 0-{})",
+                    online.saturating_sub(1)
+                ),
+            });
+        }
+        l.cpuset = Some(s.trim().to_string());
+    }
+    if let Some(p) = input.pids_limit {
+        if p == 0 {
+            return Err(PlanError::BadValue {
+                flag: "--pids-limit",
+                value: "0".into(),
+                reason: "at least 1 (the workload itself is a process)".into(),
+            });
+        }
+        l.pids_max = Some(p);
+    }
+    Ok(l)
 }
 
 fn random_seed() -> u64 {
@@ -667,6 +777,7 @@ mod tests {
                 distro: Distro::Debian,
                 path_var: "/usr/bin:/bin".into(),
                 workdir: wd,
+                online_cpus: 2,
             },
         )
     }
@@ -755,6 +866,37 @@ mod tests {
         let mut i = input(&["true"]);
         i.timeout = Some("0s".into());
         assert!(build(i).is_err());
+    }
+
+    #[test]
+    fn limits_are_validated() {
+        let mut i = input(&["true"]);
+        i.memory_limit = Some("512M".into());
+        i.cpus = Some("1.5".into());
+        i.cpuset = Some("0-1".into());
+        i.pids_limit = Some(64);
+        let l = build(i).unwrap().plan.limits;
+        assert_eq!(l.memory_max, Some(512 << 20));
+        assert_eq!(l.cpus, Some(1.5));
+        assert_eq!(l.cpuset.as_deref(), Some("0-1"));
+        assert_eq!(l.pids_max, Some(64));
+        for (field, value, expect) in [
+            ("mem", "1K", "--memory-limit 1K"),
+            ("mem", "lots", "--memory-limit lots"),
+            ("cpus", "0", "--cpus 0"),
+            ("cpus", "two", "--cpus two"),
+            ("cpuset", "5", "CPU 5 does not exist"),
+            ("cpuset", "1-0", "--cpuset 1-0"),
+        ] {
+            let mut i = input(&["true"]);
+            match field {
+                "mem" => i.memory_limit = Some(value.into()),
+                "cpus" => i.cpus = Some(value.into()),
+                _ => i.cpuset = Some(value.into()),
+            }
+            let e = build(i).unwrap_err().to_string();
+            assert!(e.contains(expect), "{e}");
+        }
     }
 
     #[test]

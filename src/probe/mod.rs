@@ -33,6 +33,8 @@ pub enum Membership {
     /// Every descendant of this process (memtrial itself, a child subreaper, so that
     /// orphans of the workload are reparented to it and stay in the tree).
     DescendantsOf(i32),
+    /// The processes listed in this cgroup directory's `cgroup.procs`.
+    Cgroup(std::path::PathBuf),
 }
 
 /// A process of the run, as last seen.
@@ -51,6 +53,24 @@ pub struct Member {
     /// The kernel's high-water mark for this process (`VmHWM`).
     pub hwm_bytes: u64,
     pub peak_rss_bytes: u64,
+}
+
+impl Member {
+    fn new(st: &proc::Stat) -> Member {
+        Member {
+            pid: st.pid,
+            ppid: st.ppid,
+            starttime_ticks: st.starttime_ticks,
+            comm: String::new(),
+            exec_generation: 0,
+            state: st.state,
+            rss_bytes: 0,
+            vsz_bytes: 0,
+            threads: 0,
+            hwm_bytes: 0,
+            peak_rss_bytes: 0,
+        }
+    }
 }
 
 /// Keeps the cost of reading `smaps_rollup` (it walks page tables: ~30 ms for a
@@ -215,9 +235,37 @@ impl TreeProbe {
         }
     }
 
+    /// The cgroup lists the run's processes: no walk of `/proc` needed.
+    fn scan_cgroup(&mut self, dir: &std::path::Path) {
+        let listed: HashSet<i32> = std::fs::read_to_string(dir.join("cgroup.procs"))
+            .map(|t| t.lines().filter_map(|l| l.trim().parse().ok()).collect())
+            .unwrap_or_default();
+        let stale: Vec<i32> = self
+            .members
+            .values()
+            .filter(|m| !listed.contains(&m.pid))
+            .map(|m| m.pid)
+            .collect();
+        self.forget(stale);
+        for pid in listed {
+            if self.members.contains_key(&pid) {
+                continue;
+            }
+            if let Ok(st) = proc::read_stat(pid) {
+                self.members.insert(pid, Member::new(&st));
+            }
+        }
+    }
+
     /// Walks `/proc`: new processes whose parent is the ancestor or a member join.
     fn scan(&mut self) {
-        let Membership::DescendantsOf(ancestor) = self.membership;
+        let ancestor = match &self.membership {
+            Membership::DescendantsOf(a) => *a,
+            Membership::Cgroup(dir) => {
+                self.scan_cgroup(&dir.clone());
+                return;
+            }
+        };
         let Ok(pids) = proc::list_pids() else {
             return;
         };
@@ -251,22 +299,7 @@ impl TreeProbe {
                 let pp = fresh[i].ppid;
                 if pp == ancestor || self.members.contains_key(&pp) {
                     let st = fresh.swap_remove(i);
-                    self.members.insert(
-                        st.pid,
-                        Member {
-                            pid: st.pid,
-                            ppid: st.ppid,
-                            starttime_ticks: st.starttime_ticks,
-                            comm: String::new(),
-                            exec_generation: 0,
-                            state: st.state,
-                            rss_bytes: 0,
-                            vsz_bytes: 0,
-                            threads: 0,
-                            hwm_bytes: 0,
-                            peak_rss_bytes: 0,
-                        },
-                    );
+                    self.members.insert(st.pid, Member::new(&st));
                 } else {
                     i += 1;
                 }

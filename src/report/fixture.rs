@@ -65,6 +65,7 @@ fn run(variant: &str, block: u32, peak_mib: f64, wall: f64, status: RunStatus) -
         message: (status == RunStatus::Failed).then(|| "exited with code 1".into()),
         stdout_path: format!("/tmp/logs/{block}-{variant}.stdout").into(),
         stderr_path: format!("/tmp/logs/{block}-{variant}.stderr").into(),
+        cgroup: None,
         samples,
     }
 }
@@ -84,6 +85,7 @@ pub fn experiment() -> Experiment {
     ];
     Experiment {
         id: 7,
+        seqs: (0..9).collect(),
         created_at: "2026-11-22T10:00:00Z".into(),
         finished_at: Some("2026-11-22T10:03:00Z".into()),
         status: ExperimentStatus::Complete,
@@ -107,6 +109,7 @@ pub fn experiment() -> Experiment {
             interval_ms: 100,
             timeout_ms: None,
             grace_ms: 3000,
+            limits: Default::default(),
             seed: 1234,
         },
         host: HostInfo {

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::analysis::{Analysis, Estimate, Ratio, VariantSummary};
+use crate::linux::cgroup::{CgroupFigures, Limits};
 use crate::linux::host::HostInfo;
 use crate::probe::TreeSample;
 use crate::store::Experiment;
@@ -36,6 +37,7 @@ struct ExperimentJson<'a> {
     warmup_runs_per_variant: u32,
     interval_ms: u64,
     timeout_ms: Option<u64>,
+    limits: &'a Limits,
     host: &'a HostInfo,
 }
 
@@ -78,6 +80,7 @@ struct RunJson<'a> {
     message: Option<&'a str>,
     stdout_path: String,
     stderr_path: String,
+    cgroup: Option<&'a CgroupFigures>,
     samples: Vec<SampleJson>,
 }
 
@@ -143,6 +146,7 @@ fn run(r: &RunRecord) -> RunJson<'_> {
         message: r.message.as_deref(),
         stdout_path: r.stdout_path.display().to_string(),
         stderr_path: r.stderr_path.display().to_string(),
+        cgroup: r.cgroup.as_ref(),
         samples: r.samples.iter().map(sample).collect(),
     }
 }
@@ -205,6 +209,7 @@ pub fn render(e: &Experiment, a: &Analysis) -> String {
             warmup_runs_per_variant: e.plan.warmup,
             interval_ms: e.plan.interval_ms,
             timeout_ms: e.plan.timeout_ms,
+            limits: &e.plan.limits,
             host: &e.host,
         },
         baseline: &a.baseline,

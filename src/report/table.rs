@@ -116,6 +116,12 @@ pub fn problem_lines(e: &Experiment, a: &Analysis) -> Vec<String> {
             .map(|(k, n)| format!("{n} {k}"))
             .collect();
         let mut line = format!("{}: {} of {} runs ok", s.name, s.runs_ok, s.runs_total);
+        if let Some(n) = s.statuses.get("oom_killed") {
+            line = format!(
+                "{}: OOM kills: {n} of {} runs; its figures come from the {} run(s) that finished ok",
+                s.name, s.runs_total, s.runs_ok
+            );
+        }
         if !statuses.is_empty() {
             line.push_str(&format!(" ({})", statuses.join(", ")));
         }

@@ -12,7 +12,7 @@ use crate::trial::verify::Verification;
 use crate::trial::{PeakSource, RunRecord, RunStatus};
 
 /// The schema version this build writes (SQLite `user_version`).
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -78,6 +78,8 @@ pub struct ExperimentSummary {
 #[derive(Debug, Clone)]
 pub struct Experiment {
     pub id: i64,
+    /// The schedule position of each run, parallel to `runs`.
+    pub seqs: Vec<u32>,
     pub created_at: String,
     pub finished_at: Option<String>,
     pub status: ExperimentStatus,
@@ -142,7 +144,8 @@ CREATE TABLE runs (
     verification_detail TEXT NOT NULL,
     message TEXT,
     stdout_path TEXT NOT NULL,
-    stderr_path TEXT NOT NULL
+    stderr_path TEXT NOT NULL,
+    cgroup_json TEXT
 );
 CREATE INDEX runs_by_experiment ON runs(experiment_id, seq);
 CREATE TABLE samples (
@@ -228,6 +231,13 @@ impl Store {
         if version == 0 {
             let batch = format!("BEGIN; {SCHEMA} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;");
             self.conn.execute_batch(&batch).map_err(|e| self.err(e))?;
+        } else if version == 1 {
+            // v2: the kernel's cgroup figures per run.
+            self.conn
+                .execute_batch(
+                    "BEGIN; ALTER TABLE runs ADD COLUMN cgroup_json TEXT; PRAGMA user_version = 2; COMMIT;",
+                )
+                .map_err(|e| self.err(e))?;
         }
         Ok(())
     }
@@ -293,9 +303,9 @@ impl Store {
                 signal, wall_seconds, cpu_user_seconds, cpu_sys_seconds, peak_rss_bytes, peak_rss_source,
                 mean_rss_bytes, final_rss_bytes, peak_pss_bytes, peak_vsz_bytes, threads_peak,
                 minor_faults, major_faults, processes_seen, allocator_detected, verification,
-                verification_detail, message, stdout_path, stderr_path)
+                verification_detail, message, stdout_path, stderr_path, cgroup_json)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18,
-                ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28)",
+                ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29)",
             params![
                 experiment,
                 seq,
@@ -325,6 +335,7 @@ impl Store {
                 r.message,
                 r.stdout_path.display().to_string(),
                 r.stderr_path.display().to_string(),
+                r.cgroup.as_ref().and_then(|c| serde_json::to_string(c).ok()),
             ],
         )
         .map_err(err)?;
@@ -351,6 +362,36 @@ impl Store {
         }
         tx.commit().map_err(err)?;
         Ok(run_id)
+    }
+
+    /// Deletes the runs recorded as interrupted (and their samples), before a resume
+    /// runs their slots again. Returns how many were deleted.
+    pub fn delete_interrupted(&mut self, experiment: i64) -> Result<usize, StoreError> {
+        let path = self.path.clone();
+        let err = |source| StoreError::Sqlite {
+            path: path.clone(),
+            source,
+        };
+        let tx = self.conn.transaction().map_err(err)?;
+        tx.execute(
+            "DELETE FROM samples WHERE run_id IN
+                (SELECT id FROM runs WHERE experiment_id = ?1 AND status = 'interrupted')",
+            [experiment],
+        )
+        .map_err(err)?;
+        let n = tx
+            .execute(
+                "DELETE FROM runs WHERE experiment_id = ?1 AND status = 'interrupted'",
+                [experiment],
+            )
+            .map_err(err)?;
+        tx.execute(
+            "UPDATE experiments SET status = 'running', finished_at = NULL WHERE id = ?1",
+            [experiment],
+        )
+        .map_err(err)?;
+        tx.commit().map_err(err)?;
+        Ok(n)
     }
 
     pub fn add_event(&self, experiment: i64, kind: &str, message: &str) -> Result<(), StoreError> {
@@ -471,12 +512,13 @@ impl Store {
                     cpu_user_seconds, cpu_sys_seconds, peak_rss_bytes, peak_rss_source, mean_rss_bytes,
                     final_rss_bytes, peak_pss_bytes, peak_vsz_bytes, threads_peak, minor_faults,
                     major_faults, processes_seen, allocator_detected, verification,
-                    verification_detail, message, stdout_path, stderr_path
-                 FROM runs WHERE experiment_id = ?1 ORDER BY seq",
+                    verification_detail, message, stdout_path, stderr_path, cgroup_json, seq
+                 FROM runs WHERE experiment_id = ?1 ORDER BY seq, id",
             )
             .map_err(|e| self.err(e))?;
         let mut rows = stmt.query([id]).map_err(|e| self.err(e))?;
         let mut runs: Vec<(i64, RunRecord)> = Vec::new();
+        let mut seqs: Vec<u32> = Vec::new();
         while let Some(r) = rows.next().map_err(|e| self.err(e))? {
             let get_err = |e| self.err(e);
             let status: String = r.get(5).map_err(get_err)?;
@@ -515,8 +557,15 @@ impl Store {
                 message: r.get(24).map_err(get_err)?,
                 stdout_path: PathBuf::from(r.get::<_, String>(25).map_err(get_err)?),
                 stderr_path: PathBuf::from(r.get::<_, String>(26).map_err(get_err)?),
+                cgroup: match r.get::<_, Option<String>>(27).map_err(get_err)? {
+                    Some(j) => Some(
+                        serde_json::from_str(&j).map_err(|e| self.corrupt("cgroup figures", e))?,
+                    ),
+                    None => None,
+                },
                 samples: Vec::new(),
             };
+            seqs.push(r.get::<_, u32>(28).map_err(get_err)?);
             runs.push((r.get(0).map_err(get_err)?, record));
         }
         drop(rows);
@@ -556,6 +605,7 @@ impl Store {
             .map_err(|e| self.err(e))?;
         Ok(Experiment {
             id,
+            seqs,
             created_at,
             finished_at,
             status: ExperimentStatus::parse(&status),
@@ -590,6 +640,7 @@ mod tests {
             interval_ms: 100,
             timeout_ms: None,
             grace_ms: 3000,
+            limits: Default::default(),
             seed: 9,
         }
     }
@@ -622,6 +673,11 @@ mod tests {
             message: None,
             stdout_path: "/tmp/a.stdout".into(),
             stderr_path: "/tmp/a.stderr".into(),
+            cgroup: Some(crate::linux::cgroup::CgroupFigures {
+                peak_bytes: Some(1 << 30),
+                oom_kills: 1,
+                ..Default::default()
+            }),
             samples: vec![
                 TreeSample {
                     t_seconds: 0.0,
@@ -660,6 +716,7 @@ mod tests {
         assert_eq!(e.plan, plan());
         assert_eq!(e.host, host);
         assert_eq!(e.runs, vec![run()]);
+        assert_eq!(e.seqs, vec![0]);
         assert_eq!(e.notes, ["hello"]);
         assert_eq!(e.status, ExperimentStatus::Complete);
         let l = s.list().unwrap();
@@ -681,6 +738,43 @@ mod tests {
             matches!(e, StoreError::NewerSchema { found: 99, .. }),
             "{e}"
         );
+    }
+
+    #[test]
+    fn v1_database_is_migrated() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("old.db");
+        {
+            let c = Connection::open(&path).unwrap();
+            let v1 = SCHEMA.replace(",\n    cgroup_json TEXT", "");
+            c.execute_batch(&format!("{v1} PRAGMA user_version = 1;"))
+                .unwrap();
+        }
+        let mut s = Store::open(&path).unwrap();
+        let id = s
+            .create_experiment(&plan(), &HostInfo::detect(), 1)
+            .unwrap();
+        s.add_run(id, 0, &run()).unwrap();
+        assert_eq!(s.load(id).unwrap().runs, vec![run()]);
+    }
+
+    #[test]
+    fn interrupted_runs_are_deleted_for_a_resume() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Store::open(&dir.path().join("m.db")).unwrap();
+        let id = s
+            .create_experiment(&plan(), &HostInfo::detect(), 2)
+            .unwrap();
+        s.add_run(id, 0, &run()).unwrap();
+        let mut r = run();
+        r.status = RunStatus::Interrupted;
+        s.add_run(id, 1, &r).unwrap();
+        s.finish_experiment(id, ExperimentStatus::Interrupted)
+            .unwrap();
+        assert_eq!(s.delete_interrupted(id).unwrap(), 1);
+        let e = s.load(id).unwrap();
+        assert_eq!(e.runs.len(), 1);
+        assert_eq!(e.status, ExperimentStatus::Running);
     }
 
     #[test]

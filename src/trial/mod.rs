@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use crate::linux::cgroup::{self, CgroupError, CgroupFigures, Hierarchy, RunCgroup};
 use crate::plan::{Plan, Variant};
 use crate::probe::{Membership, TreeProbe, TreeSample};
 use verify::{Verification, Verifier};
@@ -25,6 +26,8 @@ pub enum RunStatus {
     Timeout,
     VariantNotEffective,
     Interrupted,
+    /// The kernel's OOM killer killed a process of the run (cgroup memory limit).
+    OomKilled,
 }
 
 impl RunStatus {
@@ -35,6 +38,7 @@ impl RunStatus {
             RunStatus::Timeout => "timeout",
             RunStatus::VariantNotEffective => "variant_not_effective",
             RunStatus::Interrupted => "interrupted",
+            RunStatus::OomKilled => "oom_killed",
         }
     }
 
@@ -45,6 +49,7 @@ impl RunStatus {
             RunStatus::Timeout,
             RunStatus::VariantNotEffective,
             RunStatus::Interrupted,
+            RunStatus::OomKilled,
         ]
         .into_iter()
         .find(|v| v.as_str() == s)
@@ -114,6 +119,8 @@ pub struct RunRecord {
     pub message: Option<String>,
     pub stdout_path: PathBuf,
     pub stderr_path: PathBuf,
+    /// The kernel's figures for the run's cgroup, when it ran in one.
+    pub cgroup: Option<CgroupFigures>,
     pub samples: Vec<TreeSample>,
 }
 
@@ -132,12 +139,26 @@ pub enum TrialError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error("cannot set up the run's cgroup: {0}")]
+    Cgroup(#[from] CgroupError),
+}
+
+/// Where runs are isolated.
+#[derive(Debug, Clone)]
+pub enum Isolation {
+    /// Each run in a fresh cgroup of this hierarchy.
+    Cgroup(Hierarchy),
+    /// No cgroup could be had: the reason, said to the user.
+    None { reason: String },
 }
 
 /// What one trial is.
 pub struct TrialSpec<'a> {
     pub plan: &'a Plan,
     pub variant: &'a Variant,
+    pub isolation: &'a Isolation,
+    /// Position in the schedule, part of the cgroup's name.
+    pub seq: u32,
     pub block: u32,
     pub warmup: bool,
     /// Files `<log_stem>.stdout` and `<log_stem>.stderr` receive the workload's output.
@@ -229,7 +250,26 @@ pub fn run_trial(
         message: None,
         stdout_path: stdout_path.clone(),
         stderr_path: stderr_path.clone(),
+        cgroup: None,
         samples: Vec::new(),
+    };
+
+    let mut cgroup = match spec.isolation {
+        Isolation::Cgroup(h) => {
+            let name = format!("{}-{}", std::process::id(), spec.seq);
+            let cg = RunCgroup::create(h, &name, &plan.limits)?;
+            let fds = cg.open_procs_files()?;
+            // SAFETY: the hook only calls write(2) on descriptors opened beforehand.
+            unsafe {
+                cmd.pre_exec(move || cgroup::join_self(&fds));
+            }
+            Some(cg)
+        }
+        Isolation::None { .. } => None,
+    };
+    let membership = match &cgroup {
+        Some(cg) => Membership::Cgroup(cg.main_dir().to_path_buf()),
+        None => Membership::DescendantsOf(std::process::id() as i32),
     };
 
     let t0 = Instant::now();
@@ -267,7 +307,7 @@ pub fn run_trial(
         })
         .expect("spawning a thread");
 
-    let mut probe = TreeProbe::new(Membership::DescendantsOf(std::process::id() as i32));
+    let mut probe = TreeProbe::new(membership);
     let mut verifier = Verifier::new(spec.variant);
     let interval = plan.interval();
     // Early checks catch short-lived processes once the loader has mapped the preload.
@@ -282,6 +322,9 @@ pub fn run_trial(
         let now = t0.elapsed();
         if now >= next_sample {
             let s = probe.sample(now.as_secs_f64());
+            if let Some(cg) = cgroup.as_mut() {
+                cg.sample();
+            }
             verifier.check(probe.members());
             seen.extend(probe.members().map(|m| (m.pid, m.starttime_ticks)));
             on_sample(Live {
@@ -347,6 +390,9 @@ pub fn run_trial(
             std::thread::sleep(Duration::from_millis(20));
         }
         kill_members(&probe, pid, libc::SIGKILL);
+        if let Some(cg) = &cgroup {
+            cg.kill_all(Duration::from_secs(2));
+        }
         let deadline = Instant::now() + Duration::from_secs(2);
         while Instant::now() < deadline {
             reap_orphans(&probe, pid);
@@ -380,6 +426,12 @@ pub fn run_trial(
         record.wall_seconds = t0.elapsed().as_secs_f64();
         record.message = Some("lost track of the workload's exit".into());
     }
+    if let Some(cg) = cgroup.as_mut() {
+        // Anything still in the group (a process that escaped the signals) goes now.
+        cg.kill_all(Duration::from_secs(2));
+        record.cgroup = Some(cg.figures());
+    }
+    drop(cgroup);
     record.processes_seen = seen.len() as u32;
     record.mean_rss_bytes = time_weighted_mean(&record.samples);
     record.final_rss_bytes = record.samples.last().map_or(0, |s| s.rss_bytes);
@@ -396,7 +448,15 @@ pub fn run_trial(
     record.verification_detail = detail;
     record.allocator_detected = allocator;
 
+    let oom_kills = record.cgroup.as_ref().map_or(0, |c| c.oom_kills);
     record.status = match ended_by {
+        Some(RunStatus::Interrupted) => RunStatus::Interrupted,
+        _ if oom_kills > 0 => {
+            record.message = Some(format!(
+                "OOM-killed: the kernel killed {oom_kills} process(es) at the memory limit"
+            ));
+            RunStatus::OomKilled
+        }
         Some(s) => s,
         None if verification == Verification::NotEffective => RunStatus::VariantNotEffective,
         None if record.exit_code == Some(0) => RunStatus::Ok,
