@@ -783,6 +783,55 @@ mod tests {
         assert!(parse_cpu_list("").is_err());
     }
 
+    /// The v2 code path on a real cgroup2 mount: on a hybrid machine the unified tree has no
+    /// controllers, but creating a group, joining it before exec, listing, `cgroup.kill`
+    /// and removal are core v2 features and work there.
+    #[test]
+    fn v2_lifecycle_on_a_real_unified_mount() {
+        use std::os::unix::process::CommandExt;
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipping: needs root");
+            return;
+        }
+        let mi = fs::read_to_string("/proc/self/mountinfo").unwrap();
+        let Some(m) = parse_mountinfo(&mi).into_iter().find(|m| m.v2) else {
+            eprintln!("skipping: no cgroup2 mount here");
+            return;
+        };
+        let h = Hierarchy::V2 {
+            base: m.mount_point.join("memtrial-selftest"),
+            mount: m.mount_point.clone(),
+        };
+        let name = format!("{}-v2test", std::process::id());
+        let cg = match RunCgroup::create(&h, &name, &Limits::default()) {
+            Ok(cg) => cg,
+            Err(e) => {
+                eprintln!("skipping: cannot create a v2 group here: {e}");
+                return;
+            }
+        };
+        let fds = cg.open_procs_files().unwrap();
+        let mut child = unsafe {
+            std::process::Command::new("sleep")
+                .arg("30")
+                .pre_exec(move || join_self(&fds))
+                .spawn()
+                .unwrap()
+        };
+        assert_eq!(cg.procs(), vec![child.id() as i32]);
+        assert!(
+            cg.kill_all(Duration::from_secs(2)),
+            "cgroup.kill empties the group"
+        );
+        let status = child.wait().unwrap();
+        assert!(!status.success());
+        let dir = cg.main_dir().to_path_buf();
+        drop(cg);
+        assert!(!dir.exists(), "removed");
+        let _ = fs::remove_dir(m.mount_point.join("memtrial-selftest"));
+    }
+
     #[test]
     fn proc_cgroup_lines() {
         let v = parse_proc_cgroup("4:memory:/a/b\n1:cpu,cpuacct:/\n0::/x\n");
