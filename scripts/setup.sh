@@ -8,6 +8,8 @@ packages=(
   libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0
   # Test fixtures: C programs built static and dynamic, Python helpers, process tools.
   gcc libc6-dev python3 procps
+  # The HTML report test renders it in a headless browser.
+  chromium
 )
 
 missing=()

@@ -13,6 +13,7 @@ use crate::cli::{
     Cli, ColorChoice, Command, DemoArgs, FragmentArgs, OutputArgs, ReportArgs, RunArgs,
     WorkloadCommand,
 };
+use memtrial::analysis::recommend::{how_to_apply, recommend, Verdict};
 use memtrial::analysis::{analyse, any_failed};
 use memtrial::linux::cgroup;
 use memtrial::linux::host::HostInfo;
@@ -80,6 +81,7 @@ pub fn dispatch(cli: Cli) -> Result<Outcome> {
         Command::Variants => variants_cmd(&ui),
         Command::List => list_cmd(&cli.db),
         Command::Report(args) => report_cmd(&cli.db, args, &ui),
+        Command::Recommend(args) => recommend_cmd(&cli.db, args.id),
         Command::Workload(WorkloadCommand::Fragment(args)) => fragment_cmd(args),
     }
 }
@@ -165,7 +167,20 @@ fn demo_cmd(db: &Path, args: &DemoArgs, ui: &Ui) -> Result<Outcome> {
         ..Default::default()
     };
     ui.note("memtrial demo: the built-in fragmentation workload (`memtrial workload fragment`) under every available variant.");
-    execute(db, input, &args.output, ui)
+    let mut output = OutputArgs {
+        json: args.output.json.clone(),
+        csv: args.output.csv.clone(),
+        samples_csv: args.output.samples_csv.clone(),
+        html: args.output.html.clone(),
+        markdown: args.output.markdown.clone(),
+    };
+    output.html.get_or_insert_with(|| args.report.clone());
+    let outcome = execute(db, input, &output, ui)?;
+    if let Some(p) = &output.html {
+        let shown = std::path::absolute(p).unwrap_or_else(|_| p.clone());
+        println!("HTML report with charts: {}", shown.display());
+    }
+    Ok(outcome)
 }
 
 /// Checks an output path can be written before hours of runs, not after.
@@ -188,9 +203,27 @@ fn check_output(path: &Option<PathBuf>, flag: &str) -> Result<()> {
     Ok(())
 }
 
+fn check_outputs(o: &OutputArgs) -> Result<()> {
+    check_output(&o.json, "--json")?;
+    check_output(&o.csv, "--csv")?;
+    check_output(&o.samples_csv, "--samples-csv")?;
+    check_output(&o.html, "--html")?;
+    check_output(&o.markdown, "--markdown")?;
+    if o.html.as_ref().is_some_and(|p| p.as_os_str() == "-") {
+        bail!("--html -: write the HTML report to a file (it is meant to be opened in a browser)");
+    }
+    let stdout_users = [&o.json, &o.csv, &o.samples_csv, &o.markdown]
+        .iter()
+        .filter(|p| p.as_ref().is_some_and(|p| p.as_os_str() == "-"))
+        .count();
+    if stdout_users > 1 {
+        bail!("only one of --json, --csv, --samples-csv and --markdown can write to standard output ('-')");
+    }
+    Ok(())
+}
+
 fn execute(db: &Path, input: PlanInput, output: &OutputArgs, ui: &Ui) -> Result<Outcome> {
-    check_output(&output.json, "--json")?;
-    check_output(&output.csv, "--csv")?;
+    check_outputs(output)?;
     let locator = LibraryLocator::new();
     let ctx = plan_context(&locator)?;
     let built = build_plan(input, &ctx)?;
@@ -246,8 +279,7 @@ fn isolation_note(isolation: &Isolation, limits: &memtrial::plan::Limits) -> Str
 
 /// `memtrial run --resume [ID]`: the same plan and seed; only what is missing runs.
 fn resume(db: &Path, id: Option<i64>, output: &OutputArgs, ui: &Ui) -> Result<Outcome> {
-    check_output(&output.json, "--json")?;
-    check_output(&output.csv, "--csv")?;
+    check_outputs(output)?;
     let mut store = Store::open_existing(db)?;
     let id = match id {
         Some(id) => id,
@@ -419,7 +451,17 @@ fn present(exp: &Experiment, output: &OutputArgs, ui: &Ui) -> Result<Outcome> {
     let analysis = analyse(exp);
     let to_stdout = |p: &Option<PathBuf>| p.as_ref().is_some_and(|p| p.as_os_str() == "-");
     let table = report::table::render(exp, &analysis, ui.color);
-    if to_stdout(&output.json) || to_stdout(&output.csv) {
+    let rec = recommend(&analysis);
+    let table = format!("{table}\n{}\n", rec.headline());
+    if [
+        &output.json,
+        &output.csv,
+        &output.samples_csv,
+        &output.markdown,
+    ]
+    .iter()
+    .any(|p| to_stdout(p))
+    {
         if !ui.quiet {
             eprint!("{table}");
         }
@@ -432,6 +474,20 @@ fn present(exp: &Experiment, output: &OutputArgs, ui: &Ui) -> Result<Outcome> {
     }
     if let Some(p) = &output.csv {
         write_output(p, &report::csv::render(exp), "--csv", ui)?;
+    }
+    if let Some(p) = &output.samples_csv {
+        write_output(p, &report::csv::render_samples(exp), "--samples-csv", ui)?;
+    }
+    if let Some(p) = &output.markdown {
+        write_output(
+            p,
+            &report::markdown::render(exp, &analysis, &rec),
+            "--markdown",
+            ui,
+        )?;
+    }
+    if let Some(p) = &output.html {
+        write_output(p, &report::html::render(exp, &analysis, &rec), "--html", ui)?;
     }
     Ok(if any_failed(exp) {
         Outcome::RunsFailed
@@ -507,8 +563,7 @@ fn tail_lines(path: &Path, n: usize) -> Vec<String> {
 }
 
 fn report_cmd(db: &Path, args: &ReportArgs, ui: &Ui) -> Result<Outcome> {
-    check_output(&args.output.json, "--json")?;
-    check_output(&args.output.csv, "--csv")?;
+    check_outputs(&args.output)?;
     let store = Store::open_existing(db)?;
     let id = match args.id {
         Some(id) => id,
@@ -517,6 +572,55 @@ fn report_cmd(db: &Path, args: &ReportArgs, ui: &Ui) -> Result<Outcome> {
     let exp = store.load(id)?;
     present(&exp, &args.output, ui)?;
     Ok(Outcome::Ok)
+}
+
+fn recommend_cmd(db: &Path, id: Option<i64>) -> Result<Outcome> {
+    let store = Store::open_existing(db)?;
+    let id = match id {
+        Some(id) => id,
+        None => store.latest_id()?,
+    };
+    let exp = store.load(id)?;
+    let analysis = analyse(&exp);
+    let rec = recommend(&analysis);
+    println!(
+        "experiment {id}: {}",
+        report::table::shell_line(&exp.plan.command)
+    );
+    println!("\n{}", rec.headline());
+    if let Verdict::Pick {
+        variant, tradeoffs, ..
+    } = &rec.verdict
+    {
+        for t in tradeoffs {
+            println!("  - {t}");
+        }
+        if let Some(h) = how_to_apply(&exp.plan, variant) {
+            println!("\nEnvironment:");
+            for (k, v) in &h.env {
+                println!("  {k}={v}");
+            }
+            println!("\nDockerfile:\n{}", indent(&h.dockerfile));
+            println!("Kubernetes container:\n{}", indent(&h.kubernetes));
+            println!("Check in production:\n{}", indent(&h.check));
+        }
+    }
+    println!(
+        "\nPareto front (peak RSS vs wall time): {}",
+        if rec.pareto_front.is_empty() {
+            "none".to_string()
+        } else {
+            rec.pareto_front.join(", ")
+        }
+    );
+    for x in &rec.excluded {
+        println!("left out: {x}");
+    }
+    Ok(Outcome::Ok)
+}
+
+fn indent(s: &str) -> String {
+    s.lines().map(|l| format!("  {l}\n")).collect()
 }
 
 fn list_cmd(db: &Path) -> Result<Outcome> {

@@ -42,13 +42,15 @@ pub enum ColorChoice {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run a command under every variant, repeated, and compare.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Show the variant catalog: what is available here, where, how to install the rest.
     Variants,
     /// List the experiments in the store.
     List,
     /// Show a stored experiment again (the latest by default).
     Report(ReportArgs),
+    /// What to run with, and how to apply it (the latest experiment by default).
+    Recommend(RecommendArgs),
     /// Built-in reference workloads.
     #[command(subcommand)]
     Workload(WorkloadCommand),
@@ -64,6 +66,15 @@ pub struct OutputArgs {
     /// Write one CSV row per run to FILE ('-' for standard output).
     #[arg(long, value_name = "FILE")]
     pub csv: Option<PathBuf>,
+    /// Write every memory sample of every run as CSV to FILE ('-' for standard output).
+    #[arg(long, value_name = "FILE")]
+    pub samples_csv: Option<PathBuf>,
+    /// Write a self-contained HTML report with charts to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
+    /// Write a Markdown summary (for a pull request) to FILE ('-' for standard output).
+    #[arg(long, value_name = "FILE")]
+    pub markdown: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -128,6 +139,12 @@ pub struct ReportArgs {
     pub output: OutputArgs,
 }
 
+#[derive(Debug, Args)]
+pub struct RecommendArgs {
+    /// Experiment id (see `memtrial list`) [default: the latest].
+    pub id: Option<i64>,
+}
+
 #[derive(Debug, Subcommand)]
 pub enum WorkloadCommand {
     /// Many threads allocating mixed sizes, keeping survivors, freeing across threads:
@@ -168,6 +185,9 @@ pub struct DemoArgs {
     /// Runs per variant.
     #[arg(long, default_value_t = 3, value_name = "N")]
     pub runs: u32,
+    /// Where the demo's HTML report goes.
+    #[arg(long, default_value = "memtrial-demo.html", value_name = "FILE")]
+    pub report: PathBuf,
     #[command(flatten)]
     pub output: OutputArgs,
 }

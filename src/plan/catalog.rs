@@ -226,7 +226,7 @@ impl LibraryLocator {
                 .find(|(n, p)| n == soname && is_native_lib(p))
             {
                 if p.exists() {
-                    return Some(p.clone());
+                    return Some(prefer_usr(p));
                 }
             }
             for dir in &self.dirs {
@@ -238,6 +238,21 @@ impl LibraryLocator {
         }
         None
     }
+}
+
+/// On merged-/usr systems the linker cache names `/lib/...`; the `/usr/lib/...` name of the
+/// same file is the one that also holds in containers without the `/lib` symlink.
+fn prefer_usr(p: &Path) -> PathBuf {
+    use std::os::unix::fs::MetadataExt;
+    if let Ok(rest) = p.strip_prefix("/lib") {
+        let usr = Path::new("/usr/lib").join(rest);
+        if let (Ok(a), Ok(b)) = (std::fs::metadata(p), std::fs::metadata(&usr)) {
+            if a.ino() == b.ino() && a.dev() == b.dev() {
+                return usr;
+            }
+        }
+    }
+    p.to_path_buf()
 }
 
 fn is_native_lib(p: &Path) -> bool {

@@ -70,3 +70,39 @@ pub fn render(e: &Experiment) -> String {
     let bytes = w.into_inner().unwrap_or_default();
     String::from_utf8_lossy(&bytes).into_owned()
 }
+
+/// Every sample of every run, one row each.
+pub fn render_samples(e: &Experiment) -> String {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    let _ = w.write_record([
+        "experiment_id",
+        "run",
+        "variant",
+        "warmup",
+        "t_seconds",
+        "rss_bytes",
+        "vsz_bytes",
+        "pss_bytes",
+        "threads",
+        "processes",
+    ]);
+    for (i, r) in e.runs.iter().enumerate() {
+        let run = e.seqs.get(i).copied().unwrap_or(i as u32).to_string();
+        for s in &r.samples {
+            let _ = w.write_record([
+                e.id.to_string(),
+                run.clone(),
+                r.variant.clone(),
+                r.warmup.to_string(),
+                format!("{:.3}", s.t_seconds),
+                s.rss_bytes.to_string(),
+                s.vsz_bytes.to_string(),
+                s.pss_bytes.map(|v| v.to_string()).unwrap_or_default(),
+                s.threads.to_string(),
+                s.processes.to_string(),
+            ]);
+        }
+    }
+    let bytes = w.into_inner().unwrap_or_default();
+    String::from_utf8_lossy(&bytes).into_owned()
+}

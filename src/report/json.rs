@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use crate::analysis::recommend::Recommendation;
 use crate::analysis::{Analysis, Estimate, Ratio, VariantSummary};
 use crate::linux::cgroup::{CgroupFigures, Limits};
 use crate::linux::host::HostInfo;
@@ -22,6 +23,7 @@ struct Doc<'a> {
     experiment: ExperimentJson<'a>,
     baseline: &'a str,
     variants: Vec<VariantJson<'a>>,
+    recommendation: Recommendation,
     notes: &'a [String],
 }
 
@@ -214,6 +216,7 @@ pub fn render(e: &Experiment, a: &Analysis) -> String {
         },
         baseline: &a.baseline,
         variants,
+        recommendation: crate::analysis::recommend::recommend(a),
         notes: &e.notes,
     };
     let mut s =

@@ -1,7 +1,10 @@
 //! Pure renderers from analysis results to bytes.
 
+pub mod charts;
 pub mod csv;
+pub mod html;
 pub mod json;
+pub mod markdown;
 pub mod table;
 
 #[cfg(test)]
@@ -24,6 +27,45 @@ mod snapshots {
         let text = json::render(&e, &analyse(&e));
         let v: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
         insta::assert_json_snapshot!(v, {".generator" => "[generator]"});
+    }
+
+    #[test]
+    fn markdown_snapshot() {
+        let e = fixture::experiment();
+        let a = analyse(&e);
+        let rec = crate::analysis::recommend::recommend(&a);
+        insta::assert_snapshot!(markdown::render(&e, &a, &rec));
+    }
+
+    /// The HTML's structure: headings, table rows, charts and escaping (SVG bodies are
+    /// summarised, their numbers belong to plotters).
+    #[test]
+    fn html_structure_snapshot() {
+        let mut e = fixture::experiment();
+        e.plan.command.push("<script>alert(1)</script>".into());
+        let a = analyse(&e);
+        let rec = crate::analysis::recommend::recommend(&a);
+        let html = html::render(&e, &a, &rec);
+        assert!(!html.contains("<script>"), "user strings are escaped");
+        assert!(html.contains("&lt;script&gt;"));
+        let outline: Vec<String> = html
+            .split('<')
+            .filter_map(|tag| {
+                let name: String = tag
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric())
+                    .collect();
+                matches!(
+                    name.as_str(),
+                    "h1" | "h2" | "h3" | "table" | "figure" | "svg" | "pre" | "tr"
+                )
+                .then(|| {
+                    let text = tag.split_once('>').map(|x| x.1).unwrap_or("").trim();
+                    format!("{name}: {}", text.chars().take(70).collect::<String>())
+                })
+            })
+            .collect();
+        insta::assert_snapshot!(outline.join("\n"));
     }
 
     #[test]

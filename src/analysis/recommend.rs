@@ -1,0 +1,445 @@
+//! What to run with: the memory-versus-speed Pareto front, a pick with the figures that
+//! justify it, and how to apply it. Says plainly when nothing is significant.
+
+use serde::Serialize;
+
+use super::{Analysis, Figure, Ratio, VariantSummary, MIN_RUNS_FOR_SIGNIFICANCE};
+use crate::plan::Plan;
+
+/// The memory and speed figures a recommendation weighs.
+pub const MEMORY: Figure = Figure::PeakRssBytes;
+pub const SPEED: Figure = Figure::WallSeconds;
+
+/// The outcome of weighing the variants.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Verdict {
+    /// Switch to this variant.
+    Pick {
+        variant: String,
+        /// One sentence with the figures.
+        reason: String,
+        /// Trade-offs against the other variants on the front.
+        tradeoffs: Vec<String>,
+    },
+    /// The baseline is as good as anything measured: keep it.
+    KeepBaseline { reason: String },
+    /// No difference was significant: recommend nothing.
+    NoSignificantDifference { reason: String },
+    /// Too few clean runs to say anything.
+    NotEnoughRuns { reason: String },
+}
+
+/// The recommendation with its evidence.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Recommendation {
+    pub verdict: Verdict,
+    /// Variants not dominated on (peak RSS, wall time) among those whose runs all succeeded.
+    pub pareto_front: Vec<String>,
+    /// Variants left out of the weighing, and why (failures, OOM kills, not effective).
+    pub excluded: Vec<String>,
+}
+
+impl Recommendation {
+    pub fn headline(&self) -> String {
+        match &self.verdict {
+            Verdict::Pick {
+                variant, reason, ..
+            } => format!("Use {variant}: {reason}"),
+            Verdict::KeepBaseline { reason } => format!("Keep the baseline: {reason}"),
+            Verdict::NoSignificantDifference { reason } => {
+                format!("No recommendation: {reason}")
+            }
+            Verdict::NotEnoughRuns { reason } => format!("No recommendation: {reason}"),
+        }
+    }
+}
+
+fn pct(r: f64) -> String {
+    let p = (r - 1.0) * 100.0;
+    if p.abs() < 0.5 {
+        "±0%".into()
+    } else {
+        format!("{p:+.0}%")
+    }
+}
+
+/// `peak RSS -38% [-41%, -35%]`
+pub fn ratio_phrase(label: &str, r: &Ratio) -> String {
+    format!(
+        "{label} {} [{}, {}]",
+        pct(r.value),
+        pct(r.ci95[0]),
+        pct(r.ci95[1])
+    )
+}
+
+fn label(f: Figure) -> &'static str {
+    match f {
+        Figure::PeakRssBytes => "peak RSS",
+        Figure::MeanRssBytes => "mean RSS",
+        Figure::WallSeconds => "wall time",
+        Figure::CpuSeconds => "CPU time",
+        _ => f.key(),
+    }
+}
+
+fn eligible(s: &VariantSummary) -> bool {
+    s.clean() && s.runs_ok >= MIN_RUNS_FOR_SIGNIFICANCE
+}
+
+fn median(s: &VariantSummary, f: Figure) -> Option<f64> {
+    s.figures.get(&f).map(|e| e.median)
+}
+
+/// Weighs the variants of an analysis.
+pub fn recommend(a: &Analysis) -> Recommendation {
+    let mut excluded = Vec::new();
+    for s in &a.variants {
+        if !eligible(s) {
+            let why = if s.runs_ok < MIN_RUNS_FOR_SIGNIFICANCE && s.clean() {
+                format!(
+                    "{} ok run(s), fewer than {MIN_RUNS_FOR_SIGNIFICANCE}",
+                    s.runs_ok
+                )
+            } else {
+                let bad: Vec<String> = s
+                    .statuses
+                    .iter()
+                    .filter(|(k, _)| k.as_str() != "ok")
+                    .map(|(k, n)| format!("{n} {k}"))
+                    .collect();
+                if bad.is_empty() {
+                    format!("{} unverified run(s)", s.runs_unverified)
+                } else {
+                    format!("{} of {} runs: {}", bad.len(), s.runs_total, bad.join(", "))
+                }
+            };
+            excluded.push(format!("{}: {why}", s.name));
+        }
+    }
+    let pool: Vec<&VariantSummary> = a.variants.iter().filter(|s| eligible(s)).collect();
+    let front = pareto_front(&pool);
+    let base = pool.iter().find(|s| s.is_baseline);
+    let Some(base) = base else {
+        return Recommendation {
+            verdict: Verdict::NotEnoughRuns {
+                reason: format!(
+                    "the baseline '{}' has no clean set of at least {MIN_RUNS_FOR_SIGNIFICANCE} ok runs to compare against",
+                    a.baseline
+                ),
+            },
+            pareto_front: front,
+            excluded,
+        };
+    };
+    let sig = |s: &VariantSummary, f: Figure| {
+        s.ratio_to_baseline
+            .get(&f)
+            .filter(|r| r.significant)
+            .copied()
+    };
+    let any_sig = pool
+        .iter()
+        .filter(|s| !s.is_baseline)
+        .any(|s| s.ratio_to_baseline.values().any(|r| r.significant));
+    if !any_sig {
+        return Recommendation {
+            verdict: Verdict::NoSignificantDifference {
+                reason: format!(
+                    "no variant differs significantly from {} in any figure (95% intervals all include 1)",
+                    base.name
+                ),
+            },
+            pareto_front: front,
+            excluded,
+        };
+    }
+    // Candidates: on the front, significantly less memory, and not significantly slower.
+    let better_memory: Vec<&&VariantSummary> = pool
+        .iter()
+        .filter(|s| !s.is_baseline && front.contains(&s.name))
+        .filter(|s| sig(s, MEMORY).is_some_and(|r| r.value < 1.0))
+        .collect();
+    let not_slower: Vec<&&VariantSummary> = better_memory
+        .iter()
+        .copied()
+        .filter(|s| !sig(s, SPEED).is_some_and(|r| r.value > 1.0))
+        .collect();
+    // The leanest variant that is not slower; only when every lean one is slower, the leanest.
+    let shortlist = if not_slower.is_empty() {
+        &better_memory
+    } else {
+        &not_slower
+    };
+    let pick = shortlist
+        .iter()
+        .min_by(|a, b| {
+            median(a, MEMORY)
+                .unwrap_or(f64::MAX)
+                .total_cmp(&median(b, MEMORY).unwrap_or(f64::MAX))
+        })
+        .copied();
+    let Some(pick) = pick else {
+        return Recommendation {
+            verdict: Verdict::KeepBaseline {
+                reason: format!(
+                    "no variant uses significantly less memory than {} ({})",
+                    base.name,
+                    label(MEMORY)
+                ),
+            },
+            pareto_front: front,
+            excluded,
+        };
+    };
+    let mut parts = Vec::new();
+    for f in [MEMORY, Figure::MeanRssBytes, SPEED] {
+        if let Some(r) = pick.ratio_to_baseline.get(&f) {
+            let mut p = ratio_phrase(label(f), r);
+            if !r.significant {
+                p.push_str(" (not significant)");
+            }
+            parts.push(p);
+        }
+    }
+    let reason = format!(
+        "{} against {} over {} and {} runs",
+        parts.join(", "),
+        base.name,
+        pick.runs_ok,
+        base.runs_ok
+    );
+    let mut tradeoffs = Vec::new();
+    for other in pool
+        .iter()
+        .filter(|s| s.name != pick.name && front.contains(&s.name))
+    {
+        let (Some(pm), Some(om), Some(pt), Some(ot)) = (
+            median(pick, MEMORY),
+            median(other, MEMORY),
+            median(pick, SPEED),
+            median(other, SPEED),
+        ) else {
+            continue;
+        };
+        let faster = 1.0 - ot / pt;
+        let more_mem = om / pm - 1.0;
+        if faster > 0.0 {
+            tradeoffs.push(format!(
+                "{} is {:.0}% faster but uses {:.0}% more memory",
+                other.name,
+                faster * 100.0,
+                more_mem * 100.0
+            ));
+        } else {
+            tradeoffs.push(format!(
+                "{} uses {:.0}% {} memory and is {:.0}% slower",
+                other.name,
+                more_mem.abs() * 100.0,
+                if more_mem >= 0.0 { "more" } else { "less" },
+                -faster * 100.0
+            ));
+        }
+    }
+    Recommendation {
+        verdict: Verdict::Pick {
+            variant: pick.name.clone(),
+            reason,
+            tradeoffs,
+        },
+        pareto_front: front,
+        excluded,
+    }
+}
+
+/// Names of the variants no other variant beats on both memory and speed.
+pub fn pareto_front(pool: &[&VariantSummary]) -> Vec<String> {
+    let point = |s: &VariantSummary| Some((median(s, MEMORY)?, median(s, SPEED)?));
+    pool.iter()
+        .filter_map(|s| Some((s, point(s)?)))
+        .filter(|(_, (m, t))| {
+            !pool
+                .iter()
+                .filter_map(|o| point(o))
+                .any(|(om, ot)| om <= *m && ot <= *t && (om < *m || ot < *t))
+        })
+        .map(|(s, _)| s.name.clone())
+        .collect()
+}
+
+/// How to apply a variant: environment lines, a Dockerfile snippet, a Kubernetes `env:`
+/// block, and a check to run in production.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HowToApply {
+    pub env: Vec<(String, String)>,
+    pub dockerfile: String,
+    pub kubernetes: String,
+    pub check: String,
+}
+
+/// Debian/Ubuntu package providing a preloaded library, by file name.
+fn package_for(lib: &str) -> Option<&'static str> {
+    let name = lib.rsplit('/').next().unwrap_or(lib);
+    [
+        ("libjemalloc", "libjemalloc2"),
+        ("libtcmalloc_minimal", "libtcmalloc-minimal4"),
+        ("libtcmalloc", "libgoogle-perftools4"),
+        ("libmimalloc", "libmimalloc2.0"),
+    ]
+    .into_iter()
+    .find(|(prefix, _)| name.starts_with(prefix))
+    .map(|(_, p)| p)
+}
+
+pub fn how_to_apply(plan: &Plan, variant: &str) -> Option<HowToApply> {
+    let v = plan.variant(variant)?;
+    let mut env: Vec<(String, String)> = v.env.clone();
+    if let Some(p) = &v.preload {
+        env.push(("LD_PRELOAD".into(), p.display().to_string()));
+    }
+    let mut docker = String::new();
+    if let Some(pkg) = v
+        .preload
+        .as_ref()
+        .and_then(|p| package_for(&p.display().to_string()))
+    {
+        docker.push_str(&format!(
+            "RUN apt-get update && apt-get install -y --no-install-recommends {pkg} && rm -rf /var/lib/apt/lists/*\n"
+        ));
+    }
+    for (k, val) in &env {
+        docker.push_str(&format!("ENV {k}={}\n", docker_quote(val)));
+    }
+    if env.is_empty() {
+        docker.push_str("# nothing to change: this is the default environment\n");
+    }
+    let mut k8s = String::from("env:\n");
+    for (k, val) in &env {
+        k8s.push_str(&format!("  - name: {k}\n    value: {}\n", yaml_quote(val)));
+    }
+    if env.is_empty() {
+        k8s = "# nothing to change: this is the default environment\n".into();
+    }
+    let check = match &v.preload {
+        Some(p) => {
+            let file = p
+                .file_name()
+                .map(|f| f.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            format!("grep -c {file} /proc/$(pidof -s YOUR_PROGRAM)/maps   # > 0: the allocator is loaded")
+        }
+        None if !env.is_empty() => {
+            let (k, val) = &env[0];
+            format!("tr '\\0' '\\n' < /proc/$(pidof -s YOUR_PROGRAM)/environ | grep '^{k}={val}$'")
+        }
+        None => "nothing to check".into(),
+    };
+    Some(HowToApply {
+        env,
+        dockerfile: docker,
+        kubernetes: k8s,
+        check,
+    })
+}
+
+fn docker_quote(v: &str) -> String {
+    if v.chars()
+        .all(|c| c.is_ascii_alphanumeric() || "/._-:,=".contains(c))
+    {
+        v.to_string()
+    } else {
+        format!("\"{}\"", v.replace('\\', "\\\\").replace('"', "\\\""))
+    }
+}
+
+fn yaml_quote(v: &str) -> String {
+    format!("\"{}\"", v.replace('\\', "\\\\").replace('"', "\\\""))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::analyse;
+    use crate::report::fixture;
+
+    #[test]
+    fn picks_the_lean_variant_with_its_figures() {
+        let e = fixture::experiment();
+        let r = recommend(&analyse(&e));
+        let Verdict::Pick {
+            variant, reason, ..
+        } = &r.verdict
+        else {
+            panic!("{r:?}")
+        };
+        assert_eq!(variant, "jemalloc");
+        assert!(reason.starts_with("peak RSS -50% [-51%, -49%]"), "{reason}");
+        assert!(reason.contains("wall time -6%"), "{reason}");
+        assert!(
+            r.excluded.iter().any(|x| x.starts_with("arena2: ")),
+            "{:?}",
+            r.excluded
+        );
+        assert_eq!(r.pareto_front, ["jemalloc"]);
+    }
+
+    #[test]
+    fn a_leaner_but_slower_variant_is_a_tradeoff_not_the_pick() {
+        let mut e = fixture::experiment();
+        for r in e.runs.iter_mut().filter(|r| r.variant == "arena2") {
+            r.status = crate::trial::RunStatus::Ok;
+            r.peak_rss_bytes = 300 << 20;
+            r.wall_seconds = 6.0 + r.block as f64 * 0.1;
+        }
+        let r = recommend(&analyse(&e));
+        let Verdict::Pick {
+            variant, tradeoffs, ..
+        } = &r.verdict
+        else {
+            panic!("{r:?}")
+        };
+        assert_eq!(variant, "jemalloc");
+        assert_eq!(r.pareto_front, ["arena2", "jemalloc"]);
+        assert!(
+            tradeoffs[0].starts_with("arena2 uses 25% less memory and is 110% slower"),
+            "{tradeoffs:?}"
+        );
+    }
+
+    #[test]
+    fn identical_variants_get_no_recommendation() {
+        let mut e = fixture::experiment();
+        for r in e.runs.iter_mut() {
+            r.peak_rss_bytes = 100 << 20;
+            r.mean_rss_bytes = 50 << 20;
+            r.wall_seconds = 3.0;
+            r.cpu_user_seconds = 2.0;
+            r.cpu_sys_seconds = 0.5;
+            r.final_rss_bytes = 10;
+            r.peak_pss_bytes = Some(9);
+            r.peak_vsz_bytes = 100;
+        }
+        let r = recommend(&analyse(&e));
+        assert!(
+            matches!(r.verdict, Verdict::NoSignificantDifference { .. }),
+            "{r:?}"
+        );
+    }
+
+    #[test]
+    fn apply_snippets_for_a_preload() {
+        let e = fixture::experiment();
+        let h = how_to_apply(&e.plan, "jemalloc").unwrap();
+        assert!(h
+            .dockerfile
+            .contains("apt-get install -y --no-install-recommends libjemalloc2"));
+        assert!(h
+            .dockerfile
+            .contains("ENV LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"));
+        assert!(h.kubernetes.contains("- name: LD_PRELOAD"));
+        assert!(h.check.contains("libjemalloc.so.2"));
+        let a = how_to_apply(&e.plan, "arena2").unwrap();
+        assert_eq!(a.dockerfile, "ENV MALLOC_ARENA_MAX=2\n");
+    }
+}

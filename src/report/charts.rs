@@ -1,0 +1,234 @@
+//! SVG charts (plotters): memory over time per variant, and each run's peak per variant.
+
+use plotters::prelude::*;
+
+use crate::analysis::{Analysis, Figure};
+use crate::store::Experiment;
+use crate::trial::RunRecord;
+
+const MIB: f64 = 1048576.0;
+
+/// One colour per variant, in plan order (colour-blind-friendly Tableau 10).
+pub const PALETTE: [RGBColor; 10] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+    RGBColor(188, 189, 34),
+    RGBColor(23, 190, 207),
+];
+
+pub fn color(i: usize) -> RGBColor {
+    PALETTE[i % PALETTE.len()]
+}
+
+/// CSS hex of a palette colour, for legends drawn in HTML.
+pub fn css_color(i: usize) -> String {
+    let c = color(i);
+    format!("#{:02x}{:02x}{:02x}", c.0, c.1, c.2)
+}
+
+/// The run of a variant whose figure is the median (the middle run by that figure).
+pub fn median_run<'a>(runs: &[&'a RunRecord], f: Figure) -> Option<&'a RunRecord> {
+    let mut v: Vec<&RunRecord> = runs.iter().copied().filter(|r| f.of(r).is_some()).collect();
+    v.sort_by(|a, b| f.of(a).unwrap_or(0.0).total_cmp(&f.of(b).unwrap_or(0.0)));
+    v.get(v.len().saturating_sub(1) / 2).copied()
+}
+
+fn counted<'a>(e: &'a Experiment, variant: &str) -> Vec<&'a RunRecord> {
+    e.runs
+        .iter()
+        .filter(|r| r.variant == variant && r.counts())
+        .collect()
+}
+
+/// Which memory series to draw.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Series {
+    Rss,
+    Pss,
+}
+
+fn series_points(r: &RunRecord, s: Series) -> Vec<(f64, f64)> {
+    r.samples
+        .iter()
+        .filter_map(|x| {
+            let v = match s {
+                Series::Rss => Some(x.rss_bytes),
+                Series::Pss => x.pss_bytes,
+            }?;
+            Some((x.t_seconds, v as f64 / MIB))
+        })
+        .collect()
+}
+
+/// Memory over time: every counted run faint, each variant's median run bold, on one pair
+/// of axes. `None` when no run has samples of that series.
+pub fn memory_over_time(e: &Experiment, a: &Analysis, s: Series) -> Option<String> {
+    let mut max_t: f64 = 0.0;
+    let mut max_y: f64 = 0.0;
+    let mut any = false;
+    for r in e.runs.iter().filter(|r| r.counts()) {
+        for (t, y) in series_points(r, s) {
+            max_t = max_t.max(t);
+            max_y = max_y.max(y);
+            any = true;
+        }
+    }
+    if !any {
+        return None;
+    }
+    let title = match s {
+        Series::Rss => "RSS of the process tree over time (MiB)",
+        Series::Pss => "PSS of the process tree over time (MiB, where sampled)",
+    };
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (900, 420)).into_drawing_area();
+        root.fill(&WHITE).ok()?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 18))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(64)
+            .build_cartesian_2d(0.0..(max_t * 1.02).max(0.1), 0.0..(max_y * 1.08).max(1.0))
+            .ok()?;
+        chart
+            .configure_mesh()
+            .x_desc("seconds since start")
+            .y_desc("MiB")
+            .light_line_style(RGBColor(235, 235, 235))
+            .draw()
+            .ok()?;
+        for (vi, v) in a.variants.iter().enumerate() {
+            let runs = counted(e, &v.name);
+            let c = color(vi);
+            // PSS is read sparsely (within a CPU budget): dots, not lines that would
+            // pretend to know what happened between two reads.
+            for r in &runs {
+                let pts = series_points(r, s);
+                match s {
+                    Series::Rss => chart
+                        .draw_series(LineSeries::new(pts, c.mix(0.3).stroke_width(1)))
+                        .map(|_| ())
+                        .ok()?,
+                    Series::Pss => chart
+                        .draw_series(
+                            pts.into_iter()
+                                .map(|p| Circle::new(p, 2, c.mix(0.35).filled())),
+                        )
+                        .map(|_| ())
+                        .ok()?,
+                }
+            }
+            if let Some(m) = median_run(&runs, Figure::MeanRssBytes) {
+                let pts = series_points(m, s);
+                let legend = move |(x, y): (i32, i32)| {
+                    PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(3))
+                };
+                match s {
+                    Series::Rss => chart
+                        .draw_series(LineSeries::new(pts, c.stroke_width(3)))
+                        .ok()?
+                        .label(v.name.clone())
+                        .legend(legend),
+                    Series::Pss => chart
+                        .draw_series(pts.into_iter().map(|p| Circle::new(p, 4, c.filled())))
+                        .ok()?
+                        .label(v.name.clone())
+                        .legend(legend),
+                };
+            }
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.85))
+            .border_style(RGBColor(200, 200, 200))
+            .position(SeriesLabelPosition::UpperRight)
+            .draw()
+            .ok()?;
+        root.present().ok()?;
+    }
+    Some(svg)
+}
+
+/// Each counted run's value of a figure, one column of dots per variant, the median as a bar.
+pub fn distribution(e: &Experiment, a: &Analysis, f: Figure, title: &str) -> Option<String> {
+    let scale = if f.is_bytes() { MIB } else { 1.0 };
+    let cols: Vec<(String, Vec<f64>)> = a
+        .variants
+        .iter()
+        .map(|v| {
+            let xs = counted(e, &v.name)
+                .iter()
+                .filter_map(|r| f.of(r))
+                .map(|x| x / scale)
+                .collect();
+            (v.name.clone(), xs)
+        })
+        .collect();
+    let max_y = cols
+        .iter()
+        .flat_map(|(_, v)| v.iter())
+        .copied()
+        .fold(0.0, f64::max);
+    if max_y <= 0.0 {
+        return None;
+    }
+    let n = cols.len();
+    let names: Vec<String> = cols.iter().map(|(n, _)| n.clone()).collect();
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (900, 360)).into_drawing_area();
+        root.fill(&WHITE).ok()?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 18))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(64)
+            .build_cartesian_2d(-0.5..(n as f64 - 0.5), 0.0..max_y * 1.1)
+            .ok()?;
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .x_labels(n)
+            .x_label_formatter(&|x| {
+                let i = x.round();
+                if (x - i).abs() < 1e-6 && i >= 0.0 {
+                    names.get(i as usize).cloned().unwrap_or_default()
+                } else {
+                    String::new()
+                }
+            })
+            .y_desc(if f.is_bytes() { "MiB" } else { "seconds" })
+            .light_line_style(RGBColor(235, 235, 235))
+            .draw()
+            .ok()?;
+        for (i, (_, xs)) in cols.iter().enumerate() {
+            let c = color(i);
+            let k = xs.len().max(1) as f64;
+            chart
+                .draw_series(xs.iter().enumerate().map(|(j, y)| {
+                    // Spread the dots a little so equal values stay visible.
+                    let dx = (j as f64 - (k - 1.0) / 2.0) * 0.06;
+                    Circle::new((i as f64 + dx, *y), 5, c.filled())
+                }))
+                .ok()?;
+            if !xs.is_empty() {
+                let m = crate::analysis::stats::median(xs);
+                chart
+                    .draw_series(LineSeries::new(
+                        vec![(i as f64 - 0.3, m), (i as f64 + 0.3, m)],
+                        BLACK.stroke_width(2),
+                    ))
+                    .ok()?;
+            }
+        }
+        root.present().ok()?;
+    }
+    Some(svg)
+}

@@ -1,0 +1,253 @@
+//! One self-contained HTML file: summary and recommendation first, the ratio table,
+//! charts, then every detail. No scripts, no fetches: it opens offline and prints.
+//! Every user-controlled string goes through maud's escaping.
+
+use maud::{html, Markup, PreEscaped, DOCTYPE};
+
+use super::charts::{self, Series};
+use crate::analysis::recommend::{how_to_apply, Recommendation, Verdict};
+use crate::analysis::{Analysis, Figure, VariantSummary};
+use crate::plan::units::{format_bytes, format_seconds};
+use crate::store::Experiment;
+
+const STYLE: &str = r#"
+body { font: 15px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; color: #1d1d1f; max-width: 1100px; margin: 24px auto; padding: 0 16px; }
+h1 { font-size: 1.6em; margin-bottom: 0; } h2 { margin-top: 1.8em; border-bottom: 1px solid #ddd; padding-bottom: 4px; }
+.sub { color: #555; margin-top: 4px; } code, pre { font: 13px/1.4 ui-monospace, "SFMono-Regular", Menlo, monospace; }
+pre { background: #f6f8fa; padding: 10px 12px; overflow-x: auto; border-radius: 6px; }
+.verdict { font-size: 1.15em; background: #eef6ee; border-left: 4px solid #2ca02c; padding: 10px 14px; }
+.verdict.none { background: #f4f4f4; border-color: #999; }
+table { border-collapse: collapse; width: 100%; margin: 8px 0; font-size: 13px; } th, td { border: 1px solid #ddd; padding: 4px 6px; text-align: right; vertical-align: top; }
+table.figures td { white-space: nowrap; }
+th { background: #f6f8fa; } td.l, th.l { text-align: left; }
+.sig-better { color: #1a7f37; font-weight: 600; } .sig-worse { color: #cf222e; font-weight: 600; } .ns { color: #777; }
+.flag { color: #cf222e; font-weight: 600; } .swatch { display: inline-block; width: 12px; height: 12px; border-radius: 2px; margin-right: 6px; vertical-align: -1px; }
+figure { margin: 12px 0; } figure svg { max-width: 100%; height: auto; }
+.small { font-size: 0.9em; color: #555; }
+@media print { body { max-width: none; } h2 { page-break-after: avoid; } figure, table { page-break-inside: avoid; } }
+"#;
+
+const COLUMNS: [(Figure, &str); 4] = [
+    (Figure::PeakRssBytes, "peak RSS"),
+    (Figure::MeanRssBytes, "mean RSS"),
+    (Figure::WallSeconds, "wall"),
+    (Figure::CpuSeconds, "CPU"),
+];
+
+fn value(f: Figure, v: f64) -> String {
+    if f.is_bytes() {
+        format_bytes(v)
+    } else if f == Figure::ThreadsPeak {
+        format!("{v:.0}")
+    } else {
+        format_seconds(v)
+    }
+}
+
+fn cell(s: &VariantSummary, f: Figure) -> Markup {
+    let Some(est) = s.figures.get(&f) else {
+        return html! { td.ns { "—" } };
+    };
+    let ratio = s.ratio_to_baseline.get(&f);
+    html! {
+        td {
+            (value(f, est.median))
+            br;
+            span.small { "[" (value(f, est.ci95[0])) ", " (value(f, est.ci95[1])) "]" }
+            br;
+            @if s.is_baseline {
+                span.ns { "baseline" }
+            } @else if let Some(r) = ratio {
+                @let class = if !r.significant { "ns" } else if r.value < 1.0 { "sig-better" } else { "sig-worse" };
+                span class=(class) {
+                    (format!("{:.2}× [{:.2}, {:.2}]", r.value, r.ci95[0], r.ci95[1]))
+                    @if r.significant { " *" }
+                }
+            }
+        }
+    }
+}
+
+fn tradeoffs(rec: &Recommendation) -> &[String] {
+    match &rec.verdict {
+        Verdict::Pick { tradeoffs, .. } => tradeoffs,
+        _ => &[],
+    }
+}
+
+fn verdict_block(rec: &Recommendation) -> Markup {
+    let pick = matches!(rec.verdict, Verdict::Pick { .. });
+    html! {
+        div class=(if pick { "verdict" } else { "verdict none" }) { (rec.headline()) }
+        @if !tradeoffs(rec).is_empty() {
+            ul { @for t in tradeoffs(rec) { li { (t) } } }
+        }
+        p.small {
+            "Pareto front (peak RSS vs wall time, variants whose runs all succeeded): "
+            @if rec.pareto_front.is_empty() { "none" } @else { (rec.pareto_front.join(", ")) }
+            @if !rec.excluded.is_empty() {
+                br; "Left out: " (rec.excluded.join("; "))
+            }
+        }
+    }
+}
+
+/// Renders the report. `recommendation` comes from [`crate::analysis::recommend::recommend`].
+pub fn render(e: &Experiment, a: &Analysis, rec: &Recommendation) -> String {
+    let rss_chart = charts::memory_over_time(e, a, Series::Rss);
+    let pss_chart = charts::memory_over_time(e, a, Series::Pss);
+    let peak_chart = charts::distribution(
+        e,
+        a,
+        Figure::PeakRssBytes,
+        "Peak RSS of each run (MiB); bar = median",
+    );
+    let wall_chart = charts::distribution(
+        e,
+        a,
+        Figure::WallSeconds,
+        "Wall time of each run (s); bar = median",
+    );
+    let has_cgroup = e.runs.iter().any(|r| r.cgroup.is_some());
+    let apply = match &rec.verdict {
+        Verdict::Pick { variant, .. } => {
+            how_to_apply(&e.plan, variant).map(|h| (variant.clone(), h))
+        }
+        _ => None,
+    };
+    let mut not_measured: Vec<String> = Vec::new();
+    if pss_chart.is_none() {
+        not_measured.push("PSS: no sample could read smaps_rollup".into());
+    }
+    if !has_cgroup {
+        not_measured.push(
+            "cgroup figures (tree peak, OOM kills, throttling): the runs were not in cgroups"
+                .into(),
+        );
+    }
+    let markup = html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { "memtrial experiment " (e.id) }
+                style { (PreEscaped(STYLE)) }
+            }
+            body {
+                h1 { "memtrial experiment " (e.id) }
+                p.sub { code { (shell_words::join(&e.plan.command)) } }
+                p.sub {
+                    (e.plan.runs) " measured run(s) per variant, " (e.plan.warmup) " warm-up · baseline " b { (a.baseline) }
+                    " · started " (e.created_at) " · " (e.status.as_str())
+                }
+                h2 { "Verdict" }
+                (verdict_block(rec))
+                h2 { "Figures" }
+                table.figures {
+                    tr {
+                        th.l { "variant" } th { "runs ok" } th.l { "allocator" }
+                        @for (_, h) in COLUMNS { th { (h) } }
+                        @if has_cgroup { th { "cgroup peak" } th { "OOM kills" } }
+                    }
+                    @for (i, s) in a.variants.iter().enumerate() {
+                        tr {
+                            td.l { span.swatch style=(format!("background:{}", charts::css_color(i))) {} (s.name) }
+                            td {
+                                (s.runs_ok) "/" (s.runs_total)
+                                @if !s.clean() { " " span.flag title="not every run finished ok and verified" { "!" } }
+                            }
+                            td.l { (s.allocator_detected.as_deref().unwrap_or("—")) }
+                            @for (f, _) in COLUMNS { (cell(s, f)) }
+                            @if has_cgroup {
+                                (cell(s, Figure::CgroupPeakBytes))
+                                td { (s.statuses.get("oom_killed").copied().unwrap_or(0)) " of " (s.runs_total) }
+                            }
+                        }
+                    }
+                }
+                p.small {
+                    "Median over the runs that finished ok, its 95% bootstrap interval, and the ratio to the baseline's median with its 95% interval. "
+                    "* = significant: the interval excludes 1 and both sides have at least 3 ok runs."
+                }
+                @let problems = super::table::problem_lines(e, a);
+                @if !problems.is_empty() {
+                    p.flag { "Not every run counted:" }
+                    ul { @for p in &problems { li { (p) } } }
+                }
+                h2 { "Memory over time" }
+                @if let Some(svg) = &rss_chart { figure.chart { (PreEscaped(svg)) } } @else { p.ns { "No samples." } }
+                @if let Some(svg) = &pss_chart { figure.chart { (PreEscaped(svg)) } }
+                p.small { "Every run drawn faint, each variant's median run (by mean RSS) bold, on the same axes." }
+                h2 { "Distribution over runs" }
+                @if let Some(svg) = &peak_chart { figure.chart { (PreEscaped(svg)) } }
+                @if let Some(svg) = &wall_chart { figure.chart { (PreEscaped(svg)) } }
+                @if let Some((variant, h)) = &apply {
+                    h2 { "How to apply " (variant) }
+                    p { "Environment:" }
+                    pre { @for (k, v) in &h.env { (k) "=" (v) "\n" } }
+                    p { "Dockerfile:" }
+                    pre { (h.dockerfile) }
+                    p { "Kubernetes container:" }
+                    pre { (h.kubernetes) }
+                    p { "Check in production that it took effect:" }
+                    pre { (h.check) }
+                }
+                h2 { "Details" }
+                table {
+                    tr { th.l { "host" } td.l { (e.host.hostname) ", " (e.host.cpus) " CPUs, " (format_bytes(e.host.memory_bytes as f64)) } }
+                    tr { th.l { "kernel" } td.l { (e.host.kernel) } }
+                    tr { th.l { "glibc" } td.l { (e.host.glibc) } }
+                    tr { th.l { "command" } td.l { code { (shell_words::join(&e.plan.command)) } } }
+                    tr { th.l { "working directory" } td.l { code { (e.plan.workdir.display().to_string()) } } }
+                    tr { th.l { "sampling" } td.l { "every " (e.plan.interval_ms) " ms" } }
+                    tr { th.l { "seed" } td.l { (e.plan.seed) } }
+                    @for n in &e.notes { tr { th.l { "note" } td.l { (n) } } }
+                }
+                h3 { "Variants" }
+                table {
+                    tr { th.l { "variant" } th.l { "environment and preload" } th.l { "how it was verified (first measured run)" } }
+                    @for v in &e.plan.variants {
+                        tr {
+                            td.l { (v.name) }
+                            td.l { code { (v.describe()) } @if let Some(p) = &v.preload { br; span.small { (p.display().to_string()) } } }
+                            td.l {
+                                @if let Some(r) = e.runs.iter().find(|r| r.variant == v.name && !r.warmup) {
+                                    (r.verification.as_str()) ": " (r.verification_detail)
+                                }
+                            }
+                        }
+                    }
+                }
+                h3 { "Runs" }
+                table {
+                    tr { th { "#" } th.l { "variant" } th.l { "status" } th { "wall" } th { "CPU" } th { "peak RSS" } th.l { "source" } th { "mean RSS" } th { "peak PSS" } th { "threads" } th.l { "allocator" } }
+                    @for (i, r) in e.runs.iter().enumerate() {
+                        tr {
+                            td { (e.seqs.get(i).copied().unwrap_or(i as u32) + 1) }
+                            td.l { (r.variant) @if r.warmup { " (warm-up)" } }
+                            td class=(if r.status == crate::trial::RunStatus::Ok { "l" } else { "l flag" }) {
+                                (r.status.as_str())
+                                @if let Some(m) = &r.message { br; span.small { (m) } }
+                            }
+                            td { (format_seconds(r.wall_seconds)) }
+                            td { (format_seconds(r.cpu_user_seconds + r.cpu_sys_seconds)) }
+                            td { (format_bytes(r.peak_rss_bytes as f64)) }
+                            td.l { (r.peak_rss_source.as_str()) }
+                            td { (format_bytes(r.mean_rss_bytes as f64)) }
+                            td { @if let Some(p) = r.peak_pss_bytes { (format_bytes(p as f64)) } @else { "—" } }
+                            td { (r.threads_peak) }
+                            td.l { (r.allocator_detected) }
+                        }
+                    }
+                }
+                @if !not_measured.is_empty() {
+                    h3 { "Not measured" }
+                    ul { @for n in &not_measured { li { (n) } } }
+                }
+                p.small { "Made by memtrial " (env!("CARGO_PKG_VERSION")) ". How the figures are made: docs/methodology.md in the memtrial repository." }
+            }
+        }
+    };
+    markup.into_string()
+}

@@ -1,0 +1,102 @@
+//! A compact Markdown summary, fit for a pull-request comment.
+
+use crate::analysis::recommend::{how_to_apply, Recommendation, Verdict};
+use crate::analysis::{Analysis, Figure};
+use crate::plan::units::{format_bytes, format_seconds};
+use crate::store::Experiment;
+
+const COLUMNS: [(Figure, &str); 4] = [
+    (Figure::PeakRssBytes, "peak RSS"),
+    (Figure::MeanRssBytes, "mean RSS"),
+    (Figure::WallSeconds, "wall"),
+    (Figure::CpuSeconds, "CPU"),
+];
+
+/// Escapes what would break a Markdown table cell or inline code.
+fn md(s: &str) -> String {
+    s.replace('|', "\\|").replace('`', "'").replace('\n', " ")
+}
+
+pub fn render(e: &Experiment, a: &Analysis, rec: &Recommendation) -> String {
+    let mut out = String::new();
+    out.push_str(&format!(
+        "### memtrial: `{}`\n\n",
+        md(&shell_words::join(&e.plan.command))
+    ));
+    out.push_str(&format!("**{}**\n\n", md(&rec.headline())));
+    if let Verdict::Pick { tradeoffs, .. } = &rec.verdict {
+        for t in tradeoffs {
+            out.push_str(&format!("- {}\n", md(t)));
+        }
+        if !tradeoffs.is_empty() {
+            out.push('\n');
+        }
+    }
+    out.push_str("| variant | runs ok |");
+    for (_, h) in COLUMNS {
+        out.push_str(&format!(" {h} |"));
+    }
+    out.push_str("\n|---|---:|");
+    for _ in COLUMNS {
+        out.push_str("---:|");
+    }
+    out.push('\n');
+    for s in &a.variants {
+        out.push_str(&format!(
+            "| {} | {}/{}{} |",
+            md(&s.name),
+            s.runs_ok,
+            s.runs_total,
+            if s.clean() { "" } else { " ⚠" }
+        ));
+        for (f, _) in COLUMNS {
+            let Some(est) = s.figures.get(&f) else {
+                out.push_str(" — |");
+                continue;
+            };
+            let v = if f.is_bytes() {
+                format_bytes(est.median)
+            } else {
+                format_seconds(est.median)
+            };
+            match (s.is_baseline, s.ratio_to_baseline.get(&f)) {
+                (true, _) => out.push_str(&format!(" {v} (baseline) |")),
+                (false, Some(r)) => out.push_str(&format!(
+                    " {v} {}{:.2}× [{:.2}, {:.2}]{} |",
+                    if r.significant { "**" } else { "" },
+                    r.value,
+                    r.ci95[0],
+                    r.ci95[1],
+                    if r.significant { "**" } else { "" }
+                )),
+                (false, None) => out.push_str(&format!(" {v} |")),
+            }
+        }
+        out.push('\n');
+    }
+    out.push_str(&format!(
+        "\nMedians of {} run(s) per variant; ratio to {} with 95% bootstrap intervals; **bold** = significant.\n",
+        e.plan.runs, a.baseline
+    ));
+    for p in super::table::problem_lines(e, a) {
+        out.push_str(&format!("\n⚠ {}", md(&p)));
+    }
+    if let Verdict::Pick { variant, .. } = &rec.verdict {
+        if let Some(h) = how_to_apply(&e.plan, variant) {
+            out.push_str(&format!(
+                "\n\nTo apply `{}` in a Dockerfile:\n\n```dockerfile\n{}```\n",
+                md(variant),
+                h.dockerfile
+            ));
+        }
+    }
+    out.push_str(&format!(
+        "\n<sub>memtrial {} · experiment {} · {} CPUs · kernel {} · glibc {}</sub>\n",
+        env!("CARGO_PKG_VERSION"),
+        e.id,
+        e.host.cpus,
+        md(&e.host.kernel),
+        md(&e.host.glibc)
+    ));
+    out
+}
