@@ -100,6 +100,69 @@ impl PssBudget {
     }
 }
 
+/// The sum of PSS over some processes, read by [`PssReader`].
+struct PssResult {
+    started: Instant,
+    cost: Duration,
+    /// `None` when a process's `smaps_rollup` could not be read (not when it exited).
+    pss: Option<u64>,
+}
+
+/// Reads `smaps_rollup` on its own thread, one request at a time.
+struct PssReader {
+    tx: Option<std::sync::mpsc::Sender<Vec<i32>>>,
+    rx: std::sync::mpsc::Receiver<PssResult>,
+    busy: bool,
+}
+
+impl PssReader {
+    fn new() -> PssReader {
+        let (tx, work) = std::sync::mpsc::channel::<Vec<i32>>();
+        let (done, rx) = std::sync::mpsc::channel();
+        let spawned = std::thread::Builder::new()
+            .name("memtrial-pss".into())
+            .spawn(move || {
+                while let Ok(pids) = work.recv() {
+                    let started = Instant::now();
+                    let mut sum = Some(0u64);
+                    for pid in pids {
+                        match proc::read_smaps_rollup(pid) {
+                            Ok(r) => sum = sum.map(|x| x + r.pss),
+                            Err(ProcError::Gone { .. }) => {}
+                            Err(_) => sum = None,
+                        }
+                    }
+                    let r = PssResult {
+                        started,
+                        cost: started.elapsed(),
+                        pss: sum,
+                    };
+                    if done.send(r).is_err() {
+                        return;
+                    }
+                }
+            });
+        PssReader {
+            // Without the thread, PSS is simply never read.
+            tx: spawned.ok().map(|_| tx),
+            rx,
+            busy: false,
+        }
+    }
+
+    fn request(&mut self, pids: Vec<i32>) {
+        if let Some(tx) = &self.tx {
+            self.busy = tx.send(pids).is_ok();
+        }
+    }
+
+    fn poll(&mut self) -> Option<PssResult> {
+        let r = self.rx.try_recv().ok()?;
+        self.busy = false;
+        Some(r)
+    }
+}
+
 /// Samples one run's process tree.
 pub struct TreeProbe {
     membership: Membership,
@@ -109,6 +172,7 @@ pub struct TreeProbe {
     /// Processes that were members and are gone, with their last high-water mark.
     departed_hwm: u64,
     pss: PssBudget,
+    pss_reader: PssReader,
     /// The last PID the kernel handed out when `/proc` was last scanned.
     last_pid: Option<i32>,
     next_full_scan: Option<Instant>,
@@ -124,6 +188,7 @@ impl TreeProbe {
             strangers: HashSet::new(),
             departed_hwm: 0,
             pss: PssBudget::new(PSS_CPU_FRACTION),
+            pss_reader: PssReader::new(),
             last_pid: None,
             next_full_scan: None,
             pss_reads: 0,
@@ -146,11 +211,12 @@ impl TreeProbe {
             .max(self.departed_hwm)
     }
 
-    /// Refreshes membership and reads every member; returns the tree sum.
+    /// Refreshes membership and reads every member; returns the tree sum. PSS is read
+    /// on a thread of its own (walking page tables can wait on a busy process's memory
+    /// lock for a long time) and attached to the first sample after it arrives.
     pub fn sample(&mut self, t_seconds: f64) -> TreeSample {
         self.refresh();
         let now = Instant::now();
-        let want_pss = self.pss.due(now);
         let mut s = TreeSample {
             t_seconds,
             rss_bytes: 0,
@@ -159,9 +225,7 @@ impl TreeProbe {
             pss_bytes: None,
             processes: 0,
         };
-        let mut pss_sum = 0u64;
-        let mut pss_ok = want_pss;
-        let pss_start = Instant::now();
+        let mut live = Vec::new();
         for m in self.members.values() {
             if m.state == 'Z' {
                 continue;
@@ -170,22 +234,16 @@ impl TreeProbe {
             s.vsz_bytes += m.vsz_bytes;
             s.threads += m.threads;
             s.processes += 1;
-            if want_pss {
-                match proc::read_smaps_rollup(m.pid) {
-                    Ok(r) => pss_sum += r.pss,
-                    Err(ProcError::Gone { .. }) => {}
-                    Err(_) => pss_ok = false,
-                }
-            }
+            live.push(m.pid);
         }
-        if want_pss && s.processes > 0 {
-            let cost = pss_start.elapsed();
+        if let Some(r) = self.pss_reader.poll() {
             self.pss_reads += 1;
-            self.pss_time += cost;
-            self.pss.spent(now, cost);
-            if pss_ok {
-                s.pss_bytes = Some(pss_sum);
-            }
+            self.pss_time += r.cost;
+            self.pss.spent(r.started, r.cost);
+            s.pss_bytes = r.pss;
+        }
+        if !live.is_empty() && self.pss.due(now) && !self.pss_reader.busy {
+            self.pss_reader.request(live);
         }
         s
     }
@@ -337,7 +395,12 @@ mod tests {
             "{comms:?}"
         );
         assert!(s.rss_bytes > 0 && s.vsz_bytes >= s.rss_bytes);
-        assert!(s.pss_bytes.is_some(), "the first sample reads PSS");
+        std::thread::sleep(Duration::from_millis(100));
+        let s2 = probe.sample(0.1);
+        assert!(
+            s2.pss_bytes.is_some_and(|p| p > 0),
+            "PSS arrives with the next sample"
+        );
         assert!(probe.max_hwm() > 0);
     }
 
