@@ -2,6 +2,7 @@
 //! ratios against the baseline.
 
 pub mod stats;
+pub mod trend;
 
 use std::collections::BTreeMap;
 
