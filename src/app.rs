@@ -10,8 +10,8 @@ use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::cli::{
-    Cli, ColorChoice, Command, DemoArgs, FragmentArgs, OutputArgs, ReportArgs, RunArgs,
-    WorkloadCommand,
+    Cli, ColorChoice, Command, DemoArgs, FragmentArgs, InspectArgs, OutputArgs, ReportArgs,
+    RunArgs, WorkloadCommand,
 };
 use memtrial::analysis::recommend::{how_to_apply, recommend, Verdict};
 use memtrial::analysis::{analyse, any_failed};
@@ -83,6 +83,7 @@ pub fn dispatch(cli: Cli) -> Result<Outcome> {
         Command::Report(args) => report_cmd(&cli.db, args, &ui),
         Command::Recommend(args) => recommend_cmd(&cli.db, args.id),
         Command::Workload(WorkloadCommand::Fragment(args)) => fragment_cmd(args),
+        Command::Inspect(args) => inspect_cmd(args, &ui),
     }
 }
 
@@ -749,5 +750,41 @@ fn fragment_cmd(args: &FragmentArgs) -> Result<Outcome> {
         "vm_rss_bytes": status.as_ref().map(|s| s.vm_rss),
     });
     println!("{line}");
+    Ok(Outcome::Ok)
+}
+
+fn inspect_cmd(args: &InspectArgs, ui: &Ui) -> Result<Outcome> {
+    let dur = |flag: &str, s: &str| -> Result<Duration> {
+        let d = parse_duration(s).map_err(|e| anyhow::anyhow!("{flag} {s}: {e}"))?;
+        if d.is_zero() {
+            bail!("{flag} {s}: must be longer than zero");
+        }
+        Ok(d)
+    };
+    if let Some(p) = &args.json {
+        check_output(&Some(p.clone()), "--json")?;
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, Arc::clone(&stop))
+            .context("cannot install signal handlers")?;
+    }
+    let opts = memtrial::inspect::Options {
+        pid: args.pid,
+        json: args.json.clone(),
+        watch: args
+            .watch
+            .as_deref()
+            .map(|w| dur("--watch", w))
+            .transpose()?,
+        interval: dur("--interval", &args.interval)?,
+        color: ui.color,
+    };
+    memtrial::inspect::run(
+        &opts,
+        &mut std::io::stdout().lock(),
+        &mut |m| ui.note(m),
+        &stop,
+    )?;
     Ok(Outcome::Ok)
 }

@@ -56,6 +56,9 @@ pub enum Command {
     Workload(WorkloadCommand),
     /// Run the fragmentation workload under every available variant and show the table.
     Demo(DemoArgs),
+    /// Diagnose a running process: memory by kind, allocator with evidence, glibc arenas
+    /// against their limit, cgroup limits, advice; --watch for a leak-or-plateau verdict.
+    Inspect(InspectArgs),
 }
 
 #[derive(Debug, Args)]
@@ -190,4 +193,24 @@ pub struct DemoArgs {
     pub report: PathBuf,
     #[command(flatten)]
     pub output: OutputArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct InspectArgs {
+    /// The process to inspect.
+    pub pid: i32,
+    /// Write the inspection as JSON to FILE ('-' or no value: standard output, instead of the text).
+    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "-")]
+    pub json: Option<PathBuf>,
+    /// Also sample RSS for this long (e.g. 30s, 5m) and judge leak or plateau.
+    #[arg(long, value_name = "DURATION")]
+    pub watch: Option<String>,
+    /// Sampling interval for --watch.
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = "1s",
+        requires = "watch"
+    )]
+    pub interval: String,
 }

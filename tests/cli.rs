@@ -1188,3 +1188,376 @@ fn recommend_says_what_to_do_and_how() {
         );
     }
 }
+// ---------------------------------------------------------------------------
+// memtrial inspect (issue 6): live processes, compared with their own reports.
+// ---------------------------------------------------------------------------
+
+/// A fixture process, killed and reaped when dropped.
+struct Live {
+    child: std::process::Child,
+    /// Lines printed before "ready".
+    lines: Vec<String>,
+}
+
+impl Live {
+    fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+    /// The value after `key ` in the fixture's output.
+    fn value(&self, key: &str) -> u64 {
+        self.lines
+            .iter()
+            .find_map(|l| l.strip_prefix(&format!("{key} ")))
+            .unwrap_or_else(|| panic!("no '{key}' in {:?}", self.lines))
+            .trim()
+            .parse()
+            .unwrap()
+    }
+}
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `program args` with `env`, waits for its "ready" line.
+fn live(program: &Path, args: &[&str], env: &[(&str, &str)]) -> Live {
+    use std::io::BufRead;
+    let mut cmd = Command::new(program);
+    cmd.args(args)
+        .envs(env.iter().copied())
+        .stdout(std::process::Stdio::piped());
+    let mut child = cmd.spawn().expect("spawn fixture");
+    let out = child.stdout.take().expect("stdout");
+    let mut lines = Vec::new();
+    let mut ready = false;
+    for line in std::io::BufReader::new(out).lines() {
+        let line = line.expect("fixture output");
+        if line == "ready" {
+            ready = true;
+            break;
+        }
+        lines.push(line);
+    }
+    let live = Live { child, lines };
+    assert!(
+        ready,
+        "{} ended before printing ready: {:?}",
+        program.display(),
+        live.lines
+    );
+    live
+}
+
+fn inspect_json(pid: i32, extra: &[&str]) -> Value {
+    let pid = pid.to_string();
+    let mut args = vec!["inspect", pid.as_str(), "--json"];
+    args.extend_from_slice(extra);
+    let r = memtrial_in_tmp(&args);
+    assert_eq!(r.code(), 0, "stderr:\n{}", r.stderr());
+    let v: Value = serde_json::from_str(&r.stdout()).expect("inspect --json is JSON");
+    assert_eq!(v["schema_version"], 1);
+    v
+}
+
+#[test]
+fn inspect_counts_the_arenas_malloc_info_reports() {
+    // 20 threads on this machine: glibc's default limit (8 x online CPUs) applies.
+    let p = live(&fixture("arenas"), &["20", "20"], &[]);
+    let v = inspect_json(p.pid(), &[]);
+    let told = p.value("arenas");
+    assert_eq!(v["allocator"]["name"], "glibc");
+    assert_eq!(v["arenas"]["method"], "heap_headers");
+    assert_eq!(
+        v["arenas"]["count"].as_u64().unwrap(),
+        told,
+        "malloc_info said {told}"
+    );
+    assert_eq!(v["arenas"]["threads"], 21);
+    assert_eq!(v["arenas"]["limit"]["source"], "default");
+    assert_eq!(v["thread_stacks"], 20, "one stack per worker thread");
+    let kinds: Vec<&str> = v["breakdown"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["kind"].as_str().unwrap())
+        .collect();
+    for k in ["main_heap", "malloc_arenas", "thread_stacks", "file_code"] {
+        assert!(kinds.contains(&k), "{k} missing from {kinds:?}");
+    }
+    assert!(v["memory"]["pss_bytes"].as_u64().unwrap() > 0);
+    // The text names the count and where it came from.
+    let r = memtrial_in_tmp(&["inspect", &p.pid().to_string()]);
+    assert_eq!(r.code(), 0, "{}", r.stderr());
+    assert!(
+        r.stdout().contains(&format!("{told} glibc arenas")),
+        "{}",
+        r.stdout()
+    );
+    if told > 4 {
+        assert!(
+            v["advice"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|a| a["kind"] == "many_arenas" || a["kind"] == "arena_limit_above_cpu_quota"),
+            "{told} arenas on {} CPUs: {}",
+            v["host"]["online_cpus"],
+            v["advice"]
+        );
+    }
+}
+
+#[test]
+fn inspect_sees_malloc_arena_max() {
+    let p = live(
+        &fixture("arenas"),
+        &["8", "20"],
+        &[("MALLOC_ARENA_MAX", "2")],
+    );
+    let v = inspect_json(p.pid(), &[]);
+    assert_eq!(p.value("arenas"), 2);
+    assert_eq!(v["arenas"]["count"], 2);
+    assert_eq!(v["arenas"]["limit"]["limit"], 2);
+    assert_eq!(v["arenas"]["limit"]["source"], "malloc_arena_max");
+    assert!(
+        v["advice"].as_array().unwrap().is_empty(),
+        "{}",
+        v["advice"]
+    );
+}
+
+#[test]
+fn inspect_names_preloaded_allocators() {
+    for (name, lib) in [
+        ("jemalloc", "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"),
+        (
+            "tcmalloc",
+            "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4",
+        ),
+        ("mimalloc", "/usr/lib/x86_64-linux-gnu/libmimalloc.so.2"),
+    ] {
+        assert!(Path::new(lib).exists(), "scripts/setup.sh installs {lib}");
+        let p = live(
+            &fixture("alloc_loop_dyn"),
+            &["5000"],
+            &[("LD_PRELOAD", lib)],
+        );
+        let v = inspect_json(p.pid(), &[]);
+        let a = &v["allocator"];
+        assert_eq!(a["name"], name, "{a}");
+        assert_eq!(a["ld_preload"], lib);
+        assert!(a["preload_ignored"].is_null(), "{a}");
+        assert!(
+            a["evidence"].as_array().unwrap().iter().any(|e| {
+                let e = e.as_str().unwrap();
+                // The loader maps the file the symlink points to.
+                e.starts_with(lib) && e.ends_with(" is mapped")
+            }),
+            "{a}"
+        );
+        assert!(v["arenas"].is_null(), "{name}: no glibc arenas to count");
+    }
+}
+
+#[test]
+fn inspect_static_program_ignores_the_preload() {
+    let p = live(
+        &fixture("alloc_loop_static"),
+        &["5000"],
+        &[("LD_PRELOAD", "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2")],
+    );
+    let v = inspect_json(p.pid(), &[]);
+    assert_eq!(v["allocator"]["name"], "glibc (static executable)");
+    assert_eq!(v["allocator"]["linkage"], "static");
+    assert!(v["allocator"]["preload_ignored"]
+        .as_str()
+        .unwrap()
+        .contains("static"));
+    assert!(v["advice"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|a| a["kind"] == "preload_ignored"));
+    // A static glibc still has arenas; single-threaded, only the main one.
+    assert_eq!(v["arenas"]["count"], 1);
+}
+
+#[test]
+fn inspect_program_with_its_own_malloc() {
+    let p = live(
+        &fixture("own_malloc"),
+        &["5000"],
+        &[(
+            "LD_PRELOAD",
+            "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4",
+        )],
+    );
+    let v = inspect_json(p.pid(), &[]);
+    assert_eq!(
+        v["allocator"]["name"],
+        "custom (the executable defines malloc)"
+    );
+    assert_eq!(v["allocator"]["defines_malloc"], true);
+    assert!(v["allocator"]["preload_ignored"]
+        .as_str()
+        .unwrap()
+        .contains("own malloc"));
+    assert!(v["arenas"].is_null());
+}
+
+/// A v1 cpu cgroup created for a test, the process moved out and the group removed on drop.
+struct CpuGroup {
+    dir: PathBuf,
+}
+
+impl Drop for CpuGroup {
+    fn drop(&mut self) {
+        let root = Path::new("/sys/fs/cgroup/cpu/cgroup.procs");
+        if let Ok(procs) = std::fs::read_to_string(self.dir.join("cgroup.procs")) {
+            for pid in procs.lines() {
+                let _ = std::fs::write(root, pid);
+            }
+        }
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+#[test]
+fn inspect_reports_a_cpu_quota_below_the_visible_cpus() {
+    let base = Path::new("/sys/fs/cgroup/cpu");
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 || !base.join("cpu.cfs_quota_us").exists() {
+        eprintln!(
+            "skipped: needs root and a cgroup v1 cpu hierarchy at {}",
+            base.display()
+        );
+        return;
+    }
+    let group = CpuGroup {
+        dir: base.join(format!("memtrial-test-{}", std::process::id())),
+    };
+    std::fs::create_dir(&group.dir).expect("mkdir cgroup");
+    std::fs::write(group.dir.join("cpu.cfs_period_us"), "100000").unwrap();
+    std::fs::write(group.dir.join("cpu.cfs_quota_us"), "50000").unwrap();
+    let p = live(&fixture("arenas"), &["4", "20"], &[]);
+    std::fs::write(group.dir.join("cgroup.procs"), p.pid().to_string()).expect("move into cgroup");
+    let v = inspect_json(p.pid(), &[]);
+    let cpu = &v["container"]["cpu"];
+    assert_eq!(cpu["version"], "v1");
+    assert_eq!(
+        cpu["path"],
+        format!("/memtrial-test-{}", std::process::id())
+    );
+    assert_eq!(cpu["quota"]["quota_us"], 50000);
+    assert_eq!(cpu["quota"]["cpus"], 0.5);
+    // 0.5 CPU is below any online CPU count: glibc's default limit ignores it.
+    assert!(v["host"]["online_cpus"].as_u64().unwrap() >= 1);
+    let advice = v["advice"].as_array().unwrap();
+    let a = advice
+        .iter()
+        .find(|a| a["kind"] == "arena_limit_above_cpu_quota")
+        .unwrap_or_else(|| panic!("no quota advice: {advice:?}"));
+    assert!(
+        a["evidence"][0].as_str().unwrap().contains("= 0.50 CPU"),
+        "{a}"
+    );
+    drop(p);
+    let dir = group.dir.clone();
+    drop(group);
+    assert!(!dir.exists(), "{} removed", dir.display());
+}
+
+#[test]
+fn inspect_of_a_missing_or_vanishing_process_fails_cleanly() {
+    let r = memtrial_in_tmp(&["inspect", "2147483647"]);
+    assert_eq!(r.code(), 2);
+    assert!(
+        r.stderr().contains("no process with PID 2147483647"),
+        "{}",
+        r.stderr()
+    );
+
+    // Inspect again and again while the process exits: every answer is a full or
+    // partial inspection or a clear error, never a crash.
+    let p = live(&fixture("alloc_loop_dyn"), &["300"], &[]);
+    let pid = p.pid().to_string();
+    let start = Instant::now();
+    let mut outcomes = (0, 0);
+    while start.elapsed() < Duration::from_secs(3) {
+        let r = memtrial_in_tmp(&["inspect", &pid, "--json"]);
+        match r.code() {
+            0 => {
+                let v: Value = serde_json::from_str(&r.stdout()).expect("JSON even when partial");
+                if v["complete"] == false {
+                    assert!(!v["missing"].as_array().unwrap().is_empty());
+                }
+                outcomes.0 += 1;
+            }
+            2 => {
+                let e = r.stderr();
+                assert!(
+                    e.contains("no process with PID") || e.contains("zombie"),
+                    "{e}"
+                );
+                outcomes.1 += 1;
+                if outcomes.1 >= 3 {
+                    break;
+                }
+            }
+            c => panic!("exit {c}:\n{}", r.stderr()),
+        }
+    }
+    assert!(outcomes.0 >= 1, "inspected while alive at least once");
+    assert!(outcomes.1 >= 1, "the exit was seen");
+    drop(p);
+}
+
+#[test]
+fn inspect_watch_on_a_process_that_exits() {
+    let p = live(&fixture("alloc_loop_dyn"), &["1200"], &[]);
+    let v = inspect_json(p.pid(), &["--watch", "6s", "--interval", "100ms"]);
+    let w = &v["watch"];
+    assert_eq!(w["end"], "process_exited");
+    let n = w["samples"].as_array().unwrap().len();
+    assert!((5..=20).contains(&n), "{n} samples in about 1.2 s");
+    assert_eq!(v["complete"], false);
+    assert!(w["trend"]["verdict"].is_string());
+}
+
+#[test]
+fn inspect_watch_tells_growth_from_a_plateau() {
+    // Flat: the arenas fixture sleeps after allocating.
+    let flat = live(&fixture("arenas"), &["2", "20"], &[]);
+    let v = inspect_json(flat.pid(), &["--watch", "2.5s", "--interval", "100ms"]);
+    assert_eq!(
+        v["watch"]["trend"]["verdict"], "plateau",
+        "{}",
+        v["watch"]["trend"]
+    );
+    assert_eq!(v["watch"]["end"], "completed");
+    // Growing: 1 MiB of touched memory every 50 ms.
+    let grow = live(
+        Path::new("python3"),
+        &[
+            "-c",
+            "import time\nprint('ready', flush=True)\na=[]\nwhile True:\n  a.append(b'x'*(1<<20)); time.sleep(0.05)",
+        ],
+        &[],
+    );
+    let v = inspect_json(grow.pid(), &["--watch", "2.5s", "--interval", "100ms"]);
+    let t = &v["watch"]["trend"];
+    assert_eq!(t["verdict"], "leak", "{t}");
+    let slope = t["slope_bytes_per_min"].as_f64().unwrap() / 1048576.0;
+    assert!(
+        (300.0..=1500.0).contains(&slope),
+        "about 1200 MiB/min: {slope}"
+    );
+    assert!(v["advice"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|a| a["kind"] == "growing"));
+}

@@ -3,6 +3,7 @@
 
 pub mod recommend;
 pub mod stats;
+pub mod trend;
 
 use std::collections::BTreeMap;
 

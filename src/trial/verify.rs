@@ -293,16 +293,18 @@ fn same_file(a: &Path, b: &Path) -> bool {
 /// libraries and its executable's ELF facts.
 pub fn detect_allocator(libs: &[String], exe: Option<&elf::ElfFacts>) -> String {
     if let Some(f) = exe {
-        if f.defines_malloc {
-            return match f.bundled_allocator {
-                Some(b) => format!("{} (linked into the executable)", bundled_name(b)),
-                None => "custom (the executable defines malloc)".into(),
-            };
-        }
+        // Static first: a static executable's .symtab always defines malloc (glibc's
+        // own, linked in), so `defines_malloc` cannot tell a custom one apart there.
         if let Linkage::Static = f.linkage {
             return match f.bundled_allocator {
                 Some(b) => format!("{} (static executable)", bundled_name(b)),
                 None => "glibc (static executable)".into(),
+            };
+        }
+        if f.defines_malloc {
+            return match f.bundled_allocator {
+                Some(b) => format!("{} (linked into the executable)", bundled_name(b)),
+                None => "custom (the executable defines malloc)".into(),
             };
         }
     }
@@ -327,5 +329,31 @@ fn bundled_name(b: BundledAllocator) -> &'static str {
         BundledAllocator::Jemalloc => "jemalloc",
         BundledAllocator::Tcmalloc => "tcmalloc",
         BundledAllocator::Mimalloc => "mimalloc",
+    }
+}
+
+#[cfg(test)]
+mod detect_tests {
+    use super::*;
+
+    #[test]
+    fn static_executable_defining_malloc_is_static_glibc() {
+        let f = elf::ElfFacts {
+            linkage: Linkage::Static,
+            defines_malloc: true,
+            bundled_allocator: None,
+            setuid_or_setgid: false,
+        };
+        assert_eq!(detect_allocator(&[], Some(&f)), "glibc (static executable)");
+        let dynamic = elf::ElfFacts {
+            linkage: Linkage::Dynamic {
+                interpreter: "/lib64/ld-linux-x86-64.so.2".into(),
+            },
+            ..f
+        };
+        assert_eq!(
+            detect_allocator(&[], Some(&dynamic)),
+            "custom (the executable defines malloc)"
+        );
     }
 }

@@ -1,0 +1,365 @@
+//! Advice from an [`Inspection`]: each item names the facts that triggered it.
+//! No facts, no advice. Pure, so every rule is tested on constructed inspections.
+
+use serde::Serialize;
+
+use super::arenas::LimitSource;
+use super::{Inspection, WatchEnd};
+use crate::analysis::trend::Trend;
+use crate::plan::units::format_bytes;
+
+/// Which rule fired.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AdviceKind {
+    /// glibc sizes its arena limit from online CPUs, above the cgroup CPU quota.
+    ArenaLimitAboveCpuQuota,
+    /// Many more arenas than CPUs the process can use.
+    ManyArenas,
+    /// `LD_PRELOAD` names an allocator that does not answer `malloc`.
+    PreloadIgnored,
+    /// Cgroup memory usage near its limit.
+    NearMemoryLimit,
+    /// Part of the process is swapped out.
+    Swapped,
+    /// RSS kept growing while watched.
+    Growing,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Advice {
+    pub kind: AdviceKind,
+    pub message: String,
+    /// The observed facts behind it.
+    pub evidence: Vec<String>,
+}
+
+fn try_line(ins: &Inspection) -> String {
+    if ins.process.cmdline.is_empty() {
+        "memtrial run --variants glibc,arena2,jemalloc -- COMMAND".into()
+    } else {
+        format!(
+            "memtrial run --variants glibc,arena2,jemalloc -- {}",
+            shell_words::join(&ins.process.cmdline)
+        )
+    }
+}
+
+/// The advice for an inspection.
+pub fn advise(ins: &Inspection) -> Vec<Advice> {
+    let mut out = Vec::new();
+    let glibc = ins.allocator.as_ref().is_some_and(|a| a.is_glibc());
+    let quota = ins
+        .container
+        .as_ref()
+        .and_then(|c| c.cpu.as_ref())
+        .and_then(|c| c.quota.map(|q| (q, c.path.clone())));
+    let usable = ins
+        .container
+        .as_ref()
+        .and_then(|c| c.effective_cpus())
+        .unwrap_or(f64::from(ins.host.online_cpus))
+        .min(f64::from(ins.host.online_cpus));
+
+    if let (true, Some(a)) = (glibc, &ins.arenas) {
+        let default_limit = matches!(a.limit.source, LimitSource::Default { .. });
+        let mut fired = false;
+        if let (true, Some((q, path))) = (default_limit, &quota) {
+            if q.cpus < f64::from(ins.host.online_cpus) {
+                fired = true;
+                out.push(Advice {
+                    kind: AdviceKind::ArenaLimitAboveCpuQuota,
+                    message: format!(
+                        "glibc allows up to {} arenas (8 × {} online CPUs) although the cgroup grants {:.2} CPU: set MALLOC_ARENA_MAX (e.g. 2) or compare variants: {}",
+                        a.limit.limit,
+                        ins.host.online_cpus,
+                        q.cpus,
+                        try_line(ins)
+                    ),
+                    evidence: vec![
+                        format!(
+                            "cgroup {path}: CPU quota {} µs per {} µs = {:.2} CPU",
+                            q.quota_us, q.period_us, q.cpus
+                        ),
+                        format!(
+                            "no MALLOC_ARENA_MAX or glibc.malloc.arena_max in the environment: limit {} from {} online CPUs (glibc does not read the quota)",
+                            a.limit.limit, ins.host.online_cpus
+                        ),
+                        format!("{} arenas now, {} threads", a.count, a.threads),
+                    ],
+                });
+            }
+        }
+        let many = a.count >= 4 && (a.count as f64) > 2.0 * usable.ceil().max(1.0);
+        if many && !fired {
+            out.push(Advice {
+                kind: AdviceKind::ManyArenas,
+                message: format!(
+                    "{} arenas for {} usable CPU(s): free memory kept per arena fragments the heap; compare a lower MALLOC_ARENA_MAX and jemalloc: {}",
+                    a.count,
+                    usable,
+                    try_line(ins)
+                ),
+                evidence: vec![
+                    format!(
+                        "{} glibc arenas ({}), limit {}, {} threads",
+                        a.count,
+                        match a.method {
+                            super::arenas::Method::HeapHeaders => "counted from heap headers",
+                            super::arenas::Method::Estimate => "estimated from the maps",
+                        },
+                        a.limit.limit,
+                        a.threads
+                    ),
+                    format!("{usable} CPU(s) usable (online, quota, cpuset and affinity)"),
+                ],
+            });
+        }
+    }
+
+    if let Some(a) = &ins.allocator {
+        if let Some(why) = &a.preload_ignored {
+            out.push(Advice {
+                kind: AdviceKind::PreloadIgnored,
+                message: format!(
+                    "the preloaded allocator is not the one answering malloc ({}): remove the LD_PRELOAD or change how the program is built",
+                    a.name
+                ),
+                evidence: vec![
+                    format!("LD_PRELOAD={}", a.ld_preload.as_deref().unwrap_or("")),
+                    why.clone(),
+                ],
+            });
+        }
+    }
+
+    if let Some(m) = ins.container.as_ref().and_then(|c| c.memory.as_ref()) {
+        if let (Some(limit), Some(usage)) = (m.limit_bytes, m.usage_bytes) {
+            if limit > 0 && usage as f64 >= 0.8 * limit as f64 {
+                out.push(Advice {
+                    kind: AdviceKind::NearMemoryLimit,
+                    message: format!(
+                        "the cgroup uses {:.0}% of its memory limit: the OOM killer or reclaim is close",
+                        100.0 * usage as f64 / limit as f64
+                    ),
+                    evidence: vec![format!(
+                        "cgroup {}: usage {} of limit {} (usage includes page cache)",
+                        m.path,
+                        format_bytes(usage as f64),
+                        format_bytes(limit as f64)
+                    )],
+                });
+            }
+        }
+    }
+
+    if let Some(m) = &ins.memory {
+        if m.swap_bytes > 0 {
+            out.push(Advice {
+                kind: AdviceKind::Swapped,
+                message: "part of the process is in swap: RSS understates its footprint; compare RSS + swap".into(),
+                evidence: vec![format!(
+                    "VmSwap {} beside VmRSS {}",
+                    format_bytes(m.swap_bytes as f64),
+                    format_bytes(m.rss_bytes as f64)
+                )],
+            });
+        }
+    }
+
+    if let Some(w) = &ins.watch {
+        if let Trend::Leak { .. } = w.trend {
+            let mut evidence = vec![w.trend.sentence()];
+            if w.end == WatchEnd::ProcessExited {
+                evidence.push("the process exited before the watch ended".into());
+            }
+            out.push(Advice {
+                kind: AdviceKind::Growing,
+                message: "RSS is still growing: watch longer to tell a leak from a cache or heap still warming up, and run under jemalloc or tcmalloc to see whether the growth is fragmentation".into(),
+                evidence,
+            });
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::inspect::arenas::{ArenaLimit, Method};
+    use crate::inspect::container::{Container, CpuGroup, CpuQuota, MemoryGroup, Version};
+    use crate::inspect::{Allocator, Arenas, Host, Memory, Process};
+
+    fn base() -> Inspection {
+        Inspection {
+            schema_version: 1,
+            pid: 42,
+            complete: true,
+            missing: vec![],
+            process: Process {
+                comm: "app".into(),
+                exe: Some("/usr/bin/app".into()),
+                cmdline: vec!["/usr/bin/app".into(), "--serve".into()],
+                state: 'S',
+                ppid: 1,
+                threads: 20,
+                age_seconds: Some(60.0),
+                cpu_seconds: 1.0,
+                runtimes: vec![],
+            },
+            memory: Some(Memory {
+                rss_bytes: 100 << 20,
+                rss_anon_bytes: 90 << 20,
+                rss_file_bytes: 10 << 20,
+                rss_shmem_bytes: 0,
+                pss_bytes: Some(95 << 20),
+                uss_bytes: Some(90 << 20),
+                swap_bytes: 0,
+                peak_rss_bytes: 120 << 20,
+                virtual_bytes: 1 << 30,
+            }),
+            breakdown: vec![],
+            thread_stacks: Some(19),
+            allocator: Some(Allocator {
+                name: "glibc".into(),
+                evidence: vec![],
+                linkage: Some("dynamic".into()),
+                defines_malloc: Some(false),
+                ld_preload: None,
+                preload_ignored: None,
+                settings: vec![],
+            }),
+            arenas: Some(Arenas {
+                count: 3,
+                method: Method::HeapHeaders,
+                heaps: 2,
+                limit: ArenaLimit {
+                    limit: 16,
+                    source: LimitSource::Default { online_cpus: 2 },
+                },
+                threads: 20,
+            }),
+            container: None,
+            host: Host {
+                online_cpus: 2,
+                memory_bytes: 24 << 30,
+            },
+            advice: vec![],
+            watch: None,
+        }
+    }
+
+    fn kinds(ins: &Inspection) -> Vec<AdviceKind> {
+        advise(ins).iter().map(|a| a.kind).collect()
+    }
+
+    #[test]
+    fn quiet_process_gets_no_advice() {
+        assert!(advise(&base()).is_empty());
+    }
+
+    #[test]
+    fn many_arenas_on_few_cpus() {
+        let mut i = base();
+        i.arenas.as_mut().unwrap().count = 16;
+        let a = advise(&i);
+        assert_eq!(a.len(), 1);
+        assert_eq!(a[0].kind, AdviceKind::ManyArenas);
+        assert!(
+            a[0].message.contains("-- /usr/bin/app --serve"),
+            "{}",
+            a[0].message
+        );
+        assert!(a[0].evidence[0].starts_with("16 glibc arenas"));
+    }
+
+    fn with_quota(i: &mut Inspection, cpus: f64) {
+        i.container = Some(Container {
+            memory: None,
+            cpu: Some(CpuGroup {
+                version: Version::V1,
+                path: "/q".into(),
+                quota: Some(CpuQuota {
+                    quota_us: (cpus * 100000.0) as u64,
+                    period_us: 100000,
+                    cpus,
+                }),
+            }),
+            cpuset: None,
+            cpus_allowed: Some("0-1".into()),
+            cpus_allowed_count: Some(2),
+            own_pid_namespace: Some(false),
+            notes: vec![],
+        });
+    }
+
+    #[test]
+    fn quota_below_cpus_with_default_limit() {
+        let mut i = base();
+        with_quota(&mut i, 0.5);
+        let a = advise(&i);
+        assert_eq!(kinds(&i), [AdviceKind::ArenaLimitAboveCpuQuota]);
+        assert!(a[0].evidence[0].contains("50000 µs per 100000 µs = 0.50 CPU"));
+        // An explicit limit answers it.
+        i.arenas.as_mut().unwrap().limit = ArenaLimit {
+            limit: 2,
+            source: LimitSource::MallocArenaMax,
+        };
+        assert!(advise(&i).is_empty());
+        // A quota of all CPUs is no reason either.
+        let mut j = base();
+        with_quota(&mut j, 2.0);
+        assert!(advise(&j).is_empty());
+    }
+
+    #[test]
+    fn not_glibc_no_arena_advice() {
+        let mut i = base();
+        i.arenas.as_mut().unwrap().count = 16;
+        i.allocator.as_mut().unwrap().name = "jemalloc".into();
+        with_quota(&mut i, 0.5);
+        assert!(advise(&i).is_empty());
+    }
+
+    #[test]
+    fn ignored_preload_memory_limit_and_swap() {
+        let mut i = base();
+        {
+            let a = i.allocator.as_mut().unwrap();
+            a.ld_preload = Some("/usr/lib/x86_64-linux-gnu/libjemalloc.so.2".into());
+            a.preload_ignored = Some("static".into());
+        }
+        i.memory.as_mut().unwrap().swap_bytes = 1 << 20;
+        i.container = Some(Container {
+            memory: Some(MemoryGroup {
+                version: Version::V2,
+                path: "/m".into(),
+                limit_bytes: Some(100 << 20),
+                usage_bytes: Some(90 << 20),
+                peak_bytes: None,
+            }),
+            cpu: None,
+            cpuset: None,
+            cpus_allowed: None,
+            cpus_allowed_count: None,
+            own_pid_namespace: None,
+            notes: vec![],
+        });
+        assert_eq!(
+            kinds(&i),
+            [
+                AdviceKind::PreloadIgnored,
+                AdviceKind::NearMemoryLimit,
+                AdviceKind::Swapped
+            ]
+        );
+        i.container
+            .as_mut()
+            .unwrap()
+            .memory
+            .as_mut()
+            .unwrap()
+            .usage_bytes = Some(10 << 20);
+        assert_eq!(kinds(&i), [AdviceKind::PreloadIgnored, AdviceKind::Swapped]);
+    }
+}

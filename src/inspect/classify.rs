@@ -1,0 +1,351 @@
+//! What each mapping of a process holds, grouped by kind, from `/proc/PID/smaps`.
+//!
+//! Kinds are decided from the mapping line alone (plus the set of glibc heaps found
+//! by [`super::arenas`]):
+//!
+//! * `[heap]` is the brk heap, glibc's main arena;
+//! * glibc malloc heaps (64 MiB-aligned, found by their headers) are the other arenas,
+//!   reserved `---p` tail included;
+//! * a thread stack is recognised by a **heuristic**: an anonymous `rw-p` mapping with
+//!   an anonymous `---p` guard of at most [`MAX_GUARD`] directly below it (glibc and
+//!   most runtimes put the guard there). A `mmap`ped buffer that happens to follow a
+//!   `PROT_NONE` region is miscounted as a stack; `/proc/PID/task/*/stat`'s
+//!   `kstkesp` is no help (it is 0 unless the thread is being core-dumped);
+//! * shared memory: `s` mappings, `/dev/shm/*`, `/memfd:*`, `/SYSV*`;
+//! * file code: file-backed with `x`; file data: any other file-backed mapping;
+//! * everything else anonymous (including `mmap`ped malloc chunks above the mmap
+//!   threshold and other allocators' memory) is "other anonymous".
+
+use serde::Serialize;
+
+use crate::linux::maps::{self, Mapping};
+
+/// Largest `---p` region below a mapping that still counts as a stack guard.
+pub const MAX_GUARD: u64 = 1 << 20;
+
+/// What a mapping holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    /// The brk `[heap]`: glibc's main arena (or another allocator's brk use).
+    MainHeap,
+    /// glibc malloc heaps of the non-main arenas.
+    MallocArenas,
+    /// Thread stacks (heuristic: anonymous with a guard page below).
+    ThreadStacks,
+    /// The main thread's `[stack]`.
+    MainStack,
+    /// Other anonymous memory: large malloc chunks, other allocators, runtimes' heaps.
+    OtherAnon,
+    /// Executable file mappings (program and library code).
+    FileCode,
+    /// Other file mappings (read-only data, relocated data, mapped files).
+    FileData,
+    /// Shared memory (`s` mappings, `/dev/shm`, memfd, SysV).
+    Shmem,
+    /// Kernel pseudo mappings (`[vdso]`, `[vvar]`, `[vsyscall]`).
+    Kernel,
+}
+
+impl Kind {
+    pub fn label(self) -> &'static str {
+        match self {
+            Kind::MainHeap => "main heap [heap]",
+            Kind::MallocArenas => "malloc arenas",
+            Kind::ThreadStacks => "thread stacks",
+            Kind::MainStack => "main stack",
+            Kind::OtherAnon => "other anonymous",
+            Kind::FileCode => "file code",
+            Kind::FileData => "file data",
+            Kind::Shmem => "shared memory",
+            Kind::Kernel => "kernel [vdso] etc.",
+        }
+    }
+
+    pub const ALL: [Kind; 9] = [
+        Kind::MainHeap,
+        Kind::MallocArenas,
+        Kind::ThreadStacks,
+        Kind::MainStack,
+        Kind::OtherAnon,
+        Kind::FileCode,
+        Kind::FileData,
+        Kind::Shmem,
+        Kind::Kernel,
+    ];
+}
+
+/// Per-mapping figures of `/proc/PID/smaps` (bytes).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MapStats {
+    pub rss: u64,
+    pub pss: u64,
+    pub private: u64,
+    pub swap: u64,
+}
+
+/// Errors parsing smaps.
+#[derive(Debug, thiserror::Error)]
+pub enum SmapsError {
+    #[error("/proc/PID/smaps: {0}")]
+    Maps(#[from] maps::MapsError),
+    #[error("/proc/PID/smaps line {line}: figure before any mapping")]
+    Orphan { line: usize },
+}
+
+/// Parses `/proc/PID/smaps`: each mapping line with its figures.
+pub fn parse_smaps(text: &str) -> Result<Vec<(Mapping, MapStats)>, SmapsError> {
+    let mut out: Vec<(Mapping, MapStats)> = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let first = line.split_ascii_whitespace().next().unwrap_or("");
+        if first.is_empty() {
+            continue;
+        }
+        if let Some(key) = first.strip_suffix(':') {
+            let Some((_, stats)) = out.last_mut() else {
+                return Err(SmapsError::Orphan { line: i + 1 });
+            };
+            let mut rest = line[first.len()..].split_ascii_whitespace();
+            let (Some(n), Some("kB")) = (rest.next(), rest.next()) else {
+                continue; // VmFlags, THPeligible, ProtectionKey: not sizes
+            };
+            let Ok(kb) = n.parse::<u64>() else { continue };
+            let b = kb * 1024;
+            match key {
+                "Rss" => stats.rss = b,
+                "Pss" => stats.pss = b,
+                "Private_Clean" | "Private_Dirty" | "Private_Hugetlb" => stats.private += b,
+                "Swap" => stats.swap = b,
+                _ => {}
+            }
+        } else {
+            let mut m = maps::parse_maps(line).map_err(|e| match e {
+                maps::MapsError::Malformed { reason, .. } => maps::MapsError::Malformed {
+                    line: i + 1,
+                    reason,
+                },
+            })?;
+            if let Some(m) = m.pop() {
+                out.push((m, MapStats::default()));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Totals for one kind.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Group {
+    pub kind: Option<Kind>,
+    pub mappings: u64,
+    pub virtual_bytes: u64,
+    pub rss_bytes: u64,
+    pub pss_bytes: u64,
+    /// Private (unshared) resident bytes: this kind's share of USS.
+    pub uss_bytes: u64,
+    pub swap_bytes: u64,
+}
+
+fn is_anon(m: &Mapping) -> bool {
+    m.path.is_none() && m.inode == 0
+}
+
+fn is_guard(m: &Mapping) -> bool {
+    is_anon(m) && m.perms == "---p" && m.end - m.start <= MAX_GUARD
+}
+
+/// The kind of each mapping. `heaps` are `[start, end)` ranges of glibc malloc heaps
+/// (reserved tails included); a mapping overlapping one is an arena mapping.
+pub fn classify(maps: &[Mapping], heaps: &[(u64, u64)]) -> Vec<Kind> {
+    let in_heap = |m: &Mapping| heaps.iter().any(|&(s, e)| m.start < e && s < m.end);
+    maps.iter()
+        .enumerate()
+        .map(|(i, m)| {
+            let path = m.path.as_deref();
+            match path {
+                Some("[heap]") => return Kind::MainHeap,
+                Some("[stack]") => return Kind::MainStack,
+                Some("[vdso]" | "[vvar]" | "[vsyscall]" | "[vvar_vclock]") => return Kind::Kernel,
+                _ => {}
+            }
+            let shared = m.perms.ends_with('s')
+                || path.is_some_and(|p| {
+                    p.starts_with("/dev/shm/")
+                        || p.starts_with("/memfd:")
+                        || p.starts_with("/SYSV")
+                        || p.starts_with("[anon_shmem")
+                });
+            if shared {
+                return Kind::Shmem;
+            }
+            if is_anon(m) || path.is_some_and(|p| p.starts_with("[anon")) {
+                if in_heap(m) {
+                    return Kind::MallocArenas;
+                }
+                let guard_below = i > 0 && {
+                    let prev = &maps[i - 1];
+                    prev.end == m.start && is_guard(prev) && !in_heap(prev)
+                };
+                if m.perms == "rw-p" && guard_below {
+                    return Kind::ThreadStacks;
+                }
+                // The guard itself belongs to the stack above it.
+                if is_guard(m) && !in_heap(m) {
+                    if let Some(next) = maps.get(i + 1) {
+                        if next.start == m.end
+                            && is_anon(next)
+                            && next.perms == "rw-p"
+                            && !in_heap(next)
+                        {
+                            return Kind::ThreadStacks;
+                        }
+                    }
+                }
+                return Kind::OtherAnon;
+            }
+            if m.perms.contains('x') {
+                Kind::FileCode
+            } else {
+                Kind::FileData
+            }
+        })
+        .collect()
+}
+
+/// Totals per kind, in [`Kind::ALL`] order, kinds without mappings left out.
+pub fn group(smaps: &[(Mapping, MapStats)], kinds: &[Kind]) -> Vec<Group> {
+    Kind::ALL
+        .iter()
+        .filter_map(|&k| {
+            let mut g = Group {
+                kind: Some(k),
+                ..Group::default()
+            };
+            for ((m, s), _) in smaps.iter().zip(kinds).filter(|(_, kk)| **kk == k) {
+                g.mappings += 1;
+                g.virtual_bytes += m.end - m.start;
+                g.rss_bytes += s.rss;
+                g.pss_bytes += s.pss;
+                g.uss_bytes += s.private;
+                g.swap_bytes += s.swap;
+            }
+            (g.mappings > 0).then_some(g)
+        })
+        .collect()
+}
+
+/// Number of thread stacks found by the heuristic (the `rw-p` parts).
+pub fn thread_stack_count(maps: &[Mapping], kinds: &[Kind]) -> u64 {
+    maps.iter()
+        .zip(kinds)
+        .filter(|(m, k)| **k == Kind::ThreadStacks && m.perms == "rw-p")
+        .count() as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SMAPS: &str = include_str!("../../tests/fixtures/inspect/arenas20.smaps");
+    const MAPS: &str = include_str!("../../tests/fixtures/inspect/arenas20.maps");
+
+    /// The heaps of the capture (from its heap headers: 15 heaps of 64 MiB).
+    fn heaps_of_capture(maps: &[Mapping]) -> Vec<(u64, u64)> {
+        maps.iter()
+            .filter(|m| is_anon(m) && m.perms == "rw-p" && m.start % (64 << 20) == 0)
+            .filter(|m| m.end - m.start < 64 << 20)
+            .map(|m| (m.start, m.start + (64 << 20)))
+            .collect()
+    }
+
+    #[test]
+    fn smaps_parses_every_mapping_of_a_capture() {
+        let s = parse_smaps(SMAPS).unwrap();
+        let m = maps::parse_maps(MAPS).unwrap();
+        assert_eq!(s.len(), m.len());
+        assert_eq!(s[0].0, m[0]);
+        assert_eq!(
+            s[0].1,
+            MapStats {
+                rss: 4096,
+                pss: 4096,
+                private: 4096,
+                swap: 0
+            }
+        );
+        let heap = s
+            .iter()
+            .find(|(m, _)| m.path.as_deref() == Some("[heap]"))
+            .unwrap();
+        assert!(heap.1.rss > 0);
+    }
+
+    #[test]
+    fn capture_of_20_threads_with_16_arenas() {
+        let s = parse_smaps(SMAPS).unwrap();
+        let maps: Vec<Mapping> = s.iter().map(|(m, _)| m.clone()).collect();
+        let heaps = heaps_of_capture(&maps);
+        assert_eq!(heaps.len(), 15);
+        let kinds = classify(&maps, &heaps);
+        // 20 worker threads, each with a guard page below its stack.
+        assert_eq!(thread_stack_count(&maps, &kinds), 20);
+        let groups = group(&s, &kinds);
+        let g = |k: Kind| groups.iter().find(|g| g.kind == Some(k)).copied().unwrap();
+        // 15 heaps: rw part + reserved tail each.
+        assert_eq!(g(Kind::MallocArenas).mappings, 30);
+        assert_eq!(g(Kind::MallocArenas).virtual_bytes, 15 * (64 << 20));
+        assert_eq!(g(Kind::ThreadStacks).mappings, 40);
+        assert_eq!(g(Kind::MainHeap).mappings, 1);
+        assert_eq!(g(Kind::MainStack).mappings, 1);
+        assert!(g(Kind::FileCode).rss_bytes > 0);
+        let total_rss: u64 = groups.iter().map(|g| g.rss_bytes).sum();
+        let direct: u64 = s.iter().map(|(_, st)| st.rss).sum();
+        assert_eq!(
+            total_rss, direct,
+            "every mapping lands in exactly one group"
+        );
+    }
+
+    #[test]
+    fn stack_after_a_heap_tail_is_not_a_stack_by_the_tail() {
+        // A heap's reserved tail (large ---p) directly below an anonymous rw-p mapping.
+        let maps = maps::parse_maps(concat!(
+            "7f0000000000-7f0000021000 rw-p 00000000 00:00 0 \n",
+            "7f0000021000-7f0004000000 ---p 00000000 00:00 0 \n",
+            "7f0004000000-7f0004100000 rw-p 00000000 00:00 0 \n",
+            "7f0005000000-7f0005001000 ---p 00000000 00:00 0 \n",
+            "7f0005001000-7f0005801000 rw-p 00000000 00:00 0 \n",
+            "7f0006000000-7f0006001000 rw-s 00000000 00:01 5 /dev/zero (deleted)\n",
+            "7f0007000000-7f0007001000 rw-p 00000000 00:01 7 /memfd:pool (deleted)\n",
+            "7f0008000000-7f0008001000 r-xp 00000000 fe:00 9 /usr/lib/libx.so\n",
+            "7f0008001000-7f0008002000 rw-p 00001000 fe:00 9 /usr/lib/libx.so\n",
+        ))
+        .unwrap();
+        let kinds = classify(&maps, &[(0x7f0000000000, 0x7f0004000000)]);
+        assert_eq!(
+            kinds,
+            vec![
+                Kind::MallocArenas,
+                Kind::MallocArenas,
+                Kind::OtherAnon,
+                Kind::ThreadStacks,
+                Kind::ThreadStacks,
+                Kind::Shmem,
+                Kind::Shmem,
+                Kind::FileCode,
+                Kind::FileData,
+            ]
+        );
+        // Without knowing the heap, its rw part is just anonymous memory.
+        let kinds = classify(&maps, &[]);
+        assert_eq!(kinds[0], Kind::OtherAnon);
+        assert_eq!(kinds[2], Kind::OtherAnon, "a 64 MiB ---p is no guard");
+    }
+
+    #[test]
+    fn figures_before_a_mapping_are_an_error() {
+        assert!(parse_smaps("Rss: 4 kB\n").is_err());
+        assert!(parse_smaps("zz-1 rw-p 0 00:00 0\n").is_err());
+        assert!(parse_smaps("").unwrap().is_empty());
+    }
+}

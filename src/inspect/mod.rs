@@ -1,0 +1,725 @@
+//! `memtrial inspect PID`: a live diagnosis of one running process.
+//!
+//! [`gather`] reads what the process is (executable, command line, age, threads,
+//! runtime), what it holds (RSS/PSS/USS/swap/peak and a breakdown by kind of
+//! mapping), which allocator answers its `malloc` and why we think so, its glibc
+//! arenas against their limit, and its cgroup limits, into an [`Inspection`]: plain
+//! data, serialisable as JSON ([`SCHEMA_VERSION`]). [`advice::advise`] turns it into
+//! advice, each item with the evidence that triggered it; [`render`] draws one screen.
+//! [`watch`] samples RSS over time for the leak-or-plateau verdict of
+//! [`crate::analysis::trend`].
+//!
+//! A process may exit at any moment. Exiting before the first read is an error;
+//! exiting later gives a partial inspection (`complete: false`) that says what is missing.
+
+pub mod advice;
+pub mod arenas;
+pub mod classify;
+pub mod container;
+pub mod render;
+
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::analysis::trend::{self, Trend, TrendRules};
+use crate::linux::elf::{self, Linkage};
+use crate::linux::host;
+use crate::linux::maps::{self, Mapping};
+use crate::linux::proc::{self, ProcError};
+use crate::trial::verify::detect_allocator;
+
+pub use advice::{Advice, AdviceKind};
+pub use classify::{Group, Kind};
+pub use container::Container;
+
+/// Version of the JSON document; bumped on any incompatible change.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Errors of `inspect`.
+#[derive(Debug, thiserror::Error)]
+pub enum InspectError {
+    #[error("no process with PID {pid}")]
+    NotFound { pid: i32 },
+    #[error("process {pid} ({comm}) is a zombie: it has exited and its parent (PID {ppid}) has not reaped it; there is no memory left to inspect")]
+    Zombie { pid: i32, comm: String, ppid: i32 },
+    #[error(transparent)]
+    Proc(ProcError),
+    #[error("cannot write {what}: {source}")]
+    Write { what: String, source: io::Error },
+}
+
+impl From<ProcError> for InspectError {
+    fn from(e: ProcError) -> Self {
+        match e {
+            ProcError::Gone { pid } => InspectError::NotFound { pid },
+            e => InspectError::Proc(e),
+        }
+    }
+}
+
+/// A runtime recognised in the process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Runtime {
+    Ruby,
+    Python,
+    Jvm,
+    Node,
+    Go,
+    Erlang,
+    Perl,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RuntimeHint {
+    pub runtime: Runtime,
+    pub evidence: String,
+}
+
+/// What the process is.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Process {
+    pub comm: String,
+    /// Target of `/proc/PID/exe` (`None` when not readable).
+    pub exe: Option<String>,
+    pub cmdline: Vec<String>,
+    pub state: char,
+    pub ppid: i32,
+    pub threads: u64,
+    pub age_seconds: Option<f64>,
+    pub cpu_seconds: f64,
+    pub runtimes: Vec<RuntimeHint>,
+}
+
+/// What the process holds (bytes).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Memory {
+    pub rss_bytes: u64,
+    pub rss_anon_bytes: u64,
+    pub rss_file_bytes: u64,
+    pub rss_shmem_bytes: u64,
+    /// From `smaps_rollup`; `None` when not readable.
+    pub pss_bytes: Option<u64>,
+    pub uss_bytes: Option<u64>,
+    pub swap_bytes: u64,
+    /// `VmHWM`: the kernel's high-water mark of RSS.
+    pub peak_rss_bytes: u64,
+    pub virtual_bytes: u64,
+}
+
+/// Which allocator answers `malloc`, and why we think so.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Allocator {
+    /// As [`detect_allocator`] names it: `glibc`, `jemalloc`, `glibc (static executable)`, …
+    pub name: String,
+    pub evidence: Vec<String>,
+    /// `static` or `dynamic`; `None` when the executable could not be read.
+    pub linkage: Option<String>,
+    pub defines_malloc: Option<bool>,
+    pub ld_preload: Option<String>,
+    /// Why `LD_PRELOAD` names an allocator that does not answer `malloc`.
+    pub preload_ignored: Option<String>,
+    /// Allocator and runtime settings in the initial environment.
+    pub settings: Vec<(String, String)>,
+}
+
+impl Allocator {
+    /// glibc malloc answers (dynamic or static).
+    pub fn is_glibc(&self) -> bool {
+        self.name.starts_with("glibc")
+    }
+}
+
+/// glibc arenas: how many, found how, against which limit.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Arenas {
+    pub count: u64,
+    pub method: arenas::Method,
+    pub heaps: u64,
+    pub limit: arenas::ArenaLimit,
+    pub threads: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Host {
+    pub online_cpus: u32,
+    pub memory_bytes: u64,
+}
+
+/// One RSS sample of a watch.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Sample {
+    pub t_seconds: f64,
+    pub rss_bytes: u64,
+}
+
+/// Why a watch ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WatchEnd {
+    Completed,
+    ProcessExited,
+    Interrupted,
+}
+
+/// An RSS time series and its verdict.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Watch {
+    pub interval_seconds: f64,
+    pub requested_seconds: f64,
+    pub end: WatchEnd,
+    pub samples: Vec<Sample>,
+    pub trend: Trend,
+}
+
+/// Everything `inspect` found. Plain data.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Inspection {
+    pub schema_version: u32,
+    pub pid: i32,
+    /// False when the process exited (or a file was unreadable) part-way.
+    pub complete: bool,
+    /// What could not be read, and why.
+    pub missing: Vec<String>,
+    pub process: Process,
+    pub memory: Option<Memory>,
+    /// RSS/PSS/USS/swap by kind of mapping (see [`classify`]).
+    pub breakdown: Vec<Group>,
+    /// Thread stacks recognised in the maps (heuristic; see [`classify`]).
+    pub thread_stacks: Option<u64>,
+    pub allocator: Option<Allocator>,
+    /// `None` unless glibc malloc answers.
+    pub arenas: Option<Arenas>,
+    pub container: Option<Container>,
+    pub host: Host,
+    pub advice: Vec<Advice>,
+    pub watch: Option<Watch>,
+}
+
+/// Collects "missing" notes; remembers that the process is gone.
+struct Partial {
+    pid: i32,
+    missing: Vec<String>,
+    gone: bool,
+}
+
+impl Partial {
+    fn take<T>(&mut self, what: &str, r: Result<T, ProcError>) -> Option<T> {
+        if self.gone {
+            return None;
+        }
+        match r {
+            Ok(v) => Some(v),
+            Err(ProcError::Gone { .. }) => {
+                self.gone = true;
+                self.missing.push(format!(
+                    "process {} exited while {what} was being read; later sections are missing",
+                    self.pid
+                ));
+                None
+            }
+            Err(e) => {
+                self.missing.push(format!("{what}: {e}"));
+                None
+            }
+        }
+    }
+}
+
+const SETTINGS_PREFIXES: [&str; 12] = [
+    "MALLOC_",
+    "GLIBC_TUNABLES",
+    "LD_PRELOAD",
+    "TCMALLOC_",
+    "MIMALLOC_",
+    "PYTHONMALLOC",
+    "RUBY_YJIT",
+    "RUBYOPT",
+    "JAVA_TOOL_OPTIONS",
+    "GOGC",
+    "GOMEMLIMIT",
+    "NODE_OPTIONS",
+];
+
+/// Inspects `pid` once.
+pub fn gather(pid: i32) -> Result<Inspection, InspectError> {
+    if pid <= 0 {
+        return Err(InspectError::NotFound { pid });
+    }
+    let stat = proc::read_stat(pid)?;
+    let status_text =
+        proc::read_proc_file(pid, "status").map(|b| String::from_utf8_lossy(&b).into_owned())?;
+    let status = proc::parse_status(&status_text)?;
+    if stat.state == 'Z' || status.state == 'Z' {
+        return Err(InspectError::Zombie {
+            pid,
+            comm: stat.comm,
+            ppid: stat.ppid,
+        });
+    }
+    let mut p = Partial {
+        pid,
+        missing: Vec::new(),
+        gone: false,
+    };
+    let ticks = proc::clock_ticks_per_second() as f64;
+    let age_seconds = std::fs::read_to_string("/proc/uptime")
+        .ok()
+        .and_then(|t| t.split_whitespace().next()?.parse::<f64>().ok())
+        .map(|up| (up - stat.starttime_ticks as f64 / ticks).max(0.0));
+    let exe_link = std::fs::read_link(format!("/proc/{pid}/exe"))
+        .ok()
+        .map(|p| p.display().to_string());
+    let cmdline: Vec<String> = p
+        .take("/proc/PID/cmdline", proc::read_proc_file(pid, "cmdline"))
+        .map(|b| {
+            b.split(|c| *c == 0)
+                .filter(|s| !s.is_empty())
+                .map(|s| String::from_utf8_lossy(s).into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    let rollup = p.take("/proc/PID/smaps_rollup", proc::read_smaps_rollup(pid));
+    let memory = Some(Memory {
+        rss_bytes: status.vm_rss,
+        rss_anon_bytes: status.rss_anon,
+        rss_file_bytes: status.rss_file,
+        rss_shmem_bytes: status.rss_shmem,
+        pss_bytes: rollup.as_ref().map(|r| r.pss),
+        uss_bytes: rollup.as_ref().map(|r| r.uss),
+        swap_bytes: status.vm_swap,
+        peak_rss_bytes: status.vm_hwm,
+        virtual_bytes: status.vm_size,
+    });
+    let smaps_text = p
+        .take("/proc/PID/smaps", proc::read_proc_file(pid, "smaps"))
+        .map(|b| String::from_utf8_lossy(&b).into_owned());
+    if smaps_text.as_deref() == Some("") && !p.gone {
+        // An empty smaps: the address space is already torn down.
+        p.gone = true;
+        p.missing.push(format!(
+            "process {pid} exited before its mappings could be read"
+        ));
+    }
+    let smaps = match smaps_text.as_deref().map(classify::parse_smaps) {
+        Some(Ok(s)) => s,
+        Some(Err(e)) => {
+            p.missing.push(e.to_string());
+            Vec::new()
+        }
+        None => Vec::new(),
+    };
+    let maps: Vec<Mapping> = smaps.iter().map(|(m, _)| m.clone()).collect();
+    let env = p
+        .take("/proc/PID/environ", proc::read_environ(pid))
+        .unwrap_or_default();
+
+    // Allocator.
+    let exe_facts = if p.gone {
+        None
+    } else {
+        exe_elf_facts(pid, exe_link.as_deref())
+            .map_err(|e| p.missing.push(format!("executable: {e}")))
+            .ok()
+    };
+    let libs = maps::mapped_libraries(&maps);
+    let allocator = (!maps.is_empty()).then(|| allocator_facts(&libs, exe_facts.as_ref(), &env));
+
+    // Arenas.
+    let online_cpus = host::online_cpus();
+    let mut heap_ranges = Vec::new();
+    let arenas = match &allocator {
+        Some(a) if a.is_glibc() && !p.gone => {
+            let count = match arenas::ProcMem::open(pid) {
+                Ok(mut mem) => arenas::count_from_headers(&maps, &mut mem, proc::page_size()),
+                Err(e) => {
+                    p.missing.push(format!(
+                        "/proc/{pid}/mem: {e}; arena count estimated from the maps (counts heaps, an upper bound)"
+                    ));
+                    arenas::estimate(&maps)
+                }
+            };
+            heap_ranges = count.heap_ranges.clone();
+            Some(Arenas {
+                count: count.arenas,
+                method: count.method,
+                heaps: count.heaps,
+                limit: arenas::arena_limit(&env, online_cpus),
+                threads: status.threads,
+            })
+        }
+        _ => None,
+    };
+    let kinds = classify::classify(&maps, &heap_ranges);
+    let breakdown = classify::group(&smaps, &kinds);
+    let thread_stacks = (!maps.is_empty()).then(|| classify::thread_stack_count(&maps, &kinds));
+
+    // Container.
+    let container = p
+        .take("/proc/PID/cgroup", proc::read_proc_file(pid, "cgroup"))
+        .map(|b| container::read_container(pid, &String::from_utf8_lossy(&b), &status_text));
+    if let Some(c) = &container {
+        p.missing
+            .extend(c.notes.iter().map(|n| format!("cgroup: {n}")));
+    }
+    // A last look: did the process outlive the reads?
+    if !p.gone {
+        match proc::read_stat(pid) {
+            Ok(s) if s.starttime_ticks == stat.starttime_ticks && s.state != 'Z' => {}
+            _ => {
+                p.gone = true;
+                p.missing.push(format!(
+                    "process {pid} exited during the inspection; figures are from before"
+                ));
+            }
+        }
+    }
+
+    let runtimes = runtime_hints(&libs, exe_link.as_deref(), &cmdline, exe_facts.as_ref());
+    let mut ins = Inspection {
+        schema_version: SCHEMA_VERSION,
+        pid,
+        complete: p.missing.is_empty(),
+        missing: p.missing,
+        process: Process {
+            comm: stat.comm,
+            exe: exe_link,
+            cmdline,
+            state: status.state,
+            ppid: stat.ppid,
+            threads: status.threads,
+            age_seconds,
+            cpu_seconds: (stat.utime_ticks + stat.stime_ticks) as f64 / ticks,
+            runtimes,
+        },
+        memory,
+        breakdown,
+        thread_stacks,
+        allocator,
+        arenas,
+        container,
+        host: Host {
+            online_cpus,
+            memory_bytes: std::fs::read_to_string("/proc/meminfo")
+                .ok()
+                .and_then(|t| host::parse_meminfo_total(&t))
+                .unwrap_or(0),
+        },
+        advice: Vec::new(),
+        watch: None,
+    };
+    ins.advice = advice::advise(&ins);
+    Ok(ins)
+}
+
+/// What the executable says, plus whether it is a Go program.
+struct ExeFacts {
+    elf: elf::ElfFacts,
+    go: bool,
+}
+
+fn exe_elf_facts(pid: i32, link_target: Option<&str>) -> Result<ExeFacts, String> {
+    // Read by path where the file still exists, through the link otherwise.
+    let path = link_target
+        .filter(|t| !t.ends_with(" (deleted)") && Path::new(t).exists())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(format!("/proc/{pid}/exe")));
+    let facts = elf::inspect_elf(&path).map_err(|e| e.to_string())?;
+    Ok(ExeFacts {
+        go: is_go_program(&path),
+        elf: facts,
+    })
+}
+
+/// A Go executable carries a `.go.buildinfo` section.
+fn is_go_program(path: &Path) -> bool {
+    let Ok(f) = std::fs::File::open(path) else {
+        return false;
+    };
+    // SAFETY: read-only private mapping of an executable that is running (ETXTBSY).
+    let Ok(bytes) = (unsafe { memmap2::Mmap::map(&f) }) else {
+        return false;
+    };
+    let Ok(e) = goblin::elf::Elf::parse(&bytes) else {
+        return false;
+    };
+    e.section_headers
+        .iter()
+        .any(|s| e.shdr_strtab.get_at(s.sh_name) == Some(".go.buildinfo"))
+}
+
+fn file_name(p: &str) -> &str {
+    p.rsplit('/').next().unwrap_or(p)
+}
+
+fn allocator_facts(libs: &[String], exe: Option<&ExeFacts>, env: &[(String, String)]) -> Allocator {
+    let f = exe.map(|e| &e.elf);
+    let name = detect_allocator(libs, f);
+    let mut evidence = Vec::new();
+    if let Some(f) = f {
+        match &f.linkage {
+            Linkage::Static => evidence.push(
+                "the executable is statically linked (no PT_INTERP): the dynamic loader never runs"
+                    .into(),
+            ),
+            Linkage::Dynamic { interpreter } => {
+                evidence.push(format!("dynamically linked (interpreter {interpreter})"))
+            }
+        }
+        if f.defines_malloc {
+            evidence.push("the executable defines malloc itself".into());
+        }
+        if let Some(b) = f.bundled_allocator {
+            evidence.push(format!("allocator symbols in the executable: {b:?}").to_lowercase());
+        }
+    }
+    let alloc_libs: Vec<&String> = libs
+        .iter()
+        .filter(|l| elf::allocator_of_library(l).is_some())
+        .collect();
+    for l in &alloc_libs {
+        evidence.push(format!("{} is mapped", l));
+    }
+    if alloc_libs.is_empty() {
+        if let Some(libc) = libs.iter().find(|l| file_name(l).starts_with("libc.so")) {
+            evidence.push(format!("no other allocator mapped; {libc} is"));
+        }
+    }
+    let ld_preload = env
+        .iter()
+        .find(|(k, _)| k == "LD_PRELOAD")
+        .map(|(_, v)| v.clone());
+    if let Some(pre) = &ld_preload {
+        evidence.push(format!("LD_PRELOAD={pre} in the initial environment"));
+    }
+    let preload_alloc = ld_preload.as_deref().and_then(|pre| {
+        pre.split([' ', ':'])
+            .filter(|s| !s.is_empty())
+            .find_map(elf::allocator_of_library)
+    });
+    let preload_ignored = match (preload_alloc, f) {
+        (Some(_), Some(f)) if f.linkage == Linkage::Static => Some(
+            "LD_PRELOAD names an allocator, but a static executable ignores LD_PRELOAD".to_string(),
+        ),
+        (Some(_), Some(f)) if f.defines_malloc => Some(
+            "LD_PRELOAD names an allocator, but the executable's own malloc comes first in symbol lookup"
+                .to_string(),
+        ),
+        (Some(b), _) if !libs.iter().any(|l| elf::allocator_of_library(l) == Some(b)) => Some(
+            "LD_PRELOAD names an allocator that is not mapped (setuid program, or a wrong path?)"
+                .to_string(),
+        ),
+        _ => None,
+    };
+    let settings = env
+        .iter()
+        .filter(|(k, _)| SETTINGS_PREFIXES.iter().any(|p| k.starts_with(p)))
+        .cloned()
+        .collect();
+    Allocator {
+        name,
+        evidence,
+        linkage: f.map(|f| match f.linkage {
+            Linkage::Static => "static".into(),
+            Linkage::Dynamic { .. } => "dynamic".into(),
+        }),
+        defines_malloc: f.map(|f| f.defines_malloc),
+        ld_preload,
+        preload_ignored,
+        settings,
+    }
+}
+
+fn runtime_hints(
+    libs: &[String],
+    exe: Option<&str>,
+    cmdline: &[String],
+    facts: Option<&ExeFacts>,
+) -> Vec<RuntimeHint> {
+    let mut out: Vec<RuntimeHint> = Vec::new();
+    let mut add = |runtime: Runtime, evidence: String| {
+        if !out.iter().any(|h| h.runtime == runtime) {
+            out.push(RuntimeHint { runtime, evidence });
+        }
+    };
+    for l in libs {
+        let n = file_name(l);
+        let rt = if n.starts_with("libruby") {
+            Some(Runtime::Ruby)
+        } else if n.starts_with("libpython") {
+            Some(Runtime::Python)
+        } else if n == "libjvm.so" {
+            Some(Runtime::Jvm)
+        } else if n.starts_with("libnode.so") {
+            Some(Runtime::Node)
+        } else if n.starts_with("libperl.so") {
+            Some(Runtime::Perl)
+        } else {
+            None
+        };
+        if let Some(rt) = rt {
+            add(rt, format!("{n} is mapped"));
+        }
+    }
+    let exe_name = exe
+        .map(|e| file_name(e.strip_suffix(" (deleted)").unwrap_or(e)).to_string())
+        .or_else(|| cmdline.first().map(|c| file_name(c).to_string()));
+    if let Some(n) = exe_name {
+        let rt = if n.starts_with("ruby") {
+            Some(Runtime::Ruby)
+        } else if n.starts_with("python") {
+            Some(Runtime::Python)
+        } else if n == "java" {
+            Some(Runtime::Jvm)
+        } else if n == "node" || n == "nodejs" {
+            Some(Runtime::Node)
+        } else if n == "beam.smp" {
+            Some(Runtime::Erlang)
+        } else if n.starts_with("perl") {
+            Some(Runtime::Perl)
+        } else {
+            None
+        };
+        if let Some(rt) = rt {
+            add(rt, format!("executable {n}"));
+        }
+    }
+    if facts.is_some_and(|f| f.go) {
+        add(
+            Runtime::Go,
+            "the executable has a .go.buildinfo section (Go's heap does not use malloc)".into(),
+        );
+    }
+    out
+}
+
+/// Samples the RSS of `pid` every `interval` for `duration` (or until it exits or
+/// `stop` is set), then judges the series. `on_sample` sees each sample as it comes.
+pub fn watch(
+    pid: i32,
+    duration: Duration,
+    interval: Duration,
+    stop: &AtomicBool,
+    on_sample: &mut dyn FnMut(&Sample),
+) -> Watch {
+    let start = Instant::now();
+    let starttime = proc::read_stat(pid).ok().map(|s| s.starttime_ticks);
+    let mut samples = Vec::new();
+    let mut next = start;
+    let end = loop {
+        if stop.load(Ordering::Relaxed) {
+            break WatchEnd::Interrupted;
+        }
+        let same = proc::read_stat(pid)
+            .ok()
+            .filter(|s| Some(s.starttime_ticks) == starttime && s.state != 'Z');
+        let status = same.and_then(|_| proc::read_status(pid).ok());
+        let Some(status) = status else {
+            break WatchEnd::ProcessExited;
+        };
+        let s = Sample {
+            t_seconds: start.elapsed().as_secs_f64(),
+            rss_bytes: status.vm_rss,
+        };
+        on_sample(&s);
+        samples.push(s);
+        if start.elapsed() >= duration {
+            break WatchEnd::Completed;
+        }
+        next += interval;
+        // Sleep in small steps so an interrupt is honoured quickly.
+        while Instant::now() < next && !stop.load(Ordering::Relaxed) {
+            std::thread::sleep((next - Instant::now()).min(Duration::from_millis(50)));
+        }
+    };
+    let series: Vec<(f64, f64)> = samples
+        .iter()
+        .map(|s| (s.t_seconds, s.rss_bytes as f64))
+        .collect();
+    let rules = TrendRules {
+        min_seconds: TrendRules::default()
+            .min_seconds
+            .max(interval.as_secs_f64() * 4.0),
+        ..TrendRules::default()
+    };
+    Watch {
+        interval_seconds: interval.as_secs_f64(),
+        requested_seconds: duration.as_secs_f64(),
+        end,
+        samples,
+        trend: trend::trend(&series, &rules),
+    }
+}
+
+/// How `memtrial inspect` was asked to run.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub pid: i32,
+    /// Write JSON here (`-` for `out`, replacing the text).
+    pub json: Option<PathBuf>,
+    pub watch: Option<Duration>,
+    pub interval: Duration,
+    pub color: bool,
+}
+
+/// Runs `memtrial inspect`: gathers, optionally watches, writes text and/or JSON to
+/// `out` (or the JSON file); progress lines go to `note`.
+pub fn run(
+    opts: &Options,
+    out: &mut dyn Write,
+    note: &mut dyn FnMut(&str),
+    stop: &AtomicBool,
+) -> Result<Inspection, InspectError> {
+    let mut ins = gather(opts.pid)?;
+    if let Some(d) = opts.watch {
+        note(&format!(
+            "watching RSS of PID {} every {} for {} (Ctrl-C ends early)…",
+            opts.pid,
+            crate::plan::units::format_seconds(opts.interval.as_secs_f64()),
+            crate::plan::units::format_seconds(d.as_secs_f64())
+        ));
+        let w = watch(opts.pid, d, opts.interval, stop, &mut |_| {});
+        if w.end == WatchEnd::ProcessExited {
+            ins.complete = false;
+            ins.missing.push(format!(
+                "process {} exited {:.1} s into the watch",
+                opts.pid,
+                w.samples.last().map_or(0.0, |s| s.t_seconds)
+            ));
+        }
+        ins.watch = Some(w);
+        ins.advice = advice::advise(&ins);
+    }
+    let write_err = |what: &str| {
+        let what = what.to_string();
+        move |source| InspectError::Write { what, source }
+    };
+    let json = || {
+        let mut s =
+            serde_json::to_string_pretty(&ins).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
+        s.push('\n');
+        s
+    };
+    match &opts.json {
+        Some(p) if p.as_os_str() == "-" => {
+            out.write_all(json().as_bytes())
+                .map_err(write_err("standard output"))?;
+        }
+        Some(p) => {
+            out.write_all(render::render(&ins, opts.color).as_bytes())
+                .map_err(write_err("standard output"))?;
+            std::fs::write(p, json()).map_err(write_err(&p.display().to_string()))?;
+            note(&format!("wrote {}", p.display()));
+        }
+        None => {
+            out.write_all(render::render(&ins, opts.color).as_bytes())
+                .map_err(write_err("standard output"))?;
+        }
+    }
+    out.flush().map_err(write_err("standard output"))?;
+    Ok(ins)
+}
