@@ -1561,3 +1561,36 @@ fn inspect_watch_tells_growth_from_a_plateau() {
         .iter()
         .any(|a| a["kind"] == "growing"));
 }
+
+#[test]
+fn runs_get_a_leak_or_plateau_verdict() {
+    let cases = [
+        ("leak", "import time\nl = []\nfor _ in range(60):\n    l.append(bytearray(2_000_000)); time.sleep(0.05)\n"),
+        ("plateau", "import time\nx = bytearray(100_000_000)\ntime.sleep(3)\n"),
+    ];
+    for (want, code) in cases {
+        let r = memtrial_in_tmp(&[
+            "run",
+            "--runs",
+            "1",
+            "--variants",
+            "glibc",
+            "--json",
+            "out.json",
+            "--",
+            "python3",
+            "-c",
+            code,
+        ]);
+        assert_eq!(r.code(), 0, "{}", r.stderr());
+        let doc = r.json();
+        let trend = &variant(&doc, "glibc")["summary"]["trend"];
+        assert_eq!(trend["verdict"], want, "{trend}");
+        let word = if want == "leak" {
+            "grows"
+        } else {
+            "plateaus at"
+        };
+        assert!(r.stdout().contains(word), "{}", r.stdout());
+    }
+}

@@ -140,6 +140,100 @@ pub struct VariantSummary {
     pub allocator_detected: Option<String>,
     pub figures: BTreeMap<Figure, Estimate>,
     pub ratio_to_baseline: BTreeMap<Figure, Ratio>,
+    /// Leak or plateau, from the tail of each counted run's RSS series.
+    pub trend: Option<TrendSummary>,
+}
+
+/// The leak-or-plateau verdicts of a variant's runs.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TrendSummary {
+    /// The verdict most runs got (`leak`, `shrinking`, `plateau`, `too_short`).
+    pub verdict: String,
+    /// Runs per verdict.
+    pub runs: BTreeMap<String, usize>,
+    /// The median run's verdict in words, e.g. "grows 12 MiB/min [8, 15], no plateau".
+    pub sentence: String,
+}
+
+/// A run's memory trend in report words.
+pub fn trend_phrase(t: &trend::Trend) -> String {
+    use crate::plan::units::format_bytes;
+    let rate = |b: f64| {
+        if b < 0.0 {
+            format!("-{}", format_bytes(-b))
+        } else {
+            format_bytes(b)
+        }
+    };
+    match t {
+        trend::Trend::Leak {
+            slope_bytes_per_min,
+            ci,
+            ..
+        } => format!(
+            "grows {}/min [{}, {}], no plateau",
+            rate(*slope_bytes_per_min),
+            rate(ci.0),
+            rate(ci.1)
+        ),
+        trend::Trend::Shrinking {
+            slope_bytes_per_min,
+            level_bytes,
+            ..
+        } => format!(
+            "gives memory back at the end: {}/min from about {}",
+            rate(*slope_bytes_per_min),
+            format_bytes(*level_bytes)
+        ),
+        trend::Trend::Plateau {
+            level_bytes,
+            since_seconds,
+            ..
+        } => format!(
+            "plateaus at {} after {:.1} s",
+            format_bytes(*level_bytes),
+            since_seconds
+        ),
+        trend::Trend::TooShort {
+            samples, seconds, ..
+        } => format!("too short to judge ({samples} samples over {seconds:.1} s)"),
+    }
+}
+
+/// The trend of one run's tree RSS.
+pub fn run_trend(r: &RunRecord) -> trend::Trend {
+    let series: Vec<(f64, f64)> = r
+        .samples
+        .iter()
+        .map(|s| (s.t_seconds, s.rss_bytes as f64))
+        .collect();
+    trend::trend(&series, &trend::TrendRules::default())
+}
+
+fn summarise_trends(runs: &[&RunRecord]) -> Option<TrendSummary> {
+    if runs.is_empty() {
+        return None;
+    }
+    let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+    for r in runs {
+        *counts.entry(run_trend(r).name().to_string()).or_insert(0) += 1;
+    }
+    let verdict = counts
+        .iter()
+        .max_by_key(|(_, n)| **n)
+        .map(|(v, _)| v.clone())?;
+    // Words from the median run (by mean RSS) among those with the majority verdict.
+    let mut with: Vec<&&RunRecord> = runs
+        .iter()
+        .filter(|r| run_trend(r).name() == verdict)
+        .collect();
+    with.sort_by_key(|r| r.mean_rss_bytes);
+    let median = with.get(with.len().saturating_sub(1) / 2)?;
+    Some(TrendSummary {
+        sentence: trend_phrase(&run_trend(median)),
+        verdict,
+        runs: counts,
+    })
 }
 
 impl VariantSummary {
@@ -234,7 +328,9 @@ pub fn analyse(e: &Experiment) -> Analysis {
                 );
             }
         }
+        let trend = summarise_trends(&ok);
         variants.push(VariantSummary {
+            trend,
             name: v.name.clone(),
             is_baseline,
             runs_total: measured.len(),

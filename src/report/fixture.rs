@@ -22,14 +22,21 @@ fn variant(name: &str, env: &[(&str, &str)], preload: Option<&str>) -> Variant {
 
 fn run(variant: &str, block: u32, peak_mib: f64, wall: f64, status: RunStatus) -> RunRecord {
     let peak = (peak_mib * 1048576.0) as u64;
-    let samples = (0..5)
-        .map(|i| TreeSample {
-            t_seconds: i as f64 * 0.1,
-            rss_bytes: peak / 5 * (i + 1),
-            vsz_bytes: peak * 3,
-            threads: 17,
-            pss_bytes: (i % 2 == 0).then_some(peak / 5 * (i + 1) - 4096),
-            processes: 1,
+    // 4 s sampled every 100 ms: glibc keeps growing, the others level off after 1 s.
+    let grows = variant == "glibc";
+    let samples = (0..=40)
+        .map(|i| {
+            let t = i as f64 * 0.1;
+            let frac = if grows { t / 4.0 } else { (t / 1.0).min(1.0) };
+            let rss = (peak as f64 * (0.05 + 0.95 * frac)) as u64;
+            TreeSample {
+                t_seconds: t,
+                rss_bytes: rss,
+                vsz_bytes: peak * 3,
+                threads: 17,
+                pss_bytes: (i % 10 == 0).then_some(rss - 4096),
+                processes: 1,
+            }
         })
         .collect();
     RunRecord {

@@ -143,6 +143,11 @@ pub fn render(e: &Experiment, a: &Analysis, rec: &Recommendation) -> String {
                 }
                 h2 { "Verdict" }
                 (verdict_block(rec))
+                @let trends = super::table::trend_lines(a);
+                @if !trends.is_empty() {
+                    p { "Memory over time, from the last half of each run:" }
+                    ul { @for t in &trends { li { (t) } } }
+                }
                 h2 { "Figures" }
                 table.figures {
                     tr {

@@ -107,6 +107,7 @@ struct SummaryJson<'a> {
     #[serde(flatten)]
     figures: BTreeMap<&'static str, &'a Estimate>,
     ratio_to_baseline: BTreeMap<&'static str, &'a Ratio>,
+    trend: Option<&'a crate::analysis::TrendSummary>,
 }
 
 fn sample(s: &TreeSample) -> SampleJson {
@@ -166,6 +167,7 @@ fn summary(s: &VariantSummary) -> SummaryJson<'_> {
             .iter()
             .map(|(f, r)| (f.key(), r))
             .collect(),
+        trend: s.trend.as_ref(),
     }
 }
 

@@ -93,6 +93,15 @@ pub fn render(e: &Experiment, a: &Analysis, color: bool) -> String {
          * = significant (the interval excludes 1, at least 3 ok runs on both sides).\n\
          peak RSS: a kernel high-water mark (wait4 ru_maxrss or VmHWM); for several processes at once, the sampled tree sum if larger.\n",
     );
+    let trends = trend_lines(a);
+    if !trends.is_empty() {
+        out.push_str("\nmemory over time (last half of each run):\n");
+        for t in trends {
+            out.push_str("  ");
+            out.push_str(&t);
+            out.push('\n');
+        }
+    }
     let problems = problem_lines(e, a);
     if !problems.is_empty() {
         out.push_str("\n! not every run counted:\n");
@@ -103,6 +112,19 @@ pub fn render(e: &Experiment, a: &Analysis, color: bool) -> String {
         }
     }
     out
+}
+
+/// Per variant: leak or plateau, with how many runs agree.
+pub fn trend_lines(a: &Analysis) -> Vec<String> {
+    a.variants
+        .iter()
+        .filter_map(|s| {
+            let t = s.trend.as_ref()?;
+            let n: usize = t.runs.values().sum();
+            let agree = t.runs.get(&t.verdict).copied().unwrap_or(0);
+            Some(format!("{}: {} ({agree} of {n} runs)", s.name, t.sentence))
+        })
+        .collect()
 }
 
 /// One line per variant whose runs did not all succeed or verify, with the reason.
