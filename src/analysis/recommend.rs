@@ -122,13 +122,24 @@ pub fn recommend(a: &Analysis) -> Recommendation {
     let front = pareto_front(&pool);
     let base = pool.iter().find(|s| s.is_baseline);
     let Some(base) = base else {
+        let ok = a
+            .variants
+            .iter()
+            .find(|s| s.is_baseline)
+            .map_or(0, |s| s.runs_ok);
+        let reason = if ok < MIN_RUNS_FOR_SIGNIFICANCE {
+            format!(
+                "the baseline '{}' has {ok} ok run(s); with fewer than {MIN_RUNS_FOR_SIGNIFICANCE} nothing can be called significant (use --runs 5)",
+                a.baseline
+            )
+        } else {
+            format!(
+                "not every run of the baseline '{}' finished ok and verified, so there is nothing sound to compare against",
+                a.baseline
+            )
+        };
         return Recommendation {
-            verdict: Verdict::NotEnoughRuns {
-                reason: format!(
-                    "the baseline '{}' has no clean set of at least {MIN_RUNS_FOR_SIGNIFICANCE} ok runs to compare against",
-                    a.baseline
-                ),
-            },
+            verdict: Verdict::NotEnoughRuns { reason },
             pareto_front: front,
             excluded,
         };

@@ -1,5 +1,6 @@
 //! One run of one variant, end to end: launch → verify → sample → wait → stop → [`RunRecord`].
 
+pub mod server;
 pub mod verify;
 
 use std::fs::File;

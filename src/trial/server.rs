@@ -1,0 +1,185 @@
+//! Server trials: a free port per run, `{port}` substitution, readiness.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+/// The placeholder replaced by the run's port in the command, environment and URLs.
+pub const PORT_PLACEHOLDER: &str = "{port}";
+
+/// A port free on 127.0.0.1 right now (the kernel picks it; it is released at once, so a
+/// server started next can bind it).
+pub fn free_port() -> std::io::Result<u16> {
+    let l = TcpListener::bind("127.0.0.1:0")?;
+    Ok(l.local_addr()?.port())
+}
+
+/// Replaces every `{port}` with the port.
+pub fn substitute(text: &str, port: u16) -> String {
+    text.replace(PORT_PLACEHOLDER, &port.to_string())
+}
+
+/// Why a server never became ready.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NotReady {
+    /// The server process exited first.
+    Exited,
+    /// Nothing answered within the time allowed; the last thing seen.
+    TimedOut { last: String },
+    /// memtrial was interrupted meanwhile.
+    Interrupted,
+}
+
+/// What the readiness check saw when the server answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ready {
+    pub after: Duration,
+    /// The HTTP status of the readiness request.
+    pub status: u16,
+}
+
+/// One readiness probe: TCP connect, then `GET path` with `Connection: close`; the status
+/// code of the answer.
+pub fn probe_http(
+    addr: SocketAddr,
+    host: &str,
+    path: &str,
+    timeout: Duration,
+) -> Result<u16, String> {
+    let mut s = TcpStream::connect_timeout(&addr, timeout)
+        .map_err(|e| format!("connect to {addr}: {e}"))?;
+    s.set_read_timeout(Some(timeout))
+        .map_err(|e| e.to_string())?;
+    s.set_write_timeout(Some(timeout))
+        .map_err(|e| e.to_string())?;
+    let req = format!(
+        "GET {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: memtrial-ready\r\nAccept: */*\r\nConnection: close\r\n\r\n"
+    );
+    s.write_all(req.as_bytes())
+        .map_err(|e| format!("send to {addr}: {e}"))?;
+    let mut buf = [0u8; 64];
+    let mut got = 0;
+    while got < 12 {
+        match s.read(&mut buf[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) => return Err(format!("read from {addr}: {e}")),
+        }
+    }
+    let head = String::from_utf8_lossy(&buf[..got]);
+    let mut parts = head.split_whitespace();
+    match (
+        parts.next(),
+        parts.next().and_then(|c| c.parse::<u16>().ok()),
+    ) {
+        (Some(v), Some(code)) if v.starts_with("HTTP/1.") => Ok(code),
+        _ => Err(format!(
+            "{addr} answered something that is not HTTP/1.x: {:?}",
+            head.trim()
+        )),
+    }
+}
+
+/// Polls until the server answers an HTTP request, the process exits, or time runs out.
+pub fn wait_ready(
+    addr: SocketAddr,
+    host: &str,
+    path: &str,
+    limit: Duration,
+    alive: &mut dyn FnMut() -> bool,
+    interrupted: &dyn Fn() -> bool,
+) -> Result<Ready, NotReady> {
+    let start = Instant::now();
+    let mut last = String::from("nothing tried yet");
+    let mut pause = Duration::from_millis(10);
+    loop {
+        if interrupted() {
+            return Err(NotReady::Interrupted);
+        }
+        if !alive() {
+            return Err(NotReady::Exited);
+        }
+        match probe_http(addr, host, path, Duration::from_millis(500)) {
+            Ok(status) => {
+                return Ok(Ready {
+                    after: start.elapsed(),
+                    status,
+                })
+            }
+            Err(e) => last = e,
+        }
+        if start.elapsed() >= limit {
+            return Err(NotReady::TimedOut { last });
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(200));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ports_and_substitution() {
+        let p = free_port().unwrap();
+        assert!(p > 0);
+        assert_eq!(
+            substitute("http://127.0.0.1:{port}/x?p={port}", 8123),
+            "http://127.0.0.1:8123/x?p=8123"
+        );
+        assert_eq!(substitute("no placeholder", 1), "no placeholder");
+    }
+
+    #[test]
+    fn readiness_against_a_real_listener() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let server = std::thread::spawn(move || {
+            let (mut c, _) = l.accept().unwrap();
+            let mut buf = [0u8; 1024];
+            let _ = c.read(&mut buf);
+            c.write_all(b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n")
+                .unwrap();
+        });
+        let r = wait_ready(
+            addr,
+            "127.0.0.1",
+            "/health",
+            Duration::from_secs(5),
+            &mut || true,
+            &|| false,
+        )
+        .unwrap();
+        assert_eq!(r.status, 204);
+        server.join().unwrap();
+    }
+
+    #[test]
+    fn nobody_listening_times_out_with_the_last_error() {
+        let port = free_port().unwrap();
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        match wait_ready(
+            addr,
+            "x",
+            "/",
+            Duration::from_millis(300),
+            &mut || true,
+            &|| false,
+        ) {
+            Err(NotReady::TimedOut { last }) => assert!(last.contains("connect"), "{last}"),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            wait_ready(
+                addr,
+                "x",
+                "/",
+                Duration::from_secs(5),
+                &mut || false,
+                &|| false
+            ),
+            Err(NotReady::Exited)
+        );
+    }
+}
