@@ -84,6 +84,7 @@ pub fn dispatch(cli: Cli) -> Result<Outcome> {
         Command::Recommend(args) => recommend_cmd(&cli.db, args.id),
         Command::Workload(WorkloadCommand::Fragment(args)) => fragment_cmd(args),
         Command::Inspect(args) => inspect_cmd(args, &ui),
+        Command::Load(args) => load_cmd(args, &ui),
     }
 }
 
@@ -787,4 +788,192 @@ fn inspect_cmd(args: &InspectArgs, ui: &Ui) -> Result<Outcome> {
         &stop,
     )?;
     Ok(Outcome::Ok)
+}
+
+// ---- memtrial load -------------------------------------------------------------
+
+/// Builds a load from the flags; every error names its flag, value and reason.
+fn load_spec(args: &crate::cli::LoadArgs, ui: &Ui) -> Result<memtrial::load::LoadSpec> {
+    use memtrial::load::{self, Method, Mode, Source};
+    let url = load::parse_url(&args.url).map_err(|e| anyhow::anyhow!("--url: {e}"))?;
+    let addr = url
+        .socket_addr()
+        .map_err(|e| anyhow::anyhow!("--url {}: {e}", args.url))?;
+    let dur = |flag: &str, v: &str| -> Result<Duration> {
+        parse_duration(v).map_err(|e| anyhow::anyhow!("{flag}: {e}"))
+    };
+    let duration = dur("--duration", &args.duration)?;
+    if duration.is_zero() {
+        bail!("--duration {}: must be longer than 0", args.duration);
+    }
+    let timeout = dur("--timeout", &args.timeout)?;
+    if timeout.is_zero() {
+        bail!("--timeout {}: must be longer than 0", args.timeout);
+    }
+    let warmup = dur("--warmup-duration", &args.warmup_duration)?;
+    if args.connections == 0 {
+        bail!("--connections 0: at least one connection is needed");
+    }
+    let threads = match args.threads {
+        Some(0) => bail!("--threads 0: at least one thread is needed"),
+        Some(t) if t > args.connections => bail!(
+            "--threads {t}: more threads than --connections {}; every thread needs a connection",
+            args.connections
+        ),
+        Some(t) => t,
+        None => (memtrial::linux::host::online_cpus() as usize).clamp(1, args.connections),
+    };
+    let mode = match args.rate {
+        Some(r) if !(r.is_finite() && r > 0.0) => {
+            bail!("--rate {r}: must be a positive number of requests per second")
+        }
+        Some(r) => Mode::Open {
+            rate_per_sec: r,
+            connections: args.connections,
+        },
+        None => Mode::Closed {
+            connections: args.connections,
+        },
+    };
+    let source = if let Some(path) = &args.targets {
+        let reqs = load::load_targets_file(path)
+            .map_err(|e| anyhow::anyhow!("--targets {}: {e}", path.display()))?;
+        ui.note(&format!(
+            "{} request(s) from {}",
+            reqs.len(),
+            path.display()
+        ));
+        Source::List(reqs)
+    } else if let Some(path) = &args.replay {
+        let methods = args
+            .methods
+            .iter()
+            .map(|m| m.trim().to_ascii_uppercase().parse::<Method>())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| anyhow::anyhow!("--methods: {e}"))?;
+        if let Some(s) = args.speed {
+            if !(s.is_finite() && s > 0.0) {
+                bail!("--speed {s}: must be a positive factor (1 = the log's own pace)");
+            }
+        }
+        let bytes = std::fs::read(path)
+            .with_context(|| format!("--replay {}: cannot read", path.display()))?;
+        let log = load::parse_access_log(&String::from_utf8_lossy(&bytes), &methods);
+        let mut note = format!(
+            "replaying {} request(s) from {}",
+            log.entries.len(),
+            path.display()
+        );
+        if log.skipped_methods > 0 {
+            note += &format!(
+                "; {} skipped for their method (--methods)",
+                log.skipped_methods
+            );
+        }
+        if log.unparseable > 0 {
+            note += &format!("; {} unparseable line(s)", log.unparseable);
+            if let Some((line, why)) = log.examples.first() {
+                note += &format!(" (e.g. line {line}: {why})");
+            }
+        }
+        ui.note(&note);
+        if log.entries.is_empty() {
+            bail!(
+                "--replay {}: no replayable requests ({} unparseable line(s), {} with other methods)",
+                path.display(),
+                log.unparseable,
+                log.skipped_methods
+            );
+        }
+        Source::Replay {
+            entries: log.entries,
+            speed: args.speed,
+        }
+    } else {
+        Source::Single(memtrial::load::Request::get(url.path_and_query.clone()))
+    };
+    Ok(memtrial::load::LoadSpec {
+        addr,
+        host_header: url.host_header(),
+        source,
+        mode,
+        threads,
+        duration,
+        warmup,
+        timeout,
+    })
+}
+
+fn load_cmd(args: &crate::cli::LoadArgs, ui: &Ui) -> Result<Outcome> {
+    use std::sync::atomic::Ordering;
+    if let Some(p) = &args.json {
+        check_output(&Some(p.clone()), "--json")?;
+    }
+    let spec = load_spec(args, ui)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGHUP,
+    ] {
+        signal_hook::flag::register(sig, Arc::clone(&stop))
+            .context("cannot install signal handlers")?;
+    }
+    let pacing = match spec.mode {
+        memtrial::load::Mode::Open { rate_per_sec, .. } => {
+            format!("open loop at {rate_per_sec} req/s")
+        }
+        memtrial::load::Mode::Closed { .. } => match &spec.source {
+            memtrial::load::Source::Replay { speed: Some(s), .. } => format!("log's pace ×{s}"),
+            _ => "closed loop".to_string(),
+        },
+    };
+    let header = format!(
+        "memtrial load: {} for {}{}, {} connection(s) on {} thread(s), {pacing}",
+        args.url,
+        format_seconds(spec.duration.as_secs_f64()),
+        if spec.warmup.is_zero() {
+            String::new()
+        } else {
+            format!(
+                " after {} warm-up",
+                format_seconds(spec.warmup.as_secs_f64())
+            )
+        },
+        spec.mode.connections(),
+        spec.threads,
+    );
+    ui.note(&format!("{header} …"));
+    let t0 = std::time::Instant::now();
+    let result = memtrial::load::run(&spec, t0, &stop)?;
+    let text = memtrial::load::summary::render(&header, &result);
+    let json_to_stdout = args.json.as_deref().is_some_and(|p| p.as_os_str() == "-");
+    if !json_to_stdout {
+        print!("{text}");
+    } else {
+        eprint!("{text}");
+    }
+    if let Some(p) = &args.json {
+        let doc = serde_json::json!({
+            "url": args.url,
+            "threads": spec.threads,
+            "connections": spec.mode.connections(),
+            "duration_seconds": spec.duration.as_secs_f64(),
+            "warmup_seconds": spec.warmup.as_secs_f64(),
+            "timeout_seconds": spec.timeout.as_secs_f64(),
+            "result": result,
+        });
+        let mut s = serde_json::to_string_pretty(&doc)?;
+        s.push('\n');
+        write_output(p, &s, "--json", ui)?;
+    }
+    if stop.load(Ordering::Relaxed) {
+        return Ok(Outcome::Interrupted);
+    }
+    Ok(if result.requests == 0 {
+        ui.note("memtrial: no response was received");
+        Outcome::RunsFailed
+    } else {
+        Outcome::Ok
+    })
 }

@@ -59,6 +59,9 @@ pub enum Command {
     /// Diagnose a running process: memory by kind, allocator with evidence, glibc arenas
     /// against their limit, cgroup limits, advice; --watch for a leak-or-plateau verdict.
     Inspect(InspectArgs),
+    /// HTTP load only, like wrk: closed loop, or --rate for an open loop without
+    /// coordinated omission; from one URL, a targets file or a replayed access log.
+    Load(LoadArgs),
 }
 
 #[derive(Debug, Args)]
@@ -213,4 +216,54 @@ pub struct InspectArgs {
         requires = "watch"
     )]
     pub interval: String,
+}
+
+/// `memtrial load`.
+#[derive(Debug, Args)]
+pub struct LoadArgs {
+    /// The server: http://HOST[:PORT]/PATH (plain HTTP/1.1; https is not supported).
+    #[arg(long, value_name = "URL")]
+    pub url: String,
+    /// Measured time (e.g. 10s, 2m), after the warm-up.
+    #[arg(long, default_value = "10s", value_name = "DURATION")]
+    pub duration: String,
+    /// Load before the measurement, excluded from every figure (e.g. 5s).
+    #[arg(long, default_value = "0s", value_name = "DURATION")]
+    pub warmup_duration: String,
+    /// Keep-alive connections (the most requests in flight).
+    #[arg(long, short = 'c', default_value_t = 64, value_name = "N")]
+    pub connections: usize,
+    /// Load threads, each with its own event loop [default: CPUs, at most --connections].
+    #[arg(long, short = 't', value_name = "N")]
+    pub threads: Option<usize>,
+    /// Open loop: this many requests per second in total, on a fixed schedule; latency
+    /// counts from the intended send time.
+    #[arg(long, value_name = "PER_SECOND", conflicts_with = "speed")]
+    pub rate: Option<f64>,
+    /// A targets file: one `URL` or `METHOD URL` per line, optional header lines and
+    /// `@FILE` bodies (see docs/load.md); sent round-robin.
+    #[arg(long, value_name = "FILE", conflicts_with = "replay")]
+    pub targets: Option<PathBuf>,
+    /// Replay an nginx/Apache access log (common or combined format).
+    #[arg(long, value_name = "LOG")]
+    pub replay: Option<PathBuf>,
+    /// Replay at the log's own pace sped up by X (e.g. 4); without it, as fast as
+    /// --connections (or --rate) allow.
+    #[arg(long, value_name = "X", requires = "replay")]
+    pub speed: Option<f64>,
+    /// Methods replayed from the log.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "GET,HEAD",
+        value_name = "LIST",
+        requires = "replay"
+    )]
+    pub methods: Vec<String>,
+    /// A request without a complete response after this long counts as a timeout.
+    #[arg(long, default_value = "5s", value_name = "DURATION")]
+    pub timeout: String,
+    /// Write the result as JSON to FILE ('-' for standard output).
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
 }

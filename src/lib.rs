@@ -7,6 +7,7 @@
 pub mod analysis;
 pub mod inspect;
 pub mod linux;
+pub mod load;
 pub mod plan;
 pub mod probe;
 pub mod report;

@@ -90,7 +90,7 @@ pub fn wait_ready(
     interrupted: &dyn Fn() -> bool,
 ) -> Result<Ready, NotReady> {
     let start = Instant::now();
-    let mut last = String::from("nothing tried yet");
+    let mut last;
     let mut pause = Duration::from_millis(10);
     loop {
         if interrupted() {

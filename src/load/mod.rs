@@ -1,0 +1,527 @@
+//! The HTTP load generator: closed loop (wrk) and open loop at a fixed rate without
+//! coordinated omission (wrk2), from one URL, a targets file or a replayed access log.
+//!
+//! Each worker thread runs its own `mio` event loop over its share of the keep-alive
+//! connections, sends pre-serialised request bytes, parses responses with `httparse`
+//! into reused buffers, and records latency into its own HDR histograms (one for the
+//! whole run, one for the current second). Once a second each worker merges its
+//! second's histogram into a shared slot; nothing is sent per request and memory does
+//! not grow with the number of requests. See `docs/load.md`.
+
+pub mod accesslog;
+pub mod http;
+pub mod summary;
+pub mod targets;
+mod worker;
+
+use std::net::SocketAddr;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+
+pub use accesslog::{parse_access_log, ReplayLog, DEFAULT_METHODS};
+pub use http::{parse_url, HttpUrl, Method, Request};
+pub use targets::{load_targets_file, parse_targets, TargetsError};
+
+/// Where the requests come from.
+#[derive(Debug, Clone)]
+pub enum Source {
+    /// The same request again and again.
+    Single(Request),
+    /// Round-robin over the list, in the same order every run.
+    List(Vec<Request>),
+    /// A replayed log: requests with their offsets from the first. With `speed` the
+    /// log's own timing drives an open loop (offsets divided by `speed`; the log starts
+    /// over when it runs out); with `None` the requests go as fast as `mode` allows.
+    Replay {
+        entries: Vec<(Duration, Request)>,
+        speed: Option<f64>,
+    },
+}
+
+/// How requests are paced.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Mode {
+    /// Each connection sends its next request when the previous response is complete.
+    Closed { connections: usize },
+    /// Requests on a fixed schedule of `rate_per_sec` in total; latency counts from
+    /// the intended send time. `connections` is the most requests in flight.
+    Open {
+        rate_per_sec: f64,
+        connections: usize,
+    },
+}
+
+impl Mode {
+    pub fn connections(&self) -> usize {
+        match *self {
+            Mode::Closed { connections } | Mode::Open { connections, .. } => connections,
+        }
+    }
+}
+
+/// One load run.
+#[derive(Debug, Clone)]
+pub struct LoadSpec {
+    pub addr: SocketAddr,
+    /// The `Host` header, e.g. `127.0.0.1:8080`.
+    pub host_header: String,
+    pub source: Source,
+    pub mode: Mode,
+    /// Worker threads (at most one per connection).
+    pub threads: usize,
+    /// Measured time, after the warm-up.
+    pub duration: Duration,
+    /// Load before the measurement, excluded from every figure.
+    pub warmup: Duration,
+    /// A request (or connect) not complete after this long is a timeout.
+    pub timeout: Duration,
+}
+
+/// Invalid specs and failures to start.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("invalid load: {0}")]
+    Invalid(String),
+    #[error("cannot start the load generator: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("a load worker thread panicked")]
+    WorkerPanicked,
+}
+
+/// Failures kept apart by kind.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Errors {
+    /// Connection attempts refused, unreachable, or not established within the timeout.
+    pub connect: u64,
+    /// Requests without a complete response within the timeout.
+    pub timeout: u64,
+    /// Responses with a 4xx status (also counted in `requests`).
+    pub status_4xx: u64,
+    /// Responses with a 5xx status (also counted in `requests`).
+    pub status_5xx: u64,
+    /// Anything else: reset or closed connections, malformed responses.
+    pub other: u64,
+}
+
+impl Errors {
+    /// Failures without a response: connect, timeout and other.
+    pub fn transport(&self) -> u64 {
+        self.connect + self.timeout + self.other
+    }
+
+    fn add(&mut self, o: &Errors) {
+        self.connect += o.connect;
+        self.timeout += o.timeout;
+        self.status_4xx += o.status_4xx;
+        self.status_5xx += o.status_5xx;
+        self.other += o.other;
+    }
+}
+
+/// One second of the measured load.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SecondStats {
+    /// Start of the interval, in seconds since the `t0` given to [`run`].
+    pub t_seconds: f64,
+    /// Length of the interval (1 s, the last one may be shorter).
+    pub seconds: f64,
+    /// Responses completed in the interval (any status).
+    pub requests: u64,
+    pub errors_connect: u64,
+    pub errors_timeout: u64,
+    pub errors_other: u64,
+    pub http_4xx: u64,
+    pub http_5xx: u64,
+    /// Latency percentiles of the interval's responses (0 when there were none).
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+}
+
+/// The figures of a load run. Warm-up is excluded from all of them.
+#[derive(Debug, Clone, Serialize)]
+pub struct LoadResult {
+    /// Responses completed while measuring (any status).
+    pub requests: u64,
+    pub throughput_rps: f64,
+    pub errors: Errors,
+    /// Latency of every counted response in microseconds (1 µs to 1 h, 3 significant
+    /// digits); from the intended send time in open loop.
+    #[serde(skip)]
+    pub latency: Histogram<u64>,
+    pub latency_mean_ms: f64,
+    pub latency_p50_ms: f64,
+    pub latency_p90_ms: f64,
+    pub latency_p95_ms: f64,
+    pub latency_p99_ms: f64,
+    pub latency_p999_ms: f64,
+    pub latency_max_ms: f64,
+    pub per_second: Vec<SecondStats>,
+    /// The open-loop target, requests per second (None in a closed loop).
+    pub target_rate: Option<f64>,
+    /// Responses per second actually completed (equals `throughput_rps`).
+    pub achieved_rate: f64,
+    /// Bytes read from the server while measuring (heads and bodies).
+    pub bytes_received: u64,
+    /// CPU time of the generator's threads while measuring.
+    pub client_cpu_seconds: f64,
+    /// The busiest generator thread's CPU time over the measured wall time.
+    pub client_max_thread_busy: f64,
+    /// True when a generator thread was busy over 90% of the time: then the figures
+    /// measure the client as much as the server.
+    pub client_saturated: bool,
+    pub threads: usize,
+    pub connections: usize,
+    /// Wall time measured (shorter than asked when stopped early).
+    pub duration_measured: Duration,
+    /// True when `stop` ended the run before its duration.
+    pub stopped_early: bool,
+}
+
+/// Busy fraction of a generator thread above which the client counts as saturated.
+pub const SATURATION: f64 = 0.9;
+
+const HIST_MAX_US: u64 = 3_600_000_000;
+
+fn new_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, HIST_MAX_US, 3).expect("static histogram bounds are valid")
+}
+
+fn ms(us: u64) -> f64 {
+    us as f64 / 1000.0
+}
+
+/// Checks a spec before anything starts.
+pub fn validate(spec: &LoadSpec) -> Result<(), LoadError> {
+    let bad = |m: String| Err(LoadError::Invalid(m));
+    let conns = spec.mode.connections();
+    if conns == 0 {
+        return bad("connections must be at least 1".into());
+    }
+    if spec.threads == 0 {
+        return bad("threads must be at least 1".into());
+    }
+    if spec.threads > conns {
+        return bad(format!(
+            "{} threads for {conns} connections: every thread needs a connection; use at most {conns} threads",
+            spec.threads
+        ));
+    }
+    if spec.duration.is_zero() {
+        return bad("the duration must be longer than 0".into());
+    }
+    if spec.timeout.is_zero() {
+        return bad("the timeout must be longer than 0".into());
+    }
+    if let Mode::Open { rate_per_sec, .. } = spec.mode {
+        if !(rate_per_sec.is_finite() && rate_per_sec > 0.0) {
+            return bad(format!("rate {rate_per_sec} is not a positive number"));
+        }
+    }
+    match &spec.source {
+        Source::Single(_) => {}
+        Source::List(l) if l.is_empty() => return bad("the request list is empty".into()),
+        Source::List(_) => {}
+        Source::Replay { entries, speed } => {
+            if entries.is_empty() {
+                return bad("the replay log has no requests".into());
+            }
+            if let Some(s) = speed {
+                if !(s.is_finite() && *s > 0.0) {
+                    return bad(format!("speed {s} is not a positive number"));
+                }
+                if matches!(spec.mode, Mode::Open { .. }) {
+                    return bad("a replay with a speed follows the log's timing; a rate cannot be given too".into());
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The shared, read-only plan every worker follows.
+pub(crate) struct Plan {
+    /// Serialised requests; the k-th request overall is `requests[k % len]`.
+    pub requests: Vec<Box<[u8]>>,
+    /// Whether each request is a HEAD (its response has no body).
+    pub head: Vec<bool>,
+    pub schedule: Schedule,
+    pub begin: Instant,
+    pub measure_start: Instant,
+    pub measure_end: Instant,
+    pub threads: usize,
+    pub timeout: Duration,
+    pub addr: SocketAddr,
+}
+
+/// When the k-th request overall is meant to be sent (None: when a connection is free).
+pub(crate) enum Schedule {
+    Closed,
+    Rate {
+        per_sec: f64,
+    },
+    Log {
+        offsets: Vec<Duration>,
+        speed: f64,
+        span: Duration,
+    },
+}
+
+impl Plan {
+    /// The intended send time of request `k` (open loop only).
+    pub fn intended(&self, k: u64) -> Option<Instant> {
+        match &self.schedule {
+            Schedule::Closed => None,
+            Schedule::Rate { per_sec } => {
+                Some(self.begin + Duration::from_secs_f64(k as f64 / per_sec))
+            }
+            Schedule::Log {
+                offsets,
+                speed,
+                span,
+            } => {
+                let n = offsets.len() as u64;
+                let round = (k / n) as f64;
+                let at = span.as_secs_f64() * round + offsets[(k % n) as usize].as_secs_f64();
+                Some(self.begin + Duration::from_secs_f64(at / speed))
+            }
+        }
+    }
+}
+
+/// Per-second slots the workers merge into; finished when every worker reported.
+pub(crate) struct Seconds {
+    slots: std::collections::BTreeMap<u64, Slot>,
+    done: Vec<SecondStats>,
+    workers: usize,
+    t0: Instant,
+    measure_start: Instant,
+    measure_end: Instant,
+}
+
+struct Slot {
+    hist: Histogram<u64>,
+    counts: Errors,
+    requests: u64,
+    reported: usize,
+}
+
+impl Seconds {
+    /// Adds one worker's second `index`.
+    pub fn report(&mut self, index: u64, hist: &Histogram<u64>, requests: u64, errors: &Errors) {
+        let slot = self.slots.entry(index).or_insert_with(|| Slot {
+            hist: new_histogram(),
+            counts: Errors::default(),
+            requests: 0,
+            reported: 0,
+        });
+        // Same bounds everywhere, so adding cannot fail.
+        let _ = slot.hist.add(hist);
+        slot.counts.add(errors);
+        slot.requests += requests;
+        slot.reported += 1;
+        if slot.reported == self.workers {
+            if let Some(slot) = self.slots.remove(&index) {
+                self.finish(index, slot);
+            }
+        }
+    }
+
+    fn finish(&mut self, index: u64, slot: Slot) {
+        let start = self.measure_start + Duration::from_secs(index);
+        let end = (start + Duration::from_secs(1)).min(self.measure_end);
+        let (p50, p99) = if slot.hist.is_empty() {
+            (0.0, 0.0)
+        } else {
+            (
+                ms(slot.hist.value_at_quantile(0.5)),
+                ms(slot.hist.value_at_quantile(0.99)),
+            )
+        };
+        self.done.push(SecondStats {
+            t_seconds: start.saturating_duration_since(self.t0).as_secs_f64(),
+            seconds: end.saturating_duration_since(start).as_secs_f64(),
+            requests: slot.requests,
+            errors_connect: slot.counts.connect,
+            errors_timeout: slot.counts.timeout,
+            errors_other: slot.counts.other,
+            http_4xx: slot.counts.status_4xx,
+            http_5xx: slot.counts.status_5xx,
+            p50_ms: p50,
+            p99_ms: p99,
+        });
+    }
+}
+
+/// Runs a load: warm-up, then `duration` of measurement, unless `stop` becomes true.
+/// `t0` is the caller's clock origin for the per-second series.
+pub fn run(spec: &LoadSpec, t0: Instant, stop: &AtomicBool) -> Result<LoadResult, LoadError> {
+    validate(spec)?;
+    let connections = spec.mode.connections();
+    let (reqs, schedule): (Vec<&Request>, Schedule) = match (&spec.source, spec.mode) {
+        (
+            Source::Replay {
+                entries,
+                speed: Some(speed),
+            },
+            _,
+        ) => {
+            let offsets: Vec<Duration> = entries.iter().map(|e| e.0).collect();
+            let last = offsets.last().copied().unwrap_or_default();
+            let n = offsets.len() as u32;
+            let gap = if n > 1 {
+                last / (n - 1)
+            } else {
+                Duration::from_secs(1)
+            };
+            let span = last + gap.max(Duration::from_millis(1));
+            (
+                entries.iter().map(|e| &e.1).collect(),
+                Schedule::Log {
+                    offsets,
+                    speed: *speed,
+                    span,
+                },
+            )
+        }
+        (source, mode) => {
+            let reqs: Vec<&Request> = match source {
+                Source::Single(r) => vec![r],
+                Source::List(l) => l.iter().collect(),
+                Source::Replay { entries, .. } => entries.iter().map(|e| &e.1).collect(),
+            };
+            let schedule = match mode {
+                Mode::Closed { .. } => Schedule::Closed,
+                Mode::Open { rate_per_sec, .. } => Schedule::Rate {
+                    per_sec: rate_per_sec,
+                },
+            };
+            (reqs, schedule)
+        }
+    };
+    let target_rate = match spec.mode {
+        Mode::Open { rate_per_sec, .. } => Some(rate_per_sec),
+        Mode::Closed { .. } => None,
+    };
+    let begin = Instant::now();
+    let measure_start = begin + spec.warmup;
+    let measure_end = measure_start + spec.duration;
+    let plan = Arc::new(Plan {
+        requests: reqs
+            .iter()
+            .map(|r| r.serialise(&spec.host_header).into_boxed_slice())
+            .collect(),
+        head: reqs.iter().map(|r| r.method == Method::Head).collect(),
+        schedule,
+        begin,
+        measure_start,
+        measure_end,
+        threads: spec.threads,
+        timeout: spec.timeout,
+        addr: spec.addr,
+    });
+    let seconds = Arc::new(Mutex::new(Seconds {
+        slots: Default::default(),
+        done: Vec::new(),
+        workers: spec.threads,
+        t0,
+        measure_start,
+        measure_end,
+    }));
+    let outputs = std::thread::scope(|scope| -> Result<Vec<worker::Output>, LoadError> {
+        let mut handles = Vec::with_capacity(spec.threads);
+        for id in 0..spec.threads {
+            // Connections are dealt out round-robin.
+            let conns = connections / spec.threads + usize::from(id < connections % spec.threads);
+            let plan = Arc::clone(&plan);
+            let seconds = Arc::clone(&seconds);
+            let h = std::thread::Builder::new()
+                .name(format!("memtrial-load-{id}"))
+                .spawn_scoped(scope, move || worker::run(id, conns, &plan, &seconds, stop))?;
+            handles.push(h);
+        }
+        let mut outs = Vec::with_capacity(handles.len());
+        for h in handles {
+            outs.push(h.join().map_err(|_| LoadError::WorkerPanicked)??);
+        }
+        Ok(outs)
+    })?;
+
+    let mut latency = new_histogram();
+    let mut errors = Errors::default();
+    let mut requests = 0;
+    let mut bytes = 0;
+    let mut cpu = 0.0;
+    let mut busiest: f64 = 0.0;
+    let mut ended = measure_start;
+    for o in &outputs {
+        let _ = latency.add(&o.latency);
+        errors.add(&o.errors);
+        requests += o.requests;
+        bytes += o.bytes;
+        cpu += o.cpu_seconds;
+        ended = ended.max(o.ended);
+    }
+    let measured = ended
+        .min(measure_end)
+        .saturating_duration_since(measure_start);
+    let secs = measured.as_secs_f64();
+    for o in &outputs {
+        if secs > 0.0 {
+            busiest = busiest.max(o.cpu_seconds / secs);
+        }
+    }
+    let per_second = {
+        let mut s = seconds.lock().unwrap_or_else(|e| e.into_inner());
+        let mut v = std::mem::take(&mut s.done);
+        v.sort_by(|a, b| a.t_seconds.total_cmp(&b.t_seconds));
+        v
+    };
+    let rate = if secs > 0.0 {
+        requests as f64 / secs
+    } else {
+        0.0
+    };
+    let q = |p: f64| {
+        if latency.is_empty() {
+            0.0
+        } else {
+            ms(latency.value_at_quantile(p))
+        }
+    };
+    Ok(LoadResult {
+        requests,
+        throughput_rps: rate,
+        errors,
+        latency_mean_ms: if latency.is_empty() {
+            0.0
+        } else {
+            latency.mean() / 1000.0
+        },
+        latency_p50_ms: q(0.5),
+        latency_p90_ms: q(0.9),
+        latency_p95_ms: q(0.95),
+        latency_p99_ms: q(0.99),
+        latency_p999_ms: q(0.999),
+        latency_max_ms: if latency.is_empty() {
+            0.0
+        } else {
+            ms(latency.max())
+        },
+        latency,
+        per_second,
+        target_rate,
+        achieved_rate: rate,
+        bytes_received: bytes,
+        client_cpu_seconds: cpu,
+        client_max_thread_busy: busiest,
+        client_saturated: busiest > SATURATION,
+        threads: spec.threads,
+        connections,
+        duration_measured: measured,
+        stopped_early: ended < measure_end,
+    })
+}

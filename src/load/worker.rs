@@ -1,0 +1,598 @@
+//! One load worker: a `mio` event loop over its connections, like one wrk thread.
+//!
+//! Closed loop: a connection sends its next request as soon as a response completes.
+//! Open loop: the worker owns every `threads`-th request of the global schedule; a due
+//! request goes to an idle connection, or waits for one (its latency still counts from
+//! the intended time). A `timerfd` wakes the loop at the next intended send time with
+//! sub-millisecond precision (epoll's own timeout has millisecond resolution).
+
+use std::io::{self, Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use mio::net::TcpStream;
+use mio::unix::SourceFd;
+use mio::{Events, Interest, Poll, Token};
+
+use super::http::{Progress, ResponseParser, MAX_HEAD};
+use super::{new_histogram, Errors, LoadError, Plan, Schedule, Seconds};
+
+const READ_BUF: usize = 16 * 1024;
+const TIMER: Token = Token(usize::MAX - 1);
+/// Wait before reconnecting after a failed connection attempt, so a dead server does
+/// not turn the generator into a busy loop.
+const CONNECT_BACKOFF: Duration = Duration::from_millis(20);
+/// How often timeouts and reconnects are checked.
+const HOUSEKEEPING: Duration = Duration::from_millis(10);
+
+/// What a worker hands back.
+pub(crate) struct Output {
+    pub latency: Histogram<u64>,
+    pub errors: Errors,
+    pub requests: u64,
+    pub bytes: u64,
+    pub cpu_seconds: f64,
+    pub ended: Instant,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum St {
+    /// No socket; connect at `retry_at`.
+    Down,
+    Connecting,
+    /// Connected, no request in flight.
+    Idle,
+    Writing,
+    Reading,
+}
+
+struct Conn {
+    stream: Option<TcpStream>,
+    st: St,
+    retry_at: Instant,
+    buf: Vec<u8>,
+    filled: usize,
+    parser: ResponseParser,
+    req: usize,
+    written: usize,
+    /// Latency origin: the write start (closed) or the intended time (open).
+    start: Instant,
+    deadline: Instant,
+}
+
+/// Counters for the whole run and for the current second.
+struct Stats<'a> {
+    total: Histogram<u64>,
+    sec: Histogram<u64>,
+    sec_idx: u64,
+    sec_requests: u64,
+    sec_errors: Errors,
+    requests: u64,
+    errors: Errors,
+    bytes: u64,
+    start: Instant,
+    end: Instant,
+    seconds: &'a Mutex<Seconds>,
+}
+
+#[derive(Clone, Copy)]
+enum Failure {
+    Connect,
+    Timeout,
+    Other,
+}
+
+impl Stats<'_> {
+    /// Moves to the second of `now`, reporting finished seconds; false outside the window.
+    #[inline]
+    fn window(&mut self, now: Instant) -> bool {
+        if now < self.start || now >= self.end {
+            return false;
+        }
+        let idx = (now - self.start).as_secs();
+        while idx > self.sec_idx {
+            self.flush();
+        }
+        true
+    }
+
+    fn flush(&mut self) {
+        {
+            let mut s = self.seconds.lock().unwrap_or_else(|e| e.into_inner());
+            s.report(self.sec_idx, &self.sec, self.sec_requests, &self.sec_errors);
+        }
+        self.sec.reset();
+        self.sec_requests = 0;
+        self.sec_errors = Errors::default();
+        self.sec_idx += 1;
+    }
+
+    #[inline]
+    fn response(&mut self, now: Instant, start: Instant, status: u16) {
+        if !self.window(now) {
+            return;
+        }
+        let us = now.saturating_duration_since(start).as_micros() as u64;
+        let us = us.max(1);
+        self.total.saturating_record(us);
+        self.sec.saturating_record(us);
+        self.requests += 1;
+        self.sec_requests += 1;
+        match status {
+            400..=499 => {
+                self.errors.status_4xx += 1;
+                self.sec_errors.status_4xx += 1;
+            }
+            500..=599 => {
+                self.errors.status_5xx += 1;
+                self.sec_errors.status_5xx += 1;
+            }
+            _ => {}
+        }
+    }
+
+    fn failure(&mut self, now: Instant, kind: Failure) {
+        if !self.window(now) {
+            return;
+        }
+        let (a, b) = match kind {
+            Failure::Connect => (&mut self.errors.connect, &mut self.sec_errors.connect),
+            Failure::Timeout => (&mut self.errors.timeout, &mut self.sec_errors.timeout),
+            Failure::Other => (&mut self.errors.other, &mut self.sec_errors.other),
+        };
+        *a += 1;
+        *b += 1;
+    }
+
+    /// Reports every second up to the end of the measurement (or `ended`).
+    fn finish(&mut self, ended: Instant) {
+        let end = ended.min(self.end);
+        if end <= self.start {
+            return;
+        }
+        let span = (end - self.start).as_nanos();
+        let last = (span.saturating_sub(1) / 1_000_000_000) as u64;
+        while self.sec_idx <= last {
+            self.flush();
+        }
+    }
+}
+
+fn thread_cpu() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes into the timespec we own.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    if rc != 0 {
+        return 0.0;
+    }
+    ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
+}
+
+/// A monotonic timerfd for sub-millisecond wake-ups.
+struct Timer {
+    fd: OwnedFd,
+    armed_for: Option<Instant>,
+}
+
+impl Timer {
+    fn new() -> io::Result<Timer> {
+        // SAFETY: plain syscall; the fd is owned right away.
+        let fd = unsafe {
+            libc::timerfd_create(
+                libc::CLOCK_MONOTONIC,
+                libc::TFD_NONBLOCK | libc::TFD_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: fd is a fresh descriptor nobody else owns.
+        Ok(Timer {
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+            armed_for: None,
+        })
+    }
+
+    fn arm(&mut self, at: Instant, now: Instant) {
+        if self.armed_for == Some(at) {
+            return;
+        }
+        let d = at
+            .saturating_duration_since(now)
+            .max(Duration::from_micros(1));
+        let spec = libc::itimerspec {
+            it_interval: libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            },
+            it_value: libc::timespec {
+                tv_sec: d.as_secs() as libc::time_t,
+                tv_nsec: d.subsec_nanos() as libc::c_long,
+            },
+        };
+        // SAFETY: valid fd and itimerspec.
+        unsafe { libc::timerfd_settime(self.fd.as_raw_fd(), 0, &spec, std::ptr::null_mut()) };
+        self.armed_for = Some(at);
+    }
+
+    fn fired(&mut self) {
+        let mut b = [0u8; 8];
+        // SAFETY: reading 8 bytes into our buffer from our fd.
+        unsafe { libc::read(self.fd.as_raw_fd(), b.as_mut_ptr().cast(), 8) };
+        self.armed_for = None;
+    }
+}
+
+struct Worker<'a> {
+    id: u64,
+    plan: &'a Plan,
+    poll: Poll,
+    conns: Vec<Conn>,
+    /// Idle connections (open loop).
+    idle: Vec<usize>,
+    /// This worker's next request number (its k-th request is the overall
+    /// `id + k * threads`-th).
+    next: u64,
+    stats: Stats<'a>,
+    open: bool,
+}
+
+pub(crate) fn run(
+    id: usize,
+    nconns: usize,
+    plan: &Plan,
+    seconds: &Mutex<Seconds>,
+    stop: &AtomicBool,
+) -> Result<Output, LoadError> {
+    let poll = Poll::new()?;
+    let now = Instant::now();
+    let mut w = Worker {
+        id: id as u64,
+        plan,
+        poll,
+        conns: (0..nconns)
+            .map(|_| Conn {
+                stream: None,
+                st: St::Down,
+                retry_at: now,
+                buf: vec![0u8; READ_BUF],
+                filled: 0,
+                parser: ResponseParser::default(),
+                req: 0,
+                written: 0,
+                start: now,
+                deadline: now,
+            })
+            .collect(),
+        idle: Vec::with_capacity(nconns),
+        next: 0,
+        stats: Stats {
+            total: new_histogram(),
+            sec: new_histogram(),
+            sec_idx: 0,
+            sec_requests: 0,
+            sec_errors: Errors::default(),
+            requests: 0,
+            errors: Errors::default(),
+            bytes: 0,
+            start: plan.measure_start,
+            end: plan.measure_end,
+            seconds,
+        },
+        open: !matches!(plan.schedule, Schedule::Closed),
+    };
+    let mut timer = Timer::new()?;
+    w.poll.registry().register(
+        &mut SourceFd(&timer.fd.as_raw_fd()),
+        TIMER,
+        Interest::READABLE,
+    )?;
+    for c in 0..nconns {
+        w.connect(c, now);
+    }
+    let mut events = Events::with_capacity(1024);
+    let mut cpu_start: Option<f64> = None;
+    let mut next_housekeeping = now + HOUSEKEEPING;
+    let ended = loop {
+        let now = Instant::now();
+        if now >= plan.measure_end || stop.load(Ordering::Relaxed) {
+            break now;
+        }
+        if cpu_start.is_none() && now >= plan.measure_start {
+            cpu_start = Some(thread_cpu());
+        }
+        w.stats.window(now);
+        if now >= next_housekeeping {
+            w.housekeeping(now);
+            next_housekeeping = now + HOUSEKEEPING;
+        }
+        if w.open {
+            w.dispatch(now);
+        }
+        let mut wake = next_housekeeping.min(plan.measure_end);
+        if now < plan.measure_start {
+            wake = wake.min(plan.measure_start);
+        } else {
+            let next_sec = plan.measure_start + Duration::from_secs(w.stats.sec_idx + 1);
+            wake = wake.min(next_sec);
+        }
+        if w.open && !w.idle.is_empty() {
+            if let Some(at) = plan.intended(w.global(w.next)) {
+                if at < wake {
+                    timer.arm(at, now);
+                }
+            }
+        }
+        let timeout = wake.saturating_duration_since(now);
+        if let Err(e) = w.poll.poll(&mut events, Some(timeout)) {
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e.into());
+            }
+        }
+        for ev in events.iter() {
+            if ev.token() == TIMER {
+                timer.fired();
+            } else {
+                w.drive(ev.token().0);
+            }
+        }
+    };
+    let cpu = cpu_start.map(|s| thread_cpu() - s).unwrap_or(0.0);
+    w.stats.finish(ended);
+    Ok(Output {
+        latency: std::mem::replace(
+            &mut w.stats.total,
+            Histogram::new(1).expect("tiny histogram"),
+        ),
+        errors: w.stats.errors,
+        requests: w.stats.requests,
+        bytes: w.stats.bytes,
+        cpu_seconds: cpu,
+        ended,
+    })
+}
+
+impl Worker<'_> {
+    #[inline]
+    fn global(&self, k: u64) -> u64 {
+        self.id + k * self.plan.threads as u64
+    }
+
+    fn connect(&mut self, c: usize, now: Instant) {
+        let conn = &mut self.conns[c];
+        conn.stream = None;
+        conn.filled = 0;
+        match TcpStream::connect(self.plan.addr) {
+            Ok(mut s) => {
+                if let Err(_e) = self.poll.registry().register(
+                    &mut s,
+                    Token(c),
+                    Interest::READABLE | Interest::WRITABLE,
+                ) {
+                    self.connect_failed(c, now);
+                    return;
+                }
+                let conn = &mut self.conns[c];
+                conn.stream = Some(s);
+                conn.st = St::Connecting;
+                conn.deadline = now + self.plan.timeout;
+            }
+            Err(_) => self.connect_failed(c, now),
+        }
+    }
+
+    fn connect_failed(&mut self, c: usize, now: Instant) {
+        self.stats.failure(now, Failure::Connect);
+        let conn = &mut self.conns[c];
+        conn.stream = None;
+        conn.st = St::Down;
+        conn.retry_at = now + CONNECT_BACKOFF;
+    }
+
+    /// A request failed: count it, drop the connection, connect again at once.
+    fn fail(&mut self, c: usize, now: Instant, kind: Failure) {
+        self.stats.failure(now, kind);
+        self.conns[c].stream = None;
+        self.connect(c, now);
+    }
+
+    fn housekeeping(&mut self, now: Instant) {
+        for c in 0..self.conns.len() {
+            let conn = &self.conns[c];
+            match conn.st {
+                St::Down if now >= conn.retry_at => self.connect(c, now),
+                St::Connecting if now >= conn.deadline => self.connect_failed(c, now),
+                St::Writing | St::Reading if now >= conn.deadline => {
+                    self.fail(c, now, Failure::Timeout)
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Open loop: hands due requests to idle connections.
+    fn dispatch(&mut self, now: Instant) {
+        while let Some(&c) = self.idle.last() {
+            let Some(at) = self.plan.intended(self.global(self.next)) else {
+                return;
+            };
+            if at > now {
+                return;
+            }
+            self.idle.pop();
+            self.send(c, now, at);
+            self.drive(c);
+        }
+    }
+
+    /// A connection has nothing in flight: give it work or park it.
+    fn ready(&mut self, c: usize, now: Instant) {
+        if self.open {
+            if let Some(at) = self.plan.intended(self.global(self.next)) {
+                if at <= now {
+                    self.send(c, now, at);
+                    return;
+                }
+            }
+            self.conns[c].st = St::Idle;
+            self.idle.push(c);
+        } else {
+            self.send(c, now, now);
+        }
+    }
+
+    /// Assigns this worker's next request to connection `c`.
+    #[inline]
+    fn send(&mut self, c: usize, now: Instant, origin: Instant) {
+        let g = self.global(self.next);
+        self.next += 1;
+        let n = self.plan.requests.len() as u64;
+        let req = (g % n) as usize;
+        let conn = &mut self.conns[c];
+        conn.req = req;
+        conn.written = 0;
+        conn.start = origin;
+        conn.deadline = now + self.plan.timeout;
+        conn.parser.reset(self.plan.head[req]);
+        conn.filled = 0;
+        conn.st = St::Writing;
+    }
+
+    /// Makes progress on connection `c` until it would block.
+    fn drive(&mut self, c: usize) {
+        loop {
+            match self.conns[c].st {
+                St::Down | St::Idle => return,
+                St::Connecting => {
+                    let Some(s) = self.conns[c].stream.as_ref() else {
+                        return;
+                    };
+                    match s.take_error() {
+                        Ok(None) => {}
+                        Ok(Some(_)) | Err(_) => {
+                            self.connect_failed(c, Instant::now());
+                            return;
+                        }
+                    }
+                    match s.peer_addr() {
+                        Ok(_) => {
+                            let _ = s.set_nodelay(true);
+                            self.ready(c, Instant::now());
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::NotConnected => return,
+                        Err(_) => {
+                            self.connect_failed(c, Instant::now());
+                            return;
+                        }
+                    }
+                }
+                St::Writing => {
+                    let conn = &mut self.conns[c];
+                    let bytes = &self.plan.requests[conn.req];
+                    let Some(s) = conn.stream.as_mut() else {
+                        return;
+                    };
+                    match s.write(&bytes[conn.written..]) {
+                        Ok(n) => {
+                            conn.written += n;
+                            if conn.written == bytes.len() {
+                                conn.st = St::Reading;
+                                // The response arrives later; its readiness edge wakes us.
+                                return;
+                            }
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        Err(_) => {
+                            self.fail(c, Instant::now(), Failure::Other);
+                            return;
+                        }
+                    }
+                }
+                St::Reading => {
+                    if !self.read(c) {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Reads what is there; true when the connection changed state and should be
+    /// driven again.
+    fn read(&mut self, c: usize) -> bool {
+        let conn = &mut self.conns[c];
+        if conn.filled == conn.buf.len() {
+            // Only a head can fill the buffer (body bytes are dropped once counted).
+            if conn.buf.len() > MAX_HEAD {
+                self.fail(c, Instant::now(), Failure::Other);
+                return true;
+            }
+            let len = conn.buf.len() * 2;
+            conn.buf.resize(len, 0);
+        }
+        let Some(s) = conn.stream.as_mut() else {
+            return false;
+        };
+        let space = conn.buf.len() - conn.filled;
+        match s.read(&mut conn.buf[conn.filled..]) {
+            Ok(0) => {
+                let now = Instant::now();
+                if conn.parser.finish_on_close() {
+                    let (start, status) = (conn.start, conn.parser.status());
+                    self.stats.response(now, start, status);
+                    self.conns[c].stream = None;
+                    self.connect(c, now);
+                } else {
+                    self.fail(c, now, Failure::Other);
+                }
+                true
+            }
+            Ok(n) => {
+                let now = Instant::now();
+                conn.filled += n;
+                if now >= self.stats.start && now < self.stats.end {
+                    self.stats.bytes += n as u64;
+                }
+                match conn.parser.feed(&conn.buf[..conn.filled]) {
+                    Ok(Progress::NeedMore) => {
+                        if !conn.parser.in_head() {
+                            conn.filled = 0;
+                        }
+                        // A short read drained the socket: wait for the next edge.
+                        n == space
+                    }
+                    Ok(Progress::Done { .. }) => {
+                        conn.filled = 0;
+                        let (start, status, close) =
+                            (conn.start, conn.parser.status(), conn.parser.must_close());
+                        self.stats.response(now, start, status);
+                        if close {
+                            self.conns[c].stream = None;
+                            self.connect(c, now);
+                        } else {
+                            self.ready(c, now);
+                        }
+                        true
+                    }
+                    Err(_) => {
+                        self.fail(c, now, Failure::Other);
+                        true
+                    }
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => false,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => true,
+            Err(_) => {
+                self.fail(c, Instant::now(), Failure::Other);
+                true
+            }
+        }
+    }
+}
