@@ -113,6 +113,22 @@ fn run_input(args: &RunArgs) -> Result<PlanInput> {
         cpus: args.cpus.clone(),
         cpuset: args.cpuset.clone(),
         pids_limit: args.pids_limit,
+        server: memtrial::plan::ServerInput {
+            url: args.server.url.clone(),
+            ready: args.server.ready.clone(),
+            ready_timeout: args.server.ready_timeout.clone(),
+            warmup_duration: args.server.warmup_duration.clone(),
+            duration: args.server.duration.clone(),
+            cooldown: args.server.cooldown.clone(),
+            connections: args.server.connections,
+            load_threads: args.server.load_threads,
+            rate: args.server.rate,
+            request_timeout: args.server.request_timeout.clone(),
+            targets: args.server.targets.clone(),
+            replay: args.server.replay.clone(),
+            speed: args.server.speed,
+            methods: args.server.methods.clone(),
+        },
     };
     Ok(match &args.plan {
         Some(path) => flags.or(read_plan_file(path)?),

@@ -128,13 +128,65 @@ pub struct RunArgs {
     pub pids_limit: Option<u64>,
     /// Finish an interrupted experiment (the latest, or ID): runs only what is missing,
     /// with the same plan and seed.
-    #[arg(long, value_name = "ID", num_args = 0..=1, conflicts_with_all = ["command", "plan", "variants", "custom", "runs", "warmup", "baseline", "seed", "memory_limit", "cpus", "cpuset", "pids_limit", "interval", "timeout"])]
+    #[arg(long, value_name = "ID", num_args = 0..=1, conflicts_with_all = ["command", "plan", "url", "duration", "rate", "targets", "replay", "variants", "custom", "runs", "warmup", "baseline", "seed", "memory_limit", "cpus", "cpuset", "pids_limit", "interval", "timeout"])]
     pub resume: Option<Option<i64>>,
+    #[command(flatten)]
+    pub server: ServerArgs,
     #[command(flatten)]
     pub output: OutputArgs,
     /// The workload command and its arguments.
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,
+}
+
+/// A server trial: the command is a server, put under HTTP load in every run.
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Server trials")]
+pub struct ServerArgs {
+    /// The server's URL; `{port}` (here, in the command and in the environment) becomes a
+    /// free port per run, e.g. 'http://127.0.0.1:{port}/items'.
+    #[arg(long, value_name = "URL")]
+    pub url: Option<String>,
+    /// Path probed until the server answers [default: the URL's path].
+    #[arg(long, value_name = "PATH")]
+    pub ready: Option<String>,
+    /// How long the server may take to answer [default: 30s].
+    #[arg(long, value_name = "DURATION")]
+    pub ready_timeout: Option<String>,
+    /// Load before the measurement, excluded from every figure [default: 0s].
+    #[arg(long, value_name = "DURATION")]
+    pub warmup_duration: Option<String>,
+    /// Measured load [default: 30s].
+    #[arg(long, value_name = "DURATION")]
+    pub duration: Option<String>,
+    /// Time after the load to see how much memory the server gives back [default: 10s].
+    #[arg(long, value_name = "DURATION")]
+    pub cooldown: Option<String>,
+    /// Keep-alive connections [default: 16].
+    #[arg(long, value_name = "N")]
+    pub connections: Option<usize>,
+    /// Load-generator threads [default: half the CPUs, at least 1].
+    #[arg(long, value_name = "N")]
+    pub load_threads: Option<usize>,
+    /// Open loop: requests per second on a fixed schedule (latency from the intended send
+    /// time); without it, a closed loop.
+    #[arg(long, value_name = "R")]
+    pub rate: Option<f64>,
+    /// A request without a complete response after this long is a timeout [default: 10s].
+    #[arg(long, value_name = "DURATION")]
+    pub request_timeout: Option<String>,
+    /// Requests from a file: one `METHOD URL` or `URL` per line.
+    #[arg(long, value_name = "FILE")]
+    pub targets: Option<PathBuf>,
+    /// Replay the paths of an nginx/Apache combined access log.
+    #[arg(long, value_name = "LOG")]
+    pub replay: Option<PathBuf>,
+    /// Replay at the log's own pace times this factor (without it: as fast as possible).
+    #[arg(long, value_name = "X", requires = "replay")]
+    pub speed: Option<f64>,
+    /// Methods replayed from the log [default: GET,HEAD].
+    #[arg(long, value_delimiter = ',', value_name = "LIST", requires = "replay")]
+    pub methods: Option<Vec<String>>,
 }
 
 #[derive(Debug, Args)]

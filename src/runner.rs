@@ -15,6 +15,8 @@ pub enum RunError {
     Store(#[from] StoreError),
     #[error(transparent)]
     Trial(#[from] TrialError),
+    #[error("cannot read the requests: {0}")]
+    Source(String),
     #[error("cannot create the log directory {path}: {source}")]
     LogDir {
         path: PathBuf,
@@ -109,6 +111,15 @@ pub fn run_experiment(
         }
     };
     let total = slots.len();
+    // A server trial's requests are read once, the same for every variant and run.
+    let load_source = match &plan.server {
+        Some(sp) => Some(
+            crate::trial::server::prepare_source(sp)
+                .map_err(RunError::Source)?
+                .0,
+        ),
+        None => None,
+    };
     // Absolute, so the paths stored with each run hold from any directory.
     let log_dir = log_dir_for(store.path(), experiment);
     let log_dir = std::path::absolute(&log_dir).unwrap_or(log_dir);
@@ -143,6 +154,7 @@ pub fn run_experiment(
             block: slot.block,
             warmup: slot.warmup,
             log_stem: log_dir.join(format!("{:03}-{}", slot.seq, variant.name)),
+            load_source: load_source.as_ref(),
         };
         let record = run_trial(&spec, stop, &mut |live| {
             observer(Event::Sample { slot, live })

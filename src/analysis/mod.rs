@@ -32,10 +32,18 @@ pub enum Figure {
     CgroupPeakBytes,
     CgroupAnonPeakBytes,
     ThrottledSeconds,
+    Requests,
+    ThroughputRps,
+    LatencyP50Ms,
+    LatencyP90Ms,
+    LatencyP95Ms,
+    LatencyP99Ms,
+    LatencyMaxMs,
+    Errors,
 }
 
 impl Figure {
-    pub const ALL: [Figure; 13] = [
+    pub const ALL: [Figure; 21] = [
         Figure::PeakRssBytes,
         Figure::MeanRssBytes,
         Figure::FinalRssBytes,
@@ -49,6 +57,14 @@ impl Figure {
         Figure::CgroupPeakBytes,
         Figure::CgroupAnonPeakBytes,
         Figure::ThrottledSeconds,
+        Figure::Requests,
+        Figure::ThroughputRps,
+        Figure::LatencyP50Ms,
+        Figure::LatencyP90Ms,
+        Figure::LatencyP95Ms,
+        Figure::LatencyP99Ms,
+        Figure::LatencyMaxMs,
+        Figure::Errors,
     ];
 
     pub fn key(self) -> &'static str {
@@ -66,6 +82,14 @@ impl Figure {
             Figure::CgroupPeakBytes => "cgroup_peak_bytes",
             Figure::CgroupAnonPeakBytes => "cgroup_anon_peak_bytes",
             Figure::ThrottledSeconds => "throttled_seconds",
+            Figure::Requests => "requests",
+            Figure::ThroughputRps => "throughput_rps",
+            Figure::LatencyP50Ms => "latency_p50_ms",
+            Figure::LatencyP90Ms => "latency_p90_ms",
+            Figure::LatencyP95Ms => "latency_p95_ms",
+            Figure::LatencyP99Ms => "latency_p99_ms",
+            Figure::LatencyMaxMs => "latency_max_ms",
+            Figure::Errors => "errors",
         }
     }
 
@@ -98,7 +122,32 @@ impl Figure {
             Figure::CgroupPeakBytes => r.cgroup.as_ref()?.peak_bytes? as f64,
             Figure::CgroupAnonPeakBytes => r.cgroup.as_ref()?.anon_peak_bytes as f64,
             Figure::ThrottledSeconds => r.cgroup.as_ref()?.throttled_seconds,
+            Figure::Requests => r.load.as_ref()?.requests as f64,
+            Figure::ThroughputRps => r.load.as_ref()?.throughput_rps,
+            Figure::LatencyP50Ms => r.load.as_ref()?.latency_p50_ms,
+            Figure::LatencyP90Ms => r.load.as_ref()?.latency_p90_ms,
+            Figure::LatencyP95Ms => r.load.as_ref()?.latency_p95_ms,
+            Figure::LatencyP99Ms => r.load.as_ref()?.latency_p99_ms,
+            Figure::LatencyMaxMs => r.load.as_ref()?.latency_max_ms,
+            Figure::Errors => r.load.as_ref()?.errors.total() as f64,
         })
+    }
+
+    /// Milliseconds of latency.
+    pub fn is_latency(self) -> bool {
+        matches!(
+            self,
+            Figure::LatencyP50Ms
+                | Figure::LatencyP90Ms
+                | Figure::LatencyP95Ms
+                | Figure::LatencyP99Ms
+                | Figure::LatencyMaxMs
+        )
+    }
+
+    /// Bigger is better (throughput); for every other figure smaller is better.
+    pub fn higher_is_better(self) -> bool {
+        matches!(self, Figure::ThroughputRps | Figure::Requests)
     }
 
     fn index(self) -> u64 {
@@ -248,6 +297,8 @@ impl VariantSummary {
 pub struct Analysis {
     pub baseline: String,
     pub variants: Vec<VariantSummary>,
+    /// A server trial (runs carry load figures).
+    pub server: bool,
 }
 
 fn values(runs: &[&RunRecord], f: Figure) -> Vec<f64> {
@@ -345,6 +396,7 @@ pub fn analyse(e: &Experiment) -> Analysis {
     Analysis {
         baseline: e.plan.baseline.clone(),
         variants,
+        server: e.plan.server.is_some(),
     }
 }
 

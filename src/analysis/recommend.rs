@@ -6,9 +6,18 @@ use serde::Serialize;
 use super::{Analysis, Figure, Ratio, VariantSummary, MIN_RUNS_FOR_SIGNIFICANCE};
 use crate::plan::Plan;
 
-/// The memory and speed figures a recommendation weighs.
+/// The memory figure a recommendation weighs.
 pub const MEMORY: Figure = Figure::PeakRssBytes;
-pub const SPEED: Figure = Figure::WallSeconds;
+
+/// The speed figure: wall time of a batch job; p95 latency of a server (as Heroku
+/// weighed `MALLOC_ARENA_MAX`).
+pub fn speed(a: &Analysis) -> Figure {
+    if a.server {
+        Figure::LatencyP95Ms
+    } else {
+        Figure::WallSeconds
+    }
+}
 
 /// The outcome of weighing the variants.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -74,12 +83,13 @@ pub fn ratio_phrase(label: &str, r: &Ratio) -> String {
     )
 }
 
-fn label(f: Figure) -> &'static str {
+pub fn label(f: Figure) -> &'static str {
     match f {
         Figure::PeakRssBytes => "peak RSS",
         Figure::MeanRssBytes => "mean RSS",
         Figure::WallSeconds => "wall time",
         Figure::CpuSeconds => "CPU time",
+        Figure::LatencyP95Ms => "p95 latency",
         _ => f.key(),
     }
 }
@@ -94,6 +104,8 @@ fn median(s: &VariantSummary, f: Figure) -> Option<f64> {
 
 /// Weighs the variants of an analysis.
 pub fn recommend(a: &Analysis) -> Recommendation {
+    #[allow(non_snake_case)]
+    let SPEED = speed(a);
     let mut excluded = Vec::new();
     for s in &a.variants {
         if !eligible(s) {
@@ -119,7 +131,7 @@ pub fn recommend(a: &Analysis) -> Recommendation {
         }
     }
     let pool: Vec<&VariantSummary> = a.variants.iter().filter(|s| eligible(s)).collect();
-    let front = pareto_front(&pool);
+    let front = pareto_front(&pool, SPEED);
     let base = pool.iter().find(|s| s.is_baseline);
     let Some(base) = base else {
         let ok = a
@@ -264,9 +276,9 @@ pub fn recommend(a: &Analysis) -> Recommendation {
     }
 }
 
-/// Names of the variants no other variant beats on both memory and speed.
-pub fn pareto_front(pool: &[&VariantSummary]) -> Vec<String> {
-    let point = |s: &VariantSummary| Some((median(s, MEMORY)?, median(s, SPEED)?));
+/// Names of the variants no other variant beats on both memory and speed (both: lower is better).
+pub fn pareto_front(pool: &[&VariantSummary], speed: Figure) -> Vec<String> {
+    let point = |s: &VariantSummary| Some((median(s, MEMORY)?, median(s, speed)?));
     pool.iter()
         .filter_map(|s| Some((s, point(s)?)))
         .filter(|(_, (m, t))| {

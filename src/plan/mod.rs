@@ -125,6 +125,45 @@ pub struct Plan {
     /// Container-like limits applied to every run, identically for every variant.
     #[serde(default)]
     pub limits: Limits,
+    /// A server trial: the command is a server put under HTTP load.
+    #[serde(default)]
+    pub server: Option<ServerPlan>,
+}
+
+/// Where a server trial's requests come from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum RequestSource {
+    /// The URL's path, again and again.
+    Url,
+    /// A targets file: one `METHOD URL` or `URL` per line.
+    Targets { path: PathBuf },
+    /// An nginx/Apache combined access log, its paths replayed; `speed` scales the log's
+    /// own inter-arrival times (None: as fast as the connections allow).
+    Replay {
+        path: PathBuf,
+        speed: Option<f64>,
+        methods: Vec<String>,
+    },
+}
+
+/// How a server is loaded in each run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ServerPlan {
+    /// The URL, with `{port}` for the run's port.
+    pub url: String,
+    /// The path probed for readiness (default: the URL's path).
+    pub ready_path: Option<String>,
+    pub ready_timeout_ms: u64,
+    pub warmup_ms: u64,
+    pub duration_ms: u64,
+    pub cooldown_ms: u64,
+    pub connections: usize,
+    pub threads: usize,
+    /// Open loop at this many requests per second; closed loop when None.
+    pub rate: Option<f64>,
+    pub request_timeout_ms: u64,
+    pub source: RequestSource,
 }
 
 impl Plan {
@@ -161,6 +200,56 @@ pub struct PlanInput {
     pub cpus: Option<String>,
     pub cpuset: Option<String>,
     pub pids_limit: Option<u64>,
+    pub server: ServerInput,
+}
+
+/// Server-trial settings as given.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerInput {
+    pub url: Option<String>,
+    pub ready: Option<String>,
+    pub ready_timeout: Option<String>,
+    pub warmup_duration: Option<String>,
+    pub duration: Option<String>,
+    pub cooldown: Option<String>,
+    pub connections: Option<usize>,
+    pub load_threads: Option<usize>,
+    pub rate: Option<f64>,
+    pub request_timeout: Option<String>,
+    pub targets: Option<PathBuf>,
+    pub replay: Option<PathBuf>,
+    pub speed: Option<f64>,
+    pub methods: Option<Vec<String>>,
+}
+
+impl ServerInput {
+    fn or(self, o: ServerInput) -> ServerInput {
+        ServerInput {
+            url: self.url.or(o.url),
+            ready: self.ready.or(o.ready),
+            ready_timeout: self.ready_timeout.or(o.ready_timeout),
+            warmup_duration: self.warmup_duration.or(o.warmup_duration),
+            duration: self.duration.or(o.duration),
+            cooldown: self.cooldown.or(o.cooldown),
+            connections: self.connections.or(o.connections),
+            load_threads: self.load_threads.or(o.load_threads),
+            rate: self.rate.or(o.rate),
+            request_timeout: self.request_timeout.or(o.request_timeout),
+            targets: self.targets.or(o.targets),
+            replay: self.replay.or(o.replay),
+            speed: self.speed.or(o.speed),
+            methods: self.methods.or(o.methods),
+        }
+    }
+
+    fn given(&self) -> bool {
+        self.url.is_some()
+            || self.targets.is_some()
+            || self.replay.is_some()
+            || self.rate.is_some()
+            || self.duration.is_some()
+    }
 }
 
 impl PlanInput {
@@ -183,6 +272,7 @@ impl PlanInput {
         self.cpus = self.cpus.or(other.cpus);
         self.cpuset = self.cpuset.or(other.cpuset);
         self.pids_limit = self.pids_limit.or(other.pids_limit);
+        self.server = self.server.or(other.server);
         self
     }
 }
@@ -205,6 +295,8 @@ struct PlanFile {
     cpus: Option<TomlNumber>,
     cpuset: Option<String>,
     pids_limit: Option<u64>,
+    #[serde(default)]
+    server: ServerInput,
 }
 
 #[derive(Debug, Deserialize)]
@@ -300,6 +392,7 @@ pub fn parse_plan_text(text: &str) -> Result<PlanInput, String> {
         cpus: file.cpus.map(|c| c.text()),
         cpuset: file.cpuset,
         pids_limit: file.pids_limit,
+        server: file.server,
     })
 }
 
@@ -345,6 +438,7 @@ pub fn build_plan(input: PlanInput, ctx: &PlanContext) -> Result<BuiltPlan, Plan
     }
     let program = resolve_program(&input.command[0], &ctx.path_var, &ctx.workdir)?;
     let limits = build_limits(&input, ctx)?;
+    let server = build_server(&input.server, ctx, &mut notes)?;
 
     let runs = input.runs.unwrap_or(DEFAULT_RUNS);
     if runs == 0 {
@@ -503,9 +597,179 @@ pub fn build_plan(input: PlanInput, ctx: &PlanContext) -> Result<BuiltPlan, Plan
             grace_ms: DEFAULT_GRACE_MS,
             seed,
             limits,
+            server,
         },
         notes,
     })
+}
+
+/// Server-trial defaults.
+pub const DEFAULT_LOAD_DURATION: &str = "30s";
+pub const DEFAULT_COOLDOWN: &str = "10s";
+pub const DEFAULT_READY_TIMEOUT: &str = "30s";
+pub const DEFAULT_CONNECTIONS: usize = 16;
+pub const DEFAULT_REQUEST_TIMEOUT: &str = "10s";
+
+fn build_server(
+    s: &ServerInput,
+    ctx: &PlanContext,
+    notes: &mut Vec<String>,
+) -> Result<Option<ServerPlan>, PlanError> {
+    if !s.given() && s.ready.is_none() && s.cooldown.is_none() && s.connections.is_none() {
+        return Ok(None);
+    }
+    let bad = |flag: &'static str, value: String, reason: String| PlanError::BadValue {
+        flag,
+        value,
+        reason,
+    };
+    let Some(url) = &s.url else {
+        return Err(bad(
+            "--url",
+            String::new(),
+            "a server trial needs --url http://127.0.0.1:{port}/PATH (the server's address; {port} is replaced by a free port per run)".into(),
+        ));
+    };
+    // Check the URL as it will be with a port.
+    let parsed = crate::load::parse_url(&crate::trial::server::substitute(url, 8080))
+        .map_err(|e| bad("--url", url.clone(), e))?;
+    let loopback = parsed.host == "localhost"
+        || parsed
+            .host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback());
+    if !loopback {
+        return Err(bad(
+            "--url",
+            url.clone(),
+            "memtrial starts the server on this machine: use 127.0.0.1 (or localhost) with {port}"
+                .into(),
+        ));
+    }
+    if !url.contains(crate::trial::server::PORT_PLACEHOLDER) {
+        notes.push(format!(
+            "--url {url} has no {{port}}: every run uses the same port, so a server left over from an earlier run would be measured instead"
+        ));
+    }
+    let d = |flag: &'static str,
+             v: Option<&String>,
+             default: &str,
+             zero_ok: bool|
+     -> Result<u64, PlanError> {
+        let text = v.map(String::as_str).unwrap_or(default);
+        let dur = units::parse_duration(text).map_err(|r| bad(flag, text.into(), r))?;
+        if dur.is_zero() && !zero_ok {
+            return Err(bad(flag, text.into(), "must be longer than zero".into()));
+        }
+        Ok(dur.as_millis() as u64)
+    };
+    let connections = s.connections.unwrap_or(DEFAULT_CONNECTIONS);
+    if connections == 0 {
+        return Err(bad(
+            "--connections",
+            "0".into(),
+            "at least one connection is needed".into(),
+        ));
+    }
+    let threads = match s.load_threads {
+        Some(0) => {
+            return Err(bad(
+                "--load-threads",
+                "0".into(),
+                "at least one thread is needed".into(),
+            ))
+        }
+        Some(t) if t > connections => return Err(bad(
+            "--load-threads",
+            t.to_string(),
+            format!(
+                "more threads than --connections {connections}: every thread needs a connection"
+            ),
+        )),
+        Some(t) => t,
+        None => (ctx.online_cpus as usize / 2).clamp(1, connections),
+    };
+    if let Some(r) = s.rate {
+        if !(r.is_finite() && r > 0.0) {
+            return Err(bad(
+                "--rate",
+                r.to_string(),
+                "must be a positive number of requests per second".into(),
+            ));
+        }
+    }
+    let source = match (&s.targets, &s.replay) {
+        (Some(_), Some(_)) => {
+            return Err(bad(
+                "--targets",
+                String::new(),
+                "give --targets or --replay, not both".into(),
+            ))
+        }
+        (Some(p), None) => RequestSource::Targets {
+            path: ctx.workdir.join(p),
+        },
+        (None, Some(p)) => {
+            if let Some(sp) = s.speed {
+                if !(sp.is_finite() && sp > 0.0) {
+                    return Err(bad(
+                        "--speed",
+                        sp.to_string(),
+                        "must be a positive factor (1 = the log's own pace)".into(),
+                    ));
+                }
+            }
+            RequestSource::Replay {
+                path: ctx.workdir.join(p),
+                speed: s.speed,
+                methods: s
+                    .methods
+                    .clone()
+                    .unwrap_or_else(|| vec!["GET".into(), "HEAD".into()]),
+            }
+        }
+        (None, None) => RequestSource::Url,
+    };
+    let plan = ServerPlan {
+        url: url.clone(),
+        ready_path: s.ready.clone(),
+        ready_timeout_ms: d(
+            "--ready-timeout",
+            s.ready_timeout.as_ref(),
+            DEFAULT_READY_TIMEOUT,
+            false,
+        )?,
+        warmup_ms: d("--warmup-duration", s.warmup_duration.as_ref(), "0s", true)?,
+        duration_ms: d(
+            "--duration",
+            s.duration.as_ref(),
+            DEFAULT_LOAD_DURATION,
+            false,
+        )?,
+        cooldown_ms: d("--cooldown", s.cooldown.as_ref(), DEFAULT_COOLDOWN, true)?,
+        connections,
+        threads,
+        rate: s.rate,
+        request_timeout_ms: d(
+            "--request-timeout",
+            s.request_timeout.as_ref(),
+            DEFAULT_REQUEST_TIMEOUT,
+            false,
+        )?,
+        source,
+    };
+    // Read the request source once now, so a bad file fails before any run.
+    let (_, source_notes) =
+        crate::trial::server::prepare_source(&plan).map_err(|m| PlanError::BadValue {
+            flag: match plan.source {
+                RequestSource::Targets { .. } => "--targets",
+                _ => "--replay",
+            },
+            value: String::new(),
+            reason: m,
+        })?;
+    notes.extend(source_notes);
+    Ok(Some(plan))
 }
 
 /// Smallest memory limit accepted: below this the kernel OOM-kills most programs at start.

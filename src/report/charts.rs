@@ -204,7 +204,13 @@ pub fn distribution(e: &Experiment, a: &Analysis, f: Figure, title: &str) -> Opt
                     String::new()
                 }
             })
-            .y_desc(if f.is_bytes() { "MiB" } else { "seconds" })
+            .y_desc(if f.is_bytes() {
+                "MiB"
+            } else if f == Figure::ThroughputRps {
+                "requests/s"
+            } else {
+                "seconds"
+            })
             .light_line_style(RGBColor(235, 235, 235))
             .draw()
             .ok()?;
@@ -228,6 +234,182 @@ pub fn distribution(e: &Experiment, a: &Analysis, f: Figure, title: &str) -> Opt
                     .ok()?;
             }
         }
+        root.present().ok()?;
+    }
+    Some(svg)
+}
+
+/// Which load series to draw over time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LoadSeries {
+    Throughput,
+    Latency,
+}
+
+/// Throughput, or p50 (bold) and p99 (thin) latency, per second for each variant's median
+/// run, on the run's clock — the same clock as the memory charts. `None` without load.
+pub fn load_over_time(e: &Experiment, a: &Analysis, which: LoadSeries) -> Option<String> {
+    let mut max_t: f64 = 0.0;
+    let mut max_y: f64 = 0.0;
+    let mut lines: Vec<(usize, String, Vec<(f64, f64)>, Vec<(f64, f64)>)> = Vec::new();
+    for (vi, v) in a.variants.iter().enumerate() {
+        let runs = counted(e, &v.name);
+        let Some(m) = median_run(&runs, Figure::ThroughputRps) else {
+            continue;
+        };
+        let Some(l) = &m.load else { continue };
+        let (main, second): (Vec<(f64, f64)>, Vec<(f64, f64)>) = match which {
+            LoadSeries::Throughput => (
+                l.per_second
+                    .iter()
+                    .map(|s| (s.t_seconds, s.throughput_rps))
+                    .collect(),
+                Vec::new(),
+            ),
+            LoadSeries::Latency => (
+                l.per_second
+                    .iter()
+                    .map(|s| (s.t_seconds, s.p50_ms))
+                    .collect(),
+                l.per_second
+                    .iter()
+                    .map(|s| (s.t_seconds, s.p99_ms))
+                    .collect(),
+            ),
+        };
+        for (t, y) in main.iter().chain(second.iter()) {
+            max_t = max_t.max(*t + 1.0);
+            max_y = max_y.max(*y);
+        }
+        for s in &m.samples {
+            max_t = max_t.max(s.t_seconds);
+        }
+        lines.push((vi, v.name.clone(), main, second));
+    }
+    if lines.is_empty() || max_y <= 0.0 {
+        return None;
+    }
+    let (title, unit) = match which {
+        LoadSeries::Throughput => (
+            "Throughput per second (median run by throughput)",
+            "requests/s",
+        ),
+        LoadSeries::Latency => ("Latency per second: p50 bold, p99 thin (median run)", "ms"),
+    };
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (900, 320)).into_drawing_area();
+        root.fill(&WHITE).ok()?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 18))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(64)
+            .build_cartesian_2d(0.0..max_t * 1.02, 0.0..max_y * 1.1)
+            .ok()?;
+        chart
+            .configure_mesh()
+            .x_desc("seconds since start")
+            .y_desc(unit)
+            .light_line_style(RGBColor(235, 235, 235))
+            .draw()
+            .ok()?;
+        for (vi, name, main, second) in lines {
+            let c = color(vi);
+            chart
+                .draw_series(LineSeries::new(main, c.stroke_width(3)))
+                .ok()?
+                .label(name)
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(3))
+                });
+            if !second.is_empty() {
+                chart
+                    .draw_series(LineSeries::new(second, c.mix(0.6).stroke_width(1)))
+                    .ok()?;
+            }
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.85))
+            .border_style(RGBColor(200, 200, 200))
+            .position(SeriesLabelPosition::UpperRight)
+            .draw()
+            .ok()?;
+        root.present().ok()?;
+    }
+    Some(svg)
+}
+
+/// Latency by percentile (x in "nines": 90%, 99%, 99.9% …) for each variant's median run.
+pub fn latency_percentiles(e: &Experiment, a: &Analysis) -> Option<String> {
+    let nines = |q: f64| -(1.0 - q.min(0.9999)).log10();
+    let mut lines = Vec::new();
+    let mut max_y: f64 = 0.0;
+    for (vi, v) in a.variants.iter().enumerate() {
+        let runs = counted(e, &v.name);
+        let Some(m) = median_run(&runs, Figure::LatencyP99Ms) else {
+            continue;
+        };
+        let Some(l) = &m.load else { continue };
+        let pts: Vec<(f64, f64)> = l
+            .latency_quantiles
+            .iter()
+            .filter(|(q, _)| *q >= 0.5 && *q < 1.0)
+            .map(|(q, ms)| (nines(*q), *ms))
+            .collect();
+        max_y = pts.iter().map(|p| p.1).fold(max_y, f64::max);
+        lines.push((vi, v.name.clone(), pts));
+    }
+    if lines.is_empty() || max_y <= 0.0 {
+        return None;
+    }
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (900, 320)).into_drawing_area();
+        root.fill(&WHITE).ok()?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(
+                "Latency by percentile (median run by p99)",
+                ("sans-serif", 18),
+            )
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(64)
+            .build_cartesian_2d(nines(0.5)..4.0, 0.0..max_y * 1.1)
+            .ok()?;
+        chart
+            .configure_mesh()
+            .x_labels(8)
+            .x_label_formatter(&|x| {
+                let q = 1.0 - 10f64.powf(-x);
+                format!("{:.2}%", q * 100.0).replace(".00%", "%")
+            })
+            .x_desc("percentile")
+            .y_desc("ms")
+            .light_line_style(RGBColor(235, 235, 235))
+            .draw()
+            .ok()?;
+        for (vi, name, pts) in lines {
+            let c = color(vi);
+            chart
+                .draw_series(LineSeries::new(pts.clone(), c.stroke_width(3)))
+                .ok()?
+                .label(name)
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(3))
+                });
+            chart
+                .draw_series(pts.into_iter().map(|p| Circle::new(p, 3, c.filled())))
+                .ok()?;
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.85))
+            .border_style(RGBColor(200, 200, 200))
+            .position(SeriesLabelPosition::UpperLeft)
+            .draw()
+            .ok()?;
         root.present().ok()?;
     }
     Some(svg)

@@ -73,6 +73,7 @@ fn run(variant: &str, block: u32, peak_mib: f64, wall: f64, status: RunStatus) -
         stdout_path: format!("/tmp/logs/{block}-{variant}.stdout").into(),
         stderr_path: format!("/tmp/logs/{block}-{variant}.stderr").into(),
         cgroup: None,
+        load: None,
         samples,
     }
 }
@@ -117,6 +118,7 @@ pub fn experiment() -> Experiment {
             timeout_ms: None,
             grace_ms: 3000,
             limits: Default::default(),
+            server: None,
             seed: 1234,
         },
         host: HostInfo {

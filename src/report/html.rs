@@ -27,21 +27,8 @@ figure { margin: 12px 0; } figure svg { max-width: 100%; height: auto; }
 @media print { body { max-width: none; } h2 { page-break-after: avoid; } figure, table { page-break-inside: avoid; } }
 "#;
 
-const COLUMNS: [(Figure, &str); 4] = [
-    (Figure::PeakRssBytes, "peak RSS"),
-    (Figure::MeanRssBytes, "mean RSS"),
-    (Figure::WallSeconds, "wall"),
-    (Figure::CpuSeconds, "CPU"),
-];
-
 fn value(f: Figure, v: f64) -> String {
-    if f.is_bytes() {
-        format_bytes(v)
-    } else if f == Figure::ThreadsPeak {
-        format!("{v:.0}")
-    } else {
-        format_seconds(v)
-    }
+    super::format_value(f, v)
 }
 
 fn cell(s: &VariantSummary, f: Figure) -> Markup {
@@ -58,7 +45,8 @@ fn cell(s: &VariantSummary, f: Figure) -> Markup {
             @if s.is_baseline {
                 span.ns { "baseline" }
             } @else if let Some(r) = ratio {
-                @let class = if !r.significant { "ns" } else if r.value < 1.0 { "sig-better" } else { "sig-worse" };
+                @let better = if f.higher_is_better() { r.value > 1.0 } else { r.value < 1.0 };
+                @let class = if !r.significant { "ns" } else if better { "sig-better" } else { "sig-worse" };
                 span class=(class) {
                     (format!("{:.2}× [{:.2}, {:.2}]", r.value, r.ci95[0], r.ci95[1]))
                     @if r.significant { " *" }
@@ -75,7 +63,7 @@ fn tradeoffs(rec: &Recommendation) -> &[String] {
     }
 }
 
-fn verdict_block(rec: &Recommendation) -> Markup {
+fn verdict_block(rec: &Recommendation, speed: Figure) -> Markup {
     let pick = matches!(rec.verdict, Verdict::Pick { .. });
     html! {
         div class=(if pick { "verdict" } else { "verdict none" }) { (rec.headline()) }
@@ -83,7 +71,7 @@ fn verdict_block(rec: &Recommendation) -> Markup {
             ul { @for t in tradeoffs(rec) { li { (t) } } }
         }
         p.small {
-            "Pareto front (peak RSS vs wall time, variants whose runs all succeeded): "
+            "Pareto front (peak RSS vs " (crate::analysis::recommend::label(speed)) ", variants whose runs all succeeded): "
             @if rec.pareto_front.is_empty() { "none" } @else { (rec.pareto_front.join(", ")) }
             @if !rec.excluded.is_empty() {
                 br; "Left out: " (rec.excluded.join("; "))
@@ -109,6 +97,7 @@ pub fn render(e: &Experiment, a: &Analysis, rec: &Recommendation) -> String {
         "Wall time of each run (s); bar = median",
     );
     let has_cgroup = e.runs.iter().any(|r| r.cgroup.is_some());
+    let columns = super::columns(a);
     let apply = match &rec.verdict {
         Verdict::Pick { variant, .. } => {
             how_to_apply(&e.plan, variant).map(|h| (variant.clone(), h))
@@ -142,7 +131,7 @@ pub fn render(e: &Experiment, a: &Analysis, rec: &Recommendation) -> String {
                     " · started " (e.created_at) " · " (e.status.as_str())
                 }
                 h2 { "Verdict" }
-                (verdict_block(rec))
+                (verdict_block(rec, crate::analysis::recommend::speed(a)))
                 @let trends = super::table::trend_lines(a);
                 @if !trends.is_empty() {
                     p { "Memory over time, from the last half of each run:" }
@@ -152,7 +141,7 @@ pub fn render(e: &Experiment, a: &Analysis, rec: &Recommendation) -> String {
                 table.figures {
                     tr {
                         th.l { "variant" } th { "runs ok" } th.l { "allocator" }
-                        @for (_, h) in COLUMNS { th { (h) } }
+                        @for (_, h) in &columns { th { (h) } }
                         @if has_cgroup { th { "cgroup peak" } th { "OOM kills" } }
                     }
                     @for (i, s) in a.variants.iter().enumerate() {
@@ -163,7 +152,7 @@ pub fn render(e: &Experiment, a: &Analysis, rec: &Recommendation) -> String {
                                 @if !s.clean() { " " span.flag title="not every run finished ok and verified" { "!" } }
                             }
                             td.l { (s.allocator_detected.as_deref().unwrap_or("—")) }
-                            @for (f, _) in COLUMNS { (cell(s, f)) }
+                            @for (f, _) in &columns { (cell(s, *f)) }
                             @if has_cgroup {
                                 (cell(s, Figure::CgroupPeakBytes))
                                 td { (s.statuses.get("oom_killed").copied().unwrap_or(0)) " of " (s.runs_total) }
@@ -184,6 +173,13 @@ pub fn render(e: &Experiment, a: &Analysis, rec: &Recommendation) -> String {
                 @if let Some(svg) = &rss_chart { figure.chart { (PreEscaped(svg)) } } @else { p.ns { "No samples." } }
                 @if let Some(svg) = &pss_chart { figure.chart { (PreEscaped(svg)) } }
                 p.small { "Every run drawn faint, each variant's median run (by mean RSS) bold, on the same axes." }
+                @if a.server {
+                    h2 { "Load" }
+                    @if let Some(svg) = charts::load_over_time(e, a, charts::LoadSeries::Throughput) { figure.chart { (PreEscaped(svg)) } }
+                    @if let Some(svg) = charts::load_over_time(e, a, charts::LoadSeries::Latency) { figure.chart { (PreEscaped(svg)) } }
+                    @if let Some(svg) = charts::latency_percentiles(e, a) { figure.chart { (PreEscaped(svg)) } }
+                    p.small { "Per-second series on the same clock as the memory charts; latency from HDR histograms (in an open loop, from the intended send time)." }
+                }
                 h2 { "Distribution over runs" }
                 @if let Some(svg) = &peak_chart { figure.chart { (PreEscaped(svg)) } }
                 @if let Some(svg) = &wall_chart { figure.chart { (PreEscaped(svg)) } }

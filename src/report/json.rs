@@ -40,6 +40,7 @@ struct ExperimentJson<'a> {
     interval_ms: u64,
     timeout_ms: Option<u64>,
     limits: &'a Limits,
+    server: Option<&'a crate::plan::ServerPlan>,
     host: &'a HostInfo,
 }
 
@@ -83,6 +84,15 @@ struct RunJson<'a> {
     stdout_path: String,
     stderr_path: String,
     cgroup: Option<&'a CgroupFigures>,
+    requests: Option<u64>,
+    throughput_rps: Option<f64>,
+    errors: Option<&'a crate::trial::load_figures::ErrorCounts>,
+    latency_p50_ms: Option<f64>,
+    latency_p90_ms: Option<f64>,
+    latency_p95_ms: Option<f64>,
+    latency_p99_ms: Option<f64>,
+    latency_max_ms: Option<f64>,
+    load: Option<&'a crate::trial::LoadFigures>,
     samples: Vec<SampleJson>,
 }
 
@@ -150,6 +160,15 @@ fn run(r: &RunRecord) -> RunJson<'_> {
         stdout_path: r.stdout_path.display().to_string(),
         stderr_path: r.stderr_path.display().to_string(),
         cgroup: r.cgroup.as_ref(),
+        requests: r.load.as_ref().map(|l| l.requests),
+        throughput_rps: r.load.as_ref().map(|l| l.throughput_rps),
+        errors: r.load.as_ref().map(|l| &l.errors),
+        latency_p50_ms: r.load.as_ref().map(|l| l.latency_p50_ms),
+        latency_p90_ms: r.load.as_ref().map(|l| l.latency_p90_ms),
+        latency_p95_ms: r.load.as_ref().map(|l| l.latency_p95_ms),
+        latency_p99_ms: r.load.as_ref().map(|l| l.latency_p99_ms),
+        latency_max_ms: r.load.as_ref().map(|l| l.latency_max_ms),
+        load: r.load.as_ref(),
         samples: r.samples.iter().map(sample).collect(),
     }
 }
@@ -214,6 +233,7 @@ pub fn render(e: &Experiment, a: &Analysis) -> String {
             interval_ms: e.plan.interval_ms,
             timeout_ms: e.plan.timeout_ms,
             limits: &e.plan.limits,
+            server: e.plan.server.as_ref(),
             host: &e.host,
         },
         baseline: &a.baseline,

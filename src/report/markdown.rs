@@ -1,16 +1,8 @@
 //! A compact Markdown summary, fit for a pull-request comment.
 
 use crate::analysis::recommend::{how_to_apply, Recommendation, Verdict};
-use crate::analysis::{Analysis, Figure};
-use crate::plan::units::{format_bytes, format_seconds};
+use crate::analysis::Analysis;
 use crate::store::Experiment;
-
-const COLUMNS: [(Figure, &str); 4] = [
-    (Figure::PeakRssBytes, "peak RSS"),
-    (Figure::MeanRssBytes, "mean RSS"),
-    (Figure::WallSeconds, "wall"),
-    (Figure::CpuSeconds, "CPU"),
-];
 
 /// Escapes what would break a Markdown table cell or inline code.
 fn md(s: &str) -> String {
@@ -32,12 +24,13 @@ pub fn render(e: &Experiment, a: &Analysis, rec: &Recommendation) -> String {
             out.push('\n');
         }
     }
+    let columns = super::columns(a);
     out.push_str("| variant | runs ok |");
-    for (_, h) in COLUMNS {
+    for (_, h) in &columns {
         out.push_str(&format!(" {h} |"));
     }
     out.push_str("\n|---|---:|");
-    for _ in COLUMNS {
+    for _ in &columns {
         out.push_str("---:|");
     }
     out.push('\n');
@@ -49,16 +42,12 @@ pub fn render(e: &Experiment, a: &Analysis, rec: &Recommendation) -> String {
             s.runs_total,
             if s.clean() { "" } else { " ⚠" }
         ));
-        for (f, _) in COLUMNS {
+        for &(f, _) in &columns {
             let Some(est) = s.figures.get(&f) else {
                 out.push_str(" — |");
                 continue;
             };
-            let v = if f.is_bytes() {
-                format_bytes(est.median)
-            } else {
-                format_seconds(est.median)
-            };
+            let v = super::format_value(f, est.median);
             match (s.is_baseline, s.ratio_to_baseline.get(&f)) {
                 (true, _) => out.push_str(&format!(" {v} (baseline) |")),
                 (false, Some(r)) => out.push_str(&format!(

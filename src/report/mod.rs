@@ -7,6 +7,48 @@ pub mod json;
 pub mod markdown;
 pub mod table;
 
+use crate::analysis::{Analysis, Figure};
+use crate::plan::units::{format_bytes, format_seconds};
+
+/// The figures shown as columns: memory, then time for a batch job, throughput and
+/// latency for a server.
+pub fn columns(a: &Analysis) -> Vec<(Figure, &'static str)> {
+    let mut c = vec![
+        (Figure::PeakRssBytes, "peak RSS"),
+        (Figure::MeanRssBytes, "mean RSS"),
+    ];
+    if a.server {
+        c.extend([
+            (Figure::ThroughputRps, "throughput"),
+            (Figure::LatencyP50Ms, "p50 latency"),
+            (Figure::LatencyP95Ms, "p95 latency"),
+            (Figure::LatencyP99Ms, "p99 latency"),
+        ]);
+    } else {
+        c.extend([(Figure::WallSeconds, "wall"), (Figure::CpuSeconds, "CPU")]);
+    }
+    c
+}
+
+/// A figure's value in its unit.
+pub fn format_value(f: Figure, v: f64) -> String {
+    if f.is_bytes() {
+        format_bytes(v)
+    } else if f.is_latency() {
+        if v < 10.0 {
+            format!("{v:.2} ms")
+        } else {
+            format!("{v:.1} ms")
+        }
+    } else if f == Figure::ThroughputRps {
+        format!("{v:.0} req/s")
+    } else if matches!(f, Figure::Requests | Figure::Errors | Figure::ThreadsPeak) {
+        format!("{v:.0}")
+    } else {
+        format_seconds(v)
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod fixture;
 

@@ -4,23 +4,10 @@
 use comfy_table::{presets, Attribute, Cell, CellAlignment, Color, ContentArrangement, Table};
 
 use crate::analysis::{Analysis, Figure, VariantSummary};
-use crate::plan::units::{format_bytes, format_seconds};
 use crate::store::Experiment;
 
-/// The figures shown as columns.
-const COLUMNS: [(Figure, &str); 4] = [
-    (Figure::PeakRssBytes, "peak RSS"),
-    (Figure::MeanRssBytes, "mean RSS"),
-    (Figure::WallSeconds, "wall"),
-    (Figure::CpuSeconds, "CPU"),
-];
-
 fn value(f: Figure, v: f64) -> String {
-    if f.is_bytes() {
-        format_bytes(v)
-    } else {
-        format_seconds(v)
-    }
+    super::format_value(f, v)
 }
 
 fn figure_cell(s: &VariantSummary, f: Figure, color: bool) -> Cell {
@@ -41,9 +28,14 @@ fn figure_cell(s: &VariantSummary, f: Figure, color: bool) -> Cell {
     );
     let mut cell = Cell::new(text).set_alignment(CellAlignment::Right);
     if color {
+        let better = if f.higher_is_better() {
+            r.value > 1.0
+        } else {
+            r.value < 1.0
+        };
         cell = if !r.significant {
             cell.add_attribute(Attribute::Dim)
-        } else if r.value < 1.0 {
+        } else if better {
             cell.fg(Color::Green)
         } else {
             cell.fg(Color::Red)
@@ -67,7 +59,8 @@ pub fn render(e: &Experiment, a: &Analysis, color: bool) -> String {
         Cell::new("runs ok"),
         Cell::new("allocator"),
     ];
-    header.extend(COLUMNS.iter().map(|(_, h)| Cell::new(*h)));
+    let columns = super::columns(a);
+    header.extend(columns.iter().map(|(_, h)| Cell::new(*h)));
     t.set_header(header);
     for s in &a.variants {
         let flag = if s.clean() { "" } else { " !" };
@@ -76,7 +69,7 @@ pub fn render(e: &Experiment, a: &Analysis, color: bool) -> String {
             Cell::new(format!("{}/{}{flag}", s.runs_ok, s.runs_total)),
             Cell::new(s.allocator_detected.as_deref().unwrap_or("—")),
         ];
-        row.extend(COLUMNS.iter().map(|(f, _)| figure_cell(s, *f, color)));
+        row.extend(columns.iter().map(|(f, _)| figure_cell(s, *f, color)));
         t.add_row(row);
     }
     let mut out = format!(

@@ -12,7 +12,7 @@ use crate::trial::verify::Verification;
 use crate::trial::{PeakSource, RunRecord, RunStatus};
 
 /// The schema version this build writes (SQLite `user_version`).
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -145,7 +145,8 @@ CREATE TABLE runs (
     message TEXT,
     stdout_path TEXT NOT NULL,
     stderr_path TEXT NOT NULL,
-    cgroup_json TEXT
+    cgroup_json TEXT,
+    load_json TEXT
 );
 CREATE INDEX runs_by_experiment ON runs(experiment_id, seq);
 CREATE TABLE samples (
@@ -231,13 +232,19 @@ impl Store {
         if version == 0 {
             let batch = format!("BEGIN; {SCHEMA} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;");
             self.conn.execute_batch(&batch).map_err(|e| self.err(e))?;
-        } else if version == 1 {
-            // v2: the kernel's cgroup figures per run.
-            self.conn
-                .execute_batch(
-                    "BEGIN; ALTER TABLE runs ADD COLUMN cgroup_json TEXT; PRAGMA user_version = 2; COMMIT;",
-                )
-                .map_err(|e| self.err(e))?;
+        } else {
+            // v2: the kernel's cgroup figures per run; v3: a server trial's load figures.
+            let mut steps = String::from("BEGIN;");
+            if version < 2 {
+                steps.push_str(" ALTER TABLE runs ADD COLUMN cgroup_json TEXT;");
+            }
+            if version < 3 {
+                steps.push_str(" ALTER TABLE runs ADD COLUMN load_json TEXT;");
+            }
+            steps.push_str(&format!(" PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"));
+            if version < SCHEMA_VERSION {
+                self.conn.execute_batch(&steps).map_err(|e| self.err(e))?;
+            }
         }
         Ok(())
     }
@@ -303,9 +310,9 @@ impl Store {
                 signal, wall_seconds, cpu_user_seconds, cpu_sys_seconds, peak_rss_bytes, peak_rss_source,
                 mean_rss_bytes, final_rss_bytes, peak_pss_bytes, peak_vsz_bytes, threads_peak,
                 minor_faults, major_faults, processes_seen, allocator_detected, verification,
-                verification_detail, message, stdout_path, stderr_path, cgroup_json)
+                verification_detail, message, stdout_path, stderr_path, cgroup_json, load_json)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18,
-                ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29)",
+                ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30)",
             params![
                 experiment,
                 seq,
@@ -336,6 +343,7 @@ impl Store {
                 r.stdout_path.display().to_string(),
                 r.stderr_path.display().to_string(),
                 r.cgroup.as_ref().and_then(|c| serde_json::to_string(c).ok()),
+                r.load.as_ref().and_then(|l| serde_json::to_string(l).ok()),
             ],
         )
         .map_err(err)?;
@@ -512,7 +520,7 @@ impl Store {
                     cpu_user_seconds, cpu_sys_seconds, peak_rss_bytes, peak_rss_source, mean_rss_bytes,
                     final_rss_bytes, peak_pss_bytes, peak_vsz_bytes, threads_peak, minor_faults,
                     major_faults, processes_seen, allocator_detected, verification,
-                    verification_detail, message, stdout_path, stderr_path, cgroup_json, seq
+                    verification_detail, message, stdout_path, stderr_path, cgroup_json, seq, load_json
                  FROM runs WHERE experiment_id = ?1 ORDER BY seq, id",
             )
             .map_err(|e| self.err(e))?;
@@ -560,6 +568,12 @@ impl Store {
                 cgroup: match r.get::<_, Option<String>>(27).map_err(get_err)? {
                     Some(j) => Some(
                         serde_json::from_str(&j).map_err(|e| self.corrupt("cgroup figures", e))?,
+                    ),
+                    None => None,
+                },
+                load: match r.get::<_, Option<String>>(29).map_err(get_err)? {
+                    Some(j) => Some(
+                        serde_json::from_str(&j).map_err(|e| self.corrupt("load figures", e))?,
                     ),
                     None => None,
                 },
@@ -641,6 +655,7 @@ mod tests {
             timeout_ms: None,
             grace_ms: 3000,
             limits: Default::default(),
+            server: None,
             seed: 9,
         }
     }
@@ -678,6 +693,7 @@ mod tests {
                 oom_kills: 1,
                 ..Default::default()
             }),
+            load: None,
             samples: vec![
                 TreeSample {
                     t_seconds: 0.0,
@@ -746,7 +762,7 @@ mod tests {
         let path = dir.path().join("old.db");
         {
             let c = Connection::open(&path).unwrap();
-            let v1 = SCHEMA.replace(",\n    cgroup_json TEXT", "");
+            let v1 = SCHEMA.replace(",\n    cgroup_json TEXT,\n    load_json TEXT", "");
             c.execute_batch(&format!("{v1} PRAGMA user_version = 1;"))
                 .unwrap();
         }

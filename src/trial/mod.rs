@@ -1,14 +1,17 @@
 //! One run of one variant, end to end: launch → verify → sample → wait → stop → [`RunRecord`].
 
+pub mod load_figures;
 pub mod server;
 pub mod verify;
+
+pub use load_figures::LoadFigures;
 
 use std::fs::File;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -122,6 +125,8 @@ pub struct RunRecord {
     pub stderr_path: PathBuf,
     /// The kernel's figures for the run's cgroup, when it ran in one.
     pub cgroup: Option<CgroupFigures>,
+    /// A server trial's load figures.
+    pub load: Option<LoadFigures>,
     pub samples: Vec<TreeSample>,
 }
 
@@ -142,6 +147,8 @@ pub enum TrialError {
     },
     #[error("cannot set up the run's cgroup: {0}")]
     Cgroup(#[from] CgroupError),
+    #[error("cannot find a free port on 127.0.0.1 for the server: {source}")]
+    Port { source: std::io::Error },
 }
 
 /// Where runs are isolated.
@@ -164,6 +171,8 @@ pub struct TrialSpec<'a> {
     pub warmup: bool,
     /// Files `<log_stem>.stdout` and `<log_stem>.stderr` receive the workload's output.
     pub log_stem: PathBuf,
+    /// The requests of a server trial, read once per experiment.
+    pub load_source: Option<&'a crate::load::Source>,
 }
 
 /// A live view for progress displays.
@@ -211,9 +220,18 @@ pub fn run_trial(
     let err = open(&stderr_path)?;
     let started_at = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
 
+    // A server trial gets a free port, put wherever the plan says `{port}`.
+    let port = match &plan.server {
+        Some(_) => Some(server::free_port().map_err(|source| TrialError::Port { source })?),
+        None => None,
+    };
+    let sub = |text: &str| match port {
+        Some(p) => server::substitute(text, p),
+        None => text.to_string(),
+    };
     let mut cmd = Command::new(&plan.program);
     cmd.arg0(&plan.command[0])
-        .args(&plan.command[1..])
+        .args(plan.command[1..].iter().map(|a| sub(a)))
         .current_dir(&plan.workdir)
         .stdin(Stdio::null())
         .stdout(out)
@@ -221,7 +239,7 @@ pub fn run_trial(
         .process_group(0);
     let inherited = std::env::var("LD_PRELOAD").ok();
     for (k, v) in spec.variant.workload_env(inherited.as_deref()) {
-        cmd.env(k, v);
+        cmd.env(k, sub(&v));
     }
 
     let mut record = RunRecord {
@@ -252,6 +270,7 @@ pub fn run_trial(
         stdout_path: stdout_path.clone(),
         stderr_path: stderr_path.clone(),
         cgroup: None,
+        load: None,
         samples: Vec::new(),
     };
 
@@ -308,6 +327,23 @@ pub fn run_trial(
         })
         .expect("spawning a thread");
 
+    // The server's driver: readiness, load, cool-down, on its own thread.
+    let halt = Arc::new(AtomicBool::new(false));
+    let root_gone = Arc::new(AtomicBool::new(false));
+    let driver = match (&plan.server, port, spec.load_source) {
+        (Some(sp), Some(port), Some(source)) => {
+            let (sp, source) = (sp.clone(), source.clone());
+            let (halt, root_gone) = (Arc::clone(&halt), Arc::clone(&root_gone));
+            Some(
+                std::thread::Builder::new()
+                    .name("memtrial-driver".into())
+                    .spawn(move || drive(&sp, port, source, t0, &halt, &root_gone))
+                    .expect("spawning a thread"),
+            )
+        }
+        _ => None,
+    };
+
     let mut probe = TreeProbe::new(membership);
     let mut verifier = Verifier::new(spec.variant);
     let interval = plan.interval();
@@ -346,6 +382,9 @@ pub fn run_trial(
         if ended_by.is_none() {
             if stop.load(Ordering::SeqCst) {
                 ended_by = Some(RunStatus::Interrupted);
+            } else if driver.as_ref().is_some_and(|d| d.is_finished()) {
+                // Load and cool-down are over (or the server never got ready): stop it.
+                ended_by = Some(RunStatus::Ok);
             } else if plan.timeout().is_some_and(|t| now >= t) {
                 ended_by = Some(RunStatus::Timeout);
                 record.message = Some(format!(
@@ -354,6 +393,7 @@ pub fn run_trial(
                 ));
             }
             if ended_by.is_some() {
+                halt.store(true, Ordering::SeqCst);
                 terminate_tree(&mut probe, pid, plan.grace(), &rx, &mut exit);
             }
         }
@@ -374,6 +414,12 @@ pub fn run_trial(
         }
     }
     let _ = waiter.join();
+    root_gone.store(true, Ordering::SeqCst);
+    halt.store(true, Ordering::SeqCst);
+    let driven = driver.map(|d| {
+        d.join()
+            .unwrap_or(Driven::Failed("the load driver panicked".into()))
+    });
 
     // The workload's root exited: anything it left behind is part of the run and goes too.
     probe.refresh();
@@ -450,6 +496,39 @@ pub fn run_trial(
     record.allocator_detected = allocator;
 
     let oom_kills = record.cgroup.as_ref().map_or(0, |c| c.oom_kills);
+    // A server run is ended by memtrial once its load and cool-down are done: the
+    // driver's outcome, not the server's exit status, says whether it went well.
+    let mut server_failure: Option<String> = None;
+    let mut server_done = false;
+    if let Some(d) = driven {
+        let exited = exit_phrase(record.exit_code, record.signal);
+        match d {
+            Driven::Done(done) => {
+                record.load = Some(done.figures(&record.samples));
+                server_done = true;
+            }
+            Driven::NotReady(server::NotReady::TimedOut { last }) => {
+                let limit = plan.server.as_ref().map_or(0, |s| s.ready_timeout_ms);
+                server_failure = Some(format!(
+                    "the server never became ready within {} (last: {last})",
+                    humantime::format_duration(Duration::from_millis(limit))
+                ));
+            }
+            Driven::NotReady(server::NotReady::Exited) => {
+                server_failure = Some(format!("the server exited before it was ready ({exited})"));
+            }
+            Driven::NotReady(server::NotReady::Interrupted) => {}
+            Driven::Interrupted { at } => {
+                if ended_by.is_none() {
+                    server_failure = Some(format!(
+                        "the server exited during the load, {at:.1} s into the run ({exited})"
+                    ));
+                }
+            }
+            Driven::Failed(m) => server_failure = Some(m),
+        }
+    }
+    let ours = ended_by == Some(RunStatus::Ok);
     record.status = match ended_by {
         Some(RunStatus::Interrupted) => RunStatus::Interrupted,
         _ if oom_kills > 0 => {
@@ -458,10 +537,15 @@ pub fn run_trial(
             ));
             RunStatus::OomKilled
         }
-        Some(s) => s,
-        None if verification == Verification::NotEffective => RunStatus::VariantNotEffective,
-        None if record.exit_code == Some(0) => RunStatus::Ok,
-        None => RunStatus::Failed,
+        Some(RunStatus::Timeout) => RunStatus::Timeout,
+        _ if server_failure.is_some() => {
+            record.message = server_failure;
+            RunStatus::Failed
+        }
+        _ if verification == Verification::NotEffective => RunStatus::VariantNotEffective,
+        _ if server_done || ours => RunStatus::Ok,
+        _ if record.exit_code == Some(0) => RunStatus::Ok,
+        _ => RunStatus::Failed,
     };
     if record.status == RunStatus::Failed && record.message.is_none() {
         record.message = Some(match (record.exit_code, record.signal) {
@@ -497,6 +581,117 @@ pub fn choose_peak(maxrss: u64, hwm: u64, samples: &[TreeSample]) -> (u64, PeakS
     } else {
         (kernel, ksrc)
     }
+}
+
+fn exit_phrase(code: Option<i32>, signal: Option<i32>) -> String {
+    match (code, signal) {
+        (Some(c), _) => format!("exit code {c}"),
+        (_, Some(s)) => format!("killed by {}", signal_name(s)),
+        _ => "no exit status".into(),
+    }
+}
+
+/// What the server's driver saw.
+enum Driven {
+    NotReady(server::NotReady),
+    /// The load was stopped before its end (the server died, or memtrial was stopped).
+    Interrupted {
+        at: f64,
+    },
+    Done(Box<DriveDone>),
+    Failed(String),
+}
+
+struct DriveDone {
+    ready_seconds: f64,
+    load_start: f64,
+    load_end: f64,
+    cooldown_end: f64,
+    result: crate::load::LoadResult,
+}
+
+impl DriveDone {
+    fn figures(&self, samples: &[TreeSample]) -> LoadFigures {
+        let rss_at = |t: f64| {
+            samples
+                .iter()
+                .rev()
+                .find(|s| s.t_seconds <= t)
+                .map(|s| s.rss_bytes)
+        };
+        LoadFigures::new(
+            &self.result,
+            self.ready_seconds,
+            self.load_start,
+            self.load_end,
+            self.cooldown_end,
+            rss_at(self.load_end),
+            rss_at(self.cooldown_end),
+        )
+    }
+}
+
+/// Readiness, then the load (warm-up and measured), then the cool-down.
+fn drive(
+    sp: &crate::plan::ServerPlan,
+    port: u16,
+    source: crate::load::Source,
+    t0: Instant,
+    halt: &AtomicBool,
+    root_gone: &AtomicBool,
+) -> Driven {
+    let url = match crate::load::parse_url(&server::substitute(&sp.url, port)) {
+        Ok(u) => u,
+        Err(e) => return Driven::Failed(e),
+    };
+    let addr = match url.socket_addr() {
+        Ok(a) => a,
+        Err(e) => return Driven::Failed(e),
+    };
+    let path = sp
+        .ready_path
+        .clone()
+        .unwrap_or_else(|| url.path_and_query.clone());
+    let ready = match server::wait_ready(
+        addr,
+        &url.host_header(),
+        &path,
+        Duration::from_millis(sp.ready_timeout_ms),
+        &mut || !root_gone.load(Ordering::SeqCst),
+        &|| halt.load(Ordering::SeqCst),
+    ) {
+        Ok(r) => r,
+        Err(e) => return Driven::NotReady(e),
+    };
+    let spec = match server::load_spec(sp, port, source) {
+        Ok(s) => s,
+        Err(e) => return Driven::Failed(e),
+    };
+    let load_start = t0.elapsed().as_secs_f64();
+    let result = match crate::load::run(&spec, t0, halt) {
+        Ok(r) => r,
+        Err(e) => return Driven::Failed(format!("load generator: {e}")),
+    };
+    let load_end = t0.elapsed().as_secs_f64();
+    if result.stopped_early {
+        return Driven::Interrupted { at: load_end };
+    }
+    let cool = Instant::now() + Duration::from_millis(sp.cooldown_ms);
+    while Instant::now() < cool {
+        if halt.load(Ordering::SeqCst) {
+            return Driven::Interrupted {
+                at: t0.elapsed().as_secs_f64(),
+            };
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Driven::Done(Box::new(DriveDone {
+        ready_seconds: ready.after.as_secs_f64(),
+        load_start,
+        load_end,
+        cooldown_end: t0.elapsed().as_secs_f64(),
+        result,
+    }))
 }
 
 /// SIGTERM to the whole tree, a grace period, then SIGKILL; waits for the root's exit.

@@ -4,6 +4,9 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
+use crate::load::{self, LoadSpec, Method, Mode, Request, Source};
+use crate::plan::{RequestSource, ServerPlan};
+
 /// The placeholder replaced by the run's port in the command, environment and URLs.
 pub const PORT_PLACEHOLDER: &str = "{port}";
 
@@ -17,6 +20,91 @@ pub fn free_port() -> std::io::Result<u16> {
 /// Replaces every `{port}` with the port.
 pub fn substitute(text: &str, port: u16) -> String {
     text.replace(PORT_PLACEHOLDER, &port.to_string())
+}
+
+/// Reads the plan's request source: the requests, and notes for the user (counts,
+/// unparseable log lines). Errors name the file and line.
+pub fn prepare_source(plan: &ServerPlan) -> Result<(Source, Vec<String>), String> {
+    let mut notes = Vec::new();
+    let source = match &plan.source {
+        RequestSource::Url => {
+            let url = load::parse_url(&substitute(&plan.url, 8080))?;
+            Source::Single(Request::get(url.path_and_query))
+        }
+        RequestSource::Targets { path } => {
+            let reqs =
+                load::load_targets_file(path).map_err(|e| format!("{}: {e}", path.display()))?;
+            notes.push(format!("{} request(s) from {}", reqs.len(), path.display()));
+            Source::List(reqs)
+        }
+        RequestSource::Replay {
+            path,
+            speed,
+            methods,
+        } => {
+            let methods = methods
+                .iter()
+                .map(|m| m.trim().to_ascii_uppercase().parse::<Method>())
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| format!("--methods: {e}"))?;
+            let bytes = std::fs::read(path)
+                .map_err(|e| format!("{}: cannot read it: {e}", path.display()))?;
+            let log = load::parse_access_log(&String::from_utf8_lossy(&bytes), &methods);
+            let mut note = format!(
+                "replaying {} request(s) from {}",
+                log.entries.len(),
+                path.display()
+            );
+            if log.skipped_methods > 0 {
+                note += &format!("; {} skipped for their method", log.skipped_methods);
+            }
+            if log.unparseable > 0 {
+                note += &format!("; {} unparseable line(s)", log.unparseable);
+                if let Some((line, why)) = log.examples.first() {
+                    note += &format!(" (e.g. line {line}: {why})");
+                }
+            }
+            notes.push(note);
+            if log.entries.is_empty() {
+                return Err(format!(
+                    "{}: no replayable requests ({} unparseable line(s), {} with other methods)",
+                    path.display(),
+                    log.unparseable,
+                    log.skipped_methods
+                ));
+            }
+            Source::Replay {
+                entries: log.entries,
+                speed: *speed,
+            }
+        }
+    };
+    Ok((source, notes))
+}
+
+/// The load of one run against the server on `port`.
+pub fn load_spec(plan: &ServerPlan, port: u16, source: Source) -> Result<LoadSpec, String> {
+    let url = load::parse_url(&substitute(&plan.url, port))?;
+    let addr = url.socket_addr()?;
+    let mode = match plan.rate {
+        Some(r) => Mode::Open {
+            rate_per_sec: r,
+            connections: plan.connections,
+        },
+        None => Mode::Closed {
+            connections: plan.connections,
+        },
+    };
+    Ok(LoadSpec {
+        addr,
+        host_header: url.host_header(),
+        source,
+        mode,
+        threads: plan.threads,
+        duration: Duration::from_millis(plan.duration_ms),
+        warmup: Duration::from_millis(plan.warmup_ms),
+        timeout: Duration::from_millis(plan.request_timeout_ms),
+    })
 }
 
 /// Why a server never became ready.
