@@ -130,7 +130,7 @@ EOF
 
 # memtrial's own RSS over RSS_REQUESTS requests: run long enough at the measured pace.
 MT_MED=$(awk '{ print $3 }' "$WORK/rows" | sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }')
-SECS=$(awk -v n="$RSS_REQUESTS" -v r="$MT_MED" 'BEGIN { s = int(n / r * 1.05) + 1; print s }')
+SECS=$(awk -v n="$RSS_REQUESTS" -v r="$MT_MED" 'BEGIN { s = int(n / r * 1.3) + 1; print s }')
 echo "RSS run: ~$RSS_REQUESTS requests, $SECS s"
 "${CLIENT_PIN[@]}" "$MEMTRIAL" -q load --url "$URL" -t "$THREADS" -c "$CONNS" --duration "${SECS}s" \
     --json "$WORK/rss.json" >/dev/null &

@@ -175,10 +175,15 @@ pub struct LoadResult {
     pub client_saturated: bool,
     pub threads: usize,
     pub connections: usize,
-    /// Wall time measured (shorter than asked when stopped early).
+    /// Wall time measured (shorter than asked when stopped early); seconds in JSON.
+    #[serde(rename = "duration_measured_seconds", serialize_with = "as_seconds")]
     pub duration_measured: Duration,
     /// True when `stop` ended the run before its duration.
     pub stopped_early: bool,
+}
+
+fn as_seconds<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(d.as_secs_f64())
 }
 
 /// Busy fraction of a generator thread above which the client counts as saturated.
@@ -330,6 +335,13 @@ impl Seconds {
         }
     }
 
+    /// Finishes seconds not every worker reported (a run stopped early).
+    fn finish_all(&mut self) {
+        while let Some((index, slot)) = self.slots.pop_first() {
+            self.finish(index, slot);
+        }
+    }
+
     fn finish(&mut self, index: u64, slot: Slot) {
         let start = self.measure_start + Duration::from_secs(index);
         let end = (start + Duration::from_secs(1)).min(self.measure_end);
@@ -476,6 +488,7 @@ pub fn run(spec: &LoadSpec, t0: Instant, stop: &AtomicBool) -> Result<LoadResult
     }
     let per_second = {
         let mut s = seconds.lock().unwrap_or_else(|e| e.into_inner());
+        s.finish_all();
         let mut v = std::mem::take(&mut s.done);
         v.sort_by(|a, b| a.t_seconds.total_cmp(&b.t_seconds));
         v

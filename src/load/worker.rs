@@ -241,6 +241,8 @@ struct Worker<'a> {
     next: u64,
     stats: Stats<'a>,
     open: bool,
+    /// Connections with a request to write once the current batch of events is read.
+    deferred: Vec<usize>,
 }
 
 pub(crate) fn run(
@@ -286,6 +288,7 @@ pub(crate) fn run(
             seconds,
         },
         open: !matches!(plan.schedule, Schedule::Closed),
+        deferred: Vec::with_capacity(nconns),
     };
     let mut timer = Timer::new()?;
     w.poll.registry().register(
@@ -342,6 +345,16 @@ pub(crate) fn run(
                 w.drive(ev.token().0);
             }
         }
+        let mut deferred = std::mem::take(&mut w.deferred);
+        for &c in &deferred {
+            if w.conns[c].st == St::Writing {
+                // The latency of a closed-loop request starts with its write.
+                w.conns[c].start = Instant::now();
+                w.drive(c);
+            }
+        }
+        deferred.clear();
+        w.deferred = deferred;
     };
     let cpu = cpu_start.map(|s| thread_cpu() - s).unwrap_or(0.0);
     w.stats.finish(ended);
@@ -468,7 +481,11 @@ impl Worker<'_> {
     fn drive(&mut self, c: usize) {
         loop {
             match self.conns[c].st {
-                St::Down | St::Idle => return,
+                St::Down => return,
+                St::Idle => {
+                    self.idle_event(c);
+                    return;
+                }
                 St::Connecting => {
                     let Some(s) = self.conns[c].stream.as_ref() else {
                         return;
@@ -524,6 +541,28 @@ impl Worker<'_> {
         }
     }
 
+    /// An event on an idle connection: the server closed it (e.g. its keep-alive
+    /// timeout) or sent something unasked. A close is not an error: reconnect quietly.
+    fn idle_event(&mut self, c: usize) {
+        let conn = &mut self.conns[c];
+        let Some(s) = conn.stream.as_mut() else {
+            return;
+        };
+        let closed = loop {
+            match s.read(&mut conn.buf) {
+                Ok(0) => break true,
+                Ok(_) => continue, // unsolicited bytes: dropped
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break false,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => break true,
+            }
+        };
+        if closed {
+            self.idle.retain(|&i| i != c);
+            self.connect(c, Instant::now());
+        }
+    }
+
     /// Reads what is there; true when the connection changed state and should be
     /// driven again.
     fn read(&mut self, c: usize) -> bool {
@@ -576,10 +615,17 @@ impl Worker<'_> {
                         if close {
                             self.conns[c].stream = None;
                             self.connect(c, now);
-                        } else {
+                            true
+                        } else if self.open {
                             self.ready(c, now);
+                            true
+                        } else {
+                            // Closed loop: like wrk, read every response of this batch
+                            // first, then write the next requests in one burst.
+                            self.ready(c, now);
+                            self.deferred.push(c);
+                            false
                         }
-                        true
                     }
                     Err(_) => {
                         self.fail(c, now, Failure::Other);
