@@ -10,6 +10,8 @@ packages=(
   gcc libc6-dev python3 procps
   # The HTML report test renders it in a headless browser.
   chromium
+  # Server-trial tests: a Rack app on puma.
+  puma ruby-rack
 )
 
 missing=()

@@ -679,13 +679,15 @@ fn build_server(
                 "at least one thread is needed".into(),
             ))
         }
-        Some(t) if t > connections => return Err(bad(
-            "--load-threads",
-            t.to_string(),
-            format!(
+        Some(t) if t > connections => {
+            return Err(bad(
+                "--load-threads",
+                t.to_string(),
+                format!(
                 "more threads than --connections {connections}: every thread needs a connection"
             ),
-        )),
+            ))
+        }
         Some(t) => t,
         None => (ctx.online_cpus as usize / 2).clamp(1, connections),
     };
@@ -1204,6 +1206,21 @@ env = { RUBYOPT = "--yjit" }
         let merged = flags.or(file);
         assert_eq!(merged.runs, Some(7));
         assert_eq!(merged.timeout.as_deref(), Some("5m"));
+    }
+
+    #[test]
+    fn plan_file_server_section() {
+        let text = "command = \"true --port {port}\"\n[server]\nurl = \"http://127.0.0.1:{port}/x\"\nduration = \"5s\"\nrate = 50.0\nconnections = 8\n";
+        let file = parse_plan_text(text).unwrap();
+        let b = build(file).map(|b| b.plan.server).unwrap().unwrap();
+        assert_eq!(b.url, "http://127.0.0.1:{port}/x");
+        assert_eq!(b.duration_ms, 5000);
+        assert_eq!(b.rate, Some(50.0));
+        assert_eq!(b.connections, 8);
+        assert_eq!(b.cooldown_ms, 10_000);
+        assert_eq!(b.source, RequestSource::Url);
+        let e = parse_plan_text("[server]\nurll = \"x\"\n").unwrap_err();
+        assert!(e.contains("line 2") && e.contains("urll"), "{e}");
     }
 
     #[test]

@@ -239,6 +239,8 @@ pub fn distribution(e: &Experiment, a: &Analysis, f: Figure, title: &str) -> Opt
     Some(svg)
 }
 
+type Points = Vec<(f64, f64)>;
+
 /// Which load series to draw over time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LoadSeries {
@@ -251,14 +253,14 @@ pub enum LoadSeries {
 pub fn load_over_time(e: &Experiment, a: &Analysis, which: LoadSeries) -> Option<String> {
     let mut max_t: f64 = 0.0;
     let mut max_y: f64 = 0.0;
-    let mut lines: Vec<(usize, String, Vec<(f64, f64)>, Vec<(f64, f64)>)> = Vec::new();
+    let mut lines: Vec<(usize, String, Points, Points)> = Vec::new();
     for (vi, v) in a.variants.iter().enumerate() {
         let runs = counted(e, &v.name);
         let Some(m) = median_run(&runs, Figure::ThroughputRps) else {
             continue;
         };
         let Some(l) = &m.load else { continue };
-        let (main, second): (Vec<(f64, f64)>, Vec<(f64, f64)>) = match which {
+        let (main, second): (Points, Points) = match which {
             LoadSeries::Throughput => (
                 l.per_second
                     .iter()
