@@ -786,8 +786,27 @@ fn inspect_cmd(args: &InspectArgs, ui: &Ui) -> Result<Outcome> {
         signal_hook::flag::register(sig, Arc::clone(&stop))
             .context("cannot install signal handlers")?;
     }
+    if let Some(n) = args.top {
+        if n == 0 {
+            bail!("--top 0: give the number of processes to show");
+        }
+        let opts = memtrial::inspect::TopOptions {
+            n,
+            by: match args.by {
+                crate::cli::RankByArg::Rss => memtrial::inspect::procs::RankBy::Rss,
+                crate::cli::RankByArg::Pss => memtrial::inspect::procs::RankBy::Pss,
+            },
+            json: args.json.clone(),
+            color: ui.color,
+        };
+        memtrial::inspect::run_top(&opts, &mut std::io::stdout().lock(), &mut |m| ui.note(m))?;
+        return Ok(Outcome::Ok);
+    }
+    let Some(pid) = args.pid else {
+        bail!("give a PID, or --top N");
+    };
     let opts = memtrial::inspect::Options {
-        pid: args.pid,
+        pid,
         json: args.json.clone(),
         watch: args
             .watch
@@ -795,12 +814,16 @@ fn inspect_cmd(args: &InspectArgs, ui: &Ui) -> Result<Outcome> {
             .map(|w| dur("--watch", w))
             .transpose()?,
         interval: dur("--interval", &args.interval)?,
+        maps: args.maps,
+        tree: args.tree,
+        live: ui.tty && !ui.quiet,
         color: ui.color,
     };
     memtrial::inspect::run(
         &opts,
         &mut std::io::stdout().lock(),
         &mut |m| ui.note(m),
+        &mut std::io::stderr(),
         &stop,
     )?;
     Ok(Outcome::Ok)

@@ -252,8 +252,22 @@ pub struct DemoArgs {
 
 #[derive(Debug, Args)]
 pub struct InspectArgs {
-    /// The process to inspect.
-    pub pid: i32,
+    /// The process to inspect (not with --top).
+    #[arg(required_unless_present = "top", conflicts_with = "top")]
+    pub pid: Option<i32>,
+    /// The pmap-like breakdown by kind (size, RSS, PSS, USS, swap) with totals checked
+    /// against pmap's and smaps_rollup's.
+    #[arg(long)]
+    pub maps: bool,
+    /// Also sum RSS, PSS, USS, swap and threads over the process and its descendants.
+    #[arg(long)]
+    pub tree: bool,
+    /// The N largest processes of the machine, each with its allocator and arenas.
+    #[arg(long, value_name = "N", conflicts_with_all = ["watch", "maps", "tree"])]
+    pub top: Option<usize>,
+    /// What --top ranks by.
+    #[arg(long, value_enum, default_value = "rss", requires = "top")]
+    pub by: RankByArg,
     /// Write the inspection as JSON to FILE ('-' or no value: standard output, instead of the text).
     #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "-")]
     pub json: Option<PathBuf>,
@@ -318,4 +332,13 @@ pub struct LoadArgs {
     /// Write the result as JSON to FILE ('-' for standard output).
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
+}
+
+/// What `inspect --top` ranks by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum RankByArg {
+    /// Resident set size (cheap; shared pages count in every process).
+    Rss,
+    /// Proportional set size (reads every process's smaps_rollup).
+    Pss,
 }

@@ -14,6 +14,8 @@ use crate::plan::units::format_bytes;
 pub enum AdviceKind {
     /// glibc sizes its arena limit from online CPUs, above the cgroup CPU quota.
     ArenaLimitAboveCpuQuota,
+    /// jemalloc sizes its default arena count from the affinity mask, above the quota.
+    JemallocArenasAboveCpuQuota,
     /// Many more arenas than CPUs the process can use.
     ManyArenas,
     /// `LD_PRELOAD` names an allocator that does not answer `malloc`.
@@ -34,6 +36,15 @@ pub struct Advice {
     pub evidence: Vec<String>,
 }
 
+/// `8` or `0.5`.
+fn fmt_cpus(c: f64) -> String {
+    if c.fract() == 0.0 {
+        format!("{c:.0}")
+    } else {
+        format!("{c:.2}").trim_end_matches('0').to_string()
+    }
+}
+
 fn try_line(ins: &Inspection) -> String {
     if ins.process.cmdline.is_empty() {
         "memtrial run --variants glibc,arena2,jemalloc -- COMMAND".into()
@@ -50,30 +61,49 @@ pub fn advise(ins: &Inspection) -> Vec<Advice> {
     let mut out = Vec::new();
     let glibc = ins.allocator.as_ref().is_some_and(|a| a.is_glibc());
     let quota = ins
-        .container
+        .cgroup
         .as_ref()
         .and_then(|c| c.cpu.as_ref())
         .and_then(|c| c.quota.map(|q| (q, c.path.clone())));
     let usable = ins
-        .container
+        .cgroup
         .as_ref()
         .and_then(|c| c.effective_cpus())
         .unwrap_or(f64::from(ins.host.online_cpus))
         .min(f64::from(ins.host.online_cpus));
 
-    if let (true, Some(a)) = (glibc, &ins.arenas) {
-        let default_limit = matches!(a.limit.source, LimitSource::Default { .. });
+    // CPUs in the affinity mask: what jemalloc sizes its default arena count from.
+    let affinity = ins
+        .cgroup
+        .as_ref()
+        .and_then(|c| c.cpus_allowed_count)
+        .unwrap_or(ins.host.online_cpus);
+    let jemalloc_default = 4 * u64::from(affinity);
+    let jemalloc_line = |q: f64| {
+        format!(
+            "jemalloc's default is 4 arenas per CPU in the affinity mask: 4 × {affinity} = {jemalloc_default} here, also blind to the quota (set MALLOC_CONF=narenas:{} with it)",
+            (q.ceil() as u64).max(1)
+        )
+    };
+
+    if let (true, Some(a)) = (glibc, &ins.glibc_arenas) {
+        let default_limit = matches!(a.limit_source, LimitSource::Default { .. });
         let mut fired = false;
         if let (true, Some((q, path))) = (default_limit, &quota) {
             if q.cpus < f64::from(ins.host.online_cpus) {
                 fired = true;
+                // glibc hands a thread its own arena on contention until the limit;
+                // a process cannot have more arenas than threads that allocate.
+                let bound = a.limit.min(a.threads.max(1));
                 out.push(Advice {
                     kind: AdviceKind::ArenaLimitAboveCpuQuota,
                     message: format!(
-                        "glibc allows up to {} arenas (8 × {} online CPUs) although the cgroup grants {:.2} CPU: set MALLOC_ARENA_MAX (e.g. 2) or compare variants: {}",
-                        a.limit.limit,
+                        "{} arenas for {} threads; glibc allows {} here because {} CPUs are visible but the quota is {} → set MALLOC_ARENA_MAX=2 or preload jemalloc; try `{}` to measure both",
+                        a.count,
+                        a.threads,
+                        a.limit,
                         ins.host.online_cpus,
-                        q.cpus,
+                        fmt_cpus(q.cpus),
                         try_line(ins)
                     ),
                     evidence: vec![
@@ -82,10 +112,23 @@ pub fn advise(ins: &Inspection) -> Vec<Advice> {
                             q.quota_us, q.period_us, q.cpus
                         ),
                         format!(
-                            "no MALLOC_ARENA_MAX or glibc.malloc.arena_max in the environment: limit {} from {} online CPUs (glibc does not read the quota)",
-                            a.limit.limit, ins.host.online_cpus
+                            "no MALLOC_ARENA_MAX or glibc.malloc.arena_max in the environment: limit 8 × {} online CPUs = {} (glibc does not read the quota)",
+                            ins.host.online_cpus, a.limit
                         ),
-                        format!("{} arenas now, {} threads", a.count, a.threads),
+                        format!(
+                            "{} of at most {} arenas now ({:.0}%): the bound is the smaller of the limit ({}) and the threads ({}){}",
+                            a.count,
+                            bound,
+                            100.0 * a.count as f64 / bound as f64,
+                            a.limit,
+                            a.threads,
+                            if a.threads < a.limit {
+                                format!("; more threads can take it to {}", a.limit)
+                            } else {
+                                String::new()
+                            }
+                        ),
+                        jemalloc_line(q.cpus),
                     ],
                 });
             }
@@ -108,10 +151,35 @@ pub fn advise(ins: &Inspection) -> Vec<Advice> {
                             super::arenas::Method::HeapHeaders => "counted from heap headers",
                             super::arenas::Method::Estimate => "estimated from the maps",
                         },
-                        a.limit.limit,
+                        a.limit,
                         a.threads
                     ),
                     format!("{usable} CPU(s) usable (online, quota, cpuset and affinity)"),
+                ],
+            });
+        }
+    }
+
+    if let (Some(a), Some((q, path))) = (&ins.allocator, &quota) {
+        let narenas_set = a
+            .settings
+            .iter()
+            .any(|(k, v)| (k == "MALLOC_CONF" || k == "JE_MALLOC_CONF") && v.contains("narenas"));
+        if a.name == "jemalloc" && !narenas_set && q.cpus < f64::from(affinity) {
+            out.push(Advice {
+                kind: AdviceKind::JemallocArenasAboveCpuQuota,
+                message: format!(
+                    "jemalloc makes {jemalloc_default} arenas by default (4 × {affinity} CPUs in the affinity mask) but the quota is {} → set MALLOC_CONF=narenas:{}; try `{}` to measure it",
+                    fmt_cpus(q.cpus),
+                    (q.cpus.ceil() as u64).max(1),
+                    try_line(ins)
+                ),
+                evidence: vec![
+                    format!(
+                        "cgroup {path}: CPU quota {} µs per {} µs = {:.2} CPU",
+                        q.quota_us, q.period_us, q.cpus
+                    ),
+                    format!("{affinity} CPUs in the affinity mask; no narenas in MALLOC_CONF"),
                 ],
             });
         }
@@ -133,7 +201,7 @@ pub fn advise(ins: &Inspection) -> Vec<Advice> {
         }
     }
 
-    if let Some(m) = ins.container.as_ref().and_then(|c| c.memory.as_ref()) {
+    if let Some(m) = ins.cgroup.as_ref().and_then(|c| c.memory.as_ref()) {
         if let (Some(limit), Some(usage)) = (m.limit_bytes, m.usage_bytes) {
             if limit > 0 && usage as f64 >= 0.8 * limit as f64 {
                 out.push(Advice {
@@ -153,7 +221,8 @@ pub fn advise(ins: &Inspection) -> Vec<Advice> {
         }
     }
 
-    if let Some(m) = &ins.memory {
+    {
+        let m = &ins.memory;
         if m.swap_bytes > 0 {
             out.push(Advice {
                 kind: AdviceKind::Swapped,
@@ -186,7 +255,7 @@ pub fn advise(ins: &Inspection) -> Vec<Advice> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::inspect::arenas::{ArenaLimit, Method};
+    use crate::inspect::arenas::Method;
     use crate::inspect::container::{Container, CpuGroup, CpuQuota, MemoryGroup, Version};
     use crate::inspect::{Allocator, Arenas, Host, Memory, Process};
 
@@ -196,6 +265,8 @@ mod tests {
             pid: 42,
             complete: true,
             missing: vec![],
+            access: None,
+            threads: 20,
             process: Process {
                 comm: "app".into(),
                 exe: Some("/usr/bin/app".into()),
@@ -207,7 +278,7 @@ mod tests {
                 cpu_seconds: 1.0,
                 runtimes: vec![],
             },
-            memory: Some(Memory {
+            memory: Memory {
                 rss_bytes: 100 << 20,
                 rss_anon_bytes: 90 << 20,
                 rss_file_bytes: 10 << 20,
@@ -216,9 +287,10 @@ mod tests {
                 uss_bytes: Some(90 << 20),
                 swap_bytes: 0,
                 peak_rss_bytes: 120 << 20,
-                virtual_bytes: 1 << 30,
-            }),
-            breakdown: vec![],
+                vsz_bytes: 1 << 30,
+            },
+            mappings: vec![],
+            mapping_totals: None,
             thread_stacks: Some(19),
             allocator: Some(Allocator {
                 name: "glibc".into(),
@@ -229,21 +301,21 @@ mod tests {
                 preload_ignored: None,
                 settings: vec![],
             }),
-            arenas: Some(Arenas {
+            glibc: None,
+            glibc_arenas: Some(Arenas {
                 count: 3,
                 method: Method::HeapHeaders,
                 heaps: 2,
-                limit: ArenaLimit {
-                    limit: 16,
-                    source: LimitSource::Default { online_cpus: 2 },
-                },
+                limit: 16,
+                limit_source: LimitSource::Default { online_cpus: 2 },
                 threads: 20,
             }),
-            container: None,
+            cgroup: None,
             host: Host {
                 online_cpus: 2,
                 memory_bytes: 24 << 30,
             },
+            tree: None,
             advice: vec![],
             watch: None,
         }
@@ -261,7 +333,7 @@ mod tests {
     #[test]
     fn many_arenas_on_few_cpus() {
         let mut i = base();
-        i.arenas.as_mut().unwrap().count = 16;
+        i.glibc_arenas.as_mut().unwrap().count = 16;
         let a = advise(&i);
         assert_eq!(a.len(), 1);
         assert_eq!(a[0].kind, AdviceKind::ManyArenas);
@@ -274,7 +346,11 @@ mod tests {
     }
 
     fn with_quota(i: &mut Inspection, cpus: f64) {
-        i.container = Some(Container {
+        i.cgroup = Some(Container {
+            memory_limit_bytes: None,
+            memory_usage_bytes: None,
+            cpu_quota_cpus: Some(cpus),
+            visible_cpus: i.host.online_cpus,
             memory: None,
             cpu: Some(CpuGroup {
                 version: Version::V1,
@@ -301,10 +377,11 @@ mod tests {
         assert_eq!(kinds(&i), [AdviceKind::ArenaLimitAboveCpuQuota]);
         assert!(a[0].evidence[0].contains("50000 µs per 100000 µs = 0.50 CPU"));
         // An explicit limit answers it.
-        i.arenas.as_mut().unwrap().limit = ArenaLimit {
-            limit: 2,
-            source: LimitSource::MallocArenaMax,
-        };
+        {
+            let a = i.glibc_arenas.as_mut().unwrap();
+            a.limit = 2;
+            a.limit_source = LimitSource::MallocArenaMax;
+        }
         assert!(advise(&i).is_empty());
         // A quota of all CPUs is no reason either.
         let mut j = base();
@@ -312,13 +389,65 @@ mod tests {
         assert!(advise(&j).is_empty());
     }
 
+    /// The JNI story of the issue: 64 CPUs visible, a quota of 8, 1003 threads.
+    #[test]
+    fn quota_advice_names_the_numbers_of_the_pitfall() {
+        let mut i = base();
+        i.host.online_cpus = 64;
+        i.threads = 1003;
+        {
+            let a = i.glibc_arenas.as_mut().unwrap();
+            a.count = 412;
+            a.threads = 1003;
+            a.limit = 512;
+            a.limit_source = LimitSource::Default { online_cpus: 64 };
+        }
+        with_quota(&mut i, 8.0);
+        let c = i.cgroup.as_mut().unwrap();
+        c.cpus_allowed = Some("0-63".into());
+        c.cpus_allowed_count = Some(64);
+        let a = advise(&i);
+        assert_eq!(a[0].kind, AdviceKind::ArenaLimitAboveCpuQuota);
+        assert!(
+            a[0].message.starts_with(
+                "412 arenas for 1003 threads; glibc allows 512 here because 64 CPUs are visible but the quota is 8 → set MALLOC_ARENA_MAX=2 or preload jemalloc; try `memtrial run"
+            ),
+            "{}",
+            a[0].message
+        );
+        assert!(
+            a[0].evidence[2].starts_with("412 of at most 512 arenas now (80%)"),
+            "{}",
+            a[0].evidence[2]
+        );
+        assert!(
+            a[0].evidence[3].contains("4 × 64 = 256") && a[0].evidence[3].contains("narenas:8"),
+            "{}",
+            a[0].evidence[3]
+        );
+    }
+
+    #[test]
+    fn jemalloc_under_a_quota() {
+        let mut i = base();
+        i.glibc_arenas = None;
+        i.allocator.as_mut().unwrap().name = "jemalloc".into();
+        with_quota(&mut i, 0.5);
+        let a = advise(&i);
+        assert_eq!(kinds(&i), [AdviceKind::JemallocArenasAboveCpuQuota]);
+        assert!(a[0].message.contains("jemalloc makes 8 arenas by default (4 × 2 CPUs in the affinity mask) but the quota is 0.5 → set MALLOC_CONF=narenas:1"), "{}", a[0].message);
+        i.allocator.as_mut().unwrap().settings = vec![("MALLOC_CONF".into(), "narenas:1".into())];
+        assert!(advise(&i).is_empty());
+    }
+
     #[test]
     fn not_glibc_no_arena_advice() {
         let mut i = base();
-        i.arenas.as_mut().unwrap().count = 16;
+        i.glibc_arenas.as_mut().unwrap().count = 16;
         i.allocator.as_mut().unwrap().name = "jemalloc".into();
         with_quota(&mut i, 0.5);
-        assert!(advise(&i).is_empty());
+        // jemalloc's own arenas, never glibc's.
+        assert_eq!(kinds(&i), [AdviceKind::JemallocArenasAboveCpuQuota]);
     }
 
     #[test]
@@ -329,8 +458,12 @@ mod tests {
             a.ld_preload = Some("/usr/lib/x86_64-linux-gnu/libjemalloc.so.2".into());
             a.preload_ignored = Some("static".into());
         }
-        i.memory.as_mut().unwrap().swap_bytes = 1 << 20;
-        i.container = Some(Container {
+        i.memory.swap_bytes = 1 << 20;
+        i.cgroup = Some(Container {
+            memory_limit_bytes: Some(100 << 20),
+            memory_usage_bytes: Some(90 << 20),
+            cpu_quota_cpus: None,
+            visible_cpus: 2,
             memory: Some(MemoryGroup {
                 version: Version::V2,
                 path: "/m".into(),
@@ -353,7 +486,7 @@ mod tests {
                 AdviceKind::Swapped
             ]
         );
-        i.container
+        i.cgroup
             .as_mut()
             .unwrap()
             .memory

@@ -27,7 +27,9 @@ pub const HEAP_MAX: u64 = 64 << 20;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Method {
-    /// Distinct `ar_ptr` values of the heap headers read from `/proc/PID/mem`, plus main.
+    /// Distinct `ar_ptr` values of the heap headers read from `/proc/PID/mem`, plus
+    /// main. Serialised as `exact`.
+    #[serde(rename = "exact")]
     HeapHeaders,
     /// `/proc/PID/mem` unreadable: heap-shaped mappings plus main (an upper bound).
     Estimate,

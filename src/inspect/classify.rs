@@ -11,7 +11,9 @@
 //!   most runtimes put the guard there). A `mmap`ped buffer that happens to follow a
 //!   `PROT_NONE` region is miscounted as a stack; `/proc/PID/task/*/stat`'s
 //!   `kstkesp` is no help (it is 0 unless the thread is being core-dumped);
-//! * shared memory: `s` mappings, `/dev/shm/*`, `/memfd:*`, `/SYSV*`;
+//! * shared memory: anonymous `s` mappings (`/dev/zero`), `/dev/shm/*`, `/memfd:*`,
+//!   `/SYSV*`; a shared mapping of an ordinary file (e.g. glibc's `r--s`
+//!   `gconv-modules.cache`) is file data, like `pmap` counts it;
 //! * file code: file-backed with `x`; file data: any other file-backed mapping;
 //! * everything else anonymous (including `mmap`ped malloc chunks above the mmap
 //!   threshold and other allocators' memory) is "other anonymous".
@@ -134,16 +136,38 @@ pub fn parse_smaps(text: &str) -> Result<Vec<(Mapping, MapStats)>, SmapsError> {
 }
 
 /// Totals for one kind.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Group {
     pub kind: Option<Kind>,
+    /// The kind in words, as the text shows it.
+    pub label: &'static str,
     pub mappings: u64,
-    pub virtual_bytes: u64,
+    /// Address space (what `pmap` calls Kbytes), reserved parts included.
+    pub size_bytes: u64,
     pub rss_bytes: u64,
     pub pss_bytes: u64,
     /// Private (unshared) resident bytes: this kind's share of USS.
     pub uss_bytes: u64,
     pub swap_bytes: u64,
+    /// The largest mappings of this kind (at most [`LARGEST`]), by RSS then size: the
+    /// pmap-like detail.
+    pub largest: Vec<MapEntry>,
+}
+
+/// How many mappings of each kind [`Group::largest`] keeps.
+pub const LARGEST: usize = 5;
+
+/// One mapping, as `pmap -x` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct MapEntry {
+    pub start: u64,
+    pub size_bytes: u64,
+    pub rss_bytes: u64,
+    pub pss_bytes: u64,
+    pub swap_bytes: u64,
+    pub perms: String,
+    /// The path or pseudo-name (`[heap]`); `None` for anonymous memory.
+    pub path: Option<String>,
 }
 
 fn is_anon(m: &Mapping) -> bool {
@@ -168,7 +192,14 @@ pub fn classify(maps: &[Mapping], heaps: &[(u64, u64)]) -> Vec<Kind> {
                 Some("[vdso]" | "[vvar]" | "[vsyscall]" | "[vvar_vclock]") => return Kind::Kernel,
                 _ => {}
             }
-            let shared = m.perms.ends_with('s')
+            let shm_path = |p: &str| {
+                p.starts_with("/dev/shm/")
+                    || p.starts_with("/memfd:")
+                    || p.starts_with("/SYSV")
+                    || p.starts_with("[anon_shmem")
+                    || p.starts_with("/dev/zero")
+            };
+            let shared = (m.perms.ends_with('s') && (m.inode == 0 || path.is_none_or(shm_path)))
                 || path.is_some_and(|p| {
                     p.starts_with("/dev/shm/")
                         || p.starts_with("/memfd:")
@@ -219,16 +250,30 @@ pub fn group(smaps: &[(Mapping, MapStats)], kinds: &[Kind]) -> Vec<Group> {
         .filter_map(|&k| {
             let mut g = Group {
                 kind: Some(k),
+                label: k.label(),
                 ..Group::default()
             };
             for ((m, s), _) in smaps.iter().zip(kinds).filter(|(_, kk)| **kk == k) {
                 g.mappings += 1;
-                g.virtual_bytes += m.end - m.start;
+                g.size_bytes += m.end - m.start;
                 g.rss_bytes += s.rss;
                 g.pss_bytes += s.pss;
                 g.uss_bytes += s.private;
                 g.swap_bytes += s.swap;
+                g.largest.push(MapEntry {
+                    start: m.start,
+                    size_bytes: m.end - m.start,
+                    rss_bytes: s.rss,
+                    pss_bytes: s.pss,
+                    swap_bytes: s.swap,
+                    perms: m.perms.clone(),
+                    path: m.path.clone(),
+                });
             }
+            g.largest.sort_by(|a, b| {
+                (b.rss_bytes, b.size_bytes, a.start).cmp(&(a.rss_bytes, a.size_bytes, b.start))
+            });
+            g.largest.truncate(LARGEST);
             (g.mappings > 0).then_some(g)
         })
         .collect()
@@ -290,10 +335,10 @@ mod tests {
         // 20 worker threads, each with a guard page below its stack.
         assert_eq!(thread_stack_count(&maps, &kinds), 20);
         let groups = group(&s, &kinds);
-        let g = |k: Kind| groups.iter().find(|g| g.kind == Some(k)).copied().unwrap();
+        let g = |k: Kind| groups.iter().find(|g| g.kind == Some(k)).cloned().unwrap();
         // 15 heaps: rw part + reserved tail each.
         assert_eq!(g(Kind::MallocArenas).mappings, 30);
-        assert_eq!(g(Kind::MallocArenas).virtual_bytes, 15 * (64 << 20));
+        assert_eq!(g(Kind::MallocArenas).size_bytes, 15 * (64 << 20));
         assert_eq!(g(Kind::ThreadStacks).mappings, 40);
         assert_eq!(g(Kind::MainHeap).mappings, 1);
         assert_eq!(g(Kind::MainStack).mappings, 1);
@@ -319,6 +364,8 @@ mod tests {
             "7f0007000000-7f0007001000 rw-p 00000000 00:01 7 /memfd:pool (deleted)\n",
             "7f0008000000-7f0008001000 r-xp 00000000 fe:00 9 /usr/lib/libx.so\n",
             "7f0008001000-7f0008002000 rw-p 00001000 fe:00 9 /usr/lib/libx.so\n",
+            "7f0009000000-7f0009007000 r--s 00000000 fe:00 11 /usr/lib/x86_64-linux-gnu/gconv/gconv-modules.cache\n",
+            "7f000a000000-7f000a001000 rw-s 00000000 00:01 12 /dev/shm/pool\n",
         ))
         .unwrap();
         let kinds = classify(&maps, &[(0x7f0000000000, 0x7f0004000000)]);
@@ -334,6 +381,8 @@ mod tests {
                 Kind::Shmem,
                 Kind::FileCode,
                 Kind::FileData,
+                Kind::FileData,
+                Kind::Shmem,
             ]
         );
         // Without knowing the heap, its rw part is just anonymous memory.

@@ -308,6 +308,15 @@ pub struct CpusetGroup {
 /// Everything known about a process's cgroups.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Container {
+    /// The memory limit in bytes (`None`: no limit, or no memory controller).
+    pub memory_limit_bytes: Option<u64>,
+    /// The cgroup's memory usage (includes page cache).
+    pub memory_usage_bytes: Option<u64>,
+    /// The CPU quota in CPUs (`None`: no quota).
+    pub cpu_quota_cpus: Option<f64>,
+    /// The CPUs the process sees: online CPUs, what `nproc --all`, glibc's arena
+    /// limit and most runtimes count. A quota does not change it.
+    pub visible_cpus: u32,
     pub memory: Option<MemoryGroup>,
     pub cpu: Option<CpuGroup>,
     pub cpuset: Option<CpusetGroup>,
@@ -342,7 +351,13 @@ fn read_trim(p: &Path) -> Option<String> {
 
 /// Reads the cgroup facts of `pid`. `cgroup_text` is its `/proc/PID/cgroup`,
 /// `status_text` its `/proc/PID/status`.
-pub fn read_container(pid: i32, cgroup_text: &str, status_text: &str) -> Container {
+/// `online_cpus` is the host's, the "visible CPUs".
+pub fn read_container(
+    pid: i32,
+    cgroup_text: &str,
+    status_text: &str,
+    online_cpus: u32,
+) -> Container {
     let mut notes = Vec::new();
     let lines = match parse_proc_cgroup(cgroup_text) {
         Ok(l) => l,
@@ -426,6 +441,10 @@ pub fn read_container(pid: i32, cgroup_text: &str, status_text: &str) -> Contain
         _ => None,
     };
     Container {
+        memory_limit_bytes: memory.as_ref().and_then(|m| m.limit_bytes),
+        memory_usage_bytes: memory.as_ref().and_then(|m| m.usage_bytes),
+        cpu_quota_cpus: cpu.as_ref().and_then(|c| c.quota).map(|q| q.cpus),
+        visible_cpus: online_cpus,
         memory,
         cpu,
         cpuset,
@@ -544,6 +563,10 @@ mod tests {
     #[test]
     fn effective_cpus_is_the_smallest_bound() {
         let c = Container {
+            memory_limit_bytes: None,
+            memory_usage_bytes: None,
+            cpu_quota_cpus: Some(0.5),
+            visible_cpus: 2,
             memory: None,
             cpu: Some(CpuGroup {
                 version: Version::V1,
@@ -570,7 +593,7 @@ mod tests {
         let me = std::process::id() as i32;
         let cg = std::fs::read_to_string("/proc/self/cgroup").unwrap();
         let st = std::fs::read_to_string("/proc/self/status").unwrap();
-        let c = read_container(me, &cg, &st);
+        let c = read_container(me, &cg, &st, 2);
         assert_eq!(c.own_pid_namespace, Some(false));
         assert!(c.cpus_allowed_count.unwrap() >= 1);
     }

@@ -16,6 +16,10 @@ pub mod advice;
 pub mod arenas;
 pub mod classify;
 pub mod container;
+#[cfg(test)]
+mod fixture;
+pub mod glibc;
+pub mod procs;
 pub mod render;
 
 use std::io::{self, Write};
@@ -95,9 +99,10 @@ pub struct Process {
     pub runtimes: Vec<RuntimeHint>,
 }
 
-/// What the process holds (bytes).
+/// What the process holds (bytes). Flattened into the top of the JSON document.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Memory {
+    /// `VmRSS` of `/proc/PID/status`.
     pub rss_bytes: u64,
     pub rss_anon_bytes: u64,
     pub rss_file_bytes: u64,
@@ -108,7 +113,8 @@ pub struct Memory {
     pub swap_bytes: u64,
     /// `VmHWM`: the kernel's high-water mark of RSS.
     pub peak_rss_bytes: u64,
-    pub virtual_bytes: u64,
+    /// `VmSize`: the address space, what `pmap` totals.
+    pub vsz_bytes: u64,
 }
 
 /// Which allocator answers `malloc`, and why we think so.
@@ -137,10 +143,15 @@ impl Allocator {
 /// glibc arenas: how many, found how, against which limit.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Arenas {
+    /// Arenas, the main one included.
     pub count: u64,
+    /// `exact` (distinct heap headers) or `estimate` (heap-shaped mappings, an upper bound).
     pub method: arenas::Method,
+    /// Non-main heaps found.
     pub heaps: u64,
-    pub limit: arenas::ArenaLimit,
+    /// The most arenas glibc creates in this process.
+    pub limit: u64,
+    pub limit_source: arenas::LimitSource,
     pub threads: u64,
 }
 
@@ -150,11 +161,16 @@ pub struct Host {
     pub memory_bytes: u64,
 }
 
-/// One RSS sample of a watch.
+/// One sample of a watch.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Sample {
     pub t_seconds: f64,
     pub rss_bytes: u64,
+    /// `None` where `smaps_rollup` was not readable.
+    pub pss_bytes: Option<u64>,
+    pub threads: u64,
+    /// glibc arenas (`None` unless glibc malloc answers and the count could be taken).
+    pub arenas: Option<u64>,
 }
 
 /// Why a watch ended.
@@ -176,6 +192,36 @@ pub struct Watch {
     pub trend: Trend,
 }
 
+/// Totals over all mappings, beside the kernel's own totals, so the breakdown can
+/// be checked: `size_bytes` is what `pmap -x` totals (virtual), `rollup_rss_bytes`
+/// what `smaps_rollup` says is resident.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct MappingTotals {
+    pub mappings: u64,
+    pub size_bytes: u64,
+    pub rss_bytes: u64,
+    pub pss_bytes: u64,
+    pub uss_bytes: u64,
+    pub swap_bytes: u64,
+    /// `Rss` of `/proc/PID/smaps_rollup` (`None`: unreadable).
+    pub rollup_rss_bytes: Option<u64>,
+    /// `Pss` of `/proc/PID/smaps_rollup`.
+    pub rollup_pss_bytes: Option<u64>,
+}
+
+/// Why some files of the process could not be read, and what would allow it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Access {
+    /// memtrial's effective UID.
+    pub our_uid: u32,
+    /// The process's real UID (`None`: unknown).
+    pub owner_uid: Option<u32>,
+    /// The files refused (`smaps`, `environ`, `exe`, `mem`, …).
+    pub denied: Vec<String>,
+    /// What to do about it.
+    pub hint: String,
+}
+
 /// Everything `inspect` found. Plain data.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Inspection {
@@ -185,17 +231,26 @@ pub struct Inspection {
     pub complete: bool,
     /// What could not be read, and why.
     pub missing: Vec<String>,
+    /// Set when files were refused for lack of permission.
+    pub access: Option<Access>,
+    pub threads: u64,
+    #[serde(flatten)]
+    pub memory: Memory,
     pub process: Process,
-    pub memory: Option<Memory>,
-    /// RSS/PSS/USS/swap by kind of mapping (see [`classify`]).
-    pub breakdown: Vec<Group>,
+    /// Size/RSS/PSS/USS/swap by kind of mapping (see [`classify`]).
+    pub mappings: Vec<Group>,
+    pub mapping_totals: Option<MappingTotals>,
     /// Thread stacks recognised in the maps (heuristic; see [`classify`]).
     pub thread_stacks: Option<u64>,
     pub allocator: Option<Allocator>,
+    /// The glibc the process runs (from its mapped libc), `None` when not found.
+    pub glibc: Option<glibc::GlibcVersion>,
     /// `None` unless glibc malloc answers.
-    pub arenas: Option<Arenas>,
-    pub container: Option<Container>,
+    pub glibc_arenas: Option<Arenas>,
+    pub cgroup: Option<Container>,
     pub host: Host,
+    /// Sums over the process and its descendants (`--tree`).
+    pub tree: Option<procs::Tree>,
     pub advice: Vec<Advice>,
     pub watch: Option<Watch>,
 }
@@ -204,6 +259,8 @@ pub struct Inspection {
 struct Partial {
     pid: i32,
     missing: Vec<String>,
+    /// Files refused for lack of permission.
+    denied: Vec<String>,
     gone: bool,
 }
 
@@ -223,11 +280,55 @@ impl Partial {
                 None
             }
             Err(e) => {
+                if matches!(e, ProcError::PermissionDenied { .. }) {
+                    self.denied.push(what.to_string());
+                }
                 self.missing.push(format!("{what}: {e}"));
                 None
             }
         }
     }
+}
+
+/// memtrial's effective UID.
+fn our_uid() -> u32 {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { ::libc::geteuid() }
+}
+
+/// The real UID of a process, from the `Uid:` line of its status.
+fn owner_uid(status_text: &str) -> Option<u32> {
+    status_text
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+}
+
+/// What to do when files of `pid` are refused.
+pub fn access_hint(pid: i32, our: u32, owner: Option<u32>) -> String {
+    let yama = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope")
+        .ok()
+        .and_then(|t| t.trim().parse::<u32>().ok());
+    let who = match owner {
+        Some(o) if o != our => format!(
+            "PID {pid} belongs to UID {o} and memtrial runs as UID {our}: run memtrial as UID {o} or as root"
+        ),
+        _ => "run memtrial as root".to_string(),
+    };
+    let yama = match yama {
+        Some(n) if n >= 1 => format!(
+            "; kernel.yama.ptrace_scope={n} also restricts ptrace-read access{}",
+            if n >= 2 {
+                " to CAP_SYS_PTRACE"
+            } else {
+                " to ancestors (or CAP_SYS_PTRACE)"
+            }
+        ),
+        _ => String::new(),
+    };
+    format!(
+        "smaps, smaps_rollup, environ, exe and mem need ptrace-read access to the process (PTRACE_MODE_READ): {who} (or grant CAP_SYS_PTRACE){yama}"
+    )
 }
 
 const SETTINGS_PREFIXES: [&str; 12] = [
@@ -264,6 +365,7 @@ pub fn gather(pid: i32) -> Result<Inspection, InspectError> {
     let mut p = Partial {
         pid,
         missing: Vec::new(),
+        denied: Vec::new(),
         gone: false,
     };
     let ticks = proc::clock_ticks_per_second() as f64;
@@ -284,7 +386,7 @@ pub fn gather(pid: i32) -> Result<Inspection, InspectError> {
         })
         .unwrap_or_default();
     let rollup = p.take("/proc/PID/smaps_rollup", proc::read_smaps_rollup(pid));
-    let memory = Some(Memory {
+    let memory = Memory {
         rss_bytes: status.vm_rss,
         rss_anon_bytes: status.rss_anon,
         rss_file_bytes: status.rss_file,
@@ -293,8 +395,8 @@ pub fn gather(pid: i32) -> Result<Inspection, InspectError> {
         uss_bytes: rollup.as_ref().map(|r| r.uss),
         swap_bytes: status.vm_swap,
         peak_rss_bytes: status.vm_hwm,
-        virtual_bytes: status.vm_size,
-    });
+        vsz_bytes: status.vm_size,
+    };
     let smaps_text = p
         .take("/proc/PID/smaps", proc::read_proc_file(pid, "smaps"))
         .map(|b| String::from_utf8_lossy(&b).into_owned());
@@ -323,7 +425,12 @@ pub fn gather(pid: i32) -> Result<Inspection, InspectError> {
         None
     } else {
         exe_elf_facts(pid, exe_link.as_deref())
-            .map_err(|e| p.missing.push(format!("executable: {e}")))
+            .map_err(|e| {
+                if e.contains("Permission denied") {
+                    p.denied.push("/proc/PID/exe".into());
+                }
+                p.missing.push(format!("executable: {e}"))
+            })
             .ok()
     };
     let libs = maps::mapped_libraries(&maps);
@@ -337,6 +444,9 @@ pub fn gather(pid: i32) -> Result<Inspection, InspectError> {
             let count = match arenas::ProcMem::open(pid) {
                 Ok(mut mem) => arenas::count_from_headers(&maps, &mut mem, proc::page_size()),
                 Err(e) => {
+                    if e.kind() == io::ErrorKind::PermissionDenied {
+                        p.denied.push("/proc/PID/mem".into());
+                    }
                     p.missing.push(format!(
                         "/proc/{pid}/mem: {e}; arena count estimated from the maps (counts heaps, an upper bound)"
                     ));
@@ -344,24 +454,46 @@ pub fn gather(pid: i32) -> Result<Inspection, InspectError> {
                 }
             };
             heap_ranges = count.heap_ranges.clone();
+            let limit = arenas::arena_limit(&env, online_cpus);
             Some(Arenas {
                 count: count.arenas,
                 method: count.method,
                 heaps: count.heaps,
-                limit: arenas::arena_limit(&env, online_cpus),
+                limit: limit.limit,
+                limit_source: limit.source,
                 threads: status.threads,
             })
         }
         _ => None,
     };
     let kinds = classify::classify(&maps, &heap_ranges);
-    let breakdown = classify::group(&smaps, &kinds);
+    let mappings = classify::group(&smaps, &kinds);
+    let mapping_totals = (!smaps.is_empty()).then(|| {
+        let sum = |f: fn(&Group) -> u64| mappings.iter().map(f).sum::<u64>();
+        MappingTotals {
+            mappings: sum(|g| g.mappings),
+            size_bytes: sum(|g| g.size_bytes),
+            rss_bytes: sum(|g| g.rss_bytes),
+            pss_bytes: sum(|g| g.pss_bytes),
+            uss_bytes: sum(|g| g.uss_bytes),
+            swap_bytes: sum(|g| g.swap_bytes),
+            rollup_rss_bytes: rollup.as_ref().map(|r| r.rss),
+            rollup_pss_bytes: rollup.as_ref().map(|r| r.pss),
+        }
+    });
     let thread_stacks = (!maps.is_empty()).then(|| classify::thread_stack_count(&maps, &kinds));
+    let glibc_version = if p.gone {
+        None
+    } else {
+        glibc::detect(pid, &libs)
+    };
 
     // Container.
     let container = p
         .take("/proc/PID/cgroup", proc::read_proc_file(pid, "cgroup"))
-        .map(|b| container::read_container(pid, &String::from_utf8_lossy(&b), &status_text));
+        .map(|b| {
+            container::read_container(pid, &String::from_utf8_lossy(&b), &status_text, online_cpus)
+        });
     if let Some(c) = &container {
         p.missing
             .extend(c.notes.iter().map(|n| format!("cgroup: {n}")));
@@ -380,11 +512,22 @@ pub fn gather(pid: i32) -> Result<Inspection, InspectError> {
     }
 
     let runtimes = runtime_hints(&libs, exe_link.as_deref(), &cmdline, exe_facts.as_ref());
+    let access = (!p.denied.is_empty()).then(|| {
+        let owner = owner_uid(&status_text);
+        Access {
+            our_uid: our_uid(),
+            owner_uid: owner,
+            denied: p.denied.clone(),
+            hint: access_hint(pid, our_uid(), owner),
+        }
+    });
     let mut ins = Inspection {
         schema_version: SCHEMA_VERSION,
         pid,
         complete: p.missing.is_empty(),
         missing: p.missing,
+        access,
+        threads: status.threads,
         process: Process {
             comm: stat.comm,
             exe: exe_link,
@@ -397,11 +540,13 @@ pub fn gather(pid: i32) -> Result<Inspection, InspectError> {
             runtimes,
         },
         memory,
-        breakdown,
+        mappings,
+        mapping_totals,
         thread_stacks,
         allocator,
-        arenas,
-        container,
+        glibc: glibc_version,
+        glibc_arenas: arenas,
+        cgroup: container,
         host: Host {
             online_cpus,
             memory_bytes: std::fs::read_to_string("/proc/meminfo")
@@ -409,6 +554,7 @@ pub fn gather(pid: i32) -> Result<Inspection, InspectError> {
                 .and_then(|t| host::parse_meminfo_total(&t))
                 .unwrap_or(0),
         },
+        tree: None,
         advice: Vec::new(),
         watch: None,
     };
@@ -485,8 +631,10 @@ fn allocator_facts(libs: &[String], exe: Option<&ExeFacts>, env: &[(String, Stri
         evidence.push(format!("{} is mapped", l));
     }
     if alloc_libs.is_empty() {
-        if let Some(libc) = libs.iter().find(|l| file_name(l).starts_with("libc.so")) {
-            evidence.push(format!("no other allocator mapped; {libc} is"));
+        if let Some(libc) = libs.iter().find(|l| glibc::is_libc(l)) {
+            evidence.push(format!(
+                "no other allocator library is mapped; malloc comes from glibc's {libc}"
+            ));
         }
     }
     let ld_preload = env
@@ -597,12 +745,28 @@ fn runtime_hints(
     out
 }
 
-/// Samples the RSS of `pid` every `interval` for `duration` (or until it exits or
-/// `stop` is set), then judges the series. `on_sample` sees each sample as it comes.
+/// The glibc arena count of `pid` now (heap headers, or the estimate when
+/// `/proc/PID/mem` is refused); `None` when the maps are unreadable.
+pub fn arenas_now(pid: i32) -> Option<u64> {
+    let maps = maps::parse_maps(&proc::read_maps_text(pid).ok()?).ok()?;
+    if maps.is_empty() {
+        return None;
+    }
+    let c = match arenas::ProcMem::open(pid) {
+        Ok(mut mem) => arenas::count_from_headers(&maps, &mut mem, proc::page_size()),
+        Err(_) => arenas::estimate(&maps),
+    };
+    Some(c.arenas)
+}
+
+/// Samples RSS, PSS, threads (and glibc arenas when `count_arenas`) of `pid` every
+/// `interval` for `duration` (or until it exits or `stop` is set), then judges the
+/// RSS series. `on_sample` sees each sample as it comes.
 pub fn watch(
     pid: i32,
     duration: Duration,
     interval: Duration,
+    count_arenas: bool,
     stop: &AtomicBool,
     on_sample: &mut dyn FnMut(&Sample),
 ) -> Watch {
@@ -621,9 +785,15 @@ pub fn watch(
         let Some(status) = status else {
             break WatchEnd::ProcessExited;
         };
+        let t_seconds = start.elapsed().as_secs_f64();
+        let pss_bytes = proc::read_smaps_rollup(pid).ok().map(|r| r.pss);
+        let arenas = if count_arenas { arenas_now(pid) } else { None };
         let s = Sample {
-            t_seconds: start.elapsed().as_secs_f64(),
+            t_seconds,
             rss_bytes: status.vm_rss,
+            pss_bytes,
+            threads: status.threads,
+            arenas,
         };
         on_sample(&s);
         samples.push(s);
@@ -663,26 +833,117 @@ pub struct Options {
     pub json: Option<PathBuf>,
     pub watch: Option<Duration>,
     pub interval: Duration,
+    /// Show the pmap-like breakdown by kind instead of the one screen.
+    pub maps: bool,
+    /// Sum over the process and its descendants.
+    pub tree: bool,
+    /// Draw a live line (`\r`-rewritten) per watch sample: standard error is a terminal.
+    pub live: bool,
     pub color: bool,
 }
 
+/// How `memtrial inspect --top` was asked to run.
+#[derive(Debug, Clone)]
+pub struct TopOptions {
+    pub n: usize,
+    pub by: procs::RankBy,
+    pub json: Option<PathBuf>,
+    pub color: bool,
+}
+
+fn write_err(what: &str) -> impl FnOnce(io::Error) -> InspectError {
+    let what = what.to_string();
+    move |source| InspectError::Write { what, source }
+}
+
+fn to_json<T: Serialize>(v: &T) -> String {
+    let mut s =
+        serde_json::to_string_pretty(v).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
+    s.push('\n');
+    s
+}
+
+/// Writes `text`, and the JSON where asked (`-`: the JSON replaces the text on `out`).
+fn emit(
+    json: Option<&Path>,
+    text: impl FnOnce() -> String,
+    json_text: impl FnOnce() -> String,
+    out: &mut dyn Write,
+    note: &mut dyn FnMut(&str),
+) -> Result<(), InspectError> {
+    match json {
+        Some(p) if p.as_os_str() == "-" => {
+            out.write_all(json_text().as_bytes())
+                .map_err(write_err("standard output"))?;
+        }
+        Some(p) => {
+            out.write_all(text().as_bytes())
+                .map_err(write_err("standard output"))?;
+            std::fs::write(p, json_text()).map_err(write_err(&p.display().to_string()))?;
+            note(&format!("wrote {}", p.display()));
+        }
+        None => {
+            out.write_all(text().as_bytes())
+                .map_err(write_err("standard output"))?;
+        }
+    }
+    out.flush().map_err(write_err("standard output"))
+}
+
+/// Runs `memtrial inspect --top N`.
+pub fn run_top(
+    opts: &TopOptions,
+    out: &mut dyn Write,
+    note: &mut dyn FnMut(&str),
+) -> Result<procs::Top, InspectError> {
+    let t = procs::top(opts.n, opts.by)?;
+    emit(
+        opts.json.as_deref(),
+        || render::render_top(&t, opts.color),
+        || to_json(&t),
+        out,
+        note,
+    )?;
+    Ok(t)
+}
+
 /// Runs `memtrial inspect`: gathers, optionally watches, writes text and/or JSON to
-/// `out` (or the JSON file); progress lines go to `note`.
+/// `out` (or the JSON file); progress lines go to `note`, the live line to `live`.
 pub fn run(
     opts: &Options,
     out: &mut dyn Write,
     note: &mut dyn FnMut(&str),
+    live: &mut dyn Write,
     stop: &AtomicBool,
 ) -> Result<Inspection, InspectError> {
     let mut ins = gather(opts.pid)?;
+    if opts.tree {
+        match procs::tree(opts.pid) {
+            Ok(t) => ins.tree = Some(t),
+            Err(e) => {
+                ins.complete = false;
+                ins.missing.push(format!("--tree: {e}"));
+            }
+        }
+    }
     if let Some(d) = opts.watch {
         note(&format!(
-            "watching RSS of PID {} every {} for {} (Ctrl-C ends early)…",
+            "watching PID {} every {} for {} (Ctrl-C ends early)…",
             opts.pid,
             crate::plan::units::format_seconds(opts.interval.as_secs_f64()),
             crate::plan::units::format_seconds(d.as_secs_f64())
         ));
-        let w = watch(opts.pid, d, opts.interval, stop, &mut |_| {});
+        let count_arenas = ins.glibc_arenas.is_some();
+        let w = watch(opts.pid, d, opts.interval, count_arenas, stop, &mut |s| {
+            if opts.live {
+                let _ = write!(live, "\r\x1b[2K{}", render::live_line(s));
+                let _ = live.flush();
+            }
+        });
+        if opts.live {
+            let _ = write!(live, "\r\x1b[2K");
+            let _ = live.flush();
+        }
         if w.end == WatchEnd::ProcessExited {
             ins.complete = false;
             ins.missing.push(format!(
@@ -694,32 +955,17 @@ pub fn run(
         ins.watch = Some(w);
         ins.advice = advice::advise(&ins);
     }
-    let write_err = |what: &str| {
-        let what = what.to_string();
-        move |source| InspectError::Write { what, source }
+    let view = if opts.maps {
+        render::View::Maps
+    } else {
+        render::View::Screen
     };
-    let json = || {
-        let mut s =
-            serde_json::to_string_pretty(&ins).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
-        s.push('\n');
-        s
-    };
-    match &opts.json {
-        Some(p) if p.as_os_str() == "-" => {
-            out.write_all(json().as_bytes())
-                .map_err(write_err("standard output"))?;
-        }
-        Some(p) => {
-            out.write_all(render::render(&ins, opts.color).as_bytes())
-                .map_err(write_err("standard output"))?;
-            std::fs::write(p, json()).map_err(write_err(&p.display().to_string()))?;
-            note(&format!("wrote {}", p.display()));
-        }
-        None => {
-            out.write_all(render::render(&ins, opts.color).as_bytes())
-                .map_err(write_err("standard output"))?;
-        }
-    }
-    out.flush().map_err(write_err("standard output"))?;
+    emit(
+        opts.json.as_deref(),
+        || render::render(&ins, view, opts.color),
+        || to_json(&ins),
+        out,
+        note,
+    )?;
     Ok(ins)
 }

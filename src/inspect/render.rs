@@ -3,7 +3,8 @@
 use std::fmt::Write;
 
 use super::arenas::{LimitSource, Method};
-use super::{Inspection, WatchEnd};
+use super::procs::{RankBy, Top};
+use super::{Inspection, Sample, WatchEnd};
 use crate::plan::units::{format_bytes, format_seconds};
 
 fn b(x: u64) -> String {
@@ -28,8 +29,204 @@ fn age(s: f64) -> String {
     }
 }
 
+/// Which text to draw.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum View {
+    /// One screen: what it is, what it holds, what to do.
+    Screen,
+    /// The pmap-like breakdown by kind, with totals checked against the kernel's.
+    Maps,
+}
+
+/// The live line of a watch sample.
+pub fn live_line(s: &Sample) -> String {
+    format!(
+        "{:>7}  RSS {}  PSS {}  threads {}{}",
+        format_seconds(s.t_seconds),
+        b(s.rss_bytes),
+        s.pss_bytes.map_or("?".into(), b),
+        s.threads,
+        s.arenas.map_or(String::new(), |a| format!("  arenas {a}"))
+    )
+}
+
+fn opt_b(x: Option<u64>) -> String {
+    x.map_or("?".into(), b)
+}
+
+/// The pmap-like view: every kind with its size, RSS, PSS, USS and swap, the
+/// largest mappings of each, and the totals beside pmap's and smaps_rollup's.
+pub fn render_maps(ins: &Inspection, color: bool) -> String {
+    let mut o = String::new();
+    let h = |s: &str| bold(s, color);
+    let _ = writeln!(
+        o,
+        "{} {} ({}){} — address space by kind (from /proc/PID/smaps)",
+        h("PID"),
+        ins.pid,
+        ins.process.comm,
+        if ins.complete { "" } else { "  [partial]" }
+    );
+    if ins.mappings.is_empty() {
+        let _ = writeln!(o, "  no mappings could be read");
+    } else {
+        let _ = writeln!(
+            o,
+            "  {:<20} {:>6} {:>10} {:>10} {:>10} {:>10} {:>10}",
+            "kind", "maps", "size", "RSS", "PSS", "USS", "swap"
+        );
+        for g in &ins.mappings {
+            let _ = writeln!(
+                o,
+                "  {:<20} {:>6} {:>10} {:>10} {:>10} {:>10} {:>10}",
+                h(g.label),
+                g.mappings,
+                b(g.size_bytes),
+                b(g.rss_bytes),
+                b(g.pss_bytes),
+                b(g.uss_bytes),
+                b(g.swap_bytes)
+            );
+            for m in &g.largest {
+                let _ = writeln!(
+                    o,
+                    "    {:016x} {} {:>10} {:>10} {:>10}  {}",
+                    m.start,
+                    m.perms,
+                    b(m.size_bytes),
+                    b(m.rss_bytes),
+                    b(m.pss_bytes),
+                    m.path.as_deref().unwrap_or("[anon]")
+                );
+            }
+            if g.mappings as usize > g.largest.len() {
+                let _ = writeln!(o, "    … {} more", g.mappings as usize - g.largest.len());
+            }
+        }
+    }
+    if let Some(t) = &ins.mapping_totals {
+        let _ = writeln!(
+            o,
+            "  {:<20} {:>6} {:>10} {:>10} {:>10} {:>10} {:>10}",
+            h("total"),
+            t.mappings,
+            b(t.size_bytes),
+            b(t.rss_bytes),
+            b(t.pss_bytes),
+            b(t.uss_bytes),
+            b(t.swap_bytes)
+        );
+        let _ = writeln!(
+            o,
+            "  size total {} kB = pmap's total (virtual: reserved address space, not memory); VmSize {} kB",
+            t.size_bytes / 1024,
+            ins.memory.vsz_bytes / 1024
+        );
+        let _ = writeln!(
+            o,
+            "  resident total {} kB; smaps_rollup Rss {} kB, Pss {} kB",
+            t.rss_bytes / 1024,
+            t.rollup_rss_bytes
+                .map_or("?".into(), |x| (x / 1024).to_string()),
+            t.rollup_pss_bytes
+                .map_or("?".into(), |x| (x / 1024).to_string())
+        );
+        if ins.thread_stacks.is_some() {
+            let _ = writeln!(
+                o,
+                "  {} thread stacks recognised by a heuristic (anonymous rw with a guard page below)",
+                ins.thread_stacks.unwrap_or(0)
+            );
+        }
+    }
+    if let Some(a) = &ins.access {
+        let _ = writeln!(o, "note: {}", a.hint);
+    }
+    if let Some(a) = &ins.access {
+        let _ = writeln!(
+            o,
+            "{} {} refused: {}",
+            h("Access"),
+            a.denied.join(", "),
+            a.hint
+        );
+    }
+    for m in &ins.missing {
+        let _ = writeln!(o, "note: {m}");
+    }
+    o
+}
+
+/// `memtrial inspect --top`.
+pub fn render_top(t: &Top, color: bool) -> String {
+    let mut o = String::new();
+    let by = match t.ranked_by {
+        RankBy::Rss => "RSS (VmRSS; shared pages count in every process)",
+        RankBy::Pss => "PSS (smaps_rollup; shared pages split between their users)",
+    };
+    let _ = writeln!(
+        o,
+        "{} {} largest of {} processes, ranked by {by}",
+        bold("Top", color),
+        t.processes.len(),
+        t.scanned
+    );
+    let _ = writeln!(
+        o,
+        "  {:>8} {:<16} {:>10} {:>10} {:>7}  {:<38} {:>7}",
+        "PID", "command", "RSS", "PSS", "threads", "allocator", "arenas"
+    );
+    for p in &t.processes {
+        let arenas = match (p.glibc_arenas, p.arenas_method) {
+            (Some(n), Some(Method::Estimate)) => format!("~{n}"),
+            (Some(n), _) => n.to_string(),
+            (None, _)
+                if p.allocator
+                    .as_deref()
+                    .is_some_and(|a| a.starts_with("glibc")) =>
+            {
+                "?".into()
+            }
+            (None, _) => "-".into(),
+        };
+        let _ = writeln!(
+            o,
+            "  {:>8} {:<16} {:>10} {:>10} {:>7}  {:<38} {:>7}",
+            p.pid,
+            p.comm,
+            b(p.rss_bytes),
+            opt_b(p.pss_bytes),
+            p.threads,
+            p.allocator.as_deref().unwrap_or("? (unreadable)"),
+            arenas
+        );
+    }
+    let _ = writeln!(
+        o,
+        "  arenas: glibc arenas, main included (~: estimated from the maps, /proc/PID/mem refused; -: not glibc malloc)"
+    );
+    if t.exited > 0 {
+        let _ = writeln!(o, "  {} candidates exited during the scan", t.exited);
+    }
+    let unreadable = t.processes.iter().filter(|p| !p.notes.is_empty()).count();
+    if unreadable > 0 {
+        let _ = writeln!(
+            o,
+            "  {unreadable} processes partly unreadable (run as root for all): memtrial inspect PID says what"
+        );
+    }
+    o
+}
+
 /// Renders the inspection. `color` adds bold headings.
-pub fn render(ins: &Inspection, color: bool) -> String {
+pub fn render(ins: &Inspection, view: View, color: bool) -> String {
+    if view == View::Maps {
+        return render_maps(ins, color);
+    }
+    render_screen(ins, color)
+}
+
+fn render_screen(ins: &Inspection, color: bool) -> String {
     let mut o = String::new();
     let p = &ins.process;
     let h = |s: &str| bold(s, color);
@@ -75,10 +272,11 @@ pub fn render(ins: &Inspection, color: bool) -> String {
         }
     );
 
-    if let Some(m) = &ins.memory {
+    {
+        let m = &ins.memory;
         let _ = writeln!(
             o,
-            "{}  RSS {} (anon {}, file {}, shmem {}) · PSS {} · USS {} · swap {} · peak RSS {} (VmHWM)",
+            "{}  RSS {} (anon {}, file {}, shmem {}) · PSS {} · USS {} · swap {} · peak RSS {} (VmHWM) · virtual {}",
             h("Memory"),
             b(m.rss_bytes),
             b(m.rss_anon_bytes),
@@ -87,16 +285,54 @@ pub fn render(ins: &Inspection, color: bool) -> String {
             m.pss_bytes.map_or("?".into(), b),
             m.uss_bytes.map_or("?".into(), b),
             b(m.swap_bytes),
-            b(m.peak_rss_bytes)
+            b(m.peak_rss_bytes),
+            b(m.vsz_bytes)
         );
     }
-    if !ins.breakdown.is_empty() {
+    if let Some(t) = &ins.tree {
+        let _ = writeln!(
+            o,
+            "{}    {} processes, {} threads · PSS {} · USS {} · RSS {} (summed, double-counts shared pages) · swap {}{}{}",
+            h("Tree"),
+            t.processes,
+            t.threads,
+            b(t.pss_bytes),
+            b(t.uss_bytes),
+            b(t.rss_bytes),
+            b(t.swap_bytes),
+            if t.pss_unreadable > 0 {
+                format!(" · PSS/USS unreadable for {}", t.pss_unreadable)
+            } else {
+                String::new()
+            },
+            if t.exited > 0 {
+                format!(" · {} exited during the scan", t.exited)
+            } else {
+                String::new()
+            }
+        );
+        for m in t.members.iter().take(8) {
+            let _ = writeln!(
+                o,
+                "  {:>8} {:<16} PSS {:>10}  RSS {:>10}  {} threads",
+                m.pid,
+                m.comm,
+                opt_b(m.pss_bytes),
+                b(m.rss_bytes),
+                m.threads
+            );
+        }
+        if t.members.len() > 8 {
+            let _ = writeln!(o, "  … {} more (--json lists all)", t.members.len() - 8);
+        }
+    }
+    if !ins.mappings.is_empty() {
         let _ = writeln!(
             o,
             "  {:<20} {:>5} {:>10} {:>10} {:>10} {:>10}",
-            "kind", "maps", "virtual", "RSS", "USS", "swap"
+            "kind", "maps", "size", "RSS", "PSS", "swap"
         );
-        for g in &ins.breakdown {
+        for g in &ins.mappings {
             let mut label = g.kind.map_or("?", |k| k.label()).to_string();
             if g.kind == Some(super::Kind::ThreadStacks) {
                 label.push('*');
@@ -106,31 +342,60 @@ pub fn render(ins: &Inspection, color: bool) -> String {
                 "  {:<20} {:>5} {:>10} {:>10} {:>10} {:>10}",
                 label,
                 g.mappings,
-                b(g.virtual_bytes),
+                b(g.size_bytes),
                 b(g.rss_bytes),
-                b(g.uss_bytes),
+                b(g.pss_bytes),
                 b(g.swap_bytes)
             );
         }
         let _ = writeln!(
             o,
-            "  * {} thread stacks recognised by a heuristic (anonymous rw with a guard page below)",
+            "  * {} thread stacks recognised by a heuristic (anonymous rw with a guard page below); --maps for detail",
             ins.thread_stacks.unwrap_or(0)
         );
     }
 
-    if let Some(a) = &ins.allocator {
-        let _ = writeln!(o, "{} {}", h("Allocator"), a.name);
-        for e in &a.evidence {
-            let _ = writeln!(o, "  - {e}");
+    let glibc = ins.glibc.as_ref().map(|g| {
+        format!(
+            "glibc {} ({})",
+            g.version,
+            g.banner.as_deref().unwrap_or(&g.library)
+        )
+    });
+    match &ins.allocator {
+        None => {
+            let _ = writeln!(
+                o,
+                "{} unknown: the maps or the executable could not be read",
+                h("Allocator")
+            );
         }
-        if !a.settings.is_empty() {
-            let s: Vec<String> = a.settings.iter().map(|(k, v)| format!("{k}={v}")).collect();
-            let _ = writeln!(o, "  settings {}", s.join(" "));
+        Some(a) => {
+            let _ = writeln!(o, "{} {}", h("Allocator"), a.name);
+            for e in &a.evidence {
+                let _ = writeln!(o, "  - {e}");
+            }
+            if !a.settings.is_empty() {
+                let s: Vec<String> = a.settings.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                let _ = writeln!(o, "  settings {}", s.join(" "));
+            }
         }
     }
-    if let Some(ar) = &ins.arenas {
-        let limit_src = match &ar.limit.source {
+    match (&glibc, &ins.allocator) {
+        (Some(g), _) => {
+            let _ = writeln!(o, "  {g}");
+        }
+        (None, Some(a)) if a.linkage.as_deref() == Some("static") => {
+            let _ = writeln!(
+                o,
+                "  glibc version unknown: a static executable carries no version banner (the host's is {})",
+                crate::linux::host::glibc_version()
+            );
+        }
+        _ => {}
+    }
+    if let Some(ar) = &ins.glibc_arenas {
+        let limit_src = match &ar.limit_source {
             LimitSource::MallocArenaMax => "MALLOC_ARENA_MAX".to_string(),
             LimitSource::GlibcTunables => "GLIBC_TUNABLES".to_string(),
             LimitSource::Default { online_cpus } => {
@@ -151,12 +416,12 @@ pub fn render(ins: &Inspection, color: bool) -> String {
             "{}    {} glibc arenas (main included) · limit {} ({limit_src}) · {} threads\n  counted from {how}",
             h("Arenas"),
             ar.count,
-            ar.limit.limit,
+            ar.limit,
             ar.threads
         );
     }
 
-    if let Some(c) = &ins.container {
+    if let Some(c) = &ins.cgroup {
         let mut parts = Vec::new();
         if let Some(cpu) = &c.cpu {
             parts.push(match cpu.quota {
@@ -206,7 +471,7 @@ pub fn render(ins: &Inspection, color: bool) -> String {
         });
         let _ = writeln!(
             o,
-            "{}     {} RSS samples over {}{end}, min {} max {}\n  {}",
+            "{}     {} samples over {}{end}, RSS min {} max {}",
             h("Watch"),
             w.samples.len(),
             format_seconds(w.samples.last().map_or(0.0, |s| s.t_seconds)),
@@ -216,8 +481,24 @@ pub fn render(ins: &Inspection, color: bool) -> String {
                 b(lo)
             },
             b(hi),
-            w.trend.sentence()
         );
+        if let (Some(f), Some(l)) = (w.samples.first(), w.samples.last()) {
+            let arenas = match (f.arenas, l.arenas) {
+                (Some(a), Some(z)) => format!(" · arenas {a} → {z}"),
+                _ => String::new(),
+            };
+            let _ = writeln!(
+                o,
+                "  first → last: RSS {} → {} · PSS {} → {} · threads {} → {}{arenas}",
+                b(f.rss_bytes),
+                b(l.rss_bytes),
+                opt_b(f.pss_bytes),
+                opt_b(l.pss_bytes),
+                f.threads,
+                l.threads
+            );
+        }
+        let _ = writeln!(o, "  {}", w.trend.sentence());
     }
 
     if ins.advice.is_empty() {
@@ -235,8 +516,58 @@ pub fn render(ins: &Inspection, color: bool) -> String {
             }
         }
     }
+    if let Some(a) = &ins.access {
+        let _ = writeln!(
+            o,
+            "{} {} refused: {}",
+            h("Access"),
+            a.denied.join(", "),
+            a.hint
+        );
+    }
     for m in &ins.missing {
         let _ = writeln!(o, "note: {m}");
     }
     o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::inspect::fixture;
+
+    #[test]
+    fn screen_snapshot() {
+        insta::assert_snapshot!(render(&fixture::inspection(), View::Screen, false));
+    }
+
+    #[test]
+    fn maps_snapshot() {
+        insta::assert_snapshot!(render(&fixture::inspection(), View::Maps, false));
+    }
+
+    #[test]
+    fn top_snapshot() {
+        insta::assert_snapshot!(render_top(&fixture::top(), false));
+    }
+
+    #[test]
+    fn json_snapshot() {
+        insta::assert_json_snapshot!(fixture::inspection());
+    }
+
+    #[test]
+    fn live_line_of_a_sample() {
+        let s = Sample {
+            t_seconds: 12.0,
+            rss_bytes: 3 << 20,
+            pss_bytes: None,
+            threads: 4,
+            arenas: Some(3),
+        };
+        assert_eq!(
+            live_line(&s),
+            "12.00 s  RSS 3.0 MiB  PSS ?  threads 4  arenas 3"
+        );
+    }
 }

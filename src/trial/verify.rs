@@ -161,6 +161,10 @@ impl Verifier {
         // Environment settings: the initial environment must carry them.
         if !self.env.is_empty() {
             let env = proc::read_environ(pid)?;
+            if env.is_empty() && !has_address_space(pid) {
+                // An exiting process reads as an empty environment: no evidence either way.
+                return Err(ProcError::Gone { pid });
+            }
             for (k, v) in &self.env {
                 match env.iter().find(|(ek, _)| ek == k) {
                     Some((_, ev)) if ev == v => reasons_ok.push(format!("{k}={v} in environ")),
@@ -273,6 +277,19 @@ impl Verifier {
             (Verification::Verified, detail, allocator)
         }
     }
+}
+
+/// A process that is exiting (or a zombie) has released its memory: `statm` reads zeros.
+fn has_address_space(pid: i32) -> bool {
+    proc::read_proc_file(pid, "statm")
+        .ok()
+        .and_then(|b| {
+            String::from_utf8_lossy(&b)
+                .split_whitespace()
+                .next()
+                .and_then(|v| v.parse::<u64>().ok())
+        })
+        .is_some_and(|size| size > 0)
 }
 
 fn file_name(p: &str) -> &str {
