@@ -73,6 +73,21 @@ impl Ui {
     }
 }
 
+/// A flag set by SIGINT, SIGTERM and SIGHUP: memtrial then stops what it runs, cleans
+/// up, keeps what it measured, and exits with 130.
+fn stop_flag() -> Result<Arc<AtomicBool>> {
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGHUP,
+    ] {
+        signal_hook::flag::register(sig, Arc::clone(&stop))
+            .context("cannot install signal handlers")?;
+    }
+    Ok(stop)
+}
+
 pub fn dispatch(cli: Cli) -> Result<Outcome> {
     let ui = Ui::new(&cli);
     match &cli.command {
@@ -351,15 +366,7 @@ fn run_and_present(
     output: &OutputArgs,
     ui: &Ui,
 ) -> Result<Outcome> {
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [
-        signal_hook::consts::SIGINT,
-        signal_hook::consts::SIGTERM,
-        signal_hook::consts::SIGHUP,
-    ] {
-        signal_hook::flag::register(sig, Arc::clone(&stop))
-            .context("cannot install signal handlers")?;
-    }
+    let stop = stop_flag()?;
 
     let bar = if ui.tty && !ui.quiet {
         let b = ProgressBar::new(0);
@@ -781,11 +788,7 @@ fn inspect_cmd(args: &InspectArgs, ui: &Ui) -> Result<Outcome> {
     if let Some(p) = &args.json {
         check_output(&Some(p.clone()), "--json")?;
     }
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(sig, Arc::clone(&stop))
-            .context("cannot install signal handlers")?;
-    }
+    let stop = stop_flag()?;
     if let Some(n) = args.top {
         if n == 0 {
             bail!("--top 0: give the number of processes to show");
@@ -833,7 +836,7 @@ fn inspect_cmd(args: &InspectArgs, ui: &Ui) -> Result<Outcome> {
 
 /// Builds a load from the flags; every error names its flag, value and reason.
 fn load_spec(args: &crate::cli::LoadArgs, ui: &Ui) -> Result<memtrial::load::LoadSpec> {
-    use memtrial::load::{self, Method, Mode, Source};
+    use memtrial::load::{self, Mode};
     let url = load::parse_url(&args.url).map_err(|e| anyhow::anyhow!("--url: {e}"))?;
     let addr = url
         .socket_addr()
@@ -874,63 +877,34 @@ fn load_spec(args: &crate::cli::LoadArgs, ui: &Ui) -> Result<memtrial::load::Loa
             connections: args.connections,
         },
     };
-    let source = if let Some(path) = &args.targets {
-        let reqs = load::load_targets_file(path)
-            .map_err(|e| anyhow::anyhow!("--targets {}: {e}", path.display()))?;
-        ui.note(&format!(
-            "{} request(s) from {}",
-            reqs.len(),
-            path.display()
-        ));
-        Source::List(reqs)
-    } else if let Some(path) = &args.replay {
-        let methods = args
-            .methods
-            .iter()
-            .map(|m| m.trim().to_ascii_uppercase().parse::<Method>())
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| anyhow::anyhow!("--methods: {e}"))?;
-        if let Some(s) = args.speed {
-            if !(s.is_finite() && s > 0.0) {
-                bail!("--speed {s}: must be a positive factor (1 = the log's own pace)");
-            }
+    if let Some(s) = args.speed {
+        if !(s.is_finite() && s > 0.0) {
+            bail!("--speed {s}: must be a positive factor (1 = the log's own pace)");
         }
-        let bytes = std::fs::read(path)
-            .with_context(|| format!("--replay {}: cannot read", path.display()))?;
-        let log = load::parse_access_log(&String::from_utf8_lossy(&bytes), &methods);
-        let mut note = format!(
-            "replaying {} request(s) from {}",
-            log.entries.len(),
-            path.display()
-        );
-        if log.skipped_methods > 0 {
-            note += &format!(
-                "; {} skipped for their method (--methods)",
-                log.skipped_methods
-            );
-        }
-        if log.unparseable > 0 {
-            note += &format!("; {} unparseable line(s)", log.unparseable);
-            if let Some((line, why)) = log.examples.first() {
-                note += &format!(" (e.g. line {line}: {why})");
-            }
-        }
-        ui.note(&note);
-        if log.entries.is_empty() {
-            bail!(
-                "--replay {}: no replayable requests ({} unparseable line(s), {} with other methods)",
-                path.display(),
-                log.unparseable,
-                log.skipped_methods
-            );
-        }
-        Source::Replay {
-            entries: log.entries,
-            speed: args.speed,
-        }
-    } else {
-        Source::Single(memtrial::load::Request::get(url.path_and_query.clone()))
+    }
+    let (kind, flag) = match (&args.targets, &args.replay) {
+        (Some(path), _) => (
+            memtrial::plan::RequestSource::Targets { path: path.clone() },
+            format!("--targets {}", path.display()),
+        ),
+        (None, Some(path)) => (
+            memtrial::plan::RequestSource::Replay {
+                path: path.clone(),
+                speed: args.speed,
+                methods: args.methods.clone(),
+            },
+            format!("--replay {}", path.display()),
+        ),
+        (None, None) => (
+            memtrial::plan::RequestSource::Url,
+            format!("--url {}", args.url),
+        ),
     };
+    let (source, notes) = memtrial::trial::server::source_from(&kind, &url.path_and_query)
+        .map_err(|e| anyhow::anyhow!("{flag}: {e}"))?;
+    for n in notes {
+        ui.note(&n);
+    }
     Ok(memtrial::load::LoadSpec {
         addr,
         host_header: url.host_header(),
@@ -949,15 +923,7 @@ fn load_cmd(args: &crate::cli::LoadArgs, ui: &Ui) -> Result<Outcome> {
         check_output(&Some(p.clone()), "--json")?;
     }
     let spec = load_spec(args, ui)?;
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [
-        signal_hook::consts::SIGINT,
-        signal_hook::consts::SIGTERM,
-        signal_hook::consts::SIGHUP,
-    ] {
-        signal_hook::flag::register(sig, Arc::clone(&stop))
-            .context("cannot install signal handlers")?;
-    }
+    let stop = stop_flag()?;
     let pacing = match spec.mode {
         memtrial::load::Mode::Open { rate_per_sec, .. } => {
             format!("open loop at {rate_per_sec} req/s")

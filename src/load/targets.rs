@@ -20,13 +20,24 @@ use std::path::Path;
 use super::http::{parse_url, Method, Request};
 
 /// A line of a targets file that could not be understood.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("line {line}: {reason}")]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TargetsError {
     /// 1-based line number (0 for the file as a whole).
     pub line: usize,
     pub reason: String,
 }
+
+impl std::fmt::Display for TargetsError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.line == 0 {
+            write!(f, "{}", self.reason)
+        } else {
+            write!(f, "line {}: {}", self.line, self.reason)
+        }
+    }
+}
+
+impl std::error::Error for TargetsError {}
 
 /// Parses a targets file. `read_body` loads `@FILE` bodies (given the name as written).
 pub fn parse_targets(

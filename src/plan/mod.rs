@@ -761,15 +761,18 @@ fn build_server(
         source,
     };
     // Read the request source once now, so a bad file fails before any run.
-    let (_, source_notes) =
-        crate::trial::server::prepare_source(&plan).map_err(|m| PlanError::BadValue {
-            flag: match plan.source {
-                RequestSource::Targets { .. } => "--targets",
-                _ => "--replay",
-            },
-            value: String::new(),
+    let (_, source_notes) = crate::trial::server::prepare_source(&plan).map_err(|m| {
+        let (flag, value) = match &plan.source {
+            RequestSource::Targets { path } => ("--targets", path.display().to_string()),
+            RequestSource::Replay { path, .. } => ("--replay", path.display().to_string()),
+            RequestSource::Url => ("--url", plan.url.clone()),
+        };
+        PlanError::BadValue {
+            flag,
+            value,
             reason: m,
-        })?;
+        }
+    })?;
     notes.extend(source_notes);
     Ok(Some(plan))
 }

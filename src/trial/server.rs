@@ -25,15 +25,21 @@ pub fn substitute(text: &str, port: u16) -> String {
 /// Reads the plan's request source: the requests, and notes for the user (counts,
 /// unparseable log lines). Errors name the file and line.
 pub fn prepare_source(plan: &ServerPlan) -> Result<(Source, Vec<String>), String> {
+    let url = load::parse_url(&substitute(&plan.url, 8080))?;
+    source_from(&plan.source, &url.path_and_query)
+}
+
+/// Reads a request source: the URL's path, a targets file or an access log. Notes count
+/// what was read and what was skipped; errors name the file and line.
+pub fn source_from(
+    source: &RequestSource,
+    url_path: &str,
+) -> Result<(Source, Vec<String>), String> {
     let mut notes = Vec::new();
-    let source = match &plan.source {
-        RequestSource::Url => {
-            let url = load::parse_url(&substitute(&plan.url, 8080))?;
-            Source::Single(Request::get(url.path_and_query))
-        }
+    let source = match source {
+        RequestSource::Url => Source::Single(Request::get(url_path)),
         RequestSource::Targets { path } => {
-            let reqs =
-                load::load_targets_file(path).map_err(|e| format!("{}: {e}", path.display()))?;
+            let reqs = load::load_targets_file(path).map_err(|e| e.to_string())?;
             notes.push(format!("{} request(s) from {}", reqs.len(), path.display()));
             Source::List(reqs)
         }
@@ -47,8 +53,7 @@ pub fn prepare_source(plan: &ServerPlan) -> Result<(Source, Vec<String>), String
                 .map(|m| m.trim().to_ascii_uppercase().parse::<Method>())
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(|e| format!("--methods: {e}"))?;
-            let bytes = std::fs::read(path)
-                .map_err(|e| format!("{}: cannot read it: {e}", path.display()))?;
+            let bytes = std::fs::read(path).map_err(|e| format!("cannot read it: {e}"))?;
             let log = load::parse_access_log(&String::from_utf8_lossy(&bytes), &methods);
             let mut note = format!(
                 "replaying {} request(s) from {}",
@@ -67,10 +72,8 @@ pub fn prepare_source(plan: &ServerPlan) -> Result<(Source, Vec<String>), String
             notes.push(note);
             if log.entries.is_empty() {
                 return Err(format!(
-                    "{}: no replayable requests ({} unparseable line(s), {} with other methods)",
-                    path.display(),
-                    log.unparseable,
-                    log.skipped_methods
+                    "no replayable requests ({} unparseable line(s), {} with other methods)",
+                    log.unparseable, log.skipped_methods
                 ));
             }
             Source::Replay {
