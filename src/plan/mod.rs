@@ -979,7 +979,17 @@ fn resolve_preload(variant: &str, lib: &str, ctx: &PlanContext) -> Result<PathBu
         Err(e) => return Err(bad(format!("cannot be read: {e}"))),
     }
     // The dynamic loader wants an absolute path to be sure which file it maps.
-    std::fs::canonicalize(&path).map_err(|e| bad(format!("cannot be resolved: {e}")))
+    let full = std::fs::canonicalize(&path).map_err(|e| bad(format!("cannot be resolved: {e}")))?;
+    if full
+        .to_string_lossy()
+        .contains(|c: char| c.is_whitespace() || c == ':')
+    {
+        return Err(bad(format!(
+            "resolves to '{}': LD_PRELOAD splits on spaces and colons, so the loader would ignore it; use a path without them (a symlink will do)",
+            full.display()
+        )));
+    }
+    Ok(full)
 }
 
 /// Finds the program like `execvp` would, and checks it can be executed.
@@ -1116,6 +1126,17 @@ mod tests {
             i.custom = vec![spec.into()];
             assert!(build(i).is_err(), "{spec} should be rejected");
         }
+    }
+
+    #[test]
+    fn preload_path_with_a_space_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let lib = dir.path().join("my lib.so");
+        std::fs::write(&lib, b"").unwrap();
+        let mut i = input(&["true"]);
+        i.custom = vec![format!("x=preload:'{}'", lib.display())];
+        let e = build(i).unwrap_err().to_string();
+        assert!(e.contains("LD_PRELOAD splits on spaces"), "{e}");
     }
 
     #[test]
