@@ -1860,8 +1860,13 @@ fn load_closed_loop_keepalive_server() {
     let t = per_second[0]["t_seconds"].as_f64().unwrap();
     assert!((0.29..0.5).contains(&t), "{t}");
     assert_eq!(j["target_rate"], Value::Null);
-    // Warm-up requests went to the server but are not counted.
-    assert!(seen.lock().unwrap().len() as u64 > n);
+    // Warm-up requests went to the server but are not counted (the test server records
+    // at most 100 000 requests: a quiet machine can send more than that in 1.3 s).
+    let recorded = seen.lock().unwrap().len() as u64;
+    assert!(
+        recorded > n || recorded == 100_000,
+        "server saw {recorded}, counted {n}"
+    );
     assert_eq!(seen.lock().unwrap()[0].1, "/hello?x=1");
     let out = r.stdout();
     assert!(out.contains("requests") && out.contains("p99.9"), "{out}");
