@@ -1,5 +1,6 @@
 //! SVG charts (plotters): memory over time per variant, and each run's peak per variant.
 
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 
 use crate::analysis::{Analysis, Figure};
@@ -30,6 +31,36 @@ pub fn color(i: usize) -> RGBColor {
 pub fn css_color(i: usize) -> String {
     let c = color(i);
     format!("#{:02x}{:02x}{:02x}", c.0, c.1, c.2)
+}
+
+type Chart<'a, 'b> = ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+/// A chart with the house style: title, margins, label areas, and the given ranges.
+fn styled<'a, 'b>(
+    root: &'a DrawingArea<SVGBackend<'b>, plotters::coord::Shift>,
+    title: &str,
+    x: std::ops::Range<f64>,
+    y: std::ops::Range<f64>,
+) -> Option<Chart<'a, 'b>> {
+    root.fill(&WHITE).ok()?;
+    ChartBuilder::on(root)
+        .caption(title, ("sans-serif", 18))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(64)
+        .build_cartesian_2d(x, y)
+        .ok()
+}
+
+/// The legend box, where the lines are least likely to be.
+fn legend<'a, 'b: 'a>(chart: &mut Chart<'a, 'b>, position: SeriesLabelPosition) -> Option<()> {
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(RGBColor(200, 200, 200))
+        .position(position)
+        .draw()
+        .ok()
 }
 
 /// The run of a variant whose figure is the median (the middle run by that figure).
@@ -89,14 +120,12 @@ pub fn memory_over_time(e: &Experiment, a: &Analysis, s: Series) -> Option<Strin
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, (900, 420)).into_drawing_area();
-        root.fill(&WHITE).ok()?;
-        let mut chart = ChartBuilder::on(&root)
-            .caption(title, ("sans-serif", 18))
-            .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(64)
-            .build_cartesian_2d(0.0..(max_t * 1.02).max(0.1), 0.0..(max_y * 1.08).max(1.0))
-            .ok()?;
+        let mut chart = styled(
+            &root,
+            title,
+            0.0..(max_t * 1.02).max(0.1),
+            0.0..(max_y * 1.08).max(1.0),
+        )?;
         chart
             .configure_mesh()
             .x_desc("seconds since start")
@@ -144,13 +173,7 @@ pub fn memory_over_time(e: &Experiment, a: &Analysis, s: Series) -> Option<Strin
                 };
             }
         }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.85))
-            .border_style(RGBColor(200, 200, 200))
-            .position(SeriesLabelPosition::UpperRight)
-            .draw()
-            .ok()?;
+        legend(&mut chart, SeriesLabelPosition::UpperRight)?;
         root.present().ok()?;
     }
     Some(svg)
@@ -184,14 +207,7 @@ pub fn distribution(e: &Experiment, a: &Analysis, f: Figure, title: &str) -> Opt
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, (900, 360)).into_drawing_area();
-        root.fill(&WHITE).ok()?;
-        let mut chart = ChartBuilder::on(&root)
-            .caption(title, ("sans-serif", 18))
-            .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(64)
-            .build_cartesian_2d(-0.5..(n as f64 - 0.5), 0.0..max_y * 1.1)
-            .ok()?;
+        let mut chart = styled(&root, title, -0.5..(n as f64 - 0.5), 0.0..max_y * 1.1)?;
         chart
             .configure_mesh()
             .disable_x_mesh()
@@ -301,14 +317,7 @@ pub fn load_over_time(e: &Experiment, a: &Analysis, which: LoadSeries) -> Option
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, (900, 320)).into_drawing_area();
-        root.fill(&WHITE).ok()?;
-        let mut chart = ChartBuilder::on(&root)
-            .caption(title, ("sans-serif", 18))
-            .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(64)
-            .build_cartesian_2d(0.0..max_t * 1.02, 0.0..max_y * 1.1)
-            .ok()?;
+        let mut chart = styled(&root, title, 0.0..max_t * 1.02, 0.0..max_y * 1.1)?;
         chart
             .configure_mesh()
             .x_desc("seconds since start")
@@ -331,13 +340,7 @@ pub fn load_over_time(e: &Experiment, a: &Analysis, which: LoadSeries) -> Option
                     .ok()?;
             }
         }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.85))
-            .border_style(RGBColor(200, 200, 200))
-            .position(SeriesLabelPosition::UpperRight)
-            .draw()
-            .ok()?;
+        legend(&mut chart, SeriesLabelPosition::UpperRight)?;
         root.present().ok()?;
     }
     Some(svg)
@@ -369,17 +372,12 @@ pub fn latency_percentiles(e: &Experiment, a: &Analysis) -> Option<String> {
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, (900, 320)).into_drawing_area();
-        root.fill(&WHITE).ok()?;
-        let mut chart = ChartBuilder::on(&root)
-            .caption(
-                "Latency by percentile (median run by p99)",
-                ("sans-serif", 18),
-            )
-            .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(64)
-            .build_cartesian_2d(nines(0.5)..4.0, 0.0..max_y * 1.1)
-            .ok()?;
+        let mut chart = styled(
+            &root,
+            "Latency by percentile (median run by p99)",
+            nines(0.5)..4.0,
+            0.0..max_y * 1.1,
+        )?;
         chart
             .configure_mesh()
             .x_labels(8)
@@ -405,13 +403,7 @@ pub fn latency_percentiles(e: &Experiment, a: &Analysis) -> Option<String> {
                 .draw_series(pts.into_iter().map(|p| Circle::new(p, 3, c.filled())))
                 .ok()?;
         }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.85))
-            .border_style(RGBColor(200, 200, 200))
-            .position(SeriesLabelPosition::UpperLeft)
-            .draw()
-            .ok()?;
+        legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
         root.present().ok()?;
     }
     Some(svg)

@@ -18,7 +18,7 @@ pre { background: #f6f8fa; padding: 10px 12px; overflow-x: auto; border-radius: 
 .verdict { font-size: 1.15em; background: #eef6ee; border-left: 4px solid #2ca02c; padding: 10px 14px; }
 .verdict.none { background: #f4f4f4; border-color: #999; }
 table { border-collapse: collapse; width: 100%; margin: 8px 0; font-size: 13px; } th, td { border: 1px solid #ddd; padding: 4px 6px; text-align: right; vertical-align: top; }
-table.figures td { white-space: nowrap; }
+table.figures td { white-space: nowrap; } .scroll { overflow-x: auto; }
 th { background: #f6f8fa; } td.l, th.l { text-align: left; }
 .sig-better { color: #1a7f37; font-weight: 600; } .sig-worse { color: #cf222e; font-weight: 600; } .ns { color: #777; }
 .flag { color: #cf222e; font-weight: 600; } .swatch { display: inline-block; width: 12px; height: 12px; border-radius: 2px; margin-right: 6px; vertical-align: -1px; }
@@ -138,7 +138,7 @@ pub fn render(e: &Experiment, a: &Analysis, rec: &Recommendation) -> String {
                     ul { @for t in &trends { li { (t) } } }
                 }
                 h2 { "Figures" }
-                table.figures {
+                div.scroll { table.figures {
                     tr {
                         th.l { "variant" } th { "runs ok" } th.l { "allocator" }
                         @for (_, h) in &columns { th { (h) } }
@@ -159,7 +159,7 @@ pub fn render(e: &Experiment, a: &Analysis, rec: &Recommendation) -> String {
                             }
                         }
                     }
-                }
+                } }
                 p.small {
                     "Median over the runs that finished ok, its 95% bootstrap interval, and the ratio to the baseline's median with its 95% interval. "
                     "* = significant: the interval excludes 1 and both sides have at least 3 ok runs."
