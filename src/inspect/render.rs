@@ -56,6 +56,22 @@ fn opt_b(x: Option<u64>) -> String {
 
 /// The pmap-like view: every kind with its size, RSS, PSS, USS and swap, the
 /// largest mappings of each, and the totals beside pmap's and smaps_rollup's.
+/// What could not be read, and why: the same under every view.
+fn footer(o: &mut String, ins: &Inspection, color: bool) {
+    if let Some(a) = &ins.access {
+        let _ = writeln!(
+            o,
+            "{} {} refused: {}",
+            bold("Access", color),
+            a.denied.join(", "),
+            a.hint
+        );
+    }
+    for m in &ins.missing {
+        let _ = writeln!(o, "note: {m}");
+    }
+}
+
 pub fn render_maps(ins: &Inspection, color: bool) -> String {
     let mut o = String::new();
     let h = |s: &str| bold(s, color);
@@ -139,21 +155,7 @@ pub fn render_maps(ins: &Inspection, color: bool) -> String {
             );
         }
     }
-    if let Some(a) = &ins.access {
-        let _ = writeln!(o, "note: {}", a.hint);
-    }
-    if let Some(a) = &ins.access {
-        let _ = writeln!(
-            o,
-            "{} {} refused: {}",
-            h("Access"),
-            a.denied.join(", "),
-            a.hint
-        );
-    }
-    for m in &ins.missing {
-        let _ = writeln!(o, "note: {m}");
-    }
+    footer(&mut o, ins, color);
     o
 }
 
@@ -516,18 +518,7 @@ fn render_screen(ins: &Inspection, color: bool) -> String {
             }
         }
     }
-    if let Some(a) = &ins.access {
-        let _ = writeln!(
-            o,
-            "{} {} refused: {}",
-            h("Access"),
-            a.denied.join(", "),
-            a.hint
-        );
-    }
-    for m in &ins.missing {
-        let _ = writeln!(o, "note: {m}");
-    }
+    footer(&mut o, ins, color);
     o
 }
 

@@ -167,6 +167,14 @@ CREATE TABLE events (
 );
 "#;
 
+/// Wraps a SQLite error with the database's path.
+fn sqlite_err(path: &Path) -> impl Fn(rusqlite::Error) -> StoreError + Copy + '_ {
+    move |source| StoreError::Sqlite {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
 fn now() -> String {
     humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
 }
@@ -260,11 +268,7 @@ impl Store {
         let host_json = serde_json::to_string(host).map_err(|e| self.corrupt("host", e))?;
         let command_json =
             serde_json::to_string(&plan.command).map_err(|e| self.corrupt("command", e))?;
-        let path = self.path.clone();
-        let err = |source| StoreError::Sqlite {
-            path: path.clone(),
-            source,
-        };
+        let err = sqlite_err(&self.path);
         let tx = self.conn.transaction().map_err(err)?;
         tx.execute(
             "INSERT INTO experiments (created_at, status, command_json, plan_json, host_json, runs_planned)
@@ -299,11 +303,7 @@ impl Store {
 
     /// Stores one finished run with its samples, in one transaction.
     pub fn add_run(&mut self, experiment: i64, seq: u32, r: &RunRecord) -> Result<i64, StoreError> {
-        let path = self.path.clone();
-        let err = |source| StoreError::Sqlite {
-            path: path.clone(),
-            source,
-        };
+        let err = sqlite_err(&self.path);
         let tx = self.conn.transaction().map_err(err)?;
         tx.execute(
             "INSERT INTO runs (experiment_id, seq, variant, block, warmup, started_at, status, exit_code,
@@ -375,11 +375,7 @@ impl Store {
     /// Deletes the runs recorded as interrupted (and their samples), before a resume
     /// runs their slots again. Returns how many were deleted.
     pub fn delete_interrupted(&mut self, experiment: i64) -> Result<usize, StoreError> {
-        let path = self.path.clone();
-        let err = |source| StoreError::Sqlite {
-            path: path.clone(),
-            source,
-        };
+        let err = sqlite_err(&self.path);
         let tx = self.conn.transaction().map_err(err)?;
         tx.execute(
             "DELETE FROM samples WHERE run_id IN
