@@ -18,12 +18,13 @@ use memtrial::analysis::{analyse, any_failed};
 use memtrial::linux::cgroup;
 use memtrial::linux::host::HostInfo;
 use memtrial::plan::catalog::{CatalogKind, Distro, LibraryLocator, CATALOG};
-use memtrial::plan::units::{format_bytes, format_seconds, parse_duration, parse_size};
 use memtrial::plan::{build_plan, read_plan_file, PlanContext, PlanInput};
+use memtrial::record::{Experiment, ExperimentStatus, RunStatus};
 use memtrial::report;
 use memtrial::runner::{run_experiment, Event, Start};
-use memtrial::store::{Experiment, ExperimentStatus, Store};
-use memtrial::trial::{Isolation, RunStatus};
+use memtrial::store::Store;
+use memtrial::trial::Isolation;
+use memtrial::units::{format_bytes, format_seconds, parse_duration, parse_size};
 use memtrial::workload::fragment::{self, FragmentConfig};
 
 /// How the process should exit.
@@ -884,11 +885,11 @@ fn load_spec(args: &crate::cli::LoadArgs, ui: &Ui) -> Result<memtrial::load::Loa
     }
     let (kind, flag) = match (&args.targets, &args.replay) {
         (Some(path), _) => (
-            memtrial::plan::RequestSource::Targets { path: path.clone() },
+            memtrial::load::source::RequestSource::Targets { path: path.clone() },
             format!("--targets {}", path.display()),
         ),
         (None, Some(path)) => (
-            memtrial::plan::RequestSource::Replay {
+            memtrial::load::source::RequestSource::Replay {
                 path: path.clone(),
                 speed: args.speed,
                 methods: args.methods.clone(),
@@ -896,11 +897,11 @@ fn load_spec(args: &crate::cli::LoadArgs, ui: &Ui) -> Result<memtrial::load::Loa
             format!("--replay {}", path.display()),
         ),
         (None, None) => (
-            memtrial::plan::RequestSource::Url,
+            memtrial::load::source::RequestSource::Url,
             format!("--url {}", args.url),
         ),
     };
-    let (source, notes) = memtrial::trial::server::source_from(&kind, &url.path_and_query)
+    let (source, notes) = memtrial::load::source::read_source(&kind, &url.path_and_query)
         .map_err(|e| anyhow::anyhow!("{flag}: {e}"))?;
     for n in notes {
         ui.note(&n);

@@ -5,9 +5,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::linux::host::HostInfo;
 use crate::plan::Plan;
+use crate::record::{ExperimentStatus, RunRecord, RunStatus};
 use crate::schedule::{schedule, Slot};
-use crate::store::{ExperimentStatus, Store, StoreError};
-use crate::trial::{run_trial, Isolation, Live, RunRecord, RunStatus, TrialError, TrialSpec};
+use crate::store::{Store, StoreError};
+use crate::trial::{run_trial, Isolation, Live, TrialError, TrialSpec};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
@@ -113,11 +114,7 @@ pub fn run_experiment(
     let total = slots.len();
     // A server trial's requests are read once, the same for every variant and run.
     let load_source = match &plan.server {
-        Some(sp) => Some(
-            crate::trial::server::prepare_source(sp)
-                .map_err(RunError::Source)?
-                .0,
-        ),
+        Some(sp) => Some(sp.read_requests().map_err(RunError::Source)?.0),
         None => None,
     };
     // Absolute, so the paths stored with each run hold from any directory.

@@ -9,8 +9,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::store::Experiment;
-use crate::trial::{RunRecord, RunStatus};
+use crate::record::{Experiment, RunRecord, RunStatus};
 
 /// Fewest successful runs in both groups before a ratio may be called significant.
 pub const MIN_RUNS_FOR_SIGNIFICANCE: usize = 3;
@@ -206,7 +205,7 @@ pub struct TrendSummary {
 
 /// A run's memory trend in report words.
 pub fn trend_phrase(t: &trend::Trend) -> String {
-    use crate::plan::units::format_bytes;
+    use crate::units::format_bytes;
     let rate = |b: f64| {
         if b < 0.0 {
             format!("-{}", format_bytes(-b))

@@ -411,7 +411,7 @@ mod tests {
     fn a_leaner_but_slower_variant_is_a_tradeoff_not_the_pick() {
         let mut e = fixture::experiment();
         for r in e.runs.iter_mut().filter(|r| r.variant == "arena2") {
-            r.status = crate::trial::RunStatus::Ok;
+            r.status = crate::record::RunStatus::Ok;
             r.peak_rss_bytes = 300 << 20;
             r.wall_seconds = 6.0 + r.block as f64 * 0.1;
         }

@@ -15,7 +15,7 @@
 
 use serde::Serialize;
 
-use crate::plan::units::format_bytes;
+use crate::units::format_bytes;
 
 /// When a series is long enough, and how much growth counts.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -6,7 +6,7 @@ use serde::Serialize;
 use super::arenas::LimitSource;
 use super::{Inspection, WatchEnd};
 use crate::analysis::trend::Trend;
-use crate::plan::units::format_bytes;
+use crate::units::format_bytes;
 
 /// Which rule fired.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

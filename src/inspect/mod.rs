@@ -930,8 +930,8 @@ pub fn run(
         note(&format!(
             "watching PID {} every {} for {} (Ctrl-C ends early)…",
             opts.pid,
-            crate::plan::units::format_seconds(opts.interval.as_secs_f64()),
-            crate::plan::units::format_seconds(d.as_secs_f64())
+            crate::units::format_seconds(opts.interval.as_secs_f64()),
+            crate::units::format_seconds(d.as_secs_f64())
         ));
         let count_arenas = ins.glibc_arenas.is_some();
         let w = watch(opts.pid, d, opts.interval, count_arenas, stop, &mut |s| {

@@ -5,7 +5,7 @@ use std::fmt::Write;
 use super::arenas::{LimitSource, Method};
 use super::procs::{RankBy, Top};
 use super::{Inspection, Sample, WatchEnd};
-use crate::plan::units::{format_bytes, format_seconds};
+use crate::units::{format_bytes, format_seconds};
 
 fn b(x: u64) -> String {
     format_bytes(x as f64)

@@ -10,6 +10,7 @@
 
 pub mod accesslog;
 pub mod http;
+pub mod source;
 pub mod summary;
 pub mod targets;
 mod worker;

@@ -2,7 +2,6 @@
 //! TOML plan file, validated once, then plain data.
 
 pub mod catalog;
-pub mod units;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -11,6 +10,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 pub use crate::linux::cgroup::Limits;
+pub use crate::load::source::RequestSource;
 use catalog::{catalog_entry, catalog_names, CatalogKind, Distro, LibAllocator, LibraryLocator};
 
 /// Errors building a plan. Each names the flag or setting, the value and what to do.
@@ -130,23 +130,6 @@ pub struct Plan {
     pub server: Option<ServerPlan>,
 }
 
-/// Where a server trial's requests come from.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum RequestSource {
-    /// The URL's path, again and again.
-    Url,
-    /// A targets file: one `METHOD URL` or `URL` per line.
-    Targets { path: PathBuf },
-    /// An nginx/Apache combined access log, its paths replayed; `speed` scales the log's
-    /// own inter-arrival times (None: as fast as the connections allow).
-    Replay {
-        path: PathBuf,
-        speed: Option<f64>,
-        methods: Vec<String>,
-    },
-}
-
 /// How a server is loaded in each run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ServerPlan {
@@ -164,6 +147,23 @@ pub struct ServerPlan {
     pub rate: Option<f64>,
     pub request_timeout_ms: u64,
     pub source: RequestSource,
+}
+
+/// The placeholder replaced by the run's port in the command, environment and URLs.
+pub const PORT_PLACEHOLDER: &str = "{port}";
+
+/// Replaces every `{port}` with the port.
+pub fn substitute(text: &str, port: u16) -> String {
+    text.replace(PORT_PLACEHOLDER, &port.to_string())
+}
+
+impl ServerPlan {
+    /// Reads the plan's request source: the requests, and notes for the user (counts,
+    /// unparseable log lines). Errors name the file and line.
+    pub fn read_requests(&self) -> Result<(crate::load::Source, Vec<String>), String> {
+        let url = crate::load::parse_url(&substitute(&self.url, 8080))?;
+        crate::load::source::read_source(&self.source, &url.path_and_query)
+    }
 }
 
 impl Plan {
@@ -452,11 +452,12 @@ pub fn build_plan(input: PlanInput, ctx: &PlanContext) -> Result<BuiltPlan, Plan
     }
     let warmup = input.warmup.unwrap_or(0);
     let interval_text = input.interval.as_deref().unwrap_or(DEFAULT_INTERVAL);
-    let interval = units::parse_duration(interval_text).map_err(|reason| PlanError::BadValue {
-        flag: "--interval",
-        value: interval_text.into(),
-        reason,
-    })?;
+    let interval =
+        crate::units::parse_duration(interval_text).map_err(|reason| PlanError::BadValue {
+            flag: "--interval",
+            value: interval_text.into(),
+            reason,
+        })?;
     if interval < Duration::from_millis(MIN_INTERVAL_MS) {
         return Err(PlanError::BadValue {
             flag: "--interval",
@@ -467,7 +468,7 @@ pub fn build_plan(input: PlanInput, ctx: &PlanContext) -> Result<BuiltPlan, Plan
     let timeout = match input.timeout.as_deref() {
         None => None,
         Some(t) => {
-            let d = units::parse_duration(t).map_err(|reason| PlanError::BadValue {
+            let d = crate::units::parse_duration(t).map_err(|reason| PlanError::BadValue {
                 flag: "--timeout",
                 value: t.into(),
                 reason,
@@ -631,8 +632,8 @@ fn build_server(
         ));
     };
     // Check the URL as it will be with a port.
-    let parsed = crate::load::parse_url(&crate::trial::server::substitute(url, 8080))
-        .map_err(|e| bad("--url", url.clone(), e))?;
+    let parsed =
+        crate::load::parse_url(&substitute(url, 8080)).map_err(|e| bad("--url", url.clone(), e))?;
     let loopback = parsed.host == "localhost"
         || parsed
             .host
@@ -646,7 +647,7 @@ fn build_server(
                 .into(),
         ));
     }
-    if !url.contains(crate::trial::server::PORT_PLACEHOLDER) {
+    if !url.contains(PORT_PLACEHOLDER) {
         notes.push(format!(
             "--url {url} has no {{port}}: every run uses the same port, so a server left over from an earlier run would be measured instead"
         ));
@@ -657,7 +658,7 @@ fn build_server(
              zero_ok: bool|
      -> Result<u64, PlanError> {
         let text = v.map(String::as_str).unwrap_or(default);
-        let dur = units::parse_duration(text).map_err(|r| bad(flag, text.into(), r))?;
+        let dur = crate::units::parse_duration(text).map_err(|r| bad(flag, text.into(), r))?;
         if dur.is_zero() && !zero_ok {
             return Err(bad(flag, text.into(), "must be longer than zero".into()));
         }
@@ -761,7 +762,7 @@ fn build_server(
         source,
     };
     // Read the request source once now, so a bad file fails before any run.
-    let (_, source_notes) = crate::trial::server::prepare_source(&plan).map_err(|m| {
+    let (_, source_notes) = plan.read_requests().map_err(|m| {
         let (flag, value) = match &plan.source {
             RequestSource::Targets { path } => ("--targets", path.display().to_string()),
             RequestSource::Replay { path, .. } => ("--replay", path.display().to_string()),
@@ -783,7 +784,7 @@ pub const MIN_MEMORY_LIMIT: u64 = 4 << 20;
 fn build_limits(input: &PlanInput, ctx: &PlanContext) -> Result<Limits, PlanError> {
     let mut l = Limits::default();
     if let Some(m) = &input.memory_limit {
-        let bytes = units::parse_size(m).map_err(|reason| PlanError::BadValue {
+        let bytes = crate::units::parse_size(m).map_err(|reason| PlanError::BadValue {
             flag: "--memory-limit",
             value: m.clone(),
             reason,

@@ -4,28 +4,14 @@
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
-
 use crate::linux::proc::{self, ProcError};
+use crate::record::TreeSample;
 
 /// Share of one core that PSS reads (`smaps_rollup`) may use.
 pub const PSS_CPU_FRACTION: f64 = 0.002;
 
 /// `/proc` is walked for new processes when the kernel's last PID changed, and at least this often.
 pub const FULL_SCAN_EVERY: Duration = Duration::from_secs(2);
-
-/// One point of a run's memory time series: sums over the process tree.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TreeSample {
-    /// Seconds since the workload was started.
-    pub t_seconds: f64,
-    pub rss_bytes: u64,
-    pub vsz_bytes: u64,
-    pub threads: u64,
-    /// Summed PSS, where it was read at this sample (see [`PssBudget`]).
-    pub pss_bytes: Option<u64>,
-    pub processes: u32,
-}
 
 /// How the run's processes are found.
 #[derive(Debug, Clone)]

@@ -4,8 +4,7 @@ use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 
 use crate::analysis::{Analysis, Figure};
-use crate::store::Experiment;
-use crate::trial::RunRecord;
+use crate::record::{Experiment, RunRecord};
 
 const MIB: f64 = 1048576.0;
 

@@ -1,6 +1,6 @@
 //! CSV: one row per run with every scalar figure.
 
-use crate::store::Experiment;
+use crate::record::Experiment;
 
 /// The column names, in order.
 pub const COLUMNS: [&str; 26] = [

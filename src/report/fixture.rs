@@ -2,10 +2,9 @@
 
 use crate::linux::host::HostInfo;
 use crate::plan::{Plan, Variant, VariantOrigin};
-use crate::probe::TreeSample;
-use crate::store::{Experiment, ExperimentStatus};
-use crate::trial::verify::Verification;
-use crate::trial::{PeakSource, RunRecord, RunStatus};
+use crate::record::{
+    Experiment, ExperimentStatus, PeakSource, RunRecord, RunStatus, TreeSample, Verification,
+};
 
 fn variant(name: &str, env: &[(&str, &str)], preload: Option<&str>) -> Variant {
     Variant {

@@ -7,8 +7,8 @@ use maud::{html, Markup, PreEscaped, DOCTYPE};
 use super::charts::{self, Series};
 use crate::analysis::recommend::{how_to_apply, Recommendation, Verdict};
 use crate::analysis::{Analysis, Figure, VariantSummary};
-use crate::plan::units::{format_bytes, format_seconds};
-use crate::store::Experiment;
+use crate::record::Experiment;
+use crate::units::{format_bytes, format_seconds};
 
 const STYLE: &str = r#"
 body { font: 15px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; color: #1d1d1f; max-width: 1100px; margin: 24px auto; padding: 0 16px; }
@@ -227,7 +227,7 @@ pub fn render(e: &Experiment, a: &Analysis, rec: &Recommendation) -> String {
                         tr {
                             td { (e.seqs.get(i).copied().unwrap_or(i as u32) + 1) }
                             td.l { (r.variant) @if r.warmup { " (warm-up)" } }
-                            td class=(if r.status == crate::trial::RunStatus::Ok { "l" } else { "l flag" }) {
+                            td class=(if r.status == crate::record::RunStatus::Ok { "l" } else { "l flag" }) {
                                 (r.status.as_str())
                                 @if let Some(m) = &r.message { br; span.small { (m) } }
                             }

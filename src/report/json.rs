@@ -10,9 +10,7 @@ use crate::analysis::recommend::Recommendation;
 use crate::analysis::{Analysis, Estimate, Ratio, VariantSummary};
 use crate::linux::cgroup::{CgroupFigures, Limits};
 use crate::linux::host::HostInfo;
-use crate::probe::TreeSample;
-use crate::store::Experiment;
-use crate::trial::RunRecord;
+use crate::record::{Experiment, RunRecord, TreeSample};
 
 pub const JSON_SCHEMA_VERSION: u32 = 1;
 
@@ -86,13 +84,13 @@ struct RunJson<'a> {
     cgroup: Option<&'a CgroupFigures>,
     requests: Option<u64>,
     throughput_rps: Option<f64>,
-    errors: Option<&'a crate::trial::load_figures::ErrorCounts>,
+    errors: Option<&'a crate::record::load::ErrorCounts>,
     latency_p50_ms: Option<f64>,
     latency_p90_ms: Option<f64>,
     latency_p95_ms: Option<f64>,
     latency_p99_ms: Option<f64>,
     latency_max_ms: Option<f64>,
-    load: Option<&'a crate::trial::LoadFigures>,
+    load: Option<&'a crate::record::LoadFigures>,
     samples: Vec<SampleJson>,
 }
 

@@ -2,7 +2,7 @@
 
 use crate::analysis::recommend::{how_to_apply, Recommendation, Verdict};
 use crate::analysis::Analysis;
-use crate::store::Experiment;
+use crate::record::Experiment;
 
 /// Escapes what would break a Markdown table cell or inline code.
 fn md(s: &str) -> String {

@@ -8,7 +8,7 @@ pub mod markdown;
 pub mod table;
 
 use crate::analysis::{Analysis, Figure};
-use crate::plan::units::{format_bytes, format_seconds};
+use crate::units::{format_bytes, format_seconds};
 
 /// The figures shown as columns: memory, then time for a batch job, throughput and
 /// latency for a server.

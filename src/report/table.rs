@@ -4,7 +4,7 @@
 use comfy_table::{presets, Attribute, Cell, CellAlignment, Color, ContentArrangement, Table};
 
 use crate::analysis::{Analysis, Figure, VariantSummary};
-use crate::store::Experiment;
+use crate::record::Experiment;
 
 fn value(f: Figure, v: f64) -> String {
     super::format_value(f, v)
@@ -152,7 +152,7 @@ pub fn problem_lines(e: &Experiment, a: &Analysis) -> Vec<String> {
             .find(|r| r.variant == s.name && !r.warmup && (!r.counts() || !r.verification.ok()))
         {
             let why = match r.status {
-                crate::trial::RunStatus::VariantNotEffective => r.verification_detail.clone(),
+                crate::record::RunStatus::VariantNotEffective => r.verification_detail.clone(),
                 _ => r
                     .message
                     .clone()

@@ -7,9 +7,10 @@ use rusqlite::{params, Connection, OptionalExtension};
 
 use crate::linux::host::HostInfo;
 use crate::plan::Plan;
-use crate::probe::TreeSample;
-use crate::trial::verify::Verification;
-use crate::trial::{PeakSource, RunRecord, RunStatus};
+use crate::record::{
+    Experiment, ExperimentStatus, ExperimentSummary, PeakSource, RunRecord, RunStatus, TreeSample,
+    Verification,
+};
 
 /// The schema version this build writes (SQLite `user_version`).
 pub const SCHEMA_VERSION: i64 = 3;
@@ -35,58 +36,6 @@ pub enum StoreError {
         what: &'static str,
         reason: String,
     },
-}
-
-/// How an experiment stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ExperimentStatus {
-    Running,
-    Complete,
-    Interrupted,
-}
-
-impl ExperimentStatus {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ExperimentStatus::Running => "running",
-            ExperimentStatus::Complete => "complete",
-            ExperimentStatus::Interrupted => "interrupted",
-        }
-    }
-    fn parse(s: &str) -> Self {
-        match s {
-            "complete" => ExperimentStatus::Complete,
-            "interrupted" => ExperimentStatus::Interrupted,
-            _ => ExperimentStatus::Running,
-        }
-    }
-}
-
-/// One line of `memtrial list`.
-#[derive(Debug, Clone)]
-pub struct ExperimentSummary {
-    pub id: i64,
-    pub created_at: String,
-    pub status: ExperimentStatus,
-    pub command: Vec<String>,
-    pub variants: Vec<String>,
-    pub runs_done: i64,
-    pub runs_planned: i64,
-}
-
-/// A stored experiment with all its runs (samples included).
-#[derive(Debug, Clone)]
-pub struct Experiment {
-    pub id: i64,
-    /// The schedule position of each run, parallel to `runs`.
-    pub seqs: Vec<u32>,
-    pub created_at: String,
-    pub finished_at: Option<String>,
-    pub status: ExperimentStatus,
-    pub plan: Plan,
-    pub host: HostInfo,
-    pub runs: Vec<RunRecord>,
-    pub notes: Vec<String>,
 }
 
 pub struct Store {

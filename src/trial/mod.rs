@@ -1,10 +1,9 @@
 //! One run of one variant, end to end: launch → verify → sample → wait → stop → [`RunRecord`].
 
-pub mod load_figures;
 pub mod server;
 pub mod verify;
 
-pub use load_figures::LoadFigures;
+use crate::record::{LoadFigures, PeakSource, RunRecord, RunStatus, TreeSample, Verification};
 
 use std::fs::File;
 use std::os::unix::process::CommandExt;
@@ -14,128 +13,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
-
-use crate::linux::cgroup::{self, CgroupError, CgroupFigures, Hierarchy, RunCgroup};
+use crate::linux::cgroup::{self, CgroupError, Hierarchy, RunCgroup};
 use crate::plan::{Plan, Variant};
-use crate::probe::{Membership, TreeProbe, TreeSample};
-use verify::{Verification, Verifier};
-
-/// How a run ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RunStatus {
-    Ok,
-    Failed,
-    Timeout,
-    VariantNotEffective,
-    Interrupted,
-    /// The kernel's OOM killer killed a process of the run (cgroup memory limit).
-    OomKilled,
-}
-
-impl RunStatus {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RunStatus::Ok => "ok",
-            RunStatus::Failed => "failed",
-            RunStatus::Timeout => "timeout",
-            RunStatus::VariantNotEffective => "variant_not_effective",
-            RunStatus::Interrupted => "interrupted",
-            RunStatus::OomKilled => "oom_killed",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Self> {
-        [
-            RunStatus::Ok,
-            RunStatus::Failed,
-            RunStatus::Timeout,
-            RunStatus::VariantNotEffective,
-            RunStatus::Interrupted,
-            RunStatus::OomKilled,
-        ]
-        .into_iter()
-        .find(|v| v.as_str() == s)
-    }
-}
-
-/// Where the peak RSS figure came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum PeakSource {
-    /// `wait4` rusage `ru_maxrss`: the kernel's high-water mark of the largest single
-    /// process among the workload and the descendants it waited for.
-    Wait4Maxrss,
-    /// `VmHWM` of `/proc/PID/status`: a kernel high-water mark read while the process lived.
-    VmHwm,
-    /// The sum of RSS over the process tree at the highest sample (several processes).
-    SampledTreeSum,
-}
-
-impl PeakSource {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            PeakSource::Wait4Maxrss => "wait4_maxrss",
-            PeakSource::VmHwm => "vmhwm",
-            PeakSource::SampledTreeSum => "sampled_tree_sum",
-        }
-    }
-    pub fn parse(s: &str) -> Option<Self> {
-        [
-            PeakSource::Wait4Maxrss,
-            PeakSource::VmHwm,
-            PeakSource::SampledTreeSum,
-        ]
-        .into_iter()
-        .find(|v| v.as_str() == s)
-    }
-}
-
-/// Everything measured about one run.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RunRecord {
-    pub variant: String,
-    /// Which block of the schedule (warm-up runs have their own blocks).
-    pub block: u32,
-    pub warmup: bool,
-    pub started_at: String,
-    pub status: RunStatus,
-    pub exit_code: Option<i32>,
-    pub signal: Option<i32>,
-    pub wall_seconds: f64,
-    pub cpu_user_seconds: f64,
-    pub cpu_sys_seconds: f64,
-    pub peak_rss_bytes: u64,
-    pub peak_rss_source: PeakSource,
-    pub mean_rss_bytes: u64,
-    pub final_rss_bytes: u64,
-    pub peak_pss_bytes: Option<u64>,
-    pub peak_vsz_bytes: u64,
-    pub threads_peak: u64,
-    pub minor_faults: u64,
-    pub major_faults: u64,
-    pub processes_seen: u32,
-    pub allocator_detected: String,
-    pub verification: Verification,
-    pub verification_detail: String,
-    /// Why a run failed, in memtrial's words (exec errors, timeouts), if it did.
-    pub message: Option<String>,
-    pub stdout_path: PathBuf,
-    pub stderr_path: PathBuf,
-    /// The kernel's figures for the run's cgroup, when it ran in one.
-    pub cgroup: Option<CgroupFigures>,
-    /// A server trial's load figures.
-    pub load: Option<LoadFigures>,
-    pub samples: Vec<TreeSample>,
-}
-
-impl RunRecord {
-    /// The figures of this run count in the statistics.
-    pub fn counts(&self) -> bool {
-        !self.warmup && self.status == RunStatus::Ok
-    }
-}
+use crate::probe::{Membership, TreeProbe};
+use verify::Verifier;
 
 /// Errors that stop memtrial itself (not the workload: a workload's failure is a record).
 #[derive(Debug, thiserror::Error)]
@@ -226,7 +107,7 @@ pub fn run_trial(
         None => None,
     };
     let sub = |text: &str| match port {
-        Some(p) => server::substitute(text, p),
+        Some(p) => crate::plan::substitute(text, p),
         None => text.to_string(),
     };
     let mut cmd = Command::new(&plan.program);
@@ -640,7 +521,7 @@ fn drive(
     halt: &AtomicBool,
     root_gone: &AtomicBool,
 ) -> Driven {
-    let url = match crate::load::parse_url(&server::substitute(&sp.url, port)) {
+    let url = match crate::load::parse_url(&crate::plan::substitute(&sp.url, port)) {
         Ok(u) => u,
         Err(e) => return Driven::Failed(e),
     };

@@ -4,85 +4,14 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
-use crate::load::{self, LoadSpec, Method, Mode, Request, Source};
-use crate::plan::{RequestSource, ServerPlan};
-
-/// The placeholder replaced by the run's port in the command, environment and URLs.
-pub const PORT_PLACEHOLDER: &str = "{port}";
+use crate::load::{self, LoadSpec, Mode, Source};
+use crate::plan::{substitute, ServerPlan};
 
 /// A port free on 127.0.0.1 right now (the kernel picks it; it is released at once, so a
 /// server started next can bind it).
 pub fn free_port() -> std::io::Result<u16> {
     let l = TcpListener::bind("127.0.0.1:0")?;
     Ok(l.local_addr()?.port())
-}
-
-/// Replaces every `{port}` with the port.
-pub fn substitute(text: &str, port: u16) -> String {
-    text.replace(PORT_PLACEHOLDER, &port.to_string())
-}
-
-/// Reads the plan's request source: the requests, and notes for the user (counts,
-/// unparseable log lines). Errors name the file and line.
-pub fn prepare_source(plan: &ServerPlan) -> Result<(Source, Vec<String>), String> {
-    let url = load::parse_url(&substitute(&plan.url, 8080))?;
-    source_from(&plan.source, &url.path_and_query)
-}
-
-/// Reads a request source: the URL's path, a targets file or an access log. Notes count
-/// what was read and what was skipped; errors name the file and line.
-pub fn source_from(
-    source: &RequestSource,
-    url_path: &str,
-) -> Result<(Source, Vec<String>), String> {
-    let mut notes = Vec::new();
-    let source = match source {
-        RequestSource::Url => Source::Single(Request::get(url_path)),
-        RequestSource::Targets { path } => {
-            let reqs = load::load_targets_file(path).map_err(|e| e.to_string())?;
-            notes.push(format!("{} request(s) from {}", reqs.len(), path.display()));
-            Source::List(reqs)
-        }
-        RequestSource::Replay {
-            path,
-            speed,
-            methods,
-        } => {
-            let methods = methods
-                .iter()
-                .map(|m| m.trim().to_ascii_uppercase().parse::<Method>())
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| format!("--methods: {e}"))?;
-            let bytes = std::fs::read(path).map_err(|e| format!("cannot read it: {e}"))?;
-            let log = load::parse_access_log(&String::from_utf8_lossy(&bytes), &methods);
-            let mut note = format!(
-                "replaying {} request(s) from {}",
-                log.entries.len(),
-                path.display()
-            );
-            if log.skipped_methods > 0 {
-                note += &format!("; {} skipped for their method", log.skipped_methods);
-            }
-            if log.unparseable > 0 {
-                note += &format!("; {} unparseable line(s)", log.unparseable);
-                if let Some((line, why)) = log.examples.first() {
-                    note += &format!(" (e.g. line {line}: {why})");
-                }
-            }
-            notes.push(note);
-            if log.entries.is_empty() {
-                return Err(format!(
-                    "no replayable requests ({} unparseable line(s), {} with other methods)",
-                    log.unparseable, log.skipped_methods
-                ));
-            }
-            Source::Replay {
-                entries: log.entries,
-                speed: *speed,
-            }
-        }
-    };
-    Ok((source, notes))
 }
 
 /// The load of one run against the server on `port`.

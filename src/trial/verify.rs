@@ -6,54 +6,13 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
+use crate::record::Verification;
 
 use crate::linux::elf::{self, BundledAllocator, Linkage};
 use crate::linux::maps;
 use crate::linux::proc::{self, ProcError};
 use crate::plan::Variant;
 use crate::probe::Member;
-
-/// The outcome of verification for one run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Verification {
-    /// Every checked process carried the variant.
-    Verified,
-    /// The variant changes nothing that could be checked (the unchanged baseline).
-    NothingToVerify,
-    /// At least one process did not carry the variant.
-    NotEffective,
-    /// No process lived long enough to be checked.
-    Unverified,
-}
-
-impl Verification {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Verification::Verified => "verified",
-            Verification::NothingToVerify => "nothing_to_verify",
-            Verification::NotEffective => "not_effective",
-            Verification::Unverified => "unverified",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Self> {
-        [
-            Verification::Verified,
-            Verification::NothingToVerify,
-            Verification::NotEffective,
-            Verification::Unverified,
-        ]
-        .into_iter()
-        .find(|v| v.as_str() == s)
-    }
-
-    /// True when the run's figures can be trusted to be the variant's.
-    pub fn ok(self) -> bool {
-        matches!(self, Verification::Verified | Verification::NothingToVerify)
-    }
-}
 
 /// The result of checking one process.
 #[derive(Debug, Clone, PartialEq, Eq)]

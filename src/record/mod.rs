@@ -1,0 +1,236 @@
+//! What a run and an experiment are, as stored: the neutral data that the trial
+//! produces and the store, analysis and reports read. No OS access and no logic
+//! beyond small accessors live here.
+
+pub mod load;
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::linux::cgroup::CgroupFigures;
+use crate::linux::host::HostInfo;
+use crate::plan::Plan;
+pub use load::LoadFigures;
+
+/// One point of a run's memory time series: sums over the process tree.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TreeSample {
+    /// Seconds since the workload was started.
+    pub t_seconds: f64,
+    pub rss_bytes: u64,
+    pub vsz_bytes: u64,
+    pub threads: u64,
+    /// Summed PSS, where it was read at this sample (see [`PssBudget`]).
+    pub pss_bytes: Option<u64>,
+    pub processes: u32,
+}
+
+/// The outcome of verification for one run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verification {
+    /// Every checked process carried the variant.
+    Verified,
+    /// The variant changes nothing that could be checked (the unchanged baseline).
+    NothingToVerify,
+    /// At least one process did not carry the variant.
+    NotEffective,
+    /// No process lived long enough to be checked.
+    Unverified,
+}
+
+impl Verification {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verification::Verified => "verified",
+            Verification::NothingToVerify => "nothing_to_verify",
+            Verification::NotEffective => "not_effective",
+            Verification::Unverified => "unverified",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        [
+            Verification::Verified,
+            Verification::NothingToVerify,
+            Verification::NotEffective,
+            Verification::Unverified,
+        ]
+        .into_iter()
+        .find(|v| v.as_str() == s)
+    }
+
+    /// True when the run's figures can be trusted to be the variant's.
+    pub fn ok(self) -> bool {
+        matches!(self, Verification::Verified | Verification::NothingToVerify)
+    }
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    Ok,
+    Failed,
+    Timeout,
+    VariantNotEffective,
+    Interrupted,
+    /// The kernel's OOM killer killed a process of the run (cgroup memory limit).
+    OomKilled,
+}
+
+impl RunStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Ok => "ok",
+            RunStatus::Failed => "failed",
+            RunStatus::Timeout => "timeout",
+            RunStatus::VariantNotEffective => "variant_not_effective",
+            RunStatus::Interrupted => "interrupted",
+            RunStatus::OomKilled => "oom_killed",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        [
+            RunStatus::Ok,
+            RunStatus::Failed,
+            RunStatus::Timeout,
+            RunStatus::VariantNotEffective,
+            RunStatus::Interrupted,
+            RunStatus::OomKilled,
+        ]
+        .into_iter()
+        .find(|v| v.as_str() == s)
+    }
+}
+
+/// Where the peak RSS figure came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PeakSource {
+    /// `wait4` rusage `ru_maxrss`: the kernel's high-water mark of the largest single
+    /// process among the workload and the descendants it waited for.
+    Wait4Maxrss,
+    /// `VmHWM` of `/proc/PID/status`: a kernel high-water mark read while the process lived.
+    VmHwm,
+    /// The sum of RSS over the process tree at the highest sample (several processes).
+    SampledTreeSum,
+}
+
+impl PeakSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PeakSource::Wait4Maxrss => "wait4_maxrss",
+            PeakSource::VmHwm => "vmhwm",
+            PeakSource::SampledTreeSum => "sampled_tree_sum",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Self> {
+        [
+            PeakSource::Wait4Maxrss,
+            PeakSource::VmHwm,
+            PeakSource::SampledTreeSum,
+        ]
+        .into_iter()
+        .find(|v| v.as_str() == s)
+    }
+}
+
+/// Everything measured about one run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunRecord {
+    pub variant: String,
+    /// Which block of the schedule (warm-up runs have their own blocks).
+    pub block: u32,
+    pub warmup: bool,
+    pub started_at: String,
+    pub status: RunStatus,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub wall_seconds: f64,
+    pub cpu_user_seconds: f64,
+    pub cpu_sys_seconds: f64,
+    pub peak_rss_bytes: u64,
+    pub peak_rss_source: PeakSource,
+    pub mean_rss_bytes: u64,
+    pub final_rss_bytes: u64,
+    pub peak_pss_bytes: Option<u64>,
+    pub peak_vsz_bytes: u64,
+    pub threads_peak: u64,
+    pub minor_faults: u64,
+    pub major_faults: u64,
+    pub processes_seen: u32,
+    pub allocator_detected: String,
+    pub verification: Verification,
+    pub verification_detail: String,
+    /// Why a run failed, in memtrial's words (exec errors, timeouts), if it did.
+    pub message: Option<String>,
+    pub stdout_path: PathBuf,
+    pub stderr_path: PathBuf,
+    /// The kernel's figures for the run's cgroup, when it ran in one.
+    pub cgroup: Option<CgroupFigures>,
+    /// A server trial's load figures.
+    pub load: Option<LoadFigures>,
+    pub samples: Vec<TreeSample>,
+}
+
+impl RunRecord {
+    /// The figures of this run count in the statistics.
+    pub fn counts(&self) -> bool {
+        !self.warmup && self.status == RunStatus::Ok
+    }
+}
+
+/// How an experiment stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExperimentStatus {
+    Running,
+    Complete,
+    Interrupted,
+}
+
+impl ExperimentStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExperimentStatus::Running => "running",
+            ExperimentStatus::Complete => "complete",
+            ExperimentStatus::Interrupted => "interrupted",
+        }
+    }
+    pub fn parse(s: &str) -> Self {
+        match s {
+            "complete" => ExperimentStatus::Complete,
+            "interrupted" => ExperimentStatus::Interrupted,
+            _ => ExperimentStatus::Running,
+        }
+    }
+}
+
+/// One line of `memtrial list`.
+#[derive(Debug, Clone)]
+pub struct ExperimentSummary {
+    pub id: i64,
+    pub created_at: String,
+    pub status: ExperimentStatus,
+    pub command: Vec<String>,
+    pub variants: Vec<String>,
+    pub runs_done: i64,
+    pub runs_planned: i64,
+}
+
+/// A stored experiment with all its runs (samples included).
+#[derive(Debug, Clone)]
+pub struct Experiment {
+    pub id: i64,
+    /// The schedule position of each run, parallel to `runs`.
+    pub seqs: Vec<u32>,
+    pub created_at: String,
+    pub finished_at: Option<String>,
+    pub status: ExperimentStatus,
+    pub plan: Plan,
+    pub host: HostInfo,
+    pub runs: Vec<RunRecord>,
+    pub notes: Vec<String>,
+}
