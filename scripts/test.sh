@@ -7,4 +7,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
 cargo test --release --locked
-cargo test --release --locked --test cli -- --ignored --test-threads=1
+cargo test --release --locked --test it -- --ignored --test-threads=1

@@ -1,0 +1,156 @@
+//! Shared helpers: the binary, a temporary working directory per test, schemas, fixtures.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+use serde_json::Value;
+
+pub fn memtrial() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_memtrial"))
+}
+
+pub struct Run {
+    pub out: Output,
+    pub dir: tempfile::TempDir,
+}
+
+impl Run {
+    pub fn code(&self) -> i32 {
+        self.out.status.code().unwrap_or(-1)
+    }
+    pub fn stdout(&self) -> String {
+        String::from_utf8_lossy(&self.out.stdout).into_owned()
+    }
+    pub fn stderr(&self) -> String {
+        String::from_utf8_lossy(&self.out.stderr).into_owned()
+    }
+    /// stderr plus each run's status and verification detail, for failure messages.
+    pub fn explain(&self) -> String {
+        let mut out = self.stderr();
+        if let Ok(text) = std::fs::read_to_string(self.dir.path().join("out.json")) {
+            if let Ok(doc) = serde_json::from_str::<Value>(&text) {
+                for v in doc["variants"].as_array().into_iter().flatten() {
+                    for r in v["runs"].as_array().into_iter().flatten() {
+                        out.push_str(&format!(
+                            "\n{}: {} {} | {}",
+                            v["name"], r["status"], r["verification_detail"], r["message"]
+                        ));
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    pub fn json(&self) -> Value {
+        let p = self.dir.path().join("out.json");
+        let text = std::fs::read_to_string(&p).unwrap_or_else(|e| {
+            panic!(
+                "no JSON at {}: {e}\nstderr:\n{}",
+                p.display(),
+                self.stderr()
+            )
+        });
+        let v: Value = serde_json::from_str(&text).expect("valid JSON");
+        validate_schema(&v, "experiment-v1.schema.json");
+        v
+    }
+}
+
+/// Runs memtrial in a fresh directory with its own database.
+pub fn memtrial_in_tmp(args: &[&str]) -> Run {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = Command::new(memtrial())
+        .args(args)
+        .current_dir(dir.path())
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("run memtrial");
+    Run { out, dir }
+}
+
+/// The JSON Schema `docs/schema/NAME`.
+pub fn schema(name: &str) -> Value {
+    let schema_path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("docs/schema")
+        .join(name);
+    serde_json::from_str(&std::fs::read_to_string(schema_path).unwrap()).unwrap()
+}
+
+/// Validates `v` against the schema `docs/schema/NAME`.
+pub fn validate_schema(v: &Value, name: &str) {
+    validate_with(v, &schema(name));
+}
+
+pub fn validate_with(v: &Value, schema: &Value) {
+    let validator = jsonschema::validator_for(schema).expect("schema compiles");
+    let errors: Vec<String> = validator
+        .iter_errors(v)
+        .map(|e| format!("{} at {}", e, e.instance_path))
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "JSON does not match its schema:\n{}",
+        errors.join("\n")
+    );
+}
+
+/// The C fixtures (static, dynamic, own-malloc programs), built once.
+pub fn fixture(name: &str) -> PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    let dir = DIR.get_or_init(|| {
+        let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("c-fixtures");
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/c/build.sh");
+        let r = Command::new("sh")
+            .arg(&script)
+            .arg(&out)
+            .output()
+            .expect("run build.sh");
+        assert!(
+            r.status.success(),
+            "build.sh failed: {}",
+            String::from_utf8_lossy(&r.stderr)
+        );
+        out
+    });
+    let p = dir.join(name);
+    assert!(
+        p.exists(),
+        "fixture {name} was not built (is libc6-dev installed? run scripts/setup.sh)"
+    );
+    p
+}
+
+pub fn variant<'a>(doc: &'a Value, name: &str) -> &'a Value {
+    doc["variants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == name)
+        .unwrap_or_else(|| panic!("variant {name} missing"))
+}
+
+pub fn first_run<'a>(doc: &'a Value, name: &str) -> &'a Value {
+    &variant(doc, name)["runs"][0]
+}
+
+pub fn no_process_matching(pattern: &str) -> bool {
+    let out = Command::new("pgrep")
+        .args(["-f", pattern])
+        .output()
+        .expect("pgrep");
+    out.stdout.is_empty()
+}
+
+pub const FRAGMENT_SHORT: [&str; 6] = ["--threads", "4", "--seconds", "0.6", "--seed", "7"];
+
+pub fn fragment_cmd() -> Vec<String> {
+    let mut v = vec![
+        memtrial().display().to_string(),
+        "workload".into(),
+        "fragment".into(),
+    ];
+    v.extend(FRAGMENT_SHORT.iter().map(|s| s.to_string()));
+    v
+}

@@ -1,0 +1,10 @@
+//! Integration tests: the real binary, real allocators, real processes, one binary with
+//! a file per area. Every test works in its own temporary directory and database.
+
+mod common;
+mod inspect;
+mod load;
+mod reports;
+mod run;
+mod sandbox;
+mod server;

@@ -1,0 +1,676 @@
+//! `memtrial run`: variants verified on real allocators, peaks, trees, failures, plans, the demo.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::common::*;
+
+#[test]
+fn every_builtin_variant_is_verified_on_the_fragment_workload() {
+    let mut args = vec![
+        "run", "--runs", "1", "--seed", "1", "--json", "out.json", "--",
+    ];
+    let cmd = fragment_cmd();
+    args.extend(cmd.iter().map(String::as_str));
+    let r = memtrial_in_tmp(&args);
+    assert_eq!(
+        r.code(),
+        0,
+        "stdout:\n{}\nstderr:\n{}",
+        r.stdout(),
+        r.stderr()
+    );
+    let doc = r.json();
+    let names: Vec<&str> = doc["variants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["glibc", "arena1", "arena2", "jemalloc", "tcmalloc", "mimalloc"],
+        "scripts/setup.sh installs every allocator"
+    );
+    for (name, alloc, verification) in [
+        ("glibc", "glibc", "nothing_to_verify"),
+        ("arena1", "glibc", "verified"),
+        ("arena2", "glibc", "verified"),
+        ("jemalloc", "jemalloc", "verified"),
+        ("tcmalloc", "tcmalloc", "verified"),
+        ("mimalloc", "mimalloc", "verified"),
+    ] {
+        let run = first_run(&doc, name);
+        assert_eq!(run["status"], "ok", "{name}: {run}");
+        assert_eq!(run["verified"], true, "{name}");
+        assert_eq!(
+            run["verification"], verification,
+            "{name}: {}",
+            run["verification_detail"]
+        );
+        assert_eq!(run["allocator_detected"], alloc, "{name}");
+        assert!(
+            run["peak_rss_bytes"].as_u64().unwrap() > 10 << 20,
+            "{name}: {run}"
+        );
+        assert!(
+            run["threads_peak"].as_u64().unwrap() >= 5,
+            "{name}: 4 workers + main"
+        );
+        assert!(
+            run["samples"].as_array().unwrap().len() >= 3,
+            "{name}: sampled every 100 ms"
+        );
+        assert!(run["wall_seconds"].as_f64().unwrap() >= 0.6);
+        assert!(run["cpu_user_seconds"].as_f64().unwrap() > 0.0);
+    }
+    let env = &variant(&doc, "arena2")["env"];
+    assert_eq!(env["MALLOC_ARENA_MAX"], "2");
+    assert!(variant(&doc, "jemalloc")["preload"]
+        .as_str()
+        .unwrap()
+        .contains("libjemalloc"));
+    // The table names every variant, with ratios against the baseline.
+    let table = r.stdout();
+    for n in names {
+        assert!(table.contains(n), "{table}");
+    }
+    assert!(table.contains("baseline") && table.contains('×'), "{table}");
+}
+
+#[test]
+fn static_program_under_jemalloc_is_not_effective() {
+    let prog = fixture("alloc_loop_static");
+    let r = memtrial_in_tmp(&[
+        "run",
+        "--runs",
+        "1",
+        "--variants",
+        "glibc,jemalloc",
+        "--json",
+        "out.json",
+        "--",
+        prog.to_str().unwrap(),
+        "400",
+    ]);
+    assert_eq!(
+        r.code(),
+        1,
+        "a run whose variant did not take effect fails the experiment\n{}",
+        r.stderr()
+    );
+    let doc = r.json();
+    let je = first_run(&doc, "jemalloc");
+    assert_eq!(je["status"], "variant_not_effective", "{je}");
+    assert_eq!(je["verified"], false);
+    assert!(
+        je["verification_detail"]
+            .as_str()
+            .unwrap()
+            .contains("statically linked"),
+        "{je}"
+    );
+    assert_eq!(first_run(&doc, "glibc")["status"], "ok");
+    assert!(
+        r.stdout().contains("variant_not_effective"),
+        "{}",
+        r.stdout()
+    );
+}
+
+#[test]
+fn program_defining_malloc_ignores_the_preload() {
+    let prog = fixture("own_malloc");
+    let r = memtrial_in_tmp(&[
+        "run",
+        "--runs",
+        "1",
+        "--variants",
+        "glibc,jemalloc",
+        "--json",
+        "out.json",
+        "--",
+        prog.to_str().unwrap(),
+        "400",
+    ]);
+    assert_eq!(r.code(), 1, "{}", r.stderr());
+    let doc = r.json();
+    let je = first_run(&doc, "jemalloc");
+    assert_eq!(je["status"], "variant_not_effective");
+    assert!(
+        je["verification_detail"]
+            .as_str()
+            .unwrap()
+            .contains("defines malloc"),
+        "{je}"
+    );
+    assert_eq!(
+        je["allocator_detected"],
+        "custom (the executable defines malloc)"
+    );
+}
+
+#[test]
+fn environment_reset_by_the_program_is_not_effective() {
+    let prog = fixture("alloc_loop_dyn");
+    let r = memtrial_in_tmp(&[
+        "run",
+        "--runs",
+        "1",
+        "--variants",
+        "arena2",
+        "--baseline",
+        "arena2",
+        "--json",
+        "out.json",
+        "--",
+        "env",
+        "-i",
+        prog.to_str().unwrap(),
+        "400",
+    ]);
+    assert_eq!(r.code(), 1, "{}", r.stderr());
+    let run = first_run(&r.json(), "arena2").clone();
+    assert_eq!(run["status"], "variant_not_effective", "{run}");
+    assert!(
+        run["verification_detail"]
+            .as_str()
+            .unwrap()
+            .contains("MALLOC_ARENA_MAX"),
+        "{run}"
+    );
+}
+
+#[test]
+fn peak_rss_agrees_with_the_kernels_rusage() {
+    // A parent whose only child is memtrial: its RUSAGE_CHILDREN ru_maxrss is the largest
+    // ru_maxrss of any process in that tree, i.e. the workload's.
+    let dir = tempfile::tempdir().unwrap();
+    let script = format!(
+        "import resource, subprocess, sys\n\
+         r = subprocess.run([{:?}, 'run', '--runs', '1', '--variants', 'glibc', '--json', 'out.json', '--', {:?}, 'workload', 'fragment', '--threads', '4', '--seconds', '0.8'], stdout=subprocess.DEVNULL)\n\
+         print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024)\n\
+         sys.exit(r.returncode)\n",
+        memtrial().display().to_string(),
+        memtrial().display().to_string()
+    );
+    let out = Command::new("python3")
+        .args(["-c", &script])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let kernel: u64 = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .last()
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let doc: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("out.json")).unwrap())
+            .unwrap();
+    let run = first_run(&doc, "glibc");
+    let peak = run["peak_rss_bytes"].as_u64().unwrap();
+    assert_eq!(run["peak_rss_source"], "wait4_maxrss", "{run}");
+    assert_eq!(
+        peak, kernel,
+        "memtrial's peak RSS is the kernel's ru_maxrss for the same run"
+    );
+    // And the workload's own VmHWM, read just before it exited, agrees within a page or so.
+    let stdout = std::fs::read_to_string(run["stdout_path"].as_str().unwrap()).unwrap();
+    let own: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    let hwm = own["vm_hwm_bytes"].as_u64().unwrap();
+    assert!(
+        peak.abs_diff(hwm) <= peak / 100,
+        "peak {peak} vs VmHWM {hwm}"
+    );
+}
+
+#[test]
+fn a_process_tree_is_summed() {
+    let r = memtrial_in_tmp(&[
+        "run",
+        "--runs",
+        "1",
+        "--variants",
+        "glibc",
+        "--json",
+        "out.json",
+        "--",
+        "sh",
+        "-c",
+        "python3 -c 'import time; x=bytearray(30_000_000); time.sleep(0.8)' & \
+         python3 -c 'import time; x=bytearray(30_000_000); time.sleep(0.8)'; wait",
+    ]);
+    assert_eq!(r.code(), 0, "{}", r.stderr());
+    let doc = r.json();
+    let run = first_run(&doc, "glibc");
+    assert!(run["processes_seen"].as_u64().unwrap() >= 3, "{run}");
+    let max_sample = run["samples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["rss_bytes"].as_u64().unwrap())
+        .max()
+        .unwrap();
+    assert!(
+        max_sample > 60_000_000,
+        "two 30 MB children at once: {max_sample}"
+    );
+    assert_eq!(run["peak_rss_source"], "sampled_tree_sum");
+    assert!(run["peak_rss_bytes"].as_u64().unwrap() >= max_sample);
+}
+
+#[test]
+fn failed_command_is_recorded_and_its_stderr_shown() {
+    let r = memtrial_in_tmp(&[
+        "run",
+        "--runs",
+        "2",
+        "--variants",
+        "glibc",
+        "--json",
+        "out.json",
+        "--",
+        "sh",
+        "-c",
+        "echo boom-from-the-workload >&2; exit 3",
+    ]);
+    assert_eq!(r.code(), 1);
+    assert!(
+        r.stderr().contains("boom-from-the-workload"),
+        "{}",
+        r.stderr()
+    );
+    assert!(r.stderr().contains("exited with code 3"), "{}", r.stderr());
+    let doc = r.json();
+    let run = first_run(&doc, "glibc");
+    assert_eq!(run["status"], "failed");
+    assert_eq!(run["exit_code"], 3);
+    assert_eq!(variant(&doc, "glibc")["summary"]["runs_ok"], 0);
+    assert_eq!(variant(&doc, "glibc")["summary"]["statuses"]["failed"], 2);
+}
+
+#[test]
+fn timeout_stops_the_whole_tree() {
+    let start = Instant::now();
+    let r = memtrial_in_tmp(&[
+        "run",
+        "--runs",
+        "1",
+        "--variants",
+        "glibc",
+        "--timeout",
+        "1s",
+        "--json",
+        "out.json",
+        "--",
+        "sh",
+        "-c",
+        "sleep 41.25 & sleep 41.25; wait",
+    ]);
+    assert_eq!(r.code(), 1, "{}", r.stderr());
+    assert!(start.elapsed() < Duration::from_secs(15));
+    let run = first_run(&r.json(), "glibc").clone();
+    assert_eq!(run["status"], "timeout");
+    assert!(no_process_matching("sleep 41.25"), "the tree is gone");
+}
+
+#[test]
+fn a_daemon_ignoring_sigterm_is_not_left_behind() {
+    // The workload double-forks a child that leaves the process group and ignores SIGTERM,
+    // then exits at once.
+    let r = memtrial_in_tmp(&[
+        "run",
+        "--runs",
+        "1",
+        "--variants",
+        "glibc",
+        "--json",
+        "out.json",
+        "--",
+        "sh",
+        "-c",
+        "(trap '' TERM; exec setsid sleep 42.75) & sleep 0.3; exit 0",
+    ]);
+    assert_eq!(r.code(), 0, "{}", r.stderr());
+    assert!(
+        no_process_matching("sleep 42.75"),
+        "the orphaned daemon was killed"
+    );
+    let run = first_run(&r.json(), "glibc").clone();
+    assert!(run["processes_seen"].as_u64().unwrap() >= 2, "{run}");
+}
+
+#[test]
+fn plan_file_with_custom_variant() {
+    let dir = tempfile::tempdir().unwrap();
+    let plan = format!(
+        "command = [{:?}, \"workload\", \"fragment\", \"--threads\", \"2\", \"--seconds\", \"0.4\"]\n\
+         runs = 2\nvariants = [\"glibc\", \"je-narrow\"]\nseed = 5\n\n\
+         [[variant]]\nname = \"je-narrow\"\npreload = \"jemalloc\"\nenv = {{ MALLOC_CONF = \"narenas:1\" }}\n",
+        memtrial().display().to_string()
+    );
+    std::fs::write(dir.path().join("trial.toml"), plan).unwrap();
+    let out = Command::new(memtrial())
+        .args(["run", "--plan", "trial.toml", "--json", "out.json"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("out.json")).unwrap())
+            .unwrap();
+    validate_schema(&doc, "experiment-v1.schema.json");
+    assert_eq!(doc["experiment"]["seed"], 5);
+    let je = variant(&doc, "je-narrow");
+    assert_eq!(je["env"]["MALLOC_CONF"], "narenas:1");
+    assert_eq!(je["runs"].as_array().unwrap().len(), 2);
+    assert_eq!(je["runs"][0]["verification"], "verified");
+    assert_eq!(je["runs"][0]["allocator_detected"], "jemalloc");
+    let ratio = &je["summary"]["ratio_to_baseline"]["peak_rss_bytes"];
+    assert!(ratio["value"].as_f64().unwrap() > 0.0);
+    assert_eq!(
+        ratio["significant"], false,
+        "2 runs are too few to call anything significant"
+    );
+}
+
+#[test]
+fn list_and_report_read_the_store_again() {
+    let r = memtrial_in_tmp(&[
+        "run",
+        "--runs",
+        "1",
+        "--variants",
+        "glibc,arena2",
+        "--",
+        "true",
+    ]);
+    assert_eq!(r.code(), 0, "{}", r.stderr());
+    let run_in = |args: &[&str]| {
+        Command::new(memtrial())
+            .args(args)
+            .current_dir(r.dir.path())
+            .output()
+            .unwrap()
+    };
+    let list = run_in(&["list"]);
+    let text = String::from_utf8_lossy(&list.stdout);
+    assert!(
+        text.contains("glibc,arena2") && text.contains("complete"),
+        "{text}"
+    );
+    let csv = run_in(&["report", "1", "--csv", "-"]);
+    let text = String::from_utf8_lossy(&csv.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3, "header + 2 runs: {text}");
+    assert!(lines[0].starts_with("experiment_id,variant,"));
+    let json = run_in(&["report", "--json", "-"]);
+    let doc: Value = serde_json::from_slice(&json.stdout).unwrap();
+    validate_schema(&doc, "experiment-v1.schema.json");
+    let missing = run_in(&["report", "99"]);
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("experiment 99 is not in"));
+}
+
+#[test]
+fn bad_input_gets_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("notes.txt"), "hi").unwrap();
+    std::fs::write(
+        dir.path().join("bad.toml"),
+        "runs = 3\nvariants = [\"glibc\",\n  oops]\n",
+    )
+    .unwrap();
+    {
+        let c = rusqlite::Connection::open(dir.path().join("future.db")).unwrap();
+        c.execute_batch("PRAGMA user_version = 42;").unwrap();
+    }
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["run", "--variants", "glibc,jemaloc", "--", "true"],
+            "unknown variant 'jemaloc'; known variants: glibc, arena1, arena2, jemalloc",
+        ),
+        (
+            &[
+                "run",
+                "--variant",
+                "x=preload:/no/such/lib.so",
+                "--",
+                "true",
+            ],
+            "preload library '/no/such/lib.so' cannot be read",
+        ),
+        (
+            &["run", "--variant", "x=preload:hoard", "--", "true"],
+            "neither a known allocator",
+        ),
+        (
+            &["run", "--variant", "nospec", "--", "true"],
+            "bad variant definition 'nospec'",
+        ),
+        (
+            &["run", "--", "no-such-command-zz"],
+            "command 'no-such-command-zz' not found in PATH",
+        ),
+        (
+            &["run", "--", "./notes.txt"],
+            "'./notes.txt' is not an executable file",
+        ),
+        (&["run"], "no command to run"),
+        (
+            &["run", "--runs", "0", "--", "true"],
+            "--runs 0: at least one",
+        ),
+        (
+            &["run", "--interval", "often", "--", "true"],
+            "--interval often: 'often' is not a duration",
+        ),
+        (
+            &["run", "--timeout", "5 parsecs", "--", "true"],
+            "--timeout 5 parsecs",
+        ),
+        (
+            &["run", "--plan", "bad.toml"],
+            "plan file bad.toml: line 3, column 3",
+        ),
+        (
+            &["run", "--plan", "missing.toml"],
+            "plan file missing.toml: cannot read it",
+        ),
+        (
+            &["run", "--json", "nodir/out.json", "--", "true"],
+            "the directory nodir does not exist",
+        ),
+        (
+            &["--db", "future.db", "run", "--", "true"],
+            "schema version 42, newer than this memtrial understands",
+        ),
+        (&["--db", "none.db", "report"], "no database at none.db"),
+        (&["workload", "fragment", "--threads", "0"], "--threads 0"),
+        (
+            &["workload", "fragment", "--max-size", "12 parsecs"],
+            "--max-size 12 parsecs",
+        ),
+        (
+            &["workload", "fragment", "--survivors", "2"],
+            "--survivors 2",
+        ),
+    ];
+    for (args, expect) in cases {
+        let out = Command::new(memtrial())
+            .args(*args)
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains(expect),
+            "{args:?}: expected '{expect}' in:\n{stderr}"
+        );
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
+    assert!(!dir.path().join("memtrial.db").exists(), "nothing was run");
+}
+
+#[test]
+fn sigint_keeps_completed_runs_and_leaves_nothing_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let child = Command::new(memtrial())
+        .args([
+            "run",
+            "--runs",
+            "3",
+            "--variants",
+            "glibc",
+            "--",
+            "sh",
+            "-c",
+            "sleep 43.5",
+        ])
+        .current_dir(dir.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    // SAFETY: sending a signal to our own child.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGINT);
+    }
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(no_process_matching("sleep 43.5"));
+    let list = Command::new(memtrial())
+        .args(["report", "--json", "-"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let doc: Value = serde_json::from_slice(&list.stdout).unwrap();
+    validate_schema(&doc, "experiment-v1.schema.json");
+    assert_eq!(doc["experiment"]["status"], "interrupted");
+    assert_eq!(first_run(&doc, "glibc")["status"], "interrupted");
+}
+
+#[test]
+fn variants_shows_where_each_library_is() {
+    let r = memtrial_in_tmp(&["variants"]);
+    assert_eq!(r.code(), 0);
+    let t = r.stdout();
+    for n in [
+        "glibc", "arena1", "arena2", "jemalloc", "tcmalloc", "mimalloc",
+    ] {
+        assert!(t.contains(n), "{t}");
+    }
+    assert!(
+        t.contains("libjemalloc.so.2") && t.contains("MALLOC_ARENA_MAX=2"),
+        "{t}"
+    );
+}
+
+/// The demo's claim: on this machine, glibc's default has the largest footprint and the
+/// differences are significant. Runs the real demo (5 runs per variant).
+#[test]
+#[ignore = "measures: runs alone in the second pass of scripts/test.sh (cargo test -- --ignored)"]
+fn demo_shows_glibc_with_the_largest_footprint() {
+    // 5 runs rather than the demo's default 3: with 3, one outlying run among ~25%
+    // differences can widen an interval across 1; with 5 the median is sturdier.
+    let r = memtrial_in_tmp(&["demo", "--runs", "5", "--json", "out.json"]);
+    assert_eq!(r.code(), 0, "{}", r.stderr());
+    let doc = r.json();
+    let median = |name: &str, fig: &str| {
+        variant(&doc, name)["summary"][fig]["median"]
+            .as_f64()
+            .unwrap()
+    };
+    for fig in ["peak_rss_bytes", "mean_rss_bytes"] {
+        let glibc = median("glibc", fig);
+        for v in doc["variants"].as_array().unwrap() {
+            let name = v["name"].as_str().unwrap();
+            if name == "glibc" {
+                continue;
+            }
+            // MALLOC_ARENA_MAX=2 is the noisy one on this workload (its peak ranged
+            // 581-926 MB over runs, see docs/workload.md): it may tie with glibc, never beat it
+            // by more than noise. Every other variant stays strictly below glibc.
+            let limit = if name == "arena2" {
+                glibc * 1.05
+            } else {
+                glibc
+            };
+            assert!(
+                median(name, fig) < limit,
+                "{fig}: {name} {} vs glibc {glibc}",
+                median(name, fig)
+            );
+        }
+    }
+    let je = &variant(&doc, "jemalloc")["summary"]["ratio_to_baseline"]["peak_rss_bytes"];
+    assert_eq!(je["significant"], true, "{je}");
+    assert!(je["value"].as_f64().unwrap() < 1.0);
+}
+
+// ───────────── cgroup sandbox (issue 3): real cgroups, skipped with a reason without them ─────────────
+
+#[test]
+fn runs_get_a_leak_or_plateau_verdict() {
+    let cases = [
+        ("leak", "import time\nl = []\nend = time.monotonic() + 5\nwhile time.monotonic() < end:\n    l.append(b'x' * 1_500_000); time.sleep(0.05)\n"),
+        ("plateau", "import time\nx = bytearray(100_000_000)\ntime.sleep(3)\n"),
+    ];
+    for (want, code) in cases {
+        let r = memtrial_in_tmp(&[
+            "run",
+            "--runs",
+            "1",
+            "--variants",
+            "glibc",
+            "--json",
+            "out.json",
+            "--",
+            "python3",
+            "-c",
+            code,
+        ]);
+        assert_eq!(r.code(), 0, "{}", r.stderr());
+        let doc = r.json();
+        let trend = &variant(&doc, "glibc")["summary"]["trend"];
+        let series: Vec<String> = first_run(&doc, "glibc")["samples"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| {
+                format!(
+                    "{:.1}s {}MB",
+                    s["t_seconds"],
+                    s["rss_bytes"].as_u64().unwrap() >> 20
+                )
+            })
+            .collect();
+        assert_eq!(trend["verdict"], want, "{trend} {series:?}");
+        let word = if want == "leak" {
+            "grows"
+        } else {
+            "plateaus at"
+        };
+        assert!(r.stdout().contains(word), "{}", r.stdout());
+    }
+}

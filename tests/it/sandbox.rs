@@ -1,0 +1,313 @@
+//! Runs in cgroups: memory, CPU quota, cpuset and pids limits; interrupts, resume, stale groups.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::common::*;
+
+/// The cgroup layout memtrial would use, or `None` (with the reason printed) when the
+/// machine gives none: not root, or no cgroup file system.
+fn cgroups() -> Option<memtrial::linux::cgroup::Hierarchy> {
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipping: cgroup tests need root");
+        return None;
+    }
+    match memtrial::linux::cgroup::detect() {
+        Ok(h) => Some(h),
+        Err(e) => {
+            eprintln!("skipping: no cgroups here: {e}");
+            None
+        }
+    }
+}
+
+fn cgroup_bases(h: &memtrial::linux::cgroup::Hierarchy) -> Vec<PathBuf> {
+    match h {
+        memtrial::linux::cgroup::Hierarchy::V2 { base, .. } => vec![base.clone()],
+        memtrial::linux::cgroup::Hierarchy::V1 { bases } => bases.values().cloned().collect(),
+    }
+}
+
+/// No run cgroup whose memtrial has exited is left behind.
+fn assert_no_orphan_cgroups(h: &memtrial::linux::cgroup::Hierarchy) {
+    for base in cgroup_bases(h) {
+        let Ok(rd) = std::fs::read_dir(&base) else {
+            continue;
+        };
+        for e in rd.flatten().filter(|e| e.path().is_dir()) {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let owner: i32 = name
+                .split('-')
+                .next()
+                .and_then(|p| p.parse().ok())
+                .unwrap_or(0);
+            let alive = std::fs::read_to_string(format!("/proc/{owner}/comm"))
+                .map(|c| c.trim() == "memtrial")
+                .unwrap_or(false);
+            assert!(alive, "cgroup {} outlived its memtrial", e.path().display());
+        }
+    }
+}
+
+fn arena_line(run: &Value) -> std::collections::HashMap<String, i64> {
+    let out = std::fs::read_to_string(run["stdout_path"].as_str().unwrap()).unwrap();
+    out.split_whitespace()
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.parse().unwrap()))
+        .collect()
+}
+
+#[test]
+fn over_the_memory_limit_is_oom_killed() {
+    let Some(h) = cgroups() else { return };
+    let r = memtrial_in_tmp(&[
+        "run",
+        "--runs",
+        "2",
+        "--variants",
+        "glibc",
+        "--memory-limit",
+        "64M",
+        "--json",
+        "out.json",
+        "--",
+        "python3",
+        "-c",
+        "x = bytearray(400_000_000)",
+    ]);
+    assert_eq!(r.code(), 1, "{}", r.stderr());
+    let doc = r.json();
+    let run = first_run(&doc, "glibc");
+    assert_eq!(run["status"], "oom_killed", "{run}");
+    assert!(run["cgroup"]["oom_kills"].as_u64().unwrap() >= 1);
+    assert_eq!(doc["experiment"]["limits"]["memory_max"], 64 << 20);
+    assert_eq!(
+        variant(&doc, "glibc")["summary"]["statuses"]["oom_killed"],
+        2
+    );
+    assert!(
+        r.stdout().contains("OOM kills: 2 of 2 runs"),
+        "{}",
+        r.stdout()
+    );
+    assert_no_orphan_cgroups(&h);
+}
+
+#[test]
+fn a_cpu_quota_throttles_but_glibc_still_sees_every_cpu() {
+    let Some(h) = cgroups() else { return };
+    let prog = fixture("arena_count");
+    let cpus = memtrial::linux::host::online_cpus() as i64;
+    let r = memtrial_in_tmp(&[
+        "run",
+        "--runs",
+        "1",
+        "--variants",
+        "glibc",
+        "--cpus",
+        "0.5",
+        "--json",
+        "out.json",
+        "--",
+        prog.to_str().unwrap(),
+        "40",
+        "300",
+    ]);
+    assert_eq!(r.code(), 0, "{}", r.stderr());
+    let doc = r.json();
+    let run = first_run(&doc, "glibc");
+    assert!(run["cgroup"]["nr_throttled"].as_u64().unwrap() > 0, "{run}");
+    assert!(run["cgroup"]["throttled_seconds"].as_f64().unwrap() > 0.0);
+    let seen = arena_line(run);
+    assert_eq!(seen["online"], cpus, "a quota hides no CPU");
+    assert_eq!(seen["affinity"], cpus);
+    // 40 threads allocating at once: glibc stops at 8 arenas per visible CPU.
+    assert_eq!(seen["arenas"], (8 * cpus).min(41), "{seen:?}");
+    assert_no_orphan_cgroups(&h);
+}
+
+#[test]
+fn a_cpuset_is_what_the_program_sees() {
+    let Some(_) = cgroups() else { return };
+    let prog = fixture("arena_count");
+    let r = memtrial_in_tmp(&[
+        "run",
+        "--runs",
+        "1",
+        "--variants",
+        "glibc",
+        "--cpuset",
+        "0",
+        "--json",
+        "out.json",
+        "--",
+        prog.to_str().unwrap(),
+        "2",
+        "50",
+    ]);
+    assert_eq!(r.code(), 0, "{}", r.stderr());
+    let seen = arena_line(first_run(&r.json(), "glibc"));
+    assert_eq!(seen["affinity"], 1, "{seen:?}");
+}
+
+#[test]
+fn a_fork_bomb_is_stopped_by_the_pids_limit() {
+    let Some(h) = cgroups() else { return };
+    let r = memtrial_in_tmp(&[
+        "run",
+        "--runs",
+        "1",
+        "--variants",
+        "glibc",
+        "--pids-limit",
+        "24",
+        "--timeout",
+        "3s",
+        "--json",
+        "out.json",
+        "--",
+        "sh",
+        "-c",
+        "bomb_marker_44=1; f() { f & f; }; f",
+    ]);
+    assert_eq!(r.code(), 1, "{}", r.stderr());
+    let doc = r.json();
+    let run = first_run(&doc, "glibc");
+    // The shell dies of a failed fork, or the timeout stops what is left: either way, stopped.
+    assert!(
+        run["status"] == "failed" || run["status"] == "timeout",
+        "{run}"
+    );
+    let most = run["samples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["processes"].as_u64().unwrap())
+        .max()
+        .unwrap();
+    assert!(most <= 24, "at most 24 processes at once, saw {most}");
+    assert!(
+        run["cgroup"]["pids_limit_hits"].as_u64().unwrap() > 0,
+        "forks were refused: {run}"
+    );
+    assert!(no_process_matching("bomb_marker_44"), "the bomb is gone");
+    assert_no_orphan_cgroups(&h);
+}
+
+#[test]
+fn the_cgroup_peak_covers_the_whole_tree() {
+    let Some(_) = cgroups() else { return };
+    let r = memtrial_in_tmp(&[
+        "run",
+        "--runs",
+        "1",
+        "--variants",
+        "glibc",
+        "--json",
+        "out.json",
+        "--",
+        "sh",
+        "-c",
+        "python3 -c 'import time; x=bytearray(40_000_000); time.sleep(0.6)' & \
+         python3 -c 'import time; x=bytearray(40_000_000); time.sleep(0.6)'; wait",
+    ]);
+    assert_eq!(r.code(), 0, "{}", r.stderr());
+    let doc = r.json();
+    let run = first_run(&doc, "glibc");
+    let cg_peak = run["cgroup"]["peak_bytes"].as_u64().unwrap();
+    let anon = run["cgroup"]["anon_peak_bytes"].as_u64().unwrap();
+    assert!(
+        anon >= 80_000_000,
+        "both children's anonymous memory at once: {anon}"
+    );
+    assert!(cg_peak >= anon);
+    // At least the largest single process's kernel high-water mark.
+    assert!(
+        cg_peak >= run["peak_rss_bytes"].as_u64().unwrap().min(anon),
+        "{run}"
+    );
+    let summary = &variant(&doc, "glibc")["summary"];
+    assert!(summary["cgroup_peak_bytes"]["median"].as_f64().unwrap() > 80e6);
+}
+
+#[test]
+fn sigint_then_resume_completes_the_experiment() {
+    let Some(h) = cgroups() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let child = Command::new(memtrial())
+        .args([
+            "run",
+            "--runs",
+            "2",
+            "--variants",
+            "glibc,arena2",
+            "--seed",
+            "3",
+            "--",
+            "sh",
+            "-c",
+            "sleep 0.8; echo resume_marker_45",
+        ])
+        .current_dir(dir.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(2000));
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGINT);
+    }
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130));
+    assert!(no_process_matching("resume_marker_45"));
+    assert_no_orphan_cgroups(&h);
+    let resumed = Command::new(memtrial())
+        .args(["run", "--resume", "--json", "out.json"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&resumed.stderr);
+    assert_eq!(resumed.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("resuming experiment 1"), "{stderr}");
+    let doc: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("out.json")).unwrap())
+            .unwrap();
+    validate_schema(&doc, "experiment-v1.schema.json");
+    assert_eq!(doc["experiment"]["status"], "complete");
+    assert_eq!(doc["experiment"]["seed"], 3);
+    for v in ["glibc", "arena2"] {
+        let runs = variant(&doc, v)["runs"].as_array().unwrap();
+        assert_eq!(runs.len(), 2, "{v}: {runs:?}");
+        assert!(runs.iter().all(|r| r["status"] == "ok"), "{v}");
+    }
+    let again = Command::new(memtrial())
+        .args(["run", "--resume"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(again.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("is complete; nothing to resume"));
+}
+
+#[test]
+fn stale_cgroups_of_a_killed_memtrial_are_cleaned() {
+    let Some(h) = cgroups() else { return };
+    // A group named for a PID that is not a running memtrial, as a SIGKILLed memtrial leaves.
+    let stale: Vec<PathBuf> = cgroup_bases(&h)
+        .iter()
+        .map(|b| b.join("999999999-0"))
+        .collect();
+    for d in &stale {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    let r = memtrial_in_tmp(&["run", "--runs", "1", "--variants", "glibc", "--", "true"]);
+    assert_eq!(r.code(), 0, "{}", r.stderr());
+    // Another memtrial starting at the same moment (tests run in parallel) may be the one
+    // that cleans it and says so; either way it must be gone.
+    for d in &stale {
+        assert!(!d.exists(), "{} was cleaned", d.display());
+    }
+}

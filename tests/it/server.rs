@@ -1,0 +1,316 @@
+//! Server trials: real servers (python, puma) started, loaded and compared.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::common::*;
+
+// ───────────── server trials (issue 4): real servers on 127.0.0.1 ─────────────
+
+fn server_py() -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/servers/server.py")
+        .display()
+        .to_string()
+}
+
+/// `memtrial run` of the test server in MODE with quick load settings, plus extra flags.
+fn server_trial(mode: &str, extra: &[&str]) -> Run {
+    let script = server_py();
+    let mut args = vec![
+        "run",
+        "--runs",
+        "1",
+        "--variants",
+        "glibc",
+        "--json",
+        "out.json",
+        "--url",
+        "http://127.0.0.1:{port}/hello",
+    ];
+    // Quick defaults, unless the test sets the flag itself.
+    for (flag, value) in [
+        ("--duration", "1s"),
+        ("--cooldown", "500ms"),
+        ("--connections", "4"),
+        ("--ready-timeout", "10s"),
+    ] {
+        if !extra.contains(&flag) {
+            args.extend_from_slice(&[flag, value]);
+        }
+    }
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["--", "python3", &script, "{port}", mode]);
+    memtrial_in_tmp(&args)
+}
+
+#[test]
+fn server_trial_gives_herokus_table() {
+    let script = server_py();
+    let r = memtrial_in_tmp(&[
+        "run",
+        "--runs",
+        "1",
+        "--variants",
+        "glibc,arena2",
+        "--json",
+        "out.json",
+        "--url",
+        "http://127.0.0.1:{port}/hello",
+        "--duration",
+        "2s",
+        "--cooldown",
+        "1s",
+        "--connections",
+        "4",
+        "--",
+        "python3",
+        &script,
+        "{port}",
+        "ok",
+    ]);
+    assert_eq!(r.code(), 0, "{}", r.explain());
+    let doc = r.json();
+    assert_eq!(doc["experiment"]["server"]["connections"], 4);
+    for v in ["glibc", "arena2"] {
+        let run = first_run(&doc, v);
+        assert_eq!(run["status"], "ok", "{run}");
+        assert!(
+            run["requests"].as_u64().unwrap() > 50,
+            "{v}: {}",
+            run["requests"]
+        );
+        assert!(run["throughput_rps"].as_f64().unwrap() > 25.0);
+        assert!(run["latency_p50_ms"].as_f64().unwrap() > 0.0);
+        assert!(run["latency_p99_ms"].as_f64().unwrap() >= run["latency_p50_ms"].as_f64().unwrap());
+        assert_eq!(run["errors"]["status_5xx"], 0);
+        let load = &run["load"];
+        let ready = load["ready_seconds"].as_f64().unwrap();
+        let start = load["load_start_seconds"].as_f64().unwrap();
+        let end = load["load_end_seconds"].as_f64().unwrap();
+        let cool = load["cooldown_end_seconds"].as_f64().unwrap();
+        assert!(
+            ready <= start && start < end && end < cool,
+            "phases in order: {load}"
+        );
+        assert!((cool - end) >= 0.9, "a cool-down of 1 s");
+        let seconds = load["per_second"].as_array().unwrap();
+        assert!(!seconds.is_empty());
+        assert!(
+            seconds
+                .iter()
+                .all(|s| s["t_seconds"].as_f64().unwrap() >= start - 0.01),
+            "one clock"
+        );
+        assert!(load["rss_after_cooldown_bytes"].as_u64().unwrap() > 0);
+        // The memory samples run through the whole load on the same clock.
+        let samples = run["samples"].as_array().unwrap();
+        assert!(samples
+            .iter()
+            .any(|s| s["t_seconds"].as_f64().unwrap() > end));
+    }
+    let summary = &variant(&doc, "arena2")["summary"];
+    assert!(summary["latency_p95_ms"]["median"].as_f64().unwrap() > 0.0);
+    assert!(
+        summary["ratio_to_baseline"]["latency_p95_ms"]["value"]
+            .as_f64()
+            .unwrap()
+            > 0.0
+    );
+    assert!(summary["ratio_to_baseline"]["throughput_rps"].is_object());
+    let table = r.stdout();
+    assert!(
+        table.contains("throughput") && table.contains("p95 latency"),
+        "{table}"
+    );
+}
+
+#[test]
+fn server_trial_open_loop_holds_its_rate() {
+    let r = server_trial("ok", &["--rate", "100", "--duration", "2s"]);
+    assert_eq!(r.code(), 0, "{}", r.stderr());
+    let run = first_run(&r.json(), "glibc").clone();
+    assert_eq!(run["load"]["target_rate"], 100.0);
+    let achieved = run["throughput_rps"].as_f64().unwrap();
+    assert!(
+        (85.0..=115.0).contains(&achieved),
+        "achieved {achieved} req/s of 100"
+    );
+}
+
+#[test]
+fn server_that_never_gets_ready_is_a_failed_run() {
+    let start = Instant::now();
+    let r = server_trial("never-ready", &["--ready-timeout", "1500ms"]);
+    assert_eq!(r.code(), 1, "{}", r.stderr());
+    assert!(start.elapsed() < Duration::from_secs(20));
+    let run = first_run(&r.json(), "glibc").clone();
+    assert_eq!(run["status"], "failed");
+    assert!(
+        run["message"]
+            .as_str()
+            .unwrap()
+            .contains("never became ready within 1s 500ms"),
+        "{run}"
+    );
+    assert!(no_process_matching("never-ready"));
+}
+
+#[test]
+fn server_that_crashes_mid_load_is_a_failed_run_with_its_output() {
+    let r = server_trial("crash-after-40", &["--duration", "3s"]);
+    assert_eq!(r.code(), 1, "{}", r.stderr());
+    let run = first_run(&r.json(), "glibc").clone();
+    assert_eq!(run["status"], "failed");
+    assert!(
+        run["message"]
+            .as_str()
+            .unwrap()
+            .contains("exited during the load"),
+        "{run}"
+    );
+    assert!(
+        r.stderr().contains("crashing on purpose"),
+        "the server's last words: {}",
+        r.stderr()
+    );
+}
+
+#[test]
+fn server_answering_500s_counts_them_apart() {
+    let r = server_trial("errors", &[]);
+    assert_eq!(r.code(), 0, "{}", r.stderr());
+    let run = first_run(&r.json(), "glibc").clone();
+    let requests = run["requests"].as_u64().unwrap();
+    assert!(requests > 0);
+    assert_eq!(
+        run["errors"]["status_5xx"], requests,
+        "every response a 5xx: {run}"
+    );
+    assert_eq!(run["errors"]["connect"], 0);
+}
+
+#[test]
+fn server_ignoring_sigterm_is_killed_and_leaves_nothing() {
+    let r = server_trial("ignore-term", &[]);
+    assert_eq!(r.code(), 0, "{}", r.stderr());
+    let run = first_run(&r.json(), "glibc").clone();
+    assert_eq!(run["status"], "ok");
+    assert_eq!(run["signal"], 9, "SIGKILL after the grace period: {run}");
+    assert!(no_process_matching("ignore-term"));
+}
+
+#[test]
+fn server_trial_replays_a_log_with_malformed_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = "127.0.0.1 - - [22/Nov/2026:10:00:00 +0000] \"GET /a HTTP/1.1\" 200 5 \"-\" \"ua\"\n\
+               this line is not a log entry\n\
+               127.0.0.1 - - [22/Nov/2026:10:00:01 +0000] \"POST /b HTTP/1.1\" 200 5 \"-\" \"ua\"\n\
+               127.0.0.1 - - [22/Nov/2026:10:00:01 +0000] \"GET /c?x=1 HTTP/1.1\" 200 5 \"-\" \"ua\"\n";
+    let log_path = dir.path().join("access.log");
+    std::fs::write(&log_path, log).unwrap();
+    let r = server_trial("ok", &["--replay", log_path.to_str().unwrap()]);
+    assert_eq!(r.code(), 0, "{}", r.stderr());
+    let doc = r.json();
+    let notes: Vec<&str> = doc["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap())
+        .collect();
+    assert!(
+        notes.iter().any(|n| n.contains("replaying 2 request(s)")
+            && n.contains("1 skipped for their method")
+            && n.contains("1 unparseable line(s)")),
+        "{notes:?}"
+    );
+    assert!(first_run(&doc, "glibc")["requests"].as_u64().unwrap() > 0);
+}
+
+#[test]
+fn server_trial_bad_input_names_the_flag() {
+    for (args, expect) in [
+        (vec!["--url", "http://example.com:{port}/"], "use 127.0.0.1"),
+        (
+            vec!["--url", "https://127.0.0.1:{port}/"],
+            "https is not supported",
+        ),
+        (vec!["--duration", "5s"], "a server trial needs --url"),
+        (
+            vec!["--url", "http://127.0.0.1:{port}/", "--connections", "0"],
+            "--connections 0",
+        ),
+        (
+            vec!["--url", "http://127.0.0.1:{port}/", "--rate=-3"],
+            "--rate -3",
+        ),
+        (
+            vec![
+                "--url",
+                "http://127.0.0.1:{port}/",
+                "--replay",
+                "/no/such.log",
+            ],
+            "cannot read it",
+        ),
+    ] {
+        let mut all = vec!["run"];
+        all.extend(args.iter().copied());
+        all.extend(["--", "true"]);
+        let r = memtrial_in_tmp(&all);
+        assert_eq!(r.code(), 2, "{all:?}: {}", r.stderr());
+        assert!(
+            r.stderr().contains(expect),
+            "{all:?}: expected {expect} in {}",
+            r.stderr()
+        );
+    }
+}
+
+#[test]
+fn puma_with_a_rack_app_under_load() {
+    if Command::new("puma").arg("--version").output().is_err() {
+        panic!("puma is not installed: run scripts/setup.sh");
+    }
+    let app = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/puma-rack/config.ru");
+    let r = memtrial_in_tmp(&[
+        "run",
+        "--runs",
+        "1",
+        "--variants",
+        "glibc,jemalloc",
+        "--json",
+        "out.json",
+        "--url",
+        "http://127.0.0.1:{port}/items",
+        "--duration",
+        "2s",
+        "--cooldown",
+        "1s",
+        "--connections",
+        "8",
+        "--ready-timeout",
+        "30s",
+        "--",
+        "puma",
+        "-t",
+        "2:2",
+        "-b",
+        "tcp://127.0.0.1:{port}",
+        app.to_str().unwrap(),
+    ]);
+    assert_eq!(r.code(), 0, "{}", r.stderr());
+    let doc = r.json();
+    for v in ["glibc", "jemalloc"] {
+        let run = first_run(&doc, v);
+        assert_eq!(run["status"], "ok", "{run}");
+        assert!(run["requests"].as_u64().unwrap() > 20, "{v}: {run}");
+        assert_eq!(run["errors"]["status_5xx"], 0);
+    }
+    assert_eq!(
+        first_run(&doc, "jemalloc")["allocator_detected"],
+        "jemalloc"
+    );
+    assert_eq!(first_run(&doc, "jemalloc")["verified"], true);
+}
