@@ -451,7 +451,16 @@ fn run_and_present(
             }
         }
     };
-    let outcome = run_experiment(store, plan, start, isolation, &stop, &mut observer)?;
+    let outcome = run_experiment(
+        store,
+        plan,
+        start,
+        &memtrial::backend::local::LocalBackend {
+            isolation: isolation.clone(),
+        },
+        &stop,
+        &mut observer,
+    )?;
     if let Some(b) = &bar {
         b.finish_and_clear();
     }

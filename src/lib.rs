@@ -5,6 +5,7 @@
 //! see `docs/` and the design notes.
 
 pub mod analysis;
+pub mod backend;
 pub mod inspect;
 pub mod linux;
 pub mod load;

@@ -3,12 +3,13 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use crate::backend::Backend;
 use crate::linux::host::HostInfo;
 use crate::plan::Plan;
 use crate::record::{ExperimentStatus, RunRecord, RunStatus};
 use crate::schedule::{schedule, Slot};
 use crate::store::{Store, StoreError};
-use crate::trial::{run_trial, Isolation, Live, TrialError, TrialSpec};
+use crate::trial::{default_probes, run_trial, Live, TrialError, TrialSpec};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
@@ -88,7 +89,7 @@ pub fn run_experiment(
     store: &mut Store,
     plan: &Plan,
     start: Start,
-    isolation: &Isolation,
+    backend: &dyn Backend,
     stop: &AtomicBool,
     observer: &mut dyn FnMut(Event),
 ) -> Result<Outcome, RunError> {
@@ -146,14 +147,14 @@ pub fn run_experiment(
         let spec = TrialSpec {
             plan,
             variant,
-            isolation,
             seq: slot.seq,
             block: slot.block,
             warmup: slot.warmup,
             log_stem: log_dir.join(format!("{:03}-{}", slot.seq, variant.name)),
             load_source: load_source.as_ref(),
         };
-        let record = run_trial(&spec, stop, &mut |live| {
+        let probes = default_probes(variant);
+        let record = run_trial(&spec, backend, probes, stop, &mut |live| {
             observer(Event::Sample { slot, live })
         })?;
         store.add_run(experiment, slot.seq, &record)?;

@@ -34,7 +34,7 @@ use crate::linux::elf::{self, Linkage};
 use crate::linux::host;
 use crate::linux::maps::{self, Mapping};
 use crate::linux::proc::{self, ProcError};
-use crate::trial::verify::detect_allocator;
+use crate::probe::verify::detect_allocator;
 
 pub use advice::{Advice, AdviceKind};
 pub use classify::{Group, Kind};

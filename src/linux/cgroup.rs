@@ -319,7 +319,6 @@ pub struct RunCgroup {
     hierarchy: Hierarchy,
     /// Directories created for this run, by controller (v2: one entry under Memory).
     dirs: BTreeMap<Controller, PathBuf>,
-    figures: CgroupFigures,
 }
 
 fn ensure_dir(dir: &Path) -> Result<(), CgroupError> {
@@ -353,7 +352,6 @@ impl RunCgroup {
                 let cg = RunCgroup {
                     hierarchy: h.clone(),
                     dirs,
-                    figures: CgroupFigures::default(),
                 };
                 if let Err(e) = cg.apply_v2(&dir, limits) {
                     cg.remove();
@@ -385,7 +383,6 @@ impl RunCgroup {
                 let cg = RunCgroup {
                     hierarchy: h.clone(),
                     dirs,
-                    figures: CgroupFigures::default(),
                 };
                 if let Err(e) = cg.apply_v1(limits) {
                     cg.remove();
@@ -490,6 +487,49 @@ impl RunCgroup {
         read_pids(self.main_dir())
     }
 
+    /// A reader of the group's figures, for the run's probes.
+    pub fn reader(&self) -> CgroupReader {
+        CgroupReader {
+            hierarchy: self.hierarchy.clone(),
+            dirs: self.dirs.clone(),
+            figures: CgroupFigures::default(),
+        }
+    }
+
+    /// Kills every process in the group and waits (up to `wait`) until it is empty.
+    pub fn kill_all(&self, wait: Duration) -> bool {
+        kill_group(&self.hierarchy, &self.dirs, wait)
+    }
+
+    /// Removes the run's directories (the group must be empty).
+    pub fn remove(&self) {
+        for d in self.dirs.values() {
+            let deadline = Instant::now() + Duration::from_secs(2);
+            while fs::remove_dir(d).is_err() && d.exists() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+}
+
+/// Reads one run's cgroup files: the figures a probe samples and reports. It owns
+/// nothing: the [`RunCgroup`] it came from creates, kills and removes the group.
+#[derive(Debug, Clone)]
+pub struct CgroupReader {
+    hierarchy: Hierarchy,
+    dirs: BTreeMap<Controller, PathBuf>,
+    figures: CgroupFigures,
+}
+
+impl CgroupReader {
+    fn main_dir(&self) -> &Path {
+        self.dirs
+            .get(&Controller::Memory)
+            .or_else(|| self.dirs.values().next())
+            .map(PathBuf::as_path)
+            .unwrap_or(Path::new("/"))
+    }
+
     fn dir_of(&self, c: Controller) -> Option<&Path> {
         match self.hierarchy {
             Hierarchy::V2 { .. } => Some(self.main_dir()),
@@ -557,21 +597,6 @@ impl RunCgroup {
             }
         }
         f
-    }
-
-    /// Kills every process in the group and waits (up to `wait`) until it is empty.
-    pub fn kill_all(&self, wait: Duration) -> bool {
-        kill_group(&self.hierarchy, &self.dirs, wait)
-    }
-
-    /// Removes the run's directories (the group must be empty).
-    pub fn remove(&self) {
-        for d in self.dirs.values() {
-            let deadline = Instant::now() + Duration::from_secs(2);
-            while fs::remove_dir(d).is_err() && d.exists() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        }
     }
 }
 

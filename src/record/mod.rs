@@ -177,6 +177,41 @@ pub struct RunRecord {
 }
 
 impl RunRecord {
+    /// A run before anything is known of it: failed, unverified, no figures.
+    pub fn skeleton(variant: &str, block: u32, warmup: bool, started_at: String) -> RunRecord {
+        RunRecord {
+            variant: variant.to_string(),
+            block,
+            warmup,
+            started_at,
+            status: RunStatus::Failed,
+            exit_code: None,
+            signal: None,
+            wall_seconds: 0.0,
+            cpu_user_seconds: 0.0,
+            cpu_sys_seconds: 0.0,
+            peak_rss_bytes: 0,
+            peak_rss_source: PeakSource::Wait4Maxrss,
+            mean_rss_bytes: 0,
+            final_rss_bytes: 0,
+            peak_pss_bytes: None,
+            peak_vsz_bytes: 0,
+            threads_peak: 0,
+            minor_faults: 0,
+            major_faults: 0,
+            processes_seen: 0,
+            allocator_detected: "unknown".into(),
+            verification: Verification::Unverified,
+            verification_detail: String::new(),
+            message: None,
+            stdout_path: PathBuf::new(),
+            stderr_path: PathBuf::new(),
+            cgroup: None,
+            load: None,
+            samples: Vec::new(),
+        }
+    }
+
     /// The figures of this run count in the statistics.
     pub fn counts(&self) -> bool {
         !self.warmup && self.status == RunStatus::Ok

@@ -8,11 +8,12 @@ use std::path::{Path, PathBuf};
 
 use crate::record::Verification;
 
+use super::{Member, Probe, RunEnd, Tick};
 use crate::linux::elf::{self, BundledAllocator, Linkage};
 use crate::linux::maps;
 use crate::linux::proc::{self, ProcError};
 use crate::plan::Variant;
-use crate::probe::Member;
+use crate::record::RunRecord;
 
 /// The result of checking one process.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -235,6 +236,23 @@ impl Verifier {
             }
             (Verification::Verified, detail, allocator)
         }
+    }
+}
+
+impl Probe for Verifier {
+    fn name(&self) -> &'static str {
+        "verifier"
+    }
+
+    fn observe(&mut self, tick: &Tick) {
+        self.check(tick.members.iter());
+    }
+
+    fn finish(self: Box<Self>, _end: &RunEnd, record: &mut RunRecord) {
+        let (verification, detail, allocator) = Verifier::finish(&self);
+        record.verification = verification;
+        record.verification_detail = detail;
+        record.allocator_detected = allocator;
     }
 }
 

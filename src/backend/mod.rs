@@ -1,0 +1,116 @@
+//! Backends: where and how a run's workload is started, found, stopped and reaped.
+//!
+//! A backend launches one command with an environment and limits and hands back a
+//! [`RunHandle`]: how to find the run's processes, how to signal them, the root's exit
+//! with its resource usage, and the probes only the backend can offer (its cgroup).
+//! [`local::LocalBackend`] forks and execs into a fresh cgroup on this machine;
+//! [`fake::FakeBackend`] plays a scripted run so the orchestration and the status
+//! decision are tested without root or a real process. A backend for a container that
+//! already has its limits (a Kubernetes pod) plugs in here.
+
+pub mod fake;
+pub mod local;
+
+use std::fs::File;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use crate::linux::cgroup::{CgroupError, Limits};
+use crate::probe::{Membership, Probe};
+
+/// What to start.
+#[derive(Debug)]
+pub struct LaunchSpec {
+    pub program: PathBuf,
+    /// argv, argv[0] first.
+    pub argv: Vec<String>,
+    /// Set on top of memtrial's own environment.
+    pub env: Vec<(String, String)>,
+    pub workdir: PathBuf,
+    pub stdout: File,
+    pub stderr: File,
+    pub limits: Limits,
+    /// Unique among the runs of this memtrial (the cgroup's name).
+    pub name: String,
+}
+
+/// How the root process ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExitKind {
+    Code(i32),
+    Signal(i32),
+}
+
+/// The root's resource usage (`wait4`), covering the children it waited for.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Usage {
+    pub user_seconds: f64,
+    pub sys_seconds: f64,
+    pub maxrss_bytes: u64,
+    pub minor_faults: u64,
+    pub major_faults: u64,
+}
+
+/// The root's exit, as the backend saw it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Exit {
+    pub kind: ExitKind,
+    pub usage: Usage,
+    pub at: Instant,
+}
+
+/// What a wait for the root's exit saw.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Waited {
+    /// The root exited (reported once).
+    Exited(Exit),
+    /// Still running when the wait timed out.
+    Running,
+    /// The root's exit can no longer be observed (reported already, or lost).
+    Lost,
+}
+
+/// The outcome of a launch that memtrial itself survived.
+pub enum Launch {
+    Started(Box<dyn RunHandle>),
+    /// The program could not be started (not found, not executable): the run's failure,
+    /// in memtrial's words.
+    NotStarted(String),
+}
+
+/// Errors that stop memtrial itself (not the workload's failures).
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    #[error("cannot set up the run's cgroup: {0}")]
+    Cgroup(#[from] CgroupError),
+    #[error("cannot start a thread to wait for the workload: {0}")]
+    Thread(std::io::Error),
+}
+
+/// Starts workloads.
+pub trait Backend {
+    /// Starts `spec`'s command; `Ok(Launch::NotStarted)` when the program could not be
+    /// started (a failed run), `Err` when memtrial itself cannot go on.
+    fn launch(&self, spec: LaunchSpec) -> Result<Launch, BackendError>;
+}
+
+/// A running workload.
+pub trait RunHandle {
+    /// When the workload was started: the zero of the run's clock.
+    fn started(&self) -> Instant;
+    /// The root process.
+    fn pid(&self) -> i32;
+    /// How the run's processes are found.
+    fn membership(&self) -> Membership;
+    /// Probes only this backend can offer (e.g. its cgroup's figures).
+    fn probes(&self) -> Vec<Box<dyn Probe>>;
+    /// Waits up to `timeout` for the root's exit.
+    fn wait_exit(&mut self, timeout: Duration) -> Waited;
+    /// Sends `sig` to the root's process group and to each of `pids`.
+    fn signal(&mut self, sig: i32, pids: &[i32]);
+    /// Reaps exited processes among `pids` that were handed to memtrial as orphans.
+    fn reap(&mut self, pids: &[i32]);
+    /// Kills whatever is left of the run that signals did not reach (a cgroup's
+    /// kill), waiting up to `wait`.
+    fn kill_rest(&mut self, wait: Duration);
+}
