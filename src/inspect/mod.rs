@@ -30,11 +30,11 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::analysis::trend::{self, Trend, TrendRules};
+use crate::linux::allocator::detect_allocator;
 use crate::linux::elf::{self, Linkage};
 use crate::linux::host;
 use crate::linux::maps::{self, Mapping};
 use crate::linux::proc::{self, ProcError};
-use crate::probe::verify::detect_allocator;
 
 pub use advice::{Advice, AdviceKind};
 pub use classify::{Group, Kind};
@@ -604,7 +604,7 @@ fn file_name(p: &str) -> &str {
 
 fn allocator_facts(libs: &[String], exe: Option<&ExeFacts>, env: &[(String, String)]) -> Allocator {
     let f = exe.map(|e| &e.elf);
-    let name = detect_allocator(libs, f);
+    let name = detect_allocator(libs, f).to_string();
     let mut evidence = Vec::new();
     if let Some(f) = f {
         match &f.linkage {

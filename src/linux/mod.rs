@@ -1,5 +1,6 @@
 //! OS-facing readers: `/proc`, ELF files, the host.
 
+pub mod allocator;
 pub mod cgroup;
 pub mod elf;
 pub mod host;

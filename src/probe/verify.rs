@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 use crate::record::Verification;
 
 use super::{Member, Probe, RunEnd, Tick};
-use crate::linux::elf::{self, BundledAllocator, Linkage};
+use crate::linux::allocator::detect_allocator;
+use crate::linux::elf::{self, Linkage};
 use crate::linux::maps;
 use crate::linux::proc::{self, ProcError};
 use crate::plan::Variant;
@@ -115,7 +116,7 @@ impl Verifier {
         let libs = maps::mapped_libraries(&mappings);
         let libc_mapped = libs.iter().any(|l| file_name(l).starts_with("libc.so"));
         let facts = self.exe_facts(pid);
-        let allocator = detect_allocator(&libs, facts.as_ref().ok());
+        let allocator = detect_allocator(&libs, facts.as_ref().ok()).to_string();
 
         let mut reasons_ok = Vec::new();
         // Environment settings: the initial environment must carry them.
@@ -280,74 +281,5 @@ fn same_file(a: &Path, b: &Path) -> bool {
     match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
         (Ok(x), Ok(y)) => x == y,
         _ => false,
-    }
-}
-
-/// Names the allocator that answers `malloc` in a process, from its mapped
-/// libraries and its executable's ELF facts.
-pub fn detect_allocator(libs: &[String], exe: Option<&elf::ElfFacts>) -> String {
-    if let Some(f) = exe {
-        // Static first: a static executable's .symtab always defines malloc (glibc's
-        // own, linked in), so `defines_malloc` cannot tell a custom one apart there.
-        if let Linkage::Static = f.linkage {
-            return match f.bundled_allocator {
-                Some(b) => format!("{} (static executable)", bundled_name(b)),
-                None => "glibc (static executable)".into(),
-            };
-        }
-        if f.defines_malloc {
-            return match f.bundled_allocator {
-                Some(b) => format!("{} (linked into the executable)", bundled_name(b)),
-                None => "custom (the executable defines malloc)".into(),
-            };
-        }
-    }
-    let mut found: Vec<&str> = Vec::new();
-    for l in libs {
-        if let Some(b) = elf::allocator_of_library(l) {
-            let n = bundled_name(b);
-            if !found.contains(&n) {
-                found.push(n);
-            }
-        }
-    }
-    match found.len() {
-        0 => "glibc".into(),
-        1 => found[0].to_string(),
-        _ => format!("{} (several allocators mapped)", found.join("+")),
-    }
-}
-
-fn bundled_name(b: BundledAllocator) -> &'static str {
-    match b {
-        BundledAllocator::Jemalloc => "jemalloc",
-        BundledAllocator::Tcmalloc => "tcmalloc",
-        BundledAllocator::Mimalloc => "mimalloc",
-    }
-}
-
-#[cfg(test)]
-mod detect_tests {
-    use super::*;
-
-    #[test]
-    fn static_executable_defining_malloc_is_static_glibc() {
-        let f = elf::ElfFacts {
-            linkage: Linkage::Static,
-            defines_malloc: true,
-            bundled_allocator: None,
-            setuid_or_setgid: false,
-        };
-        assert_eq!(detect_allocator(&[], Some(&f)), "glibc (static executable)");
-        let dynamic = elf::ElfFacts {
-            linkage: Linkage::Dynamic {
-                interpreter: "/lib64/ld-linux-x86-64.so.2".into(),
-            },
-            ..f
-        };
-        assert_eq!(
-            detect_allocator(&[], Some(&dynamic)),
-            "custom (the executable defines malloc)"
-        );
     }
 }
