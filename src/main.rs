@@ -8,6 +8,15 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
+    // memtrial started again as the spawner of a run's workload (see backend::spawn).
+    let mut args = std::env::args_os();
+    if args
+        .nth(1)
+        .is_some_and(|a| a == memtrial::backend::spawn::SPAWN_ARG)
+    {
+        let code = memtrial::backend::spawn::spawner_main(args.collect());
+        return ExitCode::from(u8::try_from(code).unwrap_or(255));
+    }
     let cli = cli::Cli::parse();
     match app::dispatch(cli) {
         Ok(outcome) => ExitCode::from(outcome.code()),

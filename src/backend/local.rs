@@ -1,12 +1,16 @@
 //! The local backend: fork and exec on this machine, each run in a fresh cgroup of its
-//! own (when memtrial may create one), the root reaped by `wait4` on a thread of its own.
+//! own (when memtrial may create one), started through memtrial's spawner (see
+//! [`super::spawn`]) and reaped by `wait4` on a thread of its own.
 
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use super::{Backend, BackendError, Exit, ExitKind, Launch, LaunchSpec, RunHandle, Usage, Waited};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+use super::spawn::{self, Report};
+use super::{Backend, BackendError, Exit, Launch, LaunchSpec, RunHandle, Usage, Waited};
 use crate::linux::cgroup::{self, Hierarchy, RunCgroup};
 use crate::probe::{CgroupProbe, Membership, Probe};
 
@@ -27,45 +31,76 @@ pub struct LocalBackend {
 impl Backend for LocalBackend {
     fn launch(&self, spec: LaunchSpec) -> Result<Launch, BackendError> {
         become_subreaper();
-        let mut cmd = Command::new(&spec.program);
-        cmd.arg0(&spec.argv[0])
-            .args(&spec.argv[1..])
+        let (reports, report_w) = report_pipe().map_err(BackendError::Thread)?;
+        let report_fd = report_w.as_raw_fd();
+        // memtrial itself, started again as the spawner (see [`super::spawn`]).
+        let mut cmd = Command::new(spawn::spawner_program());
+        cmd.arg0("memtrial")
+            .args(spawn::spawner_args(
+                report_fd,
+                &spec.env,
+                spec.program.as_os_str(),
+                &spec.argv,
+            ))
             .current_dir(&spec.workdir)
             .stdin(Stdio::null())
             .stdout(spec.stdout)
             .stderr(spec.stderr)
-            .process_group(0)
-            .envs(spec.env.iter().map(|(k, v)| (k, v)));
-        let cgroup = match &self.isolation {
+            .process_group(0);
+        let fds = match &self.isolation {
             Isolation::Cgroup(h) => {
                 let cg = RunCgroup::create(h, &spec.name, &spec.limits)?;
                 let fds = cg.open_procs_files()?;
-                // SAFETY: the hook only calls write(2) on descriptors opened beforehand.
-                unsafe {
-                    cmd.pre_exec(move || cgroup::join_self(&fds));
-                }
-                Some(cg)
+                Some((cg, fds))
             }
             Isolation::None { .. } => None,
         };
+        let (cgroup, fds) = match fds {
+            Some((cg, fds)) => (Some(cg), fds),
+            None => (None, Vec::new()),
+        };
+        // SAFETY: the hook only calls fcntl(2) and write(2) on descriptors opened beforehand.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::fcntl(report_fd, libc::F_SETFD, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                cgroup::join_self(&fds)
+            });
+        }
         let started = Instant::now();
         let child = match cmd.spawn() {
             Ok(c) => c,
             Err(e) => {
                 return Ok(Launch::NotStarted(format!(
-                    "could not start {}: {e}",
-                    spec.program.display()
+                    "could not start memtrial's spawner: {e}"
                 )))
             }
         };
         let pid = child.id() as i32;
-        // The child is reaped by wait4 below, never by std.
+        // The spawner is reaped by wait4 below, never by std.
         drop(child);
+        drop(report_w);
+        let mut reports = spawn::Reports::new(reports);
+        match reports.next_report() {
+            Some(Report::Started) => {}
+            first => {
+                let _ = wait_for(pid, None);
+                let why = match first {
+                    Some(Report::ExecFailed(e)) => std::io::Error::from_raw_os_error(e).to_string(),
+                    _ => "the spawner ended before it could start it".into(),
+                };
+                return Ok(Launch::NotStarted(format!(
+                    "could not start {}: {why}",
+                    spec.program.display()
+                )));
+            }
+        }
         let (tx, exits) = mpsc::channel::<Exit>();
         std::thread::Builder::new()
             .name("memtrial-wait4".into())
             .spawn(move || {
-                if let Some(e) = wait_for(pid) {
+                if let Some(e) = wait_for(pid, Some(reports)) {
                     let _ = tx.send(e);
                 }
             })
@@ -79,8 +114,29 @@ impl Backend for LocalBackend {
     }
 }
 
-/// Blocks until `pid` exits; its status and resource usage.
-fn wait_for(pid: i32) -> Option<Exit> {
+/// A pipe for the spawner's reports: (read end, write end), both close-on-exec.
+fn report_pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: a valid array of two ints.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors were just created and are ours.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Waits for the spawner: the workload's exit and usage as the spawner reported them
+/// (the spawner's own exit time stands for it), or, when the spawner could not report
+/// (killed), its own exit with no peak.
+fn wait_for(pid: i32, reports: Option<spawn::Reports>) -> Option<Exit> {
+    let mut reported = None;
+    if let Some(mut r) = reports {
+        while let Some(rep) = r.next_report() {
+            if let Report::Exited(kind, usage) = rep {
+                reported = Some((kind, usage, Instant::now()));
+            }
+        }
+    }
     loop {
         let mut status = 0;
         // SAFETY: rusage is plain data; wait4 fills it.
@@ -88,31 +144,19 @@ fn wait_for(pid: i32) -> Option<Exit> {
         // SAFETY: valid pointers to locals.
         let r = unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
         if r == pid {
-            let kind = if libc::WIFSIGNALED(status) {
-                ExitKind::Signal(libc::WTERMSIG(status))
-            } else {
-                ExitKind::Code(libc::WEXITSTATUS(status))
-            };
-            return Some(Exit {
-                kind,
-                usage: Usage {
-                    user_seconds: tv_seconds(ru.ru_utime),
-                    sys_seconds: tv_seconds(ru.ru_stime),
-                    maxrss_bytes: ru.ru_maxrss.max(0) as u64 * 1024,
-                    minor_faults: ru.ru_minflt.max(0) as u64,
-                    major_faults: ru.ru_majflt.max(0) as u64,
-                },
-                at: Instant::now(),
+            let (kind, usage, at) = reported.unwrap_or_else(|| {
+                let usage = Usage {
+                    maxrss_bytes: 0,
+                    ..spawn::usage(&ru)
+                };
+                (spawn::exit_kind(status), usage, Instant::now())
             });
+            return Some(Exit { kind, usage, at });
         }
         if r < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
             return None;
         }
     }
-}
-
-fn tv_seconds(tv: libc::timeval) -> f64 {
-    tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6
 }
 
 fn become_subreaper() {
@@ -138,6 +182,10 @@ impl RunHandle for LocalRun {
 
     fn pid(&self) -> i32 {
         self.pid
+    }
+
+    fn spawner(&self) -> Option<i32> {
+        Some(self.pid)
     }
 
     fn membership(&self) -> Membership {

@@ -10,6 +10,7 @@
 
 pub mod fake;
 pub mod local;
+pub mod spawn;
 
 use std::fs::File;
 use std::path::PathBuf;
@@ -98,8 +99,13 @@ pub trait Backend {
 pub trait RunHandle {
     /// When the workload was started: the zero of the run's clock.
     fn started(&self) -> Instant;
-    /// The root process.
+    /// The root process (the process group's leader).
     fn pid(&self) -> i32;
+    /// A process of the backend's own in the run's tree (a spawner) that is not part of
+    /// the workload: never sampled, verified or counted.
+    fn spawner(&self) -> Option<i32> {
+        None
+    }
     /// How the run's processes are found.
     fn membership(&self) -> Membership;
     /// Probes only this backend can offer (e.g. its cgroup's figures).

@@ -65,6 +65,8 @@ pub struct TreeProbe {
     strangers: HashSet<i32>,
     /// Processes that were members and are gone, with their last high-water mark.
     departed_hwm: u64,
+    /// A process in the tree that is not the workload's (memtrial's spawner).
+    hidden: Option<i32>,
     /// Samples with at least one process, in order.
     samples: Vec<TreeSample>,
     /// Distinct processes seen: (pid, start time).
@@ -81,11 +83,18 @@ impl TreeProbe {
             members: HashMap::new(),
             strangers: HashSet::new(),
             departed_hwm: 0,
+            hidden: None,
             samples: Vec::new(),
             seen: HashSet::new(),
             last_pid: None,
             next_full_scan: None,
         }
+    }
+
+    /// Leaves `pid` out of the run's processes, but follows its descendants.
+    pub fn hiding(mut self, pid: Option<i32>) -> Self {
+        self.hidden = pid;
+        self
     }
 
     /// The processes currently in the run.
@@ -196,7 +205,7 @@ impl TreeProbe {
             .collect();
         self.forget(stale);
         for pid in listed {
-            if self.members.contains_key(&pid) {
+            if self.members.contains_key(&pid) || Some(pid) == self.hidden {
                 continue;
             }
             if let Ok(st) = proc::read_stat(pid) {
@@ -234,7 +243,10 @@ impl TreeProbe {
         let mut fresh: Vec<proc::Stat> = pids
             .iter()
             .filter(|p| {
-                **p != ancestor && !self.members.contains_key(p) && !self.strangers.contains(p)
+                **p != ancestor
+                    && Some(**p) != self.hidden
+                    && !self.members.contains_key(p)
+                    && !self.strangers.contains(p)
             })
             .filter_map(|p| proc::read_stat(*p).ok())
             .collect();
@@ -245,7 +257,7 @@ impl TreeProbe {
             let mut i = 0;
             while i < fresh.len() {
                 let pp = fresh[i].ppid;
-                if pp == ancestor || self.members.contains_key(&pp) {
+                if pp == ancestor || Some(pp) == self.hidden || self.members.contains_key(&pp) {
                     let st = fresh.swap_remove(i);
                     self.members.insert(st.pid, Member::new(&st));
                 } else {

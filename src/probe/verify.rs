@@ -21,14 +21,24 @@ use crate::record::RunRecord;
 enum Check {
     /// The loader has not finished yet: look again later.
     Pending,
+    /// The environment read empty: a process in the middle of `execve` (the kernel sets
+    /// the new environment's bounds after it switched the memory map) or one really
+    /// started with none. Not evidence yet: see [`EMPTY_ENVIRON_PATIENCE`].
+    EmptyEnviron,
     Effective(String),
     NotEffective(String),
 }
+
+/// How long a process's environment may read empty before that counts as evidence: far
+/// longer than any `execve` takes.
+pub const EMPTY_ENVIRON_PATIENCE: std::time::Duration = std::time::Duration::from_millis(250);
 
 #[derive(Debug, Clone)]
 struct ProcessCheck {
     comm: String,
     check: Check,
+    /// When its environment was first read empty.
+    empty_since: Option<std::time::Instant>,
     allocator: String,
     peak_rss: u64,
 }
@@ -59,7 +69,7 @@ impl Verifier {
             let key = (m.pid, m.starttime_ticks, m.exec_generation);
             if let Some(c) = self.checked.get_mut(&key) {
                 c.peak_rss = c.peak_rss.max(m.peak_rss_bytes);
-                if c.check != Check::Pending {
+                if !matches!(c.check, Check::Pending | Check::EmptyEnviron) {
                     continue;
                 }
             }
@@ -74,10 +84,26 @@ impl Verifier {
             let entry = self.checked.entry(key).or_insert(ProcessCheck {
                 comm: m.comm.clone(),
                 check: Check::Pending,
+                empty_since: None,
                 allocator: String::new(),
                 peak_rss: 0,
             });
-            entry.check = check;
+            entry.check = match check {
+                Check::EmptyEnviron => {
+                    let since = *entry
+                        .empty_since
+                        .get_or_insert_with(std::time::Instant::now);
+                    if since.elapsed() >= EMPTY_ENVIRON_PATIENCE {
+                        Check::NotEffective(format!(
+                            "its environment stayed empty for {} ms (started with none?)",
+                            since.elapsed().as_millis()
+                        ))
+                    } else {
+                        Check::EmptyEnviron
+                    }
+                }
+                other => other,
+            };
             entry.allocator = allocator;
             entry.peak_rss = entry.peak_rss.max(m.peak_rss_bytes);
         }
@@ -122,9 +148,12 @@ impl Verifier {
         // Environment settings: the initial environment must carry them.
         if !self.env.is_empty() {
             let env = proc::read_environ(pid)?;
-            if env.is_empty() && !has_address_space(pid) {
-                // An exiting process reads as an empty environment: no evidence either way.
-                return Err(ProcError::Gone { pid });
+            if env.is_empty() {
+                if !has_address_space(pid) {
+                    // An exiting process reads as an empty environment: no evidence either way.
+                    return Err(ProcError::Gone { pid });
+                }
+                return Ok((Check::EmptyEnviron, allocator));
             }
             for (k, v) in &self.env {
                 match env.iter().find(|(ek, _)| ek == k) {

@@ -86,7 +86,7 @@ pub fn run_trial(
     };
     let t0 = run.started();
     let mut probes = ProbeSet::new(
-        TreeProbe::new(run.membership()),
+        TreeProbe::new(run.membership()).hiding(run.spawner()),
         probes.into_iter().chain(run.probes()).collect(),
     );
     let driver = Driver::start(plan.server.as_ref(), port, spec.load_source, t0)?;

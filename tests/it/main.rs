@@ -8,3 +8,4 @@ mod reports;
 mod run;
 mod sandbox;
 mod server;
+mod trust;

@@ -1,0 +1,32 @@
+//! Builds memtrial's spawner (spawner/spawn.c) as a small static executable that the
+//! binary embeds. Without a C compiler memtrial still builds and runs: it then spawns
+//! workloads through itself, whose larger start-up image can show in the peak of a
+//! very small program (see src/backend/spawn.rs).
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn main() {
+    println!("cargo:rerun-if-changed=spawner/spawn.c");
+    println!("cargo:rustc-check-cfg=cfg(memtrial_c_spawner)");
+    let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
+    let exe = out.join("memtrial-spawn");
+    let compiler = cc::Build::new().opt_level(2).get_compiler();
+    // Static first (no loader, fewest private pages); dynamic if libc.a is missing.
+    for extra in [&["-static"][..], &[][..]] {
+        let mut cmd = compiler.to_command();
+        cmd.args(extra)
+            .arg("-Os")
+            .arg("-o")
+            .arg(&exe)
+            .arg("spawner/spawn.c");
+        if Command::status(&mut cmd).is_ok_and(|s| s.success()) {
+            println!("cargo:rustc-cfg=memtrial_c_spawner");
+            return;
+        }
+    }
+    println!(
+        "cargo:warning=no C compiler could build spawner/spawn.c: memtrial spawns workloads \
+         through itself (install gcc and libc6-dev for exact peaks of very small programs)"
+    );
+}

@@ -1,0 +1,416 @@
+//! The spawner: a fresh, small process between memtrial and the workload, so that the
+//! workload's peak is its own.
+//!
+//! The kernel's `ru_maxrss` of a process is the largest RSS of every memory image it
+//! had: a child forked from memtrial starts as a copy of memtrial's pages (and a
+//! `vfork`/`posix_spawn` child *is* memtrial's memory until it execs), and that mark
+//! survives `exec` — `memtrial run -- /bin/true` reported memtrial's own size. So
+//! the run's child execs a small spawner, and that process forks the workload: the
+//! workload's first image is a copy of the spawner, not of memtrial. The spawner is
+//! `spawner/spawn.c`, built static by `build.rs` and embedded (a few dozen KiB of private
+//! pages); without a C compiler at build time memtrial starts itself again
+//! (`/proc/self/exe __memtrial-spawn …`, [`spawner_main`]), a fresh image whose start-up
+//! pages (~1.3 MiB) can still show as the peak of a very small program. The spawner waits for the workload with `wait4`
+//! and reports the workload's exit and resource usage on a pipe, then exits the same way.
+//! It ignores the termination signals memtrial sends the process group, so that it
+//! outlives the workload to report; the workload gets the default dispositions back.
+
+use std::ffi::{CString, OsStr, OsString};
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use super::{ExitKind, Usage};
+
+/// The spawner built from `spawner/spawn.c`, when the build had a C compiler.
+#[cfg(memtrial_c_spawner)]
+const EMBEDDED: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/memtrial-spawn"));
+#[cfg(not(memtrial_c_spawner))]
+const EMBEDDED: &[u8] = &[];
+
+/// The program a run's child execs as its spawner: the embedded C spawner, run from a
+/// sealed memory file, or else memtrial itself (`/proc/self/exe`).
+pub fn spawner_program() -> PathBuf {
+    static MEMFD: OnceLock<Option<OwnedFd>> = OnceLock::new();
+    match MEMFD.get_or_init(|| embedded_memfd().ok()) {
+        Some(fd) => PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd())),
+        None => PathBuf::from("/proc/self/exe"),
+    }
+}
+
+/// The embedded spawner in an anonymous memory file, sealed and reopened read-only (a
+/// file open for writing cannot be executed).
+fn embedded_memfd() -> std::io::Result<OwnedFd> {
+    if EMBEDDED.is_empty() {
+        return Err(std::io::ErrorKind::NotFound.into());
+    }
+    // SAFETY: a NUL-terminated name and flags.
+    let fd = unsafe {
+        libc::memfd_create(
+            c"memtrial-spawn".as_ptr(),
+            libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
+        )
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: a descriptor just created and ours.
+    let mut file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+    file.write_all(EMBEDDED)?;
+    let seals = libc::F_SEAL_SEAL | libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_WRITE;
+    // SAFETY: fcntl on our descriptor.
+    unsafe {
+        libc::fcntl(fd, libc::F_ADD_SEALS, seals);
+    }
+    let ro = std::fs::File::open(format!("/proc/self/fd/{fd}"))?;
+    drop(file);
+    Ok(OwnedFd::from(ro))
+}
+
+/// `argv[1]` that makes memtrial the spawner.
+pub const SPAWN_ARG: &str = "__memtrial-spawn";
+
+/// The signals memtrial sends a run's process group to stop it.
+const STOP_SIGNALS: [i32; 4] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGQUIT];
+
+/// The spawner's arguments after [`SPAWN_ARG`]: `<report fd> <n env> K=V… <program>
+/// <argv0> <args…>`.
+pub fn spawner_args(
+    report_fd: RawFd,
+    env: &[(String, String)],
+    program: &OsStr,
+    argv: &[String],
+) -> Vec<OsString> {
+    let mut a: Vec<OsString> = vec![SPAWN_ARG.into(), report_fd.to_string().into()];
+    a.push(env.len().to_string().into());
+    a.extend(env.iter().map(|(k, v)| OsString::from(format!("{k}={v}"))));
+    a.push(program.to_os_string());
+    a.extend(argv.iter().map(OsString::from));
+    a
+}
+
+/// What the spawner reports.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Report {
+    /// The workload could not be exec'd: errno.
+    ExecFailed(i32),
+    /// The workload runs.
+    Started,
+    /// The workload exited.
+    Exited(ExitKind, Usage),
+}
+
+impl Report {
+    fn line(&self) -> String {
+        match self {
+            Report::ExecFailed(e) => format!("E {e}\n"),
+            Report::Started => "S\n".into(),
+            Report::Exited(kind, u) => {
+                let (k, v) = match kind {
+                    ExitKind::Code(c) => ('c', *c),
+                    ExitKind::Signal(s) => ('s', *s),
+                };
+                format!(
+                    "X {k} {v} {} {} {} {} {}\n",
+                    (u.user_seconds * 1e6).round() as u64,
+                    (u.sys_seconds * 1e6).round() as u64,
+                    u.maxrss_bytes,
+                    u.minor_faults,
+                    u.major_faults
+                )
+            }
+        }
+    }
+
+    /// Parses one report line; `None` for anything else.
+    pub fn parse(line: &str) -> Option<Report> {
+        let mut w = line.split_whitespace();
+        match w.next()? {
+            "E" => Some(Report::ExecFailed(w.next()?.parse().ok()?)),
+            "S" => Some(Report::Started),
+            "X" => {
+                let k = w.next()?;
+                let v: i32 = w.next()?.parse().ok()?;
+                let kind = match k {
+                    "c" => ExitKind::Code(v),
+                    "s" => ExitKind::Signal(v),
+                    _ => return None,
+                };
+                let mut n = || w.next()?.parse::<u64>().ok();
+                let usage = Usage {
+                    user_seconds: n()? as f64 / 1e6,
+                    sys_seconds: n()? as f64 / 1e6,
+                    maxrss_bytes: n()?,
+                    minor_faults: n()?,
+                    major_faults: n()?,
+                };
+                Some(Report::Exited(kind, usage))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Reads the reports of a spawner from its pipe.
+pub struct Reports {
+    pipe: std::fs::File,
+    buf: Vec<u8>,
+}
+
+impl Reports {
+    pub fn new(fd: OwnedFd) -> Reports {
+        Reports {
+            pipe: std::fs::File::from(fd),
+            buf: Vec::new(),
+        }
+    }
+
+    /// The next report, blocking until one comes; `None` at the end of the pipe.
+    pub fn next_report(&mut self) -> Option<Report> {
+        loop {
+            if let Some(i) = self.buf.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = self.buf.drain(..=i).collect();
+                return Report::parse(&String::from_utf8_lossy(&line));
+            }
+            let mut chunk = [0u8; 256];
+            match self.pipe.read(&mut chunk) {
+                Ok(0) => return None,
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => return None,
+            }
+        }
+    }
+}
+
+/// The spawner's main: `args` are those after [`SPAWN_ARG`]. Returns only on a usage
+/// error (the exit code); otherwise it exits as the workload did.
+pub fn spawner_main(args: Vec<OsString>) -> i32 {
+    let Some(parsed) = parse_args(args) else {
+        eprintln!("memtrial: {SPAWN_ARG} is memtrial's own; it is not for direct use");
+        return 2;
+    };
+    let Parsed {
+        report_fd,
+        env,
+        program,
+        argv,
+    } = parsed;
+    // SAFETY: the descriptor was handed to us by memtrial for this purpose.
+    let mut report = unsafe { std::fs::File::from_raw_fd(report_fd) };
+    set_cloexec(report_fd);
+    for s in STOP_SIGNALS {
+        // SAFETY: setting a disposition to SIG_IGN has no preconditions.
+        unsafe {
+            libc::signal(s, libc::SIG_IGN);
+        }
+    }
+    // Everything the child needs is built before fork: after it, only exec or _exit.
+    let envp = environment(env);
+    let mut envp_ptrs: Vec<*const libc::c_char> = envp.iter().map(|c| c.as_ptr()).collect();
+    envp_ptrs.push(std::ptr::null());
+    let argv_c: Vec<CString> = argv
+        .into_iter()
+        .filter_map(|a| CString::new(a).ok())
+        .collect();
+    let mut argv_ptrs: Vec<*const libc::c_char> = argv_c.iter().map(|c| c.as_ptr()).collect();
+    argv_ptrs.push(std::ptr::null());
+    let Ok(program) = CString::new(program) else {
+        let _ = report.write_all(Report::ExecFailed(libc::EINVAL).line().as_bytes());
+        return 127;
+    };
+    let mut status_pipe = [0; 2];
+    // SAFETY: a valid array of two ints.
+    if unsafe { libc::pipe2(status_pipe.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        let _ = report.write_all(Report::ExecFailed(errno()).line().as_bytes());
+        return 127;
+    }
+    // SAFETY: this process is single-threaded here; the child only calls
+    // async-signal-safe functions before exec.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        // SAFETY: async-signal-safe calls on prepared data; never returns.
+        unsafe {
+            for s in STOP_SIGNALS.iter().chain(&[libc::SIGPIPE]) {
+                libc::signal(*s, libc::SIG_DFL);
+            }
+            libc::execve(program.as_ptr(), argv_ptrs.as_ptr(), envp_ptrs.as_ptr());
+            let e = errno().to_ne_bytes();
+            libc::write(status_pipe[1], e.as_ptr().cast(), e.len());
+            libc::_exit(127);
+        }
+    }
+    // SAFETY: closing our copy of the write end.
+    unsafe {
+        libc::close(status_pipe[1]);
+    }
+    if pid < 0 {
+        let _ = report.write_all(Report::ExecFailed(errno()).line().as_bytes());
+        return 127;
+    }
+    // SAFETY: the read end is ours.
+    let mut status = unsafe { std::fs::File::from(OwnedFd::from_raw_fd(status_pipe[0])) };
+    let mut e = [0u8; 4];
+    let started = match status.read(&mut e) {
+        Ok(4) => Report::ExecFailed(i32::from_ne_bytes(e)),
+        _ => Report::Started,
+    };
+    let _ = report.write_all(started.line().as_bytes());
+    let (kind, usage) = reap(pid);
+    let _ = report.write_all(Report::Exited(kind, usage).line().as_bytes());
+    drop(report);
+    if let Report::ExecFailed(_) = started {
+        return 127;
+    }
+    match kind {
+        ExitKind::Code(c) => c,
+        ExitKind::Signal(s) => {
+            // SAFETY: die of the same signal, with its default action.
+            unsafe {
+                libc::signal(s, libc::SIG_DFL);
+                libc::raise(s);
+            }
+            128 + s
+        }
+    }
+}
+
+struct Parsed {
+    report_fd: RawFd,
+    env: Vec<Vec<u8>>,
+    program: Vec<u8>,
+    argv: Vec<Vec<u8>>,
+}
+
+fn parse_args(args: Vec<OsString>) -> Option<Parsed> {
+    let mut it = args.into_iter().map(OsStringExt::into_vec);
+    let num = |b: Vec<u8>| String::from_utf8(b).ok()?.parse::<usize>().ok();
+    let report_fd = RawFd::try_from(num(it.next()?)?).ok()?;
+    let n_env = num(it.next()?)?;
+    let env: Vec<Vec<u8>> = it.by_ref().take(n_env).collect();
+    if env.len() != n_env {
+        return None;
+    }
+    let program = it.next()?;
+    let argv: Vec<Vec<u8>> = it.collect();
+    if argv.is_empty() {
+        return None;
+    }
+    Some(Parsed {
+        report_fd,
+        env,
+        program,
+        argv,
+    })
+}
+
+/// The spawner's own environment with the workload's settings on top.
+fn environment(set: Vec<Vec<u8>>) -> Vec<CString> {
+    let key = |kv: &[u8]| kv.split(|b| *b == b'=').next().map(<[u8]>::to_vec);
+    let keys: Vec<Vec<u8>> = set.iter().filter_map(|kv| key(kv)).collect();
+    std::env::vars_os()
+        .map(|(k, v)| {
+            let mut kv = k.as_bytes().to_vec();
+            kv.push(b'=');
+            kv.extend_from_slice(v.as_bytes());
+            kv
+        })
+        .filter(|kv| key(kv).is_none_or(|k| !keys.contains(&k)))
+        .chain(set)
+        .filter_map(|kv| CString::new(kv).ok())
+        .collect()
+}
+
+fn reap(pid: i32) -> (ExitKind, Usage) {
+    loop {
+        let mut status = 0;
+        // SAFETY: rusage is plain data; wait4 fills it.
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: valid pointers to locals.
+        let r = unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
+        if r == pid {
+            return (exit_kind(status), usage(&ru));
+        }
+        if r < 0 && errno() != libc::EINTR {
+            return (ExitKind::Code(127), Usage::default());
+        }
+    }
+}
+
+/// A `wait` status as an exit.
+pub fn exit_kind(status: i32) -> ExitKind {
+    if libc::WIFSIGNALED(status) {
+        ExitKind::Signal(libc::WTERMSIG(status))
+    } else {
+        ExitKind::Code(libc::WEXITSTATUS(status))
+    }
+}
+
+/// `rusage` in our units.
+pub fn usage(ru: &libc::rusage) -> Usage {
+    let secs = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
+    Usage {
+        user_seconds: secs(ru.ru_utime),
+        sys_seconds: secs(ru.ru_stime),
+        maxrss_bytes: ru.ru_maxrss.max(0) as u64 * 1024,
+        minor_faults: ru.ru_minflt.max(0) as u64,
+        major_faults: ru.ru_majflt.max(0) as u64,
+    }
+}
+
+fn set_cloexec(fd: RawFd) {
+    // SAFETY: fcntl on a descriptor we own.
+    unsafe {
+        libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
+    }
+}
+
+fn errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reports_round_trip() {
+        for r in [
+            Report::ExecFailed(2),
+            Report::Started,
+            Report::Exited(
+                ExitKind::Signal(9),
+                Usage {
+                    user_seconds: 1.25,
+                    sys_seconds: 0.5,
+                    maxrss_bytes: 1 << 30,
+                    minor_faults: 7,
+                    major_faults: 1,
+                },
+            ),
+        ] {
+            assert_eq!(Report::parse(&r.line()), Some(r));
+        }
+        assert_eq!(Report::parse("X c"), None);
+        assert_eq!(Report::parse(""), None);
+    }
+
+    #[test]
+    fn arguments_round_trip() {
+        let a = spawner_args(
+            5,
+            &[("A".into(), "1=2".into())],
+            OsStr::new("/bin/echo"),
+            &["echo".into(), "hi".into()],
+        );
+        assert_eq!(a[0], SPAWN_ARG);
+        let p = parse_args(a[1..].to_vec()).unwrap();
+        assert_eq!(p.report_fd, 5);
+        assert_eq!(p.env, vec![b"A=1=2".to_vec()]);
+        assert_eq!(p.program, b"/bin/echo");
+        assert_eq!(p.argv, vec![b"echo".to_vec(), b"hi".to_vec()]);
+        assert!(parse_args(vec!["x".into()]).is_none());
+    }
+}
