@@ -14,8 +14,13 @@ fn main() -> ExitCode {
         .nth(1)
         .is_some_and(|a| a == memtrial::backend::spawn::SPAWN_ARG)
     {
-        let code = memtrial::backend::spawn::spawner_main(args.collect());
-        return ExitCode::from(u8::try_from(code).unwrap_or(255));
+        return match memtrial::backend::spawn::spawner_main(args.collect()) {
+            Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(255)),
+            Err(e) => {
+                eprintln!("memtrial: error: {e}");
+                ExitCode::from(2)
+            }
+        };
     }
     let cli = cli::Cli::parse();
     match app::dispatch(cli) {

@@ -185,13 +185,15 @@ impl Reports {
     }
 }
 
-/// The spawner's main: `args` are those after [`SPAWN_ARG`]. Returns only on a usage
-/// error (the exit code); otherwise it exits as the workload did.
-pub fn spawner_main(args: Vec<OsString>) -> i32 {
-    let Some(parsed) = parse_args(args) else {
-        eprintln!("memtrial: {SPAWN_ARG} is memtrial's own; it is not for direct use");
-        return 2;
-    };
+/// The spawner was started with arguments memtrial did not make.
+#[derive(Debug, thiserror::Error)]
+#[error("{SPAWN_ARG} is memtrial's own way to start a workload; it is not for direct use")]
+pub struct NotForDirectUse;
+
+/// The spawner's main: `args` are those after [`SPAWN_ARG`]. Returns the exit code the
+/// workload had (when it died of a signal, the spawner dies of it first).
+pub fn spawner_main(args: Vec<OsString>) -> Result<i32, NotForDirectUse> {
+    let parsed = parse_args(args).ok_or(NotForDirectUse)?;
     let Parsed {
         report_fd,
         env,
@@ -219,13 +221,13 @@ pub fn spawner_main(args: Vec<OsString>) -> i32 {
     argv_ptrs.push(std::ptr::null());
     let Ok(program) = CString::new(program) else {
         let _ = report.write_all(Report::ExecFailed(libc::EINVAL).line().as_bytes());
-        return 127;
+        return Ok(127);
     };
     let mut status_pipe = [0; 2];
     // SAFETY: a valid array of two ints.
     if unsafe { libc::pipe2(status_pipe.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
         let _ = report.write_all(Report::ExecFailed(errno()).line().as_bytes());
-        return 127;
+        return Ok(127);
     }
     // SAFETY: this process is single-threaded here; the child only calls
     // async-signal-safe functions before exec.
@@ -248,7 +250,7 @@ pub fn spawner_main(args: Vec<OsString>) -> i32 {
     }
     if pid < 0 {
         let _ = report.write_all(Report::ExecFailed(errno()).line().as_bytes());
-        return 127;
+        return Ok(127);
     }
     // SAFETY: the read end is ours.
     let mut status = unsafe { std::fs::File::from(OwnedFd::from_raw_fd(status_pipe[0])) };
@@ -262,9 +264,9 @@ pub fn spawner_main(args: Vec<OsString>) -> i32 {
     let _ = report.write_all(Report::Exited(kind, usage).line().as_bytes());
     drop(report);
     if let Report::ExecFailed(_) = started {
-        return 127;
+        return Ok(127);
     }
-    match kind {
+    Ok(match kind {
         ExitKind::Code(c) => c,
         ExitKind::Signal(s) => {
             // SAFETY: die of the same signal, with its default action.
@@ -274,7 +276,7 @@ pub fn spawner_main(args: Vec<OsString>) -> i32 {
             }
             128 + s
         }
-    }
+    })
 }
 
 struct Parsed {
