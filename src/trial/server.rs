@@ -58,6 +58,21 @@ pub struct Ready {
     pub status: u16,
 }
 
+/// Why one readiness probe got no HTTP status.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProbeError {
+    #[error("connect to {addr}: {reason}")]
+    Connect { addr: SocketAddr, reason: String },
+    #[error("send to {addr}: {reason}")]
+    Send { addr: SocketAddr, reason: String },
+    #[error("read from {addr}: {reason}")]
+    Read { addr: SocketAddr, reason: String },
+    #[error("{addr} accepted the connection and closed it without answering")]
+    ClosedWithoutAnswer { addr: SocketAddr },
+    #[error("{addr} answered something that is not HTTP/1.x: {head:?}")]
+    NotHttp { addr: SocketAddr, head: String },
+}
+
 /// One readiness probe: TCP connect, then `GET path` with `Connection: close`; the status
 /// code of the answer.
 pub fn probe_http(
@@ -65,26 +80,41 @@ pub fn probe_http(
     host: &str,
     path: &str,
     timeout: Duration,
-) -> Result<u16, String> {
-    let mut s = TcpStream::connect_timeout(&addr, timeout)
-        .map_err(|e| format!("connect to {addr}: {e}"))?;
-    s.set_read_timeout(Some(timeout))
-        .map_err(|e| e.to_string())?;
-    s.set_write_timeout(Some(timeout))
-        .map_err(|e| e.to_string())?;
+) -> Result<u16, ProbeError> {
+    let io = |reason: std::io::Error| reason.to_string();
+    let mut s = TcpStream::connect_timeout(&addr, timeout).map_err(|e| ProbeError::Connect {
+        addr,
+        reason: io(e),
+    })?;
+    let send = |e: std::io::Error| ProbeError::Send {
+        addr,
+        reason: io(e),
+    };
+    s.set_read_timeout(Some(timeout)).map_err(send)?;
+    s.set_write_timeout(Some(timeout)).map_err(send)?;
     let req = format!(
         "GET {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: memtrial-ready\r\nAccept: */*\r\nConnection: close\r\n\r\n"
     );
-    s.write_all(req.as_bytes())
-        .map_err(|e| format!("send to {addr}: {e}"))?;
+    s.write_all(req.as_bytes()).map_err(send)?;
     let mut buf = [0u8; 64];
     let mut got = 0;
     while got < 12 {
         match s.read(&mut buf[got..]) {
             Ok(0) => break,
             Ok(n) => got += n,
-            Err(e) => return Err(format!("read from {addr}: {e}")),
+            Err(e) if got == 0 && e.kind() == std::io::ErrorKind::ConnectionReset => {
+                return Err(ProbeError::ClosedWithoutAnswer { addr })
+            }
+            Err(e) => {
+                return Err(ProbeError::Read {
+                    addr,
+                    reason: io(e),
+                })
+            }
         }
+    }
+    if got == 0 {
+        return Err(ProbeError::ClosedWithoutAnswer { addr });
     }
     let head = String::from_utf8_lossy(&buf[..got]);
     let mut parts = head.split_whitespace();
@@ -93,10 +123,10 @@ pub fn probe_http(
         parts.next().and_then(|c| c.parse::<u16>().ok()),
     ) {
         (Some(v), Some(code)) if v.starts_with("HTTP/1.") => Ok(code),
-        _ => Err(format!(
-            "{addr} answered something that is not HTTP/1.x: {:?}",
-            head.trim()
-        )),
+        _ => Err(ProbeError::NotHttp {
+            addr,
+            head: head.trim().to_string(),
+        }),
     }
 }
 
@@ -126,7 +156,7 @@ pub fn wait_ready(
                     status,
                 })
             }
-            Err(e) => last = e,
+            Err(e) => last = e.to_string(),
         }
         if start.elapsed() >= limit {
             return Err(NotReady::TimedOut { last });
@@ -173,6 +203,20 @@ mod tests {
         .unwrap();
         assert_eq!(r.status, 204);
         server.join().unwrap();
+    }
+
+    #[test]
+    fn a_server_that_closes_at_once_is_named_as_such_not_as_non_http() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let server = std::thread::spawn(move || {
+            let (c, _) = l.accept().unwrap();
+            drop(c);
+        });
+        let e = probe_http(addr, "127.0.0.1", "/", Duration::from_secs(2)).unwrap_err();
+        server.join().unwrap();
+        assert_eq!(e, ProbeError::ClosedWithoutAnswer { addr });
+        assert!(e.to_string().contains("closed it without answering"), "{e}");
     }
 
     #[test]
