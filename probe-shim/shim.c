@@ -1,0 +1,232 @@
+/*
+ * memtrial's allocator probe: a small library preloaded into a run's processes after the
+ * variant's own allocator. Every interval it asks the allocator that answers malloc for
+ * its own counters and appends one line to <MEMTRIAL_PROBE_DIR>/<pid>; memtrial reads
+ * the files on the run's clock (src/probe/allocator.rs). It defines no malloc, never
+ * allocates on its sampling path, runs one thread per process (restarted in a forked
+ * child) and does nothing when MEMTRIAL_PROBE_DIR is unset.
+ *
+ * Line format (tab-separated, "-" where the allocator offers no such figure):
+ *   # memtrial-probe 1 <pid> <allocator> <library that defines malloc>
+ *   <CLOCK_MONOTONIC ns> <live> <held> <free> <resident> <mapped> <retained> <metadata>
+ *   <arenas> <thread cache>
+ * live = bytes the program has allocated and not freed; held = bytes the allocator holds
+ * from the system for them.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <malloc.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define NONE UINT64_MAX
+
+typedef int (*mallctl_fn)(const char *, void *, size_t *, void *, size_t);
+typedef int (*tc_prop_fn)(const char *, size_t *);
+typedef void (*mi_info_fn)(size_t *, size_t *, size_t *, size_t *, size_t *, size_t *,
+                           size_t *, size_t *);
+
+enum which { GLIBC, JEMALLOC, TCMALLOC, MIMALLOC };
+static const char *names[] = {"glibc", "jemalloc", "tcmalloc", "mimalloc"};
+
+static enum which which;
+static mallctl_fn je_ctl;
+static tc_prop_fn tc_prop;
+static mi_info_fn mi_info;
+static char dir[512];
+static char lib[512];
+static long interval_ms = 1000;
+static int fd = -1;
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+
+struct figures {
+    uint64_t live, held, free, resident, mapped, retained, metadata, arenas, thread_cache;
+};
+
+static uint64_t je_size(const char *name) {
+    size_t v = 0, len = sizeof v;
+    return je_ctl(name, &v, &len, NULL, 0) == 0 ? (uint64_t)v : NONE;
+}
+
+static uint64_t tc_size(const char *name) {
+    size_t v = 0;
+    return tc_prop(name, &v) ? (uint64_t)v : NONE;
+}
+
+static void read_figures(struct figures *f) {
+    f->live = f->held = f->free = f->resident = f->mapped = f->retained = f->metadata =
+        f->arenas = f->thread_cache = NONE;
+    switch (which) {
+    case GLIBC: {
+        struct mallinfo2 m = mallinfo2();
+        f->live = m.uordblks + m.hblkhd;
+        f->held = m.arena + m.hblkhd;
+        f->free = m.fordblks;
+        f->mapped = m.hblkhd;
+        break;
+    }
+    case JEMALLOC: {
+        uint64_t epoch = 1;
+        size_t len = sizeof epoch;
+        je_ctl("epoch", &epoch, &len, &epoch, len);
+        f->live = je_size("stats.allocated");
+        f->held = je_size("stats.active");
+        f->metadata = je_size("stats.metadata");
+        f->resident = je_size("stats.resident");
+        f->mapped = je_size("stats.mapped");
+        f->retained = je_size("stats.retained");
+        unsigned n = 0;
+        size_t nlen = sizeof n;
+        if (je_ctl("arenas.narenas", &n, &nlen, NULL, 0) == 0)
+            f->arenas = n;
+        if (f->live != NONE && f->held != NONE && f->held >= f->live)
+            f->free = f->held - f->live;
+        break;
+    }
+    case TCMALLOC: {
+        f->live = tc_size("generic.current_allocated_bytes");
+        uint64_t heap = tc_size("generic.heap_size");
+        uint64_t unmapped = tc_size("tcmalloc.pageheap_unmapped_bytes");
+        if (heap != NONE && unmapped != NONE && heap >= unmapped)
+            f->held = heap - unmapped;
+        f->free = tc_size("tcmalloc.pageheap_free_bytes");
+        f->mapped = heap;
+        f->retained = unmapped;
+        f->thread_cache = tc_size("tcmalloc.current_total_thread_cache_bytes");
+        break;
+    }
+    case MIMALLOC: {
+        size_t el, us, sy, rss, peak_rss, commit, peak_commit, faults;
+        mi_info(&el, &us, &sy, &rss, &peak_rss, &commit, &peak_commit, &faults);
+        f->held = commit;
+        f->resident = rss;
+        break;
+    }
+    }
+}
+
+/* Appends a decimal or "-" to buf; returns the new length. No allocation. */
+static size_t put(char *buf, size_t at, uint64_t v, char sep) {
+    char tmp[24];
+    size_t n = 0;
+    if (v == NONE) {
+        tmp[n++] = '-';
+    } else {
+        do {
+            tmp[n++] = (char)('0' + v % 10);
+            v /= 10;
+        } while (v);
+    }
+    while (n)
+        buf[at++] = tmp[--n];
+    buf[at++] = sep;
+    return at;
+}
+
+static void sample(void) {
+    struct figures f;
+    struct timespec ts;
+    char buf[256];
+    pthread_mutex_lock(&lock);
+    if (fd >= 0) {
+        read_figures(&f);
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        size_t n = 0;
+        n = put(buf, n, (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec, '\t');
+        n = put(buf, n, f.live, '\t');
+        n = put(buf, n, f.held, '\t');
+        n = put(buf, n, f.free, '\t');
+        n = put(buf, n, f.resident, '\t');
+        n = put(buf, n, f.mapped, '\t');
+        n = put(buf, n, f.retained, '\t');
+        n = put(buf, n, f.metadata, '\t');
+        n = put(buf, n, f.arenas, '\t');
+        n = put(buf, n, f.thread_cache, '\n');
+        ssize_t w = write(fd, buf, n);
+        (void)w;
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+static void *loop(void *arg) {
+    (void)arg;
+    struct timespec pause = {interval_ms / 1000, (interval_ms % 1000) * 1000000L};
+    for (;;) {
+        sample();
+        nanosleep(&pause, NULL);
+    }
+    return NULL;
+}
+
+/* Opens this process's file and starts its sampling thread. */
+static void start(void) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/%d", dir, (int)getpid());
+    fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return;
+    char head[700];
+    int n = snprintf(head, sizeof head, "# memtrial-probe 1 %d %s %s\n", (int)getpid(),
+                     names[which], lib[0] ? lib : "-");
+    if (n > 0) {
+        ssize_t w = write(fd, head, (size_t)n < sizeof head ? (size_t)n : sizeof head - 1);
+        (void)w;
+    }
+    pthread_t t;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&attr, 64 * 1024);
+    if (pthread_create(&t, &attr, loop, NULL) != 0) {
+        close(fd);
+        fd = -1;
+    }
+    pthread_attr_destroy(&attr);
+}
+
+/* In a forked child only the forking thread exists: a new file and thread of its own. */
+static void after_fork_child(void) {
+    pthread_mutex_init(&lock, NULL);
+    if (fd >= 0)
+        close(fd);
+    fd = -1;
+    start();
+}
+
+__attribute__((constructor)) static void init(void) {
+    const char *d = getenv("MEMTRIAL_PROBE_DIR");
+    if (!d || !*d || strlen(d) >= sizeof dir)
+        return;
+    strcpy(dir, d);
+    const char *iv = getenv("MEMTRIAL_PROBE_INTERVAL_MS");
+    if (iv && atol(iv) >= 10)
+        interval_ms = atol(iv);
+    /* The allocator that answers malloc, checked against the library that defines it. */
+    Dl_info info;
+    if (dladdr((void *)malloc, &info) && info.dli_fname)
+        snprintf(lib, sizeof lib, "%s", info.dli_fname);
+    je_ctl = (mallctl_fn)dlsym(RTLD_DEFAULT, "mallctl");
+    tc_prop = (tc_prop_fn)dlsym(RTLD_DEFAULT, "MallocExtension_GetNumericProperty");
+    mi_info = (mi_info_fn)dlsym(RTLD_DEFAULT, "mi_process_info");
+    if (je_ctl && strstr(lib, "jemalloc"))
+        which = JEMALLOC;
+    else if (tc_prop && strstr(lib, "tcmalloc"))
+        which = TCMALLOC;
+    else if (mi_info && strstr(lib, "mimalloc"))
+        which = MIMALLOC;
+    else
+        which = GLIBC;
+    pthread_atfork(NULL, NULL, after_fork_child);
+    start();
+}
+
+/* A last sample at exit: a batch job's final state. */
+__attribute__((destructor)) static void fini(void) {
+    sample();
+}
