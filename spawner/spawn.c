@@ -9,10 +9,11 @@
  * also holds the same logic in Rust as the fallback, and the protocol).
  *
  * argv: memtrial __memtrial-spawn <report fd> <n> K=V (n times) <program> <argv0> <args...>
- * Reports on <report fd>, one line each: "E <errno>" (exec failed) or "S" (started),
+ * Reports on <report fd>, one line each: "E <errno>" (exec failed) or "S <pid>" (started),
  * then "X c|s <code|signal> <user us> <sys us> <maxrss bytes> <minflt> <majflt>".
- * It ignores the signals memtrial sends the process group to stop a run, so that it
- * outlives the workload to report; the workload gets the default dispositions back.
+ * The workload leads a process group of its own, which memtrial signals to stop a run;
+ * the spawner ignores the usual stop signals all the same, so that it outlives the
+ * workload to report, and the workload gets the default dispositions back.
  * Then it exits as the workload did.
  */
 #define _GNU_SOURCE
@@ -63,6 +64,9 @@ int main(int argc, char **argv) {
         for (size_t i = 0; i < sizeof stop_signals / sizeof *stop_signals; i++)
             signal(stop_signals[i], SIG_DFL);
         signal(SIGPIPE, SIG_DFL);
+        /* The workload leads a process group of its own: memtrial signals that group, and
+           the spawner, outside it, lives to report. */
+        setpgid(0, 0);
         execve(program, wargv, environ);
         int e = errno;
         ssize_t w = write(status_pipe[1], &e, sizeof e);
@@ -83,7 +87,7 @@ int main(int argc, char **argv) {
     if (failed)
         dprintf(report, "E %d\n", exec_errno);
     else
-        dprintf(report, "S\n");
+        dprintf(report, "S %d\n", (int)pid);
 
     int st = 0;
     struct rusage ru;

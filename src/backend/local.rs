@@ -82,8 +82,8 @@ impl Backend for LocalBackend {
         drop(child);
         drop(report_w);
         let mut reports = spawn::Reports::new(reports);
-        match reports.next_report() {
-            Some(Report::Started) => {}
+        let workload = match reports.next_report() {
+            Some(Report::Started(workload)) => workload,
             first => {
                 let _ = wait_for(pid, None);
                 let why = match first {
@@ -95,7 +95,7 @@ impl Backend for LocalBackend {
                     spec.program.display()
                 )));
             }
-        }
+        };
         let (tx, exits) = mpsc::channel::<Exit>();
         std::thread::Builder::new()
             .name("memtrial-wait4".into())
@@ -106,7 +106,8 @@ impl Backend for LocalBackend {
             })
             .map_err(BackendError::Thread)?;
         Ok(Launch::Started(Box::new(LocalRun {
-            pid,
+            spawner: pid,
+            workload,
             started,
             exits,
             cgroup,
@@ -168,7 +169,10 @@ fn become_subreaper() {
 
 /// A workload started by [`LocalBackend`].
 struct LocalRun {
-    pid: i32,
+    /// memtrial's spawner: reaped by the wait thread.
+    spawner: i32,
+    /// The workload's root, leader of its own process group.
+    workload: i32,
     started: Instant,
     exits: mpsc::Receiver<Exit>,
     /// Dropped with the run: whatever is left is killed and the group removed.
@@ -181,11 +185,11 @@ impl RunHandle for LocalRun {
     }
 
     fn pid(&self) -> i32 {
-        self.pid
+        self.workload
     }
 
     fn spawner(&self) -> Option<i32> {
-        Some(self.pid)
+        Some(self.spawner)
     }
 
     fn membership(&self) -> Membership {
@@ -214,7 +218,7 @@ impl RunHandle for LocalRun {
         // SAFETY: kill has no memory-safety preconditions. The process group first, then
         // every known member (daemons leave the group with setsid).
         unsafe {
-            libc::kill(-self.pid, sig);
+            libc::kill(-self.workload, sig);
             for p in pids {
                 libc::kill(*p, sig);
             }
@@ -223,7 +227,7 @@ impl RunHandle for LocalRun {
 
     fn reap(&mut self, pids: &[i32]) {
         for p in pids {
-            if *p == self.pid {
+            if *p == self.spawner {
                 continue;
             }
             let mut st = 0;

@@ -12,8 +12,10 @@
 //! (`/proc/self/exe __memtrial-spawn …`, [`spawner_main`]), a fresh image whose start-up
 //! pages (~1.3 MiB) can still show as the peak of a very small program. The spawner waits for the workload with `wait4`
 //! and reports the workload's exit and resource usage on a pipe, then exits the same way.
-//! It ignores the termination signals memtrial sends the process group, so that it
-//! outlives the workload to report; the workload gets the default dispositions back.
+//! The workload leads a process group of its own, which memtrial signals; the spawner
+//! ignores the usual stop signals all the same, so that it outlives the workload to
+//! report (even when the workload is SIGKILLed), and the workload gets the default
+//! dispositions back.
 
 use std::ffi::{CString, OsStr, OsString};
 use std::io::{Read, Write};
@@ -96,8 +98,8 @@ pub fn spawner_args(
 pub enum Report {
     /// The workload could not be exec'd: errno.
     ExecFailed(i32),
-    /// The workload runs.
-    Started,
+    /// The workload runs, with this PID (the leader of its own process group).
+    Started(i32),
     /// The workload exited.
     Exited(ExitKind, Usage),
 }
@@ -106,7 +108,7 @@ impl Report {
     fn line(&self) -> String {
         match self {
             Report::ExecFailed(e) => format!("E {e}\n"),
-            Report::Started => "S\n".into(),
+            Report::Started(pid) => format!("S {pid}\n"),
             Report::Exited(kind, u) => {
                 let (k, v) = match kind {
                     ExitKind::Code(c) => ('c', *c),
@@ -129,7 +131,7 @@ impl Report {
         let mut w = line.split_whitespace();
         match w.next()? {
             "E" => Some(Report::ExecFailed(w.next()?.parse().ok()?)),
-            "S" => Some(Report::Started),
+            "S" => Some(Report::Started(w.next()?.parse().ok()?)),
             "X" => {
                 let k = w.next()?;
                 let v: i32 = w.next()?.parse().ok()?;
@@ -238,6 +240,7 @@ pub fn spawner_main(args: Vec<OsString>) -> Result<i32, NotForDirectUse> {
             for s in STOP_SIGNALS.iter().chain(&[libc::SIGPIPE]) {
                 libc::signal(*s, libc::SIG_DFL);
             }
+            libc::setpgid(0, 0);
             libc::execve(program.as_ptr(), argv_ptrs.as_ptr(), envp_ptrs.as_ptr());
             let e = errno().to_ne_bytes();
             libc::write(status_pipe[1], e.as_ptr().cast(), e.len());
@@ -257,7 +260,7 @@ pub fn spawner_main(args: Vec<OsString>) -> Result<i32, NotForDirectUse> {
     let mut e = [0u8; 4];
     let started = match status.read(&mut e) {
         Ok(4) => Report::ExecFailed(i32::from_ne_bytes(e)),
-        _ => Report::Started,
+        _ => Report::Started(pid),
     };
     let _ = report.write_all(started.line().as_bytes());
     let (kind, usage) = reap(pid);
@@ -381,7 +384,7 @@ mod tests {
     fn reports_round_trip() {
         for r in [
             Report::ExecFailed(2),
-            Report::Started,
+            Report::Started(4321),
             Report::Exited(
                 ExitKind::Signal(9),
                 Usage {

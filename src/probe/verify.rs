@@ -21,24 +21,14 @@ use crate::record::RunRecord;
 enum Check {
     /// The loader has not finished yet: look again later.
     Pending,
-    /// The environment read empty: a process in the middle of `execve` (the kernel sets
-    /// the new environment's bounds after it switched the memory map) or one really
-    /// started with none. Not evidence yet: see [`EMPTY_ENVIRON_PATIENCE`].
-    EmptyEnviron,
     Effective(String),
     NotEffective(String),
 }
-
-/// How long a process's environment may read empty before that counts as evidence: far
-/// longer than any `execve` takes.
-pub const EMPTY_ENVIRON_PATIENCE: std::time::Duration = std::time::Duration::from_millis(250);
 
 #[derive(Debug, Clone)]
 struct ProcessCheck {
     comm: String,
     check: Check,
-    /// When its environment was first read empty.
-    empty_since: Option<std::time::Instant>,
     allocator: String,
     peak_rss: u64,
 }
@@ -69,7 +59,7 @@ impl Verifier {
             let key = (m.pid, m.starttime_ticks, m.exec_generation);
             if let Some(c) = self.checked.get_mut(&key) {
                 c.peak_rss = c.peak_rss.max(m.peak_rss_bytes);
-                if !matches!(c.check, Check::Pending | Check::EmptyEnviron) {
+                if c.check != Check::Pending {
                     continue;
                 }
             }
@@ -84,26 +74,10 @@ impl Verifier {
             let entry = self.checked.entry(key).or_insert(ProcessCheck {
                 comm: m.comm.clone(),
                 check: Check::Pending,
-                empty_since: None,
                 allocator: String::new(),
                 peak_rss: 0,
             });
-            entry.check = match check {
-                Check::EmptyEnviron => {
-                    let since = *entry
-                        .empty_since
-                        .get_or_insert_with(std::time::Instant::now);
-                    if since.elapsed() >= EMPTY_ENVIRON_PATIENCE {
-                        Check::NotEffective(format!(
-                            "its environment stayed empty for {} ms (started with none?)",
-                            since.elapsed().as_millis()
-                        ))
-                    } else {
-                        Check::EmptyEnviron
-                    }
-                }
-                other => other,
-            };
+            entry.check = check;
             entry.allocator = allocator;
             entry.peak_rss = entry.peak_rss.max(m.peak_rss_bytes);
         }
@@ -147,14 +121,24 @@ impl Verifier {
         let mut reasons_ok = Vec::new();
         // Environment settings: the initial environment must carry them.
         if !self.env.is_empty() {
-            let env = proc::read_environ(pid)?;
-            if env.is_empty() {
-                if !has_address_space(pid) {
-                    // An exiting process reads as an empty environment: no evidence either way.
-                    return Err(ProcError::Gone { pid });
-                }
-                return Ok((Check::EmptyEnviron, allocator));
-            }
+            let env = match proc::read_environ(pid)? {
+                env if !env.is_empty() => env,
+                _ => match empty_environment(pid) {
+                    EmptyEnvironment::Exiting => return Err(ProcError::Gone { pid }),
+                    EmptyEnvironment::MidExec => return Ok((Check::Pending, allocator)),
+                    EmptyEnvironment::StartedWithNone => {
+                        let keys: Vec<&str> = self.env.iter().map(|(k, _)| k.as_str()).collect();
+                        return Ok((
+                            Check::NotEffective(format!(
+                                "{} missing: its environment is empty (started without \
+                                     one, e.g. env -i)",
+                                keys.join(", ")
+                            )),
+                            allocator,
+                        ));
+                    }
+                },
+            };
             for (k, v) in &self.env {
                 match env.iter().find(|(ek, _)| ek == k) {
                     Some((_, ev)) if ev == v => reasons_ok.push(format!("{k}={v} in environ")),
@@ -283,6 +267,35 @@ impl Probe for Verifier {
         record.verification = verification;
         record.verification_detail = detail;
         record.allocator_detected = allocator;
+    }
+}
+
+/// What an environment that reads empty means.
+enum EmptyEnvironment {
+    /// The process is exiting: no evidence either way.
+    Exiting,
+    /// In the middle of `execve`: the kernel has switched the memory map but not yet
+    /// recorded the new argument and environment bounds, so `cmdline` reads empty too.
+    /// "Could not read yet", never "missing".
+    MidExec,
+    /// Its arguments are there and its environment is not: started with none.
+    StartedWithNone,
+}
+
+fn empty_environment(pid: i32) -> EmptyEnvironment {
+    if !has_address_space(pid) {
+        return EmptyEnvironment::Exiting;
+    }
+    // The kernel records the argument bounds just before the environment's: arguments
+    // first, then the environment again.
+    let args = proc::read_proc_file(pid, "cmdline").unwrap_or_default();
+    if args.is_empty() {
+        return EmptyEnvironment::MidExec;
+    }
+    match proc::read_environ(pid) {
+        Ok(env) if env.is_empty() => EmptyEnvironment::StartedWithNone,
+        Ok(_) => EmptyEnvironment::MidExec,
+        Err(_) => EmptyEnvironment::Exiting,
     }
 }
 
