@@ -74,7 +74,7 @@ impl Ui {
     }
 }
 
-/// A flag set by SIGINT, SIGTERM and SIGHUP: memtrial then stops what it runs, cleans
+/// A flag set by SIGINT, SIGTERM, SIGHUP and SIGQUIT: memtrial then stops what it runs, cleans
 /// up, keeps what it measured, and exits with 130.
 fn stop_flag() -> Result<Arc<AtomicBool>> {
     let stop = Arc::new(AtomicBool::new(false));
@@ -82,6 +82,7 @@ fn stop_flag() -> Result<Arc<AtomicBool>> {
         signal_hook::consts::SIGINT,
         signal_hook::consts::SIGTERM,
         signal_hook::consts::SIGHUP,
+        signal_hook::consts::SIGQUIT,
     ] {
         signal_hook::flag::register(sig, Arc::clone(&stop))
             .context("cannot install signal handlers")?;

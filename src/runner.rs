@@ -112,6 +112,28 @@ pub fn run_experiment(
             (experiment, rest)
         }
     };
+    match run_slots(store, plan, experiment, slots, backend, stop, observer) {
+        Ok(interrupted) => finish(store, experiment, interrupted),
+        Err(e) => {
+            // Nothing stays `running` for ever: the experiment ends interrupted, with the
+            // reason, and `run --resume` can finish it once the cause is fixed.
+            let _ = store.add_event(experiment, "error", &format!("stopped by an error: {e}"));
+            let _ = store.finish_experiment(experiment, ExperimentStatus::Interrupted);
+            Err(e)
+        }
+    }
+}
+
+/// Runs the slots in order; whether an interrupt stopped them.
+fn run_slots(
+    store: &mut Store,
+    plan: &Plan,
+    experiment: i64,
+    slots: Vec<Slot>,
+    backend: &dyn Backend,
+    stop: &AtomicBool,
+    observer: &mut dyn FnMut(Event),
+) -> Result<bool, RunError> {
     let total = slots.len();
     // A server trial's requests are read once, the same for every variant and run.
     let load_source = match &plan.server {
@@ -169,6 +191,11 @@ pub fn run_experiment(
             break;
         }
     }
+    Ok(interrupted)
+}
+
+/// Marks the experiment complete or interrupted.
+fn finish(store: &mut Store, experiment: i64, interrupted: bool) -> Result<Outcome, RunError> {
     if interrupted {
         store.add_event(
             experiment,
@@ -193,6 +220,43 @@ pub fn run_experiment(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::fake::{FakeBackend, Script};
+
+    /// An error that stops memtrial mid-experiment once left it `running` for ever.
+    #[test]
+    fn an_experiment_stopped_by_an_error_ends_interrupted_with_the_reason() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(&dir.path().join("t.db")).unwrap();
+        let mut plan = crate::report::fixture::experiment().plan;
+        plan.server = None;
+        let backend = FakeBackend::new(Script {
+            launch_error: Some("cannot write pids.max".into()),
+            ..Script::default()
+        });
+        let host = HostInfo::detect();
+        let stop = AtomicBool::new(false);
+        let r = run_experiment(
+            &mut store,
+            &plan,
+            Start::New {
+                host: &host,
+                notes: &[],
+            },
+            &backend,
+            &stop,
+            &mut |_| {},
+        );
+        assert!(r.is_err());
+        let exp = store.load(1).unwrap();
+        assert_eq!(exp.status, ExperimentStatus::Interrupted);
+        assert!(
+            exp.notes
+                .iter()
+                .any(|n| n.contains("cannot write pids.max")),
+            "{:?}",
+            exp.notes
+        );
+    }
 
     #[test]
     fn log_dir_beside_the_database() {

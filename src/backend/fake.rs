@@ -23,6 +23,8 @@ pub struct Script {
     pub oom_kills: Option<u64>,
     /// The program cannot be started: this message.
     pub not_started: Option<String>,
+    /// memtrial itself cannot launch anything (a cgroup it cannot set up): this message.
+    pub launch_error: Option<String>,
     /// Its `ru_maxrss`.
     pub maxrss_bytes: u64,
 }
@@ -35,6 +37,7 @@ impl Default for Script {
             obeys_sigterm: true,
             oom_kills: None,
             not_started: None,
+            launch_error: None,
             maxrss_bytes: 1 << 20,
         }
     }
@@ -64,6 +67,9 @@ impl FakeBackend {
 
 impl Backend for FakeBackend {
     fn launch(&self, _spec: LaunchSpec) -> Result<Launch, BackendError> {
+        if let Some(m) = &self.script.launch_error {
+            return Err(BackendError::Thread(std::io::Error::other(m.clone())));
+        }
         if let Some(m) = &self.script.not_started {
             return Ok(Launch::NotStarted(m.clone()));
         }

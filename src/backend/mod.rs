@@ -82,7 +82,7 @@ pub enum Launch {
 /// Errors that stop memtrial itself (not the workload's failures).
 #[derive(Debug, thiserror::Error)]
 pub enum BackendError {
-    #[error("cannot set up the run's cgroup: {0}")]
+    #[error("cannot set up the run's cgroup")]
     Cgroup(#[from] CgroupError),
     #[error("cannot start a thread to wait for the workload: {0}")]
     Thread(std::io::Error),

@@ -14,21 +14,22 @@ use serde::{Deserialize, Serialize};
 pub enum CgroupError {
     #[error("no cgroup file system is mounted (/proc/self/mountinfo lists none)")]
     NotMounted,
-    #[error("cannot {action} {path}: {source}")]
+    /// The OS error is part of the message (not a chained source), so it is said once.
+    #[error("cannot {action} {}: {reason}", path.display())]
     Io {
         action: &'static str,
         path: PathBuf,
-        source: io::Error,
+        reason: io::Error,
     },
     #[error("the {0} controller is not available in this cgroup hierarchy")]
     MissingController(&'static str),
 }
 
 fn io_err<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> CgroupError + 'a {
-    move |source| CgroupError::Io {
+    move |reason| CgroupError::Io {
         action,
         path: path.to_path_buf(),
-        source,
+        reason,
     }
 }
 
@@ -347,7 +348,7 @@ impl RunCgroup {
                     enable_line(base, &want),
                 );
                 let dir = base.join(name);
-                ensure_dir(&dir)?;
+                fs::create_dir(&dir).map_err(io_err("create", &dir))?;
                 dirs.insert(Controller::Memory, dir.clone());
                 let cg = RunCgroup {
                     hierarchy: h.clone(),
@@ -377,7 +378,7 @@ impl RunCgroup {
                         }
                     }
                     let dir = base.join(name);
-                    ensure_dir(&dir)?;
+                    fs::create_dir(&dir).map_err(io_err("create", &dir))?;
                     dirs.insert(*c, dir);
                 }
                 let cg = RunCgroup {
@@ -693,29 +694,140 @@ pub fn join_self(fds: &[OwnedFd]) -> io::Result<()> {
     Ok(())
 }
 
-/// Removes groups left by a memtrial that died without cleaning up (named
-/// `<pid>-<seq>` with a PID that no longer runs memtrial). Returns what was removed.
-pub fn clean_stale(h: &Hierarchy) -> Vec<PathBuf> {
-    let bases: Vec<(Controller, PathBuf)> = match h {
+/// The name of this memtrial's group for the run at schedule position `seq`:
+/// `<pid>-<start time>-<seq>`. The owner's PID with its start time (clock ticks since boot,
+/// field 22 of `/proc/PID/stat`) names one process for good: a PID reused later has
+/// another start time, and a renamed or symlinked binary does not matter.
+pub fn run_group_name(seq: u32) -> String {
+    static START: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    let pid = std::process::id() as i32;
+    let start = *START.get_or_init(|| {
+        crate::linux::proc::read_stat(pid)
+            .map(|s| s.starttime_ticks)
+            .unwrap_or(0)
+    });
+    format!("{pid}-{start}-{seq}")
+}
+
+/// Who made a group, from its name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GroupOwner {
+    pub pid: i32,
+    /// Absent in names made by memtrial 0.1 (`<pid>-<seq>`).
+    pub start: Option<u64>,
+}
+
+/// Parses `<pid>-<start>-<seq>` (or the older `<pid>-<seq>`); `None` for other names.
+pub fn group_owner(name: &str) -> Option<GroupOwner> {
+    let parts: Vec<&str> = name.split('-').collect();
+    let num = |s: &str| s.parse::<u64>().ok();
+    match parts.as_slice() {
+        [pid, start, seq] => {
+            num(seq)?;
+            Some(GroupOwner {
+                pid: pid.parse().ok()?,
+                start: Some(num(start)?),
+            })
+        }
+        [pid, seq] => {
+            num(seq)?;
+            Some(GroupOwner {
+                pid: pid.parse().ok()?,
+                start: None,
+            })
+        }
+        _ => None,
+    }
+}
+
+/// The owner still runs: its PID is alive with the recorded start time. For an older
+/// name without a start time, any live process with that PID counts (never kill a group
+/// that might still be in use).
+pub fn owner_alive(o: GroupOwner) -> bool {
+    match crate::linux::proc::read_stat(o.pid) {
+        Ok(st) => o.start.is_none_or(|s| s == st.starttime_ticks),
+        Err(_) => false,
+    }
+}
+
+/// Every `memtrial` directory of the machine's cgroup mounts, by controller: memtrials
+/// started in other cgroups than this one keep their groups there.
+fn memtrial_bases(h: &Hierarchy) -> Vec<(Controller, PathBuf)> {
+    let mut bases: Vec<(Controller, PathBuf)> = match h {
         Hierarchy::V2 { base, .. } => vec![(Controller::Memory, base.clone())],
         Hierarchy::V1 { bases } => bases.iter().map(|(c, p)| (*c, p.clone())).collect(),
     };
+    let mounts = fs::read_to_string("/proc/self/mountinfo")
+        .map(|t| parse_mountinfo(&t))
+        .unwrap_or_default();
+    for m in mounts {
+        let controllers: Vec<Controller> = match h {
+            Hierarchy::V2 { .. } if m.v2 => vec![Controller::Memory],
+            Hierarchy::V1 { .. } if !m.v2 => Controller::ALL
+                .into_iter()
+                .filter(|c| m.controllers.iter().any(|x| x == c.name()))
+                .collect(),
+            _ => continue,
+        };
+        for dir in find_dirs_named(&m.mount_point, "memtrial") {
+            for c in &controllers {
+                if !bases.iter().any(|(bc, bp)| bc == c && *bp == dir) {
+                    bases.push((*c, dir.clone()));
+                }
+            }
+        }
+    }
+    bases
+}
+
+/// Directories called `name` under `root`, breadth first, bounded (depth 8, 20,000
+/// directories) so that a huge tree cannot stall start-up; not below a match.
+fn find_dirs_named(root: &Path, name: &str) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut queue = std::collections::VecDeque::from([(root.to_path_buf(), 0u32)]);
+    let mut visited = 0;
+    while let Some((dir, depth)) = queue.pop_front() {
+        visited += 1;
+        if visited > 20_000 {
+            break;
+        }
+        let Ok(rd) = fs::read_dir(&dir) else { continue };
+        for e in rd.flatten() {
+            if !e.file_type().is_ok_and(|t| t.is_dir()) {
+                continue;
+            }
+            if e.file_name() == name {
+                found.push(e.path());
+            } else if depth < 8 {
+                queue.push_back((e.path(), depth + 1));
+            }
+        }
+    }
+    found
+}
+
+/// Removes groups left by memtrials that died without cleaning up, wherever on the
+/// machine's cgroup mounts they were started: groups whose owner (PID and start time,
+/// see [`run_group_name`]) no longer runs. Returns what was removed.
+pub fn clean_stale(h: &Hierarchy) -> Vec<PathBuf> {
     // Group names across controllers: kill through all of a name's dirs at once.
     let mut stale: BTreeMap<String, BTreeMap<Controller, PathBuf>> = BTreeMap::new();
-    for (c, base) in &bases {
-        let Ok(rd) = fs::read_dir(base) else { continue };
+    for (c, base) in memtrial_bases(h) {
+        let Ok(rd) = fs::read_dir(&base) else {
+            continue;
+        };
         for e in rd.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
             if !e.path().is_dir() {
                 continue;
             }
-            let Some(owner) = name.split('-').next().and_then(|p| p.parse::<i32>().ok()) else {
+            let Some(owner) = group_owner(&name) else {
                 continue;
             };
             if owner_alive(owner) {
                 continue;
             }
-            stale.entry(name).or_default().insert(*c, e.path());
+            stale.entry(name).or_default().insert(c, e.path());
         }
     }
     let mut removed = Vec::new();
@@ -730,12 +842,6 @@ pub fn clean_stale(h: &Hierarchy) -> Vec<PathBuf> {
     removed
 }
 
-fn owner_alive(pid: i32) -> bool {
-    fs::read_to_string(format!("/proc/{pid}/comm"))
-        .map(|c| c.trim() == "memtrial")
-        .unwrap_or(false)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -743,6 +849,30 @@ mod tests {
     const MOUNTINFO_V1: &str = include_str!("../../tests/fixtures/cgroup/mountinfo_v1_hybrid.txt");
     const MOUNTINFO_V2: &str = "24 30 0:22 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:9 - cgroup2 cgroup2 rw,nsdelegate,memory_recursiveprot\n\
         29 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw\n";
+
+    #[test]
+    fn group_names_carry_their_owner() {
+        let name = run_group_name(7);
+        let o = group_owner(&name).unwrap();
+        assert_eq!(o.pid, std::process::id() as i32);
+        assert!(o.start.is_some_and(|s| s > 0), "{name}");
+        assert!(owner_alive(o), "this process owns {name}");
+        // The same PID with another start time is a reused PID: not the owner.
+        let reused = GroupOwner {
+            start: o.start.map(|s| s + 1),
+            ..o
+        };
+        assert!(!owner_alive(reused));
+        assert_eq!(
+            group_owner("123-4"),
+            Some(GroupOwner {
+                pid: 123,
+                start: None
+            })
+        );
+        assert_eq!(group_owner("memtrial"), None);
+        assert_eq!(group_owner("1-2-x"), None);
+    }
 
     #[test]
     fn v1_hybrid_nests_under_our_own_groups() {

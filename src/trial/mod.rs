@@ -168,7 +168,7 @@ fn prepare(
         stdout: open(&record.stdout_path)?,
         stderr: open(&record.stderr_path)?,
         limits: plan.limits.clone(),
-        name: format!("{}-{}", std::process::id(), spec.seq),
+        name: crate::linux::cgroup::run_group_name(spec.seq),
     };
     Ok((launch, port))
 }

@@ -39,14 +39,9 @@ fn assert_no_orphan_cgroups(h: &memtrial::linux::cgroup::Hierarchy) {
         };
         for e in rd.flatten().filter(|e| e.path().is_dir()) {
             let name = e.file_name().to_string_lossy().into_owned();
-            let owner: i32 = name
-                .split('-')
-                .next()
-                .and_then(|p| p.parse().ok())
-                .unwrap_or(0);
-            let alive = std::fs::read_to_string(format!("/proc/{owner}/comm"))
-                .map(|c| c.trim() == "memtrial")
-                .unwrap_or(false);
+            // Owned by a live process (PID and start time), whatever its binary is called.
+            let alive = memtrial::linux::cgroup::group_owner(&name)
+                .is_some_and(memtrial::linux::cgroup::owner_alive);
             assert!(alive, "cgroup {} outlived its memtrial", e.path().display());
         }
     }

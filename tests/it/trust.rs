@@ -154,3 +154,121 @@ fn a_known_peak_is_reported_as_the_program_measured_it() {
         }
     }
 }
+
+fn root_with_cgroups() -> Option<memtrial::linux::cgroup::Hierarchy> {
+    // SAFETY: getuid has no preconditions.
+    if unsafe { libc::getuid() } != 0 {
+        eprintln!("skipped: needs root for cgroups");
+        return None;
+    }
+    memtrial::linux::cgroup::detect()
+        .map_err(|e| eprintln!("skipped: no cgroups: {e}"))
+        .ok()
+}
+
+/// memtrial under another name (installed as `mt`, a versioned release, a symlink) once
+/// took another memtrial's live groups for stale ones and killed its runs at start-up.
+#[test]
+fn two_memtrials_under_other_names_do_not_kill_each_other() {
+    if root_with_cgroups().is_none() {
+        return;
+    }
+    let bin = tempfile::tempdir().unwrap();
+    let mt = bin.path().join("mt");
+    std::fs::copy(memtrial(), &mt).unwrap();
+    let versioned = bin.path().join("memtrial-0.2.0");
+    std::os::unix::fs::symlink(&mt, &versioned).unwrap();
+    let start = |exe: &std::path::Path, runs: &str, sleep: &str| {
+        let dir = tempfile::tempdir().unwrap();
+        let child = Command::new(exe)
+            .args(["run", "--variants", "glibc,arena2", "--runs", runs])
+            .args(["--json", "out.json", "--", "sleep", sleep])
+            .current_dir(dir.path())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        (dir, child)
+    };
+    // The first runs while the second starts, twice over.
+    let (d1, a) = start(&mt, "3", "0.6");
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    let (d2, b) = start(&versioned, "2", "0.3");
+    for (dir, child) in [(d1, a), (d2, b)] {
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stderr}");
+        let doc: Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.path().join("out.json")).unwrap())
+                .unwrap();
+        for v in ["glibc", "arena2"] {
+            for run in runs(&doc, v) {
+                assert_eq!(run["status"], "ok", "{run}");
+            }
+        }
+    }
+}
+
+/// Groups left by a memtrial that ran in another cgroup than this one (v1: another
+/// memory cgroup) were never looked at, so never removed.
+#[test]
+fn stale_groups_of_a_memtrial_started_elsewhere_are_cleaned() {
+    use memtrial::linux::cgroup::{parse_mountinfo, Hierarchy};
+    let Some(h) = root_with_cgroups() else { return };
+    let mounts = parse_mountinfo(&std::fs::read_to_string("/proc/self/mountinfo").unwrap());
+    let mount = match &h {
+        Hierarchy::V2 { mount, .. } => mount.clone(),
+        Hierarchy::V1 { .. } => match mounts
+            .iter()
+            .find(|m| !m.v2 && m.controllers.iter().any(|c| c == "memory"))
+        {
+            Some(m) => m.mount_point.clone(),
+            None => return,
+        },
+    };
+    // Elsewhere in the tree: <mount>/<unique>/memtrial/<dead owner>-<start>-0.
+    let elsewhere = mount.join(format!("memtrial-test-elsewhere-{}", std::process::id()));
+    let stale = elsewhere.join("memtrial").join("999999998-12345-0");
+    std::fs::create_dir_all(&stale).unwrap();
+    let r = memtrial_in_tmp(&["run", "--runs", "1", "--variants", "glibc", "--", "true"]);
+    let cleaned = !stale.exists();
+    let _ = std::fs::remove_dir(&stale);
+    let _ = std::fs::remove_dir(elsewhere.join("memtrial"));
+    let _ = std::fs::remove_dir(&elsewhere);
+    assert_eq!(r.code(), 0, "{}", r.stderr());
+    assert!(cleaned, "{} was left behind", stale.display());
+}
+
+/// SIGQUIT stops memtrial like SIGINT, SIGTERM and SIGHUP: runs kept, nothing left.
+#[test]
+fn sigquit_is_handled_like_the_other_stop_signals() {
+    let dir = tempfile::tempdir().unwrap();
+    let child = Command::new(memtrial())
+        .args(["run", "--runs", "3", "--variants", "glibc", "--"])
+        .args(["sh", "-c", "sleep 41.25"])
+        .current_dir(dir.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    // SAFETY: sending a signal to our own child.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGQUIT);
+    }
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(no_process_matching("sleep 41.25"));
+    let report = Command::new(memtrial())
+        .args(["report", "--json", "-"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let doc: Value = serde_json::from_slice(&report.stdout).unwrap();
+    assert_eq!(doc["experiment"]["status"], "interrupted");
+}
