@@ -22,7 +22,7 @@ pub mod glibc;
 pub mod procs;
 pub mod render;
 
-use std::io::{self, Write};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -52,8 +52,6 @@ pub enum InspectError {
     Zombie { pid: i32, comm: String, ppid: i32 },
     #[error(transparent)]
     Proc(ProcError),
-    #[error("cannot write {what}: {source}")]
-    Write { what: String, source: io::Error },
 }
 
 impl From<ProcError> for InspectError {
@@ -825,95 +823,28 @@ pub fn watch(
     }
 }
 
-/// How `memtrial inspect` was asked to run.
+/// How `memtrial inspect` was asked to run. What it shows and where is the caller's
+/// ([`render::InspectExport`] and the printer); this is what to gather.
 #[derive(Debug, Clone)]
 pub struct Options {
     pub pid: i32,
-    /// Write JSON here (`-` for `out`, replacing the text).
-    pub json: Option<PathBuf>,
     pub watch: Option<Duration>,
     pub interval: Duration,
-    /// Show the pmap-like breakdown by kind instead of the one screen.
-    pub maps: bool,
     /// Sum over the process and its descendants.
     pub tree: bool,
-    /// Draw a live line (`\r`-rewritten) per watch sample: standard error is a terminal.
-    pub live: bool,
-    pub color: bool,
 }
 
-/// How `memtrial inspect --top` was asked to run.
-#[derive(Debug, Clone)]
-pub struct TopOptions {
-    pub n: usize,
-    pub by: procs::RankBy,
-    pub json: Option<PathBuf>,
-    pub color: bool,
+/// Runs `memtrial inspect --top N`: the processes holding the most memory.
+pub fn run_top(n: usize, by: procs::RankBy) -> Result<procs::Top, InspectError> {
+    procs::top(n, by)
 }
 
-fn write_err(what: &str) -> impl FnOnce(io::Error) -> InspectError {
-    let what = what.to_string();
-    move |source| InspectError::Write { what, source }
-}
-
-fn to_json<T: Serialize>(v: &T) -> String {
-    let mut s =
-        serde_json::to_string_pretty(v).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
-    s.push('\n');
-    s
-}
-
-/// Writes `text`, and the JSON where asked (`-`: the JSON replaces the text on `out`).
-fn emit(
-    json: Option<&Path>,
-    text: impl FnOnce() -> String,
-    json_text: impl FnOnce() -> String,
-    out: &mut dyn Write,
-    note: &mut dyn FnMut(&str),
-) -> Result<(), InspectError> {
-    match json {
-        Some(p) if p.as_os_str() == "-" => {
-            out.write_all(json_text().as_bytes())
-                .map_err(write_err("standard output"))?;
-        }
-        Some(p) => {
-            out.write_all(text().as_bytes())
-                .map_err(write_err("standard output"))?;
-            std::fs::write(p, json_text()).map_err(write_err(&p.display().to_string()))?;
-            note(&format!("wrote {}", p.display()));
-        }
-        None => {
-            out.write_all(text().as_bytes())
-                .map_err(write_err("standard output"))?;
-        }
-    }
-    out.flush().map_err(write_err("standard output"))
-}
-
-/// Runs `memtrial inspect --top N`.
-pub fn run_top(
-    opts: &TopOptions,
-    out: &mut dyn Write,
-    note: &mut dyn FnMut(&str),
-) -> Result<procs::Top, InspectError> {
-    let t = procs::top(opts.n, opts.by)?;
-    emit(
-        opts.json.as_deref(),
-        || render::render_top(&t, opts.color),
-        || to_json(&t),
-        out,
-        note,
-    )?;
-    Ok(t)
-}
-
-/// Runs `memtrial inspect`: gathers, optionally watches, writes text and/or JSON to
-/// `out` (or the JSON file); progress lines go to `note`, the live line to `live`.
+/// Runs `memtrial inspect`: gathers, optionally watches (each sample is handed to
+/// `on_sample`; a progress line to `note`), and returns the inspection.
 pub fn run(
     opts: &Options,
-    out: &mut dyn Write,
     note: &mut dyn FnMut(&str),
-    live: &mut dyn Write,
+    on_sample: &mut dyn FnMut(&Sample),
     stop: &AtomicBool,
 ) -> Result<Inspection, InspectError> {
     let mut ins = gather(opts.pid)?;
@@ -934,16 +865,7 @@ pub fn run(
             crate::units::format_seconds(d.as_secs_f64())
         ));
         let count_arenas = ins.glibc_arenas.is_some();
-        let w = watch(opts.pid, d, opts.interval, count_arenas, stop, &mut |s| {
-            if opts.live {
-                let _ = write!(live, "\r\x1b[2K{}", render::live_line(s));
-                let _ = live.flush();
-            }
-        });
-        if opts.live {
-            let _ = write!(live, "\r\x1b[2K");
-            let _ = live.flush();
-        }
+        let w = watch(opts.pid, d, opts.interval, count_arenas, stop, on_sample);
         if w.end == WatchEnd::ProcessExited {
             ins.complete = false;
             ins.missing.push(format!(
@@ -955,17 +877,5 @@ pub fn run(
         ins.watch = Some(w);
         ins.advice = advice::advise(&ins);
     }
-    let view = if opts.maps {
-        render::View::Maps
-    } else {
-        render::View::Screen
-    };
-    emit(
-        opts.json.as_deref(),
-        || render::render(&ins, view, opts.color),
-        || to_json(&ins),
-        out,
-        note,
-    )?;
     Ok(ins)
 }

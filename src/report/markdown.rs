@@ -4,16 +4,22 @@ use crate::analysis::recommend::{how_to_apply, Recommendation, Verdict};
 use crate::analysis::Analysis;
 use crate::record::Experiment;
 
-/// Escapes what would break a Markdown table cell or inline code.
-fn md(s: &str) -> String {
-    s.replace('|', "\\|").replace('`', "'").replace('\n', " ")
+use super::escape::{markdown_code, markdown_code_block, markdown_text as md, shell_line};
+
+/// `--markdown`: a summary for a pull-request comment.
+pub struct MarkdownExporter;
+
+impl<'a> super::Exporter<super::Report<'a>> for MarkdownExporter {
+    fn serialize(&self, r: &super::Report<'a>) -> Result<Vec<u8>, super::ExportError> {
+        Ok(render(r.experiment, r.analysis, r.recommendation).into_bytes())
+    }
 }
 
 pub fn render(e: &Experiment, a: &Analysis, rec: &Recommendation) -> String {
     let mut out = String::new();
     out.push_str(&format!(
         "### memtrial: `{}`\n\n",
-        md(&shell_words::join(&e.plan.command))
+        markdown_code(&shell_line(&e.plan.command))
     ));
     out.push_str(&format!("**{}**\n\n", md(&rec.headline())));
     if let Verdict::Pick { tradeoffs, .. } = &rec.verdict {
@@ -80,9 +86,9 @@ pub fn render(e: &Experiment, a: &Analysis, rec: &Recommendation) -> String {
     if let Verdict::Pick { variant, .. } = &rec.verdict {
         if let Some(h) = how_to_apply(&e.plan, variant) {
             out.push_str(&format!(
-                "\n\nTo apply `{}` in a Dockerfile:\n\n```dockerfile\n{}```\n",
-                md(variant),
-                h.dockerfile
+                "\n\nTo apply `{}` in a Dockerfile:\n\n{}",
+                markdown_code(variant),
+                markdown_code_block("dockerfile", &h.dockerfile)
             ));
         }
     }
