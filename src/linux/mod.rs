@@ -3,5 +3,6 @@
 pub mod cgroup;
 pub mod elf;
 pub mod host;
+pub mod ldso;
 pub mod maps;
 pub mod proc;
