@@ -393,14 +393,15 @@ fn run_and_present(
         Event::TrialStart { variant, slot, .. } => {
             if let Some(b) = &bar {
                 b.set_message(format!(
-                    "{variant}{} starting",
+                    "{}{} starting",
+                    escape::terminal(variant),
                     if slot.warmup { " (warm-up)" } else { "" }
                 ));
             }
         }
         Event::Sample { slot, live } => {
             if let Some(b) = &bar {
-                let v = &plan.variants[slot.variant].name;
+                let v = escape::terminal(&plan.variants[slot.variant].name);
                 b.set_message(format!(
                     "{v}{} · {} · RSS {}",
                     if slot.warmup { " (warm-up)" } else { "" },
@@ -429,7 +430,8 @@ fn run_and_present(
                 Some(b) => {
                     b.inc(1);
                     if record.status != RunStatus::Ok {
-                        b.println(line);
+                        // The bar prints above itself; the line is escaped as a note is.
+                        b.println(escape::terminal(&line));
                     }
                 }
                 None => ui.note(&line),
