@@ -1,6 +1,5 @@
 //! The command-line edge: turns parsed flags into plans, runs them, prints.
 
-use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -13,14 +12,15 @@ use crate::cli::{
     Cli, ColorChoice, Command, DemoArgs, FragmentArgs, InspectArgs, OutputArgs, ReportArgs,
     RunArgs, WorkloadCommand,
 };
-use memtrial::analysis::recommend::{how_to_apply, recommend, Verdict};
+use memtrial::analysis::recommend::recommend;
 use memtrial::analysis::{analyse, any_failed};
 use memtrial::linux::cgroup;
 use memtrial::linux::host::HostInfo;
 use memtrial::plan::catalog::{CatalogKind, Distro, LibraryLocator, CATALOG};
 use memtrial::plan::{build_plan, read_plan_file, PlanContext, PlanInput};
 use memtrial::record::{Experiment, ExperimentStatus, RunStatus};
-use memtrial::report;
+use memtrial::report::printer::{ColorMode, OutputTarget, Printer};
+use memtrial::report::{self, escape, ExportType, Report};
 use memtrial::runner::{run_experiment, Event, Start};
 use memtrial::store::Store;
 use memtrial::trial::Isolation;
@@ -45,33 +45,18 @@ impl Outcome {
     }
 }
 
-struct Ui {
-    quiet: bool,
-    color: bool,
-    tty: bool,
-}
+/// Everything a user sees goes through the one printer.
+type Ui = Printer;
 
-impl Ui {
-    fn new(cli: &Cli) -> Ui {
-        let stderr_tty = std::io::stderr().is_terminal();
-        let stdout_tty = std::io::stdout().is_terminal();
-        let color = match cli.color {
-            ColorChoice::Always => true,
-            ColorChoice::Never => false,
-            ColorChoice::Auto => stdout_tty && std::env::var_os("NO_COLOR").is_none(),
-        };
-        Ui {
-            quiet: cli.quiet,
-            color,
-            tty: stderr_tty,
-        }
-    }
-
-    fn note(&self, msg: &str) {
-        if !self.quiet {
-            eprintln!("{msg}");
-        }
-    }
+fn printer(cli: &Cli) -> Ui {
+    Printer::stdio(
+        cli.quiet,
+        match cli.color {
+            ColorChoice::Auto => ColorMode::Auto,
+            ColorChoice::Always => ColorMode::Always,
+            ColorChoice::Never => ColorMode::Never,
+        },
+    )
 }
 
 /// A flag set by SIGINT, SIGTERM, SIGHUP and SIGQUIT: memtrial then stops what it runs, cleans
@@ -91,15 +76,15 @@ fn stop_flag() -> Result<Arc<AtomicBool>> {
 }
 
 pub fn dispatch(cli: Cli) -> Result<Outcome> {
-    let ui = Ui::new(&cli);
+    let ui = printer(&cli);
     match &cli.command {
         Command::Run(args) => run_cmd(&cli.db, args, &ui),
         Command::Demo(args) => demo_cmd(&cli.db, args, &ui),
         Command::Variants => variants_cmd(&ui),
-        Command::List => list_cmd(&cli.db),
+        Command::List => list_cmd(&cli.db, &ui),
         Command::Report(args) => report_cmd(&cli.db, args, &ui),
-        Command::Recommend(args) => recommend_cmd(&cli.db, args.id),
-        Command::Workload(WorkloadCommand::Fragment(args)) => fragment_cmd(args),
+        Command::Recommend(args) => recommend_cmd(&cli.db, args.id, &ui),
+        Command::Workload(WorkloadCommand::Fragment(args)) => fragment_cmd(args, &ui),
         Command::Inspect(args) => inspect_cmd(args, &ui),
         Command::Load(args) => load_cmd(args, &ui),
     }
@@ -213,7 +198,7 @@ fn demo_cmd(db: &Path, args: &DemoArgs, ui: &Ui) -> Result<Outcome> {
     let outcome = execute(db, input, &output, ui)?;
     if let Some(p) = &output.html {
         let shown = std::path::absolute(p).unwrap_or_else(|_| p.clone());
-        println!("HTML report with charts: {}", shown.display());
+        ui.note(&format!("HTML report with charts: {}", shown.display()));
     }
     Ok(outcome)
 }
@@ -221,37 +206,37 @@ fn demo_cmd(db: &Path, args: &DemoArgs, ui: &Ui) -> Result<Outcome> {
 /// Checks an output path can be written before hours of runs, not after.
 fn check_output(path: &Option<PathBuf>, flag: &str) -> Result<()> {
     if let Some(p) = path {
-        if p.as_os_str() == "-" {
-            return Ok(());
-        }
-        let parent = p.parent().filter(|d| !d.as_os_str().is_empty());
-        if let Some(d) = parent {
-            if !d.is_dir() {
-                bail!(
-                    "{flag} {}: the directory {} does not exist",
-                    p.display(),
-                    d.display()
-                );
-            }
-        }
+        OutputTarget::from_path(p).check(flag)?;
     }
     Ok(())
 }
 
+/// The report files asked for, with the format of each.
+fn outputs(o: &OutputArgs) -> Vec<(ExportType, OutputTarget)> {
+    [
+        (ExportType::Json, &o.json),
+        (ExportType::Csv, &o.csv),
+        (ExportType::SamplesCsv, &o.samples_csv),
+        (ExportType::Markdown, &o.markdown),
+        (ExportType::Html, &o.html),
+    ]
+    .into_iter()
+    .filter_map(|(t, p)| Some((t, OutputTarget::from_path(p.as_deref()?))))
+    .collect()
+}
+
 fn check_outputs(o: &OutputArgs) -> Result<()> {
-    check_output(&o.json, "--json")?;
-    check_output(&o.csv, "--csv")?;
-    check_output(&o.samples_csv, "--samples-csv")?;
-    check_output(&o.html, "--html")?;
-    check_output(&o.markdown, "--markdown")?;
-    if o.html.as_ref().is_some_and(|p| p.as_os_str() == "-") {
+    let outputs = outputs(o);
+    for (t, target) in &outputs {
+        target.check(t.flag())?;
+    }
+    if outputs
+        .iter()
+        .any(|(t, target)| *t == ExportType::Html && target.is_stdout())
+    {
         bail!("--html -: write the HTML report to a file (it is meant to be opened in a browser)");
     }
-    let stdout_users = [&o.json, &o.csv, &o.samples_csv, &o.markdown]
-        .iter()
-        .filter(|p| p.as_ref().is_some_and(|p| p.as_os_str() == "-"))
-        .count();
-    if stdout_users > 1 {
+    if outputs.iter().filter(|(_, t)| t.is_stdout()).count() > 1 {
         bail!("only one of --json, --csv, --samples-csv and --markdown can write to standard output ('-')");
     }
     Ok(())
@@ -370,7 +355,7 @@ fn run_and_present(
 ) -> Result<Outcome> {
     let stop = stop_flag()?;
 
-    let bar = if ui.tty && !ui.quiet {
+    let bar = if ui.live_progress() {
         let b = ProgressBar::new(0);
         b.set_style(
             ProgressStyle::with_template("{spinner} [{bar:24}] {pos}/{len} {wide_msg}")
@@ -409,14 +394,15 @@ fn run_and_present(
         Event::TrialStart { variant, slot, .. } => {
             if let Some(b) = &bar {
                 b.set_message(format!(
-                    "{variant}{} starting",
+                    "{}{} starting",
+                    escape::terminal(variant),
                     if slot.warmup { " (warm-up)" } else { "" }
                 ));
             }
         }
         Event::Sample { slot, live } => {
             if let Some(b) = &bar {
-                let v = &plan.variants[slot.variant].name;
+                let v = escape::terminal(&plan.variants[slot.variant].name);
                 b.set_message(format!(
                     "{v}{} · {} · RSS {}",
                     if slot.warmup { " (warm-up)" } else { "" },
@@ -445,7 +431,8 @@ fn run_and_present(
                 Some(b) => {
                     b.inc(1);
                     if record.status != RunStatus::Ok {
-                        b.println(line);
+                        // The bar prints above itself; the line is escaped as a note is.
+                        b.println(escape::terminal(&line));
                     }
                 }
                 None => ui.note(&line),
@@ -482,48 +469,69 @@ fn run_and_present(
     Ok(result)
 }
 
+/// The first bytes of a run's standard error: where the loader complains, before the
+/// program runs.
+fn head_of(path: &Path, limit: u64) -> String {
+    use std::io::Read;
+    let mut buf = Vec::new();
+    if let Ok(f) = std::fs::File::open(path) {
+        let _ = f.take(limit).read_to_end(&mut buf);
+    }
+    String::from_utf8_lossy(&buf).into_owned()
+}
+
+/// A preload that is not mapped is explained by the loader's own complaint on the
+/// run's standard error when it made one ("invalid ELF header", "file too short"…),
+/// not by a guess at setuid.
+fn with_loader_complaints(exp: &Experiment) -> Experiment {
+    const GUESS: &str = " (environment reset, setuid, or LD_PRELOAD overridden?)";
+    let mut exp = exp.clone();
+    let preloads: std::collections::HashMap<String, String> = exp
+        .plan
+        .variants
+        .iter()
+        .filter_map(|v| Some((v.name.clone(), v.preload.as_ref()?.display().to_string())))
+        .collect();
+    for r in exp
+        .runs
+        .iter_mut()
+        .filter(|r| r.status == RunStatus::VariantNotEffective)
+    {
+        let Some(pre) = preloads.get(&r.variant) else {
+            continue;
+        };
+        if !r.verification_detail.contains(" is not mapped") {
+            continue;
+        }
+        let Some(c) = memtrial::linux::ldso::refusal_of(&head_of(&r.stderr_path, 64 * 1024), pre)
+        else {
+            continue;
+        };
+        r.verification_detail = match r.verification_detail.split_once(GUESS) {
+            Some((head, tail)) => format!("{head}: the loader refused it: {}{tail}", c.line),
+            None => format!("{}; the loader said: {}", r.verification_detail, c.line),
+        };
+    }
+    exp
+}
+
 /// Prints the table, writes JSON/CSV, shows the output of failed runs.
 fn present(exp: &Experiment, output: &OutputArgs, ui: &Ui) -> Result<Outcome> {
+    let exp = &with_loader_complaints(exp);
     let analysis = analyse(exp);
-    let to_stdout = |p: &Option<PathBuf>| p.as_ref().is_some_and(|p| p.as_os_str() == "-");
-    let table = report::table::render(exp, &analysis, ui.color);
     let rec = recommend(&analysis);
-    let table = format!("{table}\n{}\n", rec.headline());
-    if [
-        &output.json,
-        &output.csv,
-        &output.samples_csv,
-        &output.markdown,
-    ]
-    .iter()
-    .any(|p| to_stdout(p))
-    {
-        if !ui.quiet {
-            eprint!("{table}");
-        }
-    } else {
-        print!("{table}");
-    }
+    let report = Report {
+        experiment: exp,
+        analysis: &analysis,
+        recommendation: &rec,
+    };
+    let outputs = outputs(output);
+    let table = ExportType::Table { color: ui.color() }.serialize(&report)?;
+    let stdout_taken = outputs.iter().any(|(_, t)| t.is_stdout());
+    ui.human(&String::from_utf8_lossy(&table), stdout_taken)?;
     show_failures(exp, ui);
-    if let Some(p) = &output.json {
-        write_output(p, &report::json::render(exp, &analysis), "--json", ui)?;
-    }
-    if let Some(p) = &output.csv {
-        write_output(p, &report::csv::render(exp), "--csv", ui)?;
-    }
-    if let Some(p) = &output.samples_csv {
-        write_output(p, &report::csv::render_samples(exp), "--samples-csv", ui)?;
-    }
-    if let Some(p) = &output.markdown {
-        write_output(
-            p,
-            &report::markdown::render(exp, &analysis, &rec),
-            "--markdown",
-            ui,
-        )?;
-    }
-    if let Some(p) = &output.html {
-        write_output(p, &report::html::render(exp, &analysis, &rec), "--html", ui)?;
+    for (format, target) in &outputs {
+        ui.write_output(target, &format.serialize(&report)?, format.flag())?;
     }
     Ok(if any_failed(exp) {
         Outcome::RunsFailed
@@ -532,24 +540,8 @@ fn present(exp: &Experiment, output: &OutputArgs, ui: &Ui) -> Result<Outcome> {
     })
 }
 
-fn write_output(path: &Path, text: &str, flag: &str, ui: &Ui) -> Result<()> {
-    if path.as_os_str() == "-" {
-        let mut out = std::io::stdout().lock();
-        out.write_all(text.as_bytes())?;
-        out.flush()?;
-        return Ok(());
-    }
-    std::fs::write(path, text)
-        .with_context(|| format!("{flag} {}: cannot write", path.display()))?;
-    ui.note(&format!("wrote {}", path.display()));
-    Ok(())
-}
-
 /// For each variant, the last lines of the first failed run's stderr.
 fn show_failures(exp: &Experiment, ui: &Ui) {
-    if ui.quiet {
-        return;
-    }
     let mut shown = std::collections::HashSet::new();
     for r in exp
         .runs
@@ -559,20 +551,24 @@ fn show_failures(exp: &Experiment, ui: &Ui) {
         if !shown.insert(r.variant.clone()) {
             continue;
         }
-        eprintln!(
+        let mut text = format!(
             "\n{} run failed: {}",
-            r.variant,
-            r.message.as_deref().unwrap_or("failed")
+            escape::terminal(&r.variant),
+            escape::terminal(r.message.as_deref().unwrap_or("failed"))
         );
         let tail = tail_lines(&r.stderr_path, 10);
         if tail.is_empty() {
-            eprintln!("  (no output on stderr: {})", r.stderr_path.display());
+            text.push_str(&format!(
+                "\n  (no output on stderr: {})",
+                r.stderr_path.display()
+            ));
         } else {
-            eprintln!("  last lines of {}:", r.stderr_path.display());
+            text.push_str(&format!("\n  last lines of {}:", r.stderr_path.display()));
             for l in tail {
-                eprintln!("  | {l}");
+                text.push_str(&format!("\n  | {}", escape::terminal(&l)));
             }
         }
+        ui.note(&text);
     }
 }
 
@@ -610,7 +606,8 @@ fn report_cmd(db: &Path, args: &ReportArgs, ui: &Ui) -> Result<Outcome> {
     Ok(Outcome::Ok)
 }
 
-fn recommend_cmd(db: &Path, id: Option<i64>) -> Result<Outcome> {
+fn recommend_cmd(db: &Path, id: Option<i64>, ui: &Ui) -> Result<Outcome> {
+    use memtrial::report::Exporter;
     let store = Store::open_existing(db)?;
     let id = match id {
         Some(id) => id,
@@ -619,67 +616,19 @@ fn recommend_cmd(db: &Path, id: Option<i64>) -> Result<Outcome> {
     let exp = store.load(id)?;
     let analysis = analyse(&exp);
     let rec = recommend(&analysis);
-    println!(
-        "experiment {id}: {}",
-        report::table::shell_line(&exp.plan.command)
-    );
-    println!("\n{}", rec.headline());
-    if let Verdict::Pick {
-        variant, tradeoffs, ..
-    } = &rec.verdict
-    {
-        for t in tradeoffs {
-            println!("  - {t}");
-        }
-        if let Some(h) = how_to_apply(&exp.plan, variant) {
-            println!("\nEnvironment:");
-            for (k, v) in &h.env {
-                println!("  {k}={v}");
-            }
-            println!("\nDockerfile:\n{}", indent(&h.dockerfile));
-            println!("Kubernetes container:\n{}", indent(&h.kubernetes));
-            println!("Check in production:\n{}", indent(&h.check));
-        }
-    }
-    println!(
-        "\nPareto front (peak RSS vs wall time): {}",
-        if rec.pareto_front.is_empty() {
-            "none".to_string()
-        } else {
-            rec.pareto_front.join(", ")
-        }
-    );
-    for x in &rec.excluded {
-        println!("left out: {x}");
-    }
+    let text = report::text::RecommendationExporter.serialize(&Report {
+        experiment: &exp,
+        analysis: &analysis,
+        recommendation: &rec,
+    })?;
+    ui.result(&String::from_utf8_lossy(&text))?;
     Ok(Outcome::Ok)
 }
 
-fn indent(s: &str) -> String {
-    s.lines().map(|l| format!("  {l}\n")).collect()
-}
-
-fn list_cmd(db: &Path) -> Result<Outcome> {
+fn list_cmd(db: &Path, ui: &Ui) -> Result<Outcome> {
     let store = Store::open_existing(db)?;
     let list = store.list()?;
-    if list.is_empty() {
-        println!("no experiments in {}", db.display());
-        return Ok(Outcome::Ok);
-    }
-    let mut t = comfy_table::Table::new();
-    t.load_preset(comfy_table::presets::UTF8_FULL_CONDENSED);
-    t.set_header(["id", "started", "status", "runs", "variants", "command"]);
-    for e in list {
-        t.add_row([
-            e.id.to_string(),
-            e.created_at,
-            e.status.as_str().to_string(),
-            format!("{}/{}", e.runs_done, e.runs_planned),
-            e.variants.join(","),
-            report::table::shell_line(&e.command),
-        ]);
-    }
-    println!("{t}");
+    ui.result(&report::text::experiment_list(db, &list))?;
     Ok(Outcome::Ok)
 }
 
@@ -688,7 +637,7 @@ fn variants_cmd(ui: &Ui) -> Result<Outcome> {
     let distro = Distro::detect();
     let mut t = comfy_table::Table::new();
     t.load_preset(comfy_table::presets::UTF8_FULL_CONDENSED);
-    if !ui.color {
+    if !ui.color() {
         t.force_no_tty();
     }
     t.set_header(["variant", "available", "how", "what"]);
@@ -711,12 +660,11 @@ fn variants_cmd(ui: &Ui) -> Result<Outcome> {
             e.description.to_string(),
         ]);
     }
-    println!("{t}");
-    println!("Custom variants: --variant 'NAME=KEY=VALUE … preload:LIB' (LIB: jemalloc, tcmalloc, mimalloc or a path to a .so).");
+    ui.result(&format!("{t}\nCustom variants: --variant 'NAME=KEY=VALUE … preload:LIB' (LIB: jemalloc, tcmalloc, mimalloc or a path to a .so).\n"))?;
     Ok(Outcome::Ok)
 }
 
-fn fragment_cmd(args: &FragmentArgs) -> Result<Outcome> {
+fn fragment_cmd(args: &FragmentArgs, ui: &Ui) -> Result<Outcome> {
     let mut cfg = FragmentConfig::default();
     if let Some(t) = args.threads {
         if t == 0 {
@@ -784,11 +732,13 @@ fn fragment_cmd(args: &FragmentArgs) -> Result<Outcome> {
         "vm_hwm_bytes": status.as_ref().map(|s| s.vm_hwm),
         "vm_rss_bytes": status.as_ref().map(|s| s.vm_rss),
     });
-    println!("{line}");
+    ui.result(&format!("{line}\n"))?;
     Ok(Outcome::Ok)
 }
 
 fn inspect_cmd(args: &InspectArgs, ui: &Ui) -> Result<Outcome> {
+    use memtrial::inspect::render::{live_line, InspectExport, View};
+    use memtrial::report::Exporter;
     let dur = |flag: &str, s: &str| -> Result<Duration> {
         let d = parse_duration(s).map_err(|e| anyhow::anyhow!("{flag} {s}: {e}"))?;
         if d.is_zero() {
@@ -796,24 +746,32 @@ fn inspect_cmd(args: &InspectArgs, ui: &Ui) -> Result<Outcome> {
         }
         Ok(d)
     };
-    if let Some(p) = &args.json {
-        check_output(&Some(p.clone()), "--json")?;
+    let json = args.json.as_deref().map(OutputTarget::from_path);
+    if let Some(t) = &json {
+        t.check("--json")?;
     }
+    let stdout_taken = json.as_ref().is_some_and(OutputTarget::is_stdout);
+    let text = InspectExport::Text {
+        view: if args.maps { View::Maps } else { View::Screen },
+        color: ui.color(),
+    };
     let stop = stop_flag()?;
     if let Some(n) = args.top {
         if n == 0 {
             bail!("--top 0: give the number of processes to show");
         }
-        let opts = memtrial::inspect::TopOptions {
-            n,
-            by: match args.by {
-                crate::cli::RankByArg::Rss => memtrial::inspect::procs::RankBy::Rss,
-                crate::cli::RankByArg::Pss => memtrial::inspect::procs::RankBy::Pss,
-            },
-            json: args.json.clone(),
-            color: ui.color,
+        let by = match args.by {
+            crate::cli::RankByArg::Rss => memtrial::inspect::procs::RankBy::Rss,
+            crate::cli::RankByArg::Pss => memtrial::inspect::procs::RankBy::Pss,
         };
-        memtrial::inspect::run_top(&opts, &mut std::io::stdout().lock(), &mut |m| ui.note(m))?;
+        let top = memtrial::inspect::run_top(n, by)?;
+        ui.human(
+            &String::from_utf8_lossy(&text.serialize(&top)?),
+            stdout_taken,
+        )?;
+        if let Some(t) = &json {
+            ui.write_output(t, &InspectExport::Json.serialize(&top)?, "--json")?;
+        }
         return Ok(Outcome::Ok);
     }
     let Some(pid) = args.pid else {
@@ -821,25 +779,30 @@ fn inspect_cmd(args: &InspectArgs, ui: &Ui) -> Result<Outcome> {
     };
     let opts = memtrial::inspect::Options {
         pid,
-        json: args.json.clone(),
         watch: args
             .watch
             .as_deref()
             .map(|w| dur("--watch", w))
             .transpose()?,
         interval: dur("--interval", &args.interval)?,
-        maps: args.maps,
         tree: args.tree,
-        live: ui.tty && !ui.quiet,
-        color: ui.color,
     };
-    memtrial::inspect::run(
+    let ins = memtrial::inspect::run(
         &opts,
-        &mut std::io::stdout().lock(),
         &mut |m| ui.note(m),
-        &mut std::io::stderr(),
+        &mut |s| ui.live(Some(&live_line(s))),
         &stop,
     )?;
+    if opts.watch.is_some() {
+        ui.live(None);
+    }
+    ui.human(
+        &String::from_utf8_lossy(&text.serialize(&ins)?),
+        stdout_taken,
+    )?;
+    if let Some(t) = &json {
+        ui.write_output(t, &InspectExport::Json.serialize(&ins)?, "--json")?;
+    }
     Ok(Outcome::Ok)
 }
 
@@ -963,13 +926,9 @@ fn load_cmd(args: &crate::cli::LoadArgs, ui: &Ui) -> Result<Outcome> {
     let t0 = std::time::Instant::now();
     let result = memtrial::load::run(&spec, t0, &stop)?;
     let text = memtrial::load::summary::render(&header, &result);
-    let json_to_stdout = args.json.as_deref().is_some_and(|p| p.as_os_str() == "-");
-    if !json_to_stdout {
-        print!("{text}");
-    } else {
-        eprint!("{text}");
-    }
-    if let Some(p) = &args.json {
+    let json = args.json.as_deref().map(OutputTarget::from_path);
+    ui.human(&text, json.as_ref().is_some_and(OutputTarget::is_stdout))?;
+    if let Some(target) = &json {
         let doc = serde_json::json!({
             "url": args.url,
             "threads": spec.threads,
@@ -979,9 +938,9 @@ fn load_cmd(args: &crate::cli::LoadArgs, ui: &Ui) -> Result<Outcome> {
             "timeout_seconds": spec.timeout.as_secs_f64(),
             "result": result,
         });
-        let mut s = serde_json::to_string_pretty(&doc)?;
-        s.push('\n');
-        write_output(p, &s, "--json", ui)?;
+        let mut s = serde_json::to_vec_pretty(&doc)?;
+        s.push(b'\n');
+        ui.write_output(target, &s, "--json")?;
     }
     if stop.load(Ordering::Relaxed) {
         return Ok(Outcome::Interrupted);

@@ -26,7 +26,10 @@ fn main() -> ExitCode {
     match app::dispatch(cli) {
         Ok(outcome) => ExitCode::from(outcome.code()),
         Err(e) => {
-            eprintln!("memtrial: error: {e:#}");
+            // The error edge: control and bidirectional characters from the input
+            // (a command, a path) are shown escaped, never acted on by the terminal.
+            let text = memtrial::report::escape::terminal_lines(&format!("{e:#}"));
+            eprintln!("memtrial: error: {text}");
             ExitCode::from(2)
         }
     }

@@ -316,6 +316,7 @@ fn package_for(lib: &str) -> Option<&'static str> {
 }
 
 pub fn how_to_apply(plan: &Plan, variant: &str) -> Option<HowToApply> {
+    use crate::report::escape;
     let v = plan.variant(variant)?;
     let mut env: Vec<(String, String)> = v.env.clone();
     if let Some(p) = &v.preload {
@@ -332,14 +333,26 @@ pub fn how_to_apply(plan: &Plan, variant: &str) -> Option<HowToApply> {
         ));
     }
     for (k, val) in &env {
-        docker.push_str(&format!("ENV {k}={}\n", docker_quote(val)));
+        match (escape::dockerfile_value(k), escape::dockerfile_value(val)) {
+            (Ok(key), Ok(value)) if key == *k => {
+                docker.push_str(&format!("ENV {key}={value}\n"));
+            }
+            _ => docker.push_str(&format!(
+                "# {}: its name or value holds a line break or another control character, which a Dockerfile ENV cannot carry; set it when the container starts\n",
+                escape::terminal(k)
+            )),
+        }
     }
     if env.is_empty() {
         docker.push_str("# nothing to change: this is the default environment\n");
     }
     let mut k8s = String::from("env:\n");
     for (k, val) in &env {
-        k8s.push_str(&format!("  - name: {k}\n    value: {}\n", yaml_quote(val)));
+        k8s.push_str(&format!(
+            "  - name: {}\n    value: {}\n",
+            escape::yaml_name(k),
+            escape::yaml_string(val)
+        ));
     }
     if env.is_empty() {
         k8s = "# nothing to change: this is the default environment\n".into();
@@ -350,11 +363,17 @@ pub fn how_to_apply(plan: &Plan, variant: &str) -> Option<HowToApply> {
                 .file_name()
                 .map(|f| f.to_string_lossy().into_owned())
                 .unwrap_or_default();
-            format!("grep -c {file} /proc/$(pidof -s YOUR_PROGRAM)/maps   # > 0: the allocator is loaded")
+            format!(
+                "grep -c {} /proc/$(pidof -s YOUR_PROGRAM)/maps   # > 0: the allocator is loaded",
+                escape::shell_word(&file)
+            )
         }
         None if !env.is_empty() => {
             let (k, val) = &env[0];
-            format!("tr '\\0' '\\n' < /proc/$(pidof -s YOUR_PROGRAM)/environ | grep '^{k}={val}$'")
+            format!(
+                "tr '\\0' '\\n' < /proc/$(pidof -s YOUR_PROGRAM)/environ | grep -Fx -- {}",
+                escape::shell_word(&format!("{k}={val}"))
+            )
         }
         None => "nothing to check".into(),
     };
@@ -364,20 +383,6 @@ pub fn how_to_apply(plan: &Plan, variant: &str) -> Option<HowToApply> {
         kubernetes: k8s,
         check,
     })
-}
-
-fn docker_quote(v: &str) -> String {
-    if v.chars()
-        .all(|c| c.is_ascii_alphanumeric() || "/._-:,=".contains(c))
-    {
-        v.to_string()
-    } else {
-        format!("\"{}\"", v.replace('\\', "\\\\").replace('"', "\\\""))
-    }
-}
-
-fn yaml_quote(v: &str) -> String {
-    format!("\"{}\"", v.replace('\\', "\\\\").replace('"', "\\\""))
 }
 
 #[cfg(test)]

@@ -22,7 +22,7 @@ pub mod glibc;
 pub mod procs;
 pub mod render;
 
-use std::io::{self, Write};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -50,10 +50,10 @@ pub enum InspectError {
     NotFound { pid: i32 },
     #[error("process {pid} ({comm}) is a zombie: it has exited and its parent (PID {ppid}) has not reaped it; there is no memory left to inspect")]
     Zombie { pid: i32, comm: String, ppid: i32 },
+    #[error("PID {pid} ({comm}) is a kernel thread: it has no user memory, no executable and no allocator to inspect")]
+    KernelThread { pid: i32, comm: String },
     #[error(transparent)]
     Proc(ProcError),
-    #[error("cannot write {what}: {source}")]
-    Write { what: String, source: io::Error },
 }
 
 impl From<ProcError> for InspectError {
@@ -279,15 +279,34 @@ impl Partial {
                 ));
                 None
             }
+            Err(ProcError::PermissionDenied { .. }) => {
+                // What to do about it is said once, in the access hint.
+                self.denied.push(what.to_string());
+                self.missing.push(format!("{what}: permission denied"));
+                None
+            }
             Err(e) => {
-                if matches!(e, ProcError::PermissionDenied { .. }) {
-                    self.denied.push(what.to_string());
-                }
                 self.missing.push(format!("{what}: {e}"));
                 None
             }
         }
     }
+}
+
+/// `PF_KTHREAD` in the flags of `/proc/PID/stat`.
+const PF_KTHREAD: u64 = 0x0020_0000;
+
+/// Whether the process is a kernel thread: `Kthread: 1` in its status (kernel 6.8+),
+/// else `PF_KTHREAD` in the flags of its stat (field 9).
+fn is_kernel_thread(stat_text: &str, status_text: &str) -> bool {
+    if let Some(v) = status_text.lines().find_map(|l| l.strip_prefix("Kthread:")) {
+        return v.trim() == "1";
+    }
+    stat_text
+        .rfind(')')
+        .and_then(|close| stat_text[close + 1..].split_ascii_whitespace().nth(6))
+        .and_then(|f| f.parse::<u64>().ok())
+        .is_some_and(|flags| flags & PF_KTHREAD != 0)
 }
 
 /// memtrial's effective UID.
@@ -304,31 +323,63 @@ fn owner_uid(status_text: &str) -> Option<u32> {
         .and_then(|v| v.split_whitespace().next()?.parse().ok())
 }
 
+/// Whether memtrial holds `CAP_SYS_PTRACE` (bit 19 of `CapEff` in its status).
+fn has_ptrace_capability() -> Option<bool> {
+    let text = std::fs::read_to_string("/proc/self/status").ok()?;
+    let hex = text.lines().find_map(|l| l.strip_prefix("CapEff:"))?.trim();
+    let caps = u64::from_str_radix(hex, 16).ok()?;
+    // CAP_SYS_PTRACE is capability 19 (linux/capability.h).
+    Some(caps & (1 << 19) != 0)
+}
+
 /// What to do when files of `pid` are refused.
 pub fn access_hint(pid: i32, our: u32, owner: Option<u32>) -> String {
     let yama = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope")
         .ok()
         .and_then(|t| t.trim().parse::<u32>().ok());
+    access_hint_for(pid, our, owner, has_ptrace_capability(), yama)
+}
+
+/// [`access_hint`] from what it depends on: memtrial's UID, the owner's, whether
+/// memtrial holds `CAP_SYS_PTRACE`, and Yama's `ptrace_scope`.
+pub fn access_hint_for(
+    pid: i32,
+    our: u32,
+    owner: Option<u32>,
+    ptrace_cap: Option<bool>,
+    yama: Option<u32>,
+) -> String {
+    const NEED: &str = "smaps, smaps_rollup, environ, exe and mem need ptrace-read access to the process (PTRACE_MODE_READ)";
+    let yama_note = match yama {
+        Some(n) if n >= 1 => format!(
+            "; kernel.yama.ptrace_scope={n} also restricts ptrace-read access{}",
+            match n {
+                1 => " to ancestors (or CAP_SYS_PTRACE)",
+                2 => " to CAP_SYS_PTRACE",
+                _ => " entirely (scope 3: not even root may attach)",
+            }
+        ),
+        _ => String::new(),
+    };
+    if our == 0 {
+        // Root was refused: telling root to run as root helps nobody.
+        let why = match ptrace_cap {
+            Some(false) => "memtrial runs as root but without CAP_SYS_PTRACE (containers drop it; grant it, e.g. `docker run --cap-add SYS_PTRACE`)".to_string(),
+            _ => format!(
+                "memtrial already runs as root{}, so the refusal comes from a security policy around it — a sandbox memtrial runs in (Landlock, a container), Yama, AppArmor or SELinux{}: run memtrial outside that sandbox, or in the same one as the process",
+                if ptrace_cap == Some(true) { " with CAP_SYS_PTRACE" } else { "" },
+                if pid == 1 { "; PID 1 (the init of the machine, VM or container) is often outside a sandbox's reach" } else { "" }
+            ),
+        };
+        return format!("{NEED}: {why}{yama_note}");
+    }
     let who = match owner {
         Some(o) if o != our => format!(
             "PID {pid} belongs to UID {o} and memtrial runs as UID {our}: run memtrial as UID {o} or as root"
         ),
         _ => "run memtrial as root".to_string(),
     };
-    let yama = match yama {
-        Some(n) if n >= 1 => format!(
-            "; kernel.yama.ptrace_scope={n} also restricts ptrace-read access{}",
-            if n >= 2 {
-                " to CAP_SYS_PTRACE"
-            } else {
-                " to ancestors (or CAP_SYS_PTRACE)"
-            }
-        ),
-        _ => String::new(),
-    };
-    format!(
-        "smaps, smaps_rollup, environ, exe and mem need ptrace-read access to the process (PTRACE_MODE_READ): {who} (or grant CAP_SYS_PTRACE){yama}"
-    )
+    format!("{NEED}: {who} (or grant CAP_SYS_PTRACE){yama_note}")
 }
 
 const SETTINGS_PREFIXES: [&str; 12] = [
@@ -360,6 +411,15 @@ pub fn gather(pid: i32) -> Result<Inspection, InspectError> {
             pid,
             comm: stat.comm,
             ppid: stat.ppid,
+        });
+    }
+    let stat_text = proc::read_proc_file(pid, "stat")
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default();
+    if is_kernel_thread(&stat_text, &status_text) {
+        return Err(InspectError::KernelThread {
+            pid,
+            comm: stat.comm,
         });
     }
     let mut p = Partial {
@@ -825,95 +885,28 @@ pub fn watch(
     }
 }
 
-/// How `memtrial inspect` was asked to run.
+/// How `memtrial inspect` was asked to run. What it shows and where is the caller's
+/// ([`render::InspectExport`] and the printer); this is what to gather.
 #[derive(Debug, Clone)]
 pub struct Options {
     pub pid: i32,
-    /// Write JSON here (`-` for `out`, replacing the text).
-    pub json: Option<PathBuf>,
     pub watch: Option<Duration>,
     pub interval: Duration,
-    /// Show the pmap-like breakdown by kind instead of the one screen.
-    pub maps: bool,
     /// Sum over the process and its descendants.
     pub tree: bool,
-    /// Draw a live line (`\r`-rewritten) per watch sample: standard error is a terminal.
-    pub live: bool,
-    pub color: bool,
 }
 
-/// How `memtrial inspect --top` was asked to run.
-#[derive(Debug, Clone)]
-pub struct TopOptions {
-    pub n: usize,
-    pub by: procs::RankBy,
-    pub json: Option<PathBuf>,
-    pub color: bool,
+/// Runs `memtrial inspect --top N`: the processes holding the most memory.
+pub fn run_top(n: usize, by: procs::RankBy) -> Result<procs::Top, InspectError> {
+    procs::top(n, by)
 }
 
-fn write_err(what: &str) -> impl FnOnce(io::Error) -> InspectError {
-    let what = what.to_string();
-    move |source| InspectError::Write { what, source }
-}
-
-fn to_json<T: Serialize>(v: &T) -> String {
-    let mut s =
-        serde_json::to_string_pretty(v).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
-    s.push('\n');
-    s
-}
-
-/// Writes `text`, and the JSON where asked (`-`: the JSON replaces the text on `out`).
-fn emit(
-    json: Option<&Path>,
-    text: impl FnOnce() -> String,
-    json_text: impl FnOnce() -> String,
-    out: &mut dyn Write,
-    note: &mut dyn FnMut(&str),
-) -> Result<(), InspectError> {
-    match json {
-        Some(p) if p.as_os_str() == "-" => {
-            out.write_all(json_text().as_bytes())
-                .map_err(write_err("standard output"))?;
-        }
-        Some(p) => {
-            out.write_all(text().as_bytes())
-                .map_err(write_err("standard output"))?;
-            std::fs::write(p, json_text()).map_err(write_err(&p.display().to_string()))?;
-            note(&format!("wrote {}", p.display()));
-        }
-        None => {
-            out.write_all(text().as_bytes())
-                .map_err(write_err("standard output"))?;
-        }
-    }
-    out.flush().map_err(write_err("standard output"))
-}
-
-/// Runs `memtrial inspect --top N`.
-pub fn run_top(
-    opts: &TopOptions,
-    out: &mut dyn Write,
-    note: &mut dyn FnMut(&str),
-) -> Result<procs::Top, InspectError> {
-    let t = procs::top(opts.n, opts.by)?;
-    emit(
-        opts.json.as_deref(),
-        || render::render_top(&t, opts.color),
-        || to_json(&t),
-        out,
-        note,
-    )?;
-    Ok(t)
-}
-
-/// Runs `memtrial inspect`: gathers, optionally watches, writes text and/or JSON to
-/// `out` (or the JSON file); progress lines go to `note`, the live line to `live`.
+/// Runs `memtrial inspect`: gathers, optionally watches (each sample is handed to
+/// `on_sample`; a progress line to `note`), and returns the inspection.
 pub fn run(
     opts: &Options,
-    out: &mut dyn Write,
     note: &mut dyn FnMut(&str),
-    live: &mut dyn Write,
+    on_sample: &mut dyn FnMut(&Sample),
     stop: &AtomicBool,
 ) -> Result<Inspection, InspectError> {
     let mut ins = gather(opts.pid)?;
@@ -934,16 +927,7 @@ pub fn run(
             crate::units::format_seconds(d.as_secs_f64())
         ));
         let count_arenas = ins.glibc_arenas.is_some();
-        let w = watch(opts.pid, d, opts.interval, count_arenas, stop, &mut |s| {
-            if opts.live {
-                let _ = write!(live, "\r\x1b[2K{}", render::live_line(s));
-                let _ = live.flush();
-            }
-        });
-        if opts.live {
-            let _ = write!(live, "\r\x1b[2K");
-            let _ = live.flush();
-        }
+        let w = watch(opts.pid, d, opts.interval, count_arenas, stop, on_sample);
         if w.end == WatchEnd::ProcessExited {
             ins.complete = false;
             ins.missing.push(format!(
@@ -955,17 +939,39 @@ pub fn run(
         ins.watch = Some(w);
         ins.advice = advice::advise(&ins);
     }
-    let view = if opts.maps {
-        render::View::Maps
-    } else {
-        render::View::Screen
-    };
-    emit(
-        opts.json.as_deref(),
-        || render::render(&ins, view, opts.color),
-        || to_json(&ins),
-        out,
-        note,
-    )?;
     Ok(ins)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inspect_kernel_thread_is_named_not_exited() {
+        // Captured on kernel 6.18: kthreadd (PID 2), and a user process.
+        let kthreadd = "2 (kthreadd) S 0 0 0 0 -1 2129984 0 0 0 0 0 0 0 0 20 0 1 0 3 0 0 18446744073709551615 0 0 0 0 0 0 0 2147483647 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0";
+        let user = "4242 (sleep) S 1 4242 4242 0 -1 4194304 97 0 0 0 0 0 0 0 20 0 1 0 300 5578752 224 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0";
+        assert!(is_kernel_thread(kthreadd, "Name:\tkthreadd\n"));
+        assert!(!is_kernel_thread(user, "Name:\tsleep\n"));
+        assert!(is_kernel_thread(user, "Name:\tx\nKthread:\t1\n"));
+        assert!(!is_kernel_thread(kthreadd, "Name:\tx\nKthread:\t0\n"));
+        assert!(!is_kernel_thread("", ""));
+    }
+
+    #[test]
+    fn inspect_as_root_is_not_told_to_run_as_root() {
+        for cap in [Some(true), Some(false), None] {
+            let h = access_hint_for(1, 0, Some(0), cap, None);
+            assert!(!h.contains("run memtrial as root"), "{h}");
+            assert!(!h.contains("or as root"), "{h}");
+        }
+        let h = access_hint_for(1, 0, Some(0), Some(false), None);
+        assert!(h.contains("without CAP_SYS_PTRACE"), "{h}");
+        let h = access_hint_for(1, 0, Some(0), Some(true), Some(3));
+        assert!(h.contains("security policy") && h.contains("PID 1"), "{h}");
+        assert!(h.contains("scope 3"), "{h}");
+        // Another user is still told whose rights are needed.
+        let h = access_hint_for(7, 1000, Some(0), Some(false), None);
+        assert!(h.contains("run memtrial as UID 0 or as root"), "{h}");
+    }
 }

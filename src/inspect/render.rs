@@ -5,6 +5,7 @@ use std::fmt::Write;
 use super::arenas::{LimitSource, Method};
 use super::procs::{RankBy, Top};
 use super::{Inspection, Sample, WatchEnd};
+use crate::report::{ExportError, Exporter};
 use crate::units::{format_bytes, format_seconds};
 
 fn b(x: u64) -> String {
@@ -36,6 +37,37 @@ pub enum View {
     Screen,
     /// The pmap-like breakdown by kind, with totals checked against the kernel's.
     Maps,
+}
+
+/// The formats of `memtrial inspect`: one renderer interface with the reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InspectExport {
+    Text { view: View, color: bool },
+    Json,
+}
+
+fn json_bytes<T: serde::Serialize + ?Sized>(v: &T) -> Result<Vec<u8>, ExportError> {
+    let mut b = serde_json::to_vec_pretty(v)?;
+    b.push(b'\n');
+    Ok(b)
+}
+
+impl Exporter<Inspection> for InspectExport {
+    fn serialize(&self, ins: &Inspection) -> Result<Vec<u8>, ExportError> {
+        match *self {
+            InspectExport::Text { view, color } => Ok(render(ins, view, color).into_bytes()),
+            InspectExport::Json => json_bytes(ins),
+        }
+    }
+}
+
+impl Exporter<Top> for InspectExport {
+    fn serialize(&self, t: &Top) -> Result<Vec<u8>, ExportError> {
+        match *self {
+            InspectExport::Text { color, .. } => Ok(render_top(t, color).into_bytes()),
+            InspectExport::Json => json_bytes(t),
+        }
+    }
 }
 
 /// The live line of a watch sample.

@@ -4,5 +4,6 @@ pub mod allocator;
 pub mod cgroup;
 pub mod elf;
 pub mod host;
+pub mod ldso;
 pub mod maps;
 pub mod proc;

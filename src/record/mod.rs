@@ -234,11 +234,13 @@ impl ExperimentStatus {
             ExperimentStatus::Interrupted => "interrupted",
         }
     }
-    pub fn parse(s: &str) -> Self {
+    /// The status named `s`; `None` for a name this build does not know.
+    pub fn parse(s: &str) -> Option<Self> {
         match s {
-            "complete" => ExperimentStatus::Complete,
-            "interrupted" => ExperimentStatus::Interrupted,
-            _ => ExperimentStatus::Running,
+            "running" => Some(ExperimentStatus::Running),
+            "complete" => Some(ExperimentStatus::Complete),
+            "interrupted" => Some(ExperimentStatus::Interrupted),
+            _ => None,
         }
     }
 }

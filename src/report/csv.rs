@@ -1,5 +1,6 @@
 //! CSV: one row per run with every scalar figure.
 
+use super::{ExportError, Exporter, Report};
 use crate::record::Experiment;
 
 /// The column names, in order.
@@ -32,13 +33,41 @@ pub const COLUMNS: [&str; 26] = [
     "stderr_path",
 ];
 
+/// `--csv`: one row per run.
+pub struct CsvExporter;
+
+impl<'a> Exporter<Report<'a>> for CsvExporter {
+    fn serialize(&self, r: &Report<'a>) -> Result<Vec<u8>, ExportError> {
+        Ok(runs_csv(r.experiment)?)
+    }
+}
+
+/// `--samples-csv`: one row per memory sample.
+pub struct SamplesCsvExporter;
+
+impl<'a> Exporter<Report<'a>> for SamplesCsvExporter {
+    fn serialize(&self, r: &Report<'a>) -> Result<Vec<u8>, ExportError> {
+        Ok(samples_csv(r.experiment)?)
+    }
+}
+
+fn finish(w: csv::Writer<Vec<u8>>) -> Result<Vec<u8>, csv::Error> {
+    w.into_inner().map_err(|e| csv::Error::from(e.into_error()))
+}
+
 /// Renders the runs of an experiment as CSV.
 pub fn render(e: &Experiment) -> String {
+    runs_csv(e)
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default()
+}
+
+fn runs_csv(e: &Experiment) -> Result<Vec<u8>, csv::Error> {
     let mut w = csv::Writer::from_writer(Vec::new());
     let opt = |v: Option<String>| v.unwrap_or_default();
-    let _ = w.write_record(COLUMNS);
+    w.write_record(COLUMNS)?;
     for r in &e.runs {
-        let _ = w.write_record([
+        w.write_record([
             e.id.to_string(),
             r.variant.clone(),
             r.block.to_string(),
@@ -65,16 +94,21 @@ pub fn render(e: &Experiment) -> String {
             r.samples.len().to_string(),
             opt(r.message.clone()),
             r.stderr_path.display().to_string(),
-        ]);
+        ])?;
     }
-    let bytes = w.into_inner().unwrap_or_default();
-    String::from_utf8_lossy(&bytes).into_owned()
+    finish(w)
 }
 
 /// Every sample of every run, one row each.
 pub fn render_samples(e: &Experiment) -> String {
+    samples_csv(e)
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default()
+}
+
+fn samples_csv(e: &Experiment) -> Result<Vec<u8>, csv::Error> {
     let mut w = csv::Writer::from_writer(Vec::new());
-    let _ = w.write_record([
+    w.write_record([
         "experiment_id",
         "run",
         "variant",
@@ -85,11 +119,11 @@ pub fn render_samples(e: &Experiment) -> String {
         "pss_bytes",
         "threads",
         "processes",
-    ]);
+    ])?;
     for (i, r) in e.runs.iter().enumerate() {
         let run = e.seqs.get(i).copied().unwrap_or(i as u32).to_string();
         for s in &r.samples {
-            let _ = w.write_record([
+            w.write_record([
                 e.id.to_string(),
                 run.clone(),
                 r.variant.clone(),
@@ -100,9 +134,8 @@ pub fn render_samples(e: &Experiment) -> String {
                 s.pss_bytes.map(|v| v.to_string()).unwrap_or_default(),
                 s.threads.to_string(),
                 s.processes.to_string(),
-            ]);
+            ])?;
         }
     }
-    let bytes = w.into_inner().unwrap_or_default();
-    String::from_utf8_lossy(&bytes).into_owned()
+    finish(w)
 }

@@ -80,6 +80,15 @@ fn verdict_block(rec: &Recommendation, speed: Figure) -> Markup {
     }
 }
 
+/// `--html`: the self-contained report with charts.
+pub struct HtmlExporter;
+
+impl<'a> super::Exporter<super::Report<'a>> for HtmlExporter {
+    fn serialize(&self, r: &super::Report<'a>) -> Result<Vec<u8>, super::ExportError> {
+        Ok(render(r.experiment, r.analysis, r.recommendation).into_bytes())
+    }
+}
+
 /// Renders the report. `recommendation` comes from [`crate::analysis::recommend::recommend`].
 pub fn render(e: &Experiment, a: &Analysis, rec: &Recommendation) -> String {
     let rss_chart = charts::memory_over_time(e, a, Series::Rss);

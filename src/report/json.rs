@@ -188,8 +188,26 @@ fn summary(s: &VariantSummary) -> SummaryJson<'_> {
     }
 }
 
+/// `--json`: the versioned record.
+pub struct JsonExporter;
+
+impl<'a> super::Exporter<super::Report<'a>> for JsonExporter {
+    fn serialize(&self, r: &super::Report<'a>) -> Result<Vec<u8>, super::ExportError> {
+        let mut b = serde_json::to_vec_pretty(&doc(r.experiment, r.analysis))?;
+        b.push(b'\n');
+        Ok(b)
+    }
+}
+
 /// Renders the experiment as pretty JSON.
 pub fn render(e: &Experiment, a: &Analysis) -> String {
+    let mut s = serde_json::to_string_pretty(&doc(e, a))
+        .unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"));
+    s.push('\n');
+    s
+}
+
+fn doc<'a>(e: &'a Experiment, a: &'a Analysis) -> Doc<'a> {
     let variants = e
         .plan
         .variants
@@ -216,7 +234,7 @@ pub fn render(e: &Experiment, a: &Analysis) -> String {
             })
         })
         .collect();
-    let doc = Doc {
+    Doc {
         schema_version: JSON_SCHEMA_VERSION,
         generator: format!("memtrial {}", env!("CARGO_PKG_VERSION")),
         experiment: ExperimentJson {
@@ -238,9 +256,5 @@ pub fn render(e: &Experiment, a: &Analysis) -> String {
         variants,
         recommendation: crate::analysis::recommend::recommend(a),
         notes: &e.notes,
-    };
-    let mut s =
-        serde_json::to_string_pretty(&doc).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"));
-    s.push('\n');
-    s
+    }
 }

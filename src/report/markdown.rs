@@ -4,16 +4,22 @@ use crate::analysis::recommend::{how_to_apply, Recommendation, Verdict};
 use crate::analysis::Analysis;
 use crate::record::Experiment;
 
-/// Escapes what would break a Markdown table cell or inline code.
-fn md(s: &str) -> String {
-    s.replace('|', "\\|").replace('`', "'").replace('\n', " ")
+use super::escape::{markdown_code, markdown_code_block, markdown_text as md, shell_line};
+
+/// `--markdown`: a summary for a pull-request comment.
+pub struct MarkdownExporter;
+
+impl<'a> super::Exporter<super::Report<'a>> for MarkdownExporter {
+    fn serialize(&self, r: &super::Report<'a>) -> Result<Vec<u8>, super::ExportError> {
+        Ok(render(r.experiment, r.analysis, r.recommendation).into_bytes())
+    }
 }
 
 pub fn render(e: &Experiment, a: &Analysis, rec: &Recommendation) -> String {
     let mut out = String::new();
     out.push_str(&format!(
         "### memtrial: `{}`\n\n",
-        md(&shell_words::join(&e.plan.command))
+        markdown_code(&shell_line(&e.plan.command))
     ));
     out.push_str(&format!("**{}**\n\n", md(&rec.headline())));
     if let Verdict::Pick { tradeoffs, .. } = &rec.verdict {
@@ -80,9 +86,9 @@ pub fn render(e: &Experiment, a: &Analysis, rec: &Recommendation) -> String {
     if let Verdict::Pick { variant, .. } = &rec.verdict {
         if let Some(h) = how_to_apply(&e.plan, variant) {
             out.push_str(&format!(
-                "\n\nTo apply `{}` in a Dockerfile:\n\n```dockerfile\n{}```\n",
-                md(variant),
-                h.dockerfile
+                "\n\nTo apply `{}` in a Dockerfile:\n\n{}",
+                markdown_code(variant),
+                markdown_code_block("dockerfile", &h.dockerfile)
             ));
         }
     }
@@ -95,4 +101,86 @@ pub fn render(e: &Experiment, a: &Analysis, rec: &Recommendation) -> String {
         md(&e.host.glibc)
     ));
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::analyse;
+    use crate::analysis::recommend::recommend;
+    use crate::record::RunStatus;
+    use crate::report::fixture;
+
+    fn markdown(e: &Experiment) -> String {
+        let a = analyse(e);
+        render(e, &a, &recommend(&a))
+    }
+
+    #[test]
+    fn markdown_warning_cannot_inject_html() {
+        let mut e = fixture::experiment();
+        let run = e
+            .runs
+            .iter_mut()
+            .find(|r| r.status == RunStatus::Failed)
+            .expect("the fixture has a failed run");
+        run.message = Some(
+            "<img src=x onerror=alert(1)> [login](http://evil.example) ![i](http://evil.example/p.png)\n# Heading"
+                .into(),
+        );
+        let md = markdown(&e);
+        let warning = md.lines().find(|l| l.starts_with("⚠ ")).unwrap();
+        assert!(!md.contains("<img"), "{warning}");
+        assert!(
+            warning.contains("&lt;img src=x onerror=alert(1)&gt;"),
+            "{warning}"
+        );
+        assert!(
+            !warning.replace("\\](", "").contains("]("),
+            "no link survives: {warning}"
+        );
+        assert!(!md.contains("\n# Heading"), "the message stays on its line");
+    }
+
+    #[test]
+    fn dockerfile_env_value_with_newline_stays_in_block() {
+        let mut e = fixture::experiment();
+        let v = e
+            .plan
+            .variants
+            .iter_mut()
+            .find(|v| v.name == "jemalloc")
+            .unwrap();
+        v.env.push((
+            "MALLOC_CONF".into(),
+            "x\n```\n<script>alert(1)</script>".into(),
+        ));
+        v.env.push(("OTHER".into(), "a ``` b $HOME".into()));
+        let md = markdown(&e);
+        let start = md.find("dockerfile\n").expect("a Dockerfile block");
+        let fence_len = md[..start].chars().rev().take_while(|c| *c == '`').count();
+        assert!(
+            fence_len > 3,
+            "the fence outgrows the value's backticks: {md}"
+        );
+        let fence = "`".repeat(fence_len);
+        let body_end = md[start..].find(&format!("\n{fence}\n")).unwrap() + start;
+        let body = &md[start + "dockerfile\n".len()..body_end];
+        assert!(
+            !md[body_end..].contains("<script>"),
+            "nothing after the block: {md}"
+        );
+        assert!(
+            !body.contains("<script>"),
+            "the value with a newline is not written: {body}"
+        );
+        assert!(body.contains("# MALLOC_CONF: "), "{body}");
+        assert!(body.contains("ENV OTHER=\"a ``` b \\$HOME\""), "{body}");
+        for line in body.lines() {
+            assert!(
+                line.starts_with("RUN ") || line.starts_with("ENV ") || line.starts_with("# "),
+                "every line is an instruction or a comment: {line:?}"
+            );
+        }
+    }
 }

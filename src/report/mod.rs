@@ -1,14 +1,95 @@
-//! Pure renderers from analysis results to bytes.
+//! Pure renderers from analysis results to bytes, behind one interface ([`Exporter`])
+//! chosen by one enum ([`ExportType`]); the one [`printer`] through which everything a
+//! user sees goes; and [`escape`], the quoting of untrusted text for each target.
 
 pub mod charts;
 pub mod csv;
+pub mod escape;
 pub mod html;
 pub mod json;
 pub mod markdown;
+pub mod printer;
 pub mod table;
+pub mod text;
 
+use crate::analysis::recommend::Recommendation;
 use crate::analysis::{Analysis, Figure};
+use crate::record::Experiment;
 use crate::units::{format_bytes, format_seconds};
+
+/// Failures of a renderer.
+#[derive(Debug, thiserror::Error)]
+pub enum ExportError {
+    #[error("cannot write CSV: {0}")]
+    Csv(#[from] ::csv::Error),
+    #[error("cannot write JSON: {0}")]
+    Json(#[from] serde_json::Error),
+}
+
+/// A renderer: what it is given in, bytes out. Every report format implements it.
+pub trait Exporter<In: ?Sized> {
+    fn serialize(&self, input: &In) -> Result<Vec<u8>, ExportError>;
+}
+
+/// What a report of an experiment is made from.
+pub struct Report<'a> {
+    pub experiment: &'a Experiment,
+    pub analysis: &'a Analysis,
+    pub recommendation: &'a Recommendation,
+}
+
+/// Every format an experiment can be reported in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExportType {
+    /// The terminal table with the recommendation's headline under it.
+    Table {
+        color: bool,
+    },
+    Json,
+    Csv,
+    SamplesCsv,
+    Markdown,
+    Html,
+}
+
+impl ExportType {
+    /// The flag that asks for this format in a file.
+    pub fn flag(self) -> &'static str {
+        match self {
+            ExportType::Table { .. } => "table",
+            ExportType::Json => "--json",
+            ExportType::Csv => "--csv",
+            ExportType::SamplesCsv => "--samples-csv",
+            ExportType::Markdown => "--markdown",
+            ExportType::Html => "--html",
+        }
+    }
+
+    /// Whether the format is meant for programs (it may take standard output, and the
+    /// table then moves aside).
+    pub fn is_machine_readable(self) -> bool {
+        matches!(
+            self,
+            ExportType::Json | ExportType::Csv | ExportType::SamplesCsv | ExportType::Markdown
+        )
+    }
+
+    pub fn exporter(self) -> Box<dyn for<'a> Exporter<Report<'a>>> {
+        match self {
+            ExportType::Table { color } => Box::new(table::TableExporter { color }),
+            ExportType::Json => Box::new(json::JsonExporter),
+            ExportType::Csv => Box::new(csv::CsvExporter),
+            ExportType::SamplesCsv => Box::new(csv::SamplesCsvExporter),
+            ExportType::Markdown => Box::new(markdown::MarkdownExporter),
+            ExportType::Html => Box::new(html::HtmlExporter),
+        }
+    }
+
+    /// Renders `report` in this format.
+    pub fn serialize(self, report: &Report<'_>) -> Result<Vec<u8>, ExportError> {
+        self.exporter().serialize(report)
+    }
+}
 
 /// The figures shown as columns: memory, then time for a batch job, throughput and
 /// latency for a server.
@@ -108,6 +189,29 @@ mod snapshots {
             })
             .collect();
         insta::assert_snapshot!(outline.join("\n"));
+    }
+
+    /// Every format through the one interface gives the same bytes as its renderer.
+    #[test]
+    fn exporters_give_the_renderers_bytes() {
+        let e = fixture::experiment();
+        let a = analyse(&e);
+        let rec = crate::analysis::recommend::recommend(&a);
+        let r = Report {
+            experiment: &e,
+            analysis: &a,
+            recommendation: &rec,
+        };
+        let text = |t: ExportType| String::from_utf8(t.serialize(&r).unwrap()).unwrap();
+        assert_eq!(
+            text(ExportType::Table { color: false }),
+            format!("{}\n{}\n", table::render(&e, &a, false), rec.headline())
+        );
+        assert_eq!(text(ExportType::Json), json::render(&e, &a));
+        assert_eq!(text(ExportType::Csv), csv::render(&e));
+        assert_eq!(text(ExportType::SamplesCsv), csv::render_samples(&e));
+        assert_eq!(text(ExportType::Markdown), markdown::render(&e, &a, &rec));
+        assert_eq!(text(ExportType::Html), html::render(&e, &a, &rec));
     }
 
     #[test]

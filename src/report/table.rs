@@ -6,6 +6,8 @@ use comfy_table::{presets, Attribute, Cell, CellAlignment, Color, ContentArrange
 use crate::analysis::{Analysis, Figure, VariantSummary};
 use crate::record::Experiment;
 
+use super::escape::terminal;
+
 fn value(f: Figure, v: f64) -> String {
     super::format_value(f, v)
 }
@@ -44,6 +46,18 @@ fn figure_cell(s: &VariantSummary, f: Figure, color: bool) -> Cell {
     cell
 }
 
+/// The terminal table and the recommendation's headline under it.
+pub struct TableExporter {
+    pub color: bool,
+}
+
+impl<'a> super::Exporter<super::Report<'a>> for TableExporter {
+    fn serialize(&self, r: &super::Report<'a>) -> Result<Vec<u8>, super::ExportError> {
+        let table = render(r.experiment, r.analysis, self.color);
+        Ok(format!("{table}\n{}\n", terminal(&r.recommendation.headline())).into_bytes())
+    }
+}
+
 /// Renders the summary table and the notes under it.
 pub fn render(e: &Experiment, a: &Analysis, color: bool) -> String {
     let mut t = Table::new();
@@ -65,9 +79,9 @@ pub fn render(e: &Experiment, a: &Analysis, color: bool) -> String {
     for s in &a.variants {
         let flag = if s.clean() { "" } else { " !" };
         let mut row = vec![
-            Cell::new(&s.name),
+            Cell::new(terminal(&s.name)),
             Cell::new(format!("{}/{}{flag}", s.runs_ok, s.runs_total)),
-            Cell::new(s.allocator_detected.as_deref().unwrap_or("—")),
+            Cell::new(terminal(s.allocator_detected.as_deref().unwrap_or("—"))),
         ];
         row.extend(columns.iter().map(|(f, _)| figure_cell(s, *f, color)));
         t.add_row(row);
@@ -77,7 +91,7 @@ pub fn render(e: &Experiment, a: &Analysis, color: bool) -> String {
         e.id,
         shell_line(&e.plan.command),
         e.plan.runs,
-        a.baseline
+        terminal(&a.baseline)
     );
     out.push_str(&t.to_string());
     out.push('\n');
@@ -91,7 +105,7 @@ pub fn render(e: &Experiment, a: &Analysis, color: bool) -> String {
         out.push_str("\nmemory over time (last half of each run):\n");
         for t in trends {
             out.push_str("  ");
-            out.push_str(&t);
+            out.push_str(&terminal(&t));
             out.push('\n');
         }
     }
@@ -100,7 +114,7 @@ pub fn render(e: &Experiment, a: &Analysis, color: bool) -> String {
         out.push_str("\n! not every run counted:\n");
         for p in problems {
             out.push_str("  ");
-            out.push_str(&p);
+            out.push_str(&terminal(&p));
             out.push('\n');
         }
     }
@@ -165,7 +179,7 @@ pub fn problem_lines(e: &Experiment, a: &Analysis) -> Vec<String> {
     out
 }
 
-/// The command as a shell would show it.
+/// The command as a shell would show it (and safe to show on a terminal).
 pub fn shell_line(cmd: &[String]) -> String {
-    shell_words::join(cmd)
+    super::escape::shell_line(cmd)
 }

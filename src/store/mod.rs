@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use rusqlite::{params, Connection, OptionalExtension};
+use rusqlite::{params, Connection};
 
 use crate::linux::host::HostInfo;
 use crate::plan::Plan;
@@ -17,20 +17,24 @@ pub const SCHEMA_VERSION: i64 = 3;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    #[error("database {path}: {source}")]
+    /// SQLite's own message, once (its error is kept, not chained: SQLite repeats its
+    /// text in each layer of its error).
+    #[error("database {}: {}", path.display(), sqlite_message(error))]
     Sqlite {
         path: PathBuf,
-        source: rusqlite::Error,
+        error: rusqlite::Error,
     },
-    #[error("database {path} has schema version {found}, newer than this memtrial understands ({SCHEMA_VERSION}); upgrade memtrial or use another --db")]
+    #[error("database {}: the directory {} does not exist (create it, or pass another --db)", path.display(), dir.display())]
+    NoDirectory { path: PathBuf, dir: PathBuf },
+    #[error("database {} has schema version {found}, newer than this memtrial understands ({SCHEMA_VERSION}); upgrade memtrial or use another --db", path.display())]
     NewerSchema { path: PathBuf, found: i64 },
-    #[error("no database at {path}: run `memtrial run …` or `memtrial demo` first, or pass --db")]
+    #[error("no database at {}: run `memtrial run …` or `memtrial demo` first, or pass --db", path.display())]
     Missing { path: PathBuf },
-    #[error("experiment {id} is not in {path}; `memtrial list` shows the stored ones")]
+    #[error("experiment {id} is not in {}; `memtrial list` shows the stored ones", path.display())]
     NoSuchExperiment { path: PathBuf, id: i64 },
-    #[error("{path} holds no experiments yet; run `memtrial run …` or `memtrial demo` first")]
+    #[error("{} holds no experiments yet; run `memtrial run …` or `memtrial demo` first", path.display())]
     Empty { path: PathBuf },
-    #[error("database {path}: stored {what} is corrupt: {reason}")]
+    #[error("database {}: stored {what} is corrupt: {reason}", path.display())]
     Corrupt {
         path: PathBuf,
         what: &'static str,
@@ -116,11 +120,30 @@ CREATE TABLE events (
 );
 "#;
 
+/// SQLite's message without the repetitions: the extended message when there is one
+/// (it already says what the code means), else the code's description.
+fn sqlite_message(e: &rusqlite::Error) -> String {
+    match e {
+        rusqlite::Error::SqliteFailure(code, Some(msg)) => {
+            // SQLite appends the path to "unable to open database file"; the path is
+            // already said.
+            let msg = msg.split(": /").next().unwrap_or(msg);
+            if msg.is_empty() {
+                code.to_string()
+            } else {
+                msg.to_string()
+            }
+        }
+        rusqlite::Error::SqliteFailure(code, None) => code.to_string(),
+        e => e.to_string(),
+    }
+}
+
 /// Wraps a SQLite error with the database's path.
 fn sqlite_err(path: &Path) -> impl Fn(rusqlite::Error) -> StoreError + Copy + '_ {
-    move |source| StoreError::Sqlite {
+    move |error| StoreError::Sqlite {
         path: path.to_path_buf(),
-        source,
+        error,
     }
 }
 
@@ -131,10 +154,15 @@ fn now() -> String {
 impl Store {
     /// Opens (creating if needed) the database for writing.
     pub fn open(path: &Path) -> Result<Store, StoreError> {
-        let conn = Connection::open(path).map_err(|source| StoreError::Sqlite {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            if !dir.is_dir() {
+                return Err(StoreError::NoDirectory {
+                    path: path.to_path_buf(),
+                    dir: dir.to_path_buf(),
+                });
+            }
+        }
+        let conn = Connection::open(path).map_err(sqlite_err(path))?;
         let store = Store {
             conn,
             path: path.to_path_buf(),
@@ -145,6 +173,14 @@ impl Store {
 
     /// Opens an existing database; a missing file is an error, not a new database.
     pub fn open_existing(path: &Path) -> Result<Store, StoreError> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            if !dir.is_dir() {
+                return Err(StoreError::NoDirectory {
+                    path: path.to_path_buf(),
+                    dir: dir.to_path_buf(),
+                });
+            }
+        }
         if !path.exists() {
             return Err(StoreError::Missing {
                 path: path.to_path_buf(),
@@ -157,10 +193,10 @@ impl Store {
         &self.path
     }
 
-    fn err(&self, source: rusqlite::Error) -> StoreError {
+    fn err(&self, error: rusqlite::Error) -> StoreError {
         StoreError::Sqlite {
             path: self.path.clone(),
-            source,
+            error,
         }
     }
 
@@ -383,38 +419,68 @@ impl Store {
             })
     }
 
+    /// One column of a row, by name.
+    fn get<T: rusqlite::types::FromSql>(
+        &self,
+        row: &rusqlite::Row<'_>,
+        column: &str,
+    ) -> Result<T, StoreError> {
+        row.get(column).map_err(|e| self.err(e))
+    }
+
+    /// A stored name parsed by `parse`; an unknown one is corruption, not a default.
+    fn parsed<T>(
+        &self,
+        row: &rusqlite::Row<'_>,
+        column: &str,
+        what: &'static str,
+        parse: impl Fn(&str) -> Option<T>,
+    ) -> Result<T, StoreError> {
+        let text: String = self.get(row, column)?;
+        parse(&text).ok_or_else(|| self.corrupt(what, format!("unknown value {text:?}")))
+    }
+
+    /// A column holding JSON (or NULL).
+    fn json<T: serde::de::DeserializeOwned>(
+        &self,
+        row: &rusqlite::Row<'_>,
+        column: &str,
+        what: &'static str,
+    ) -> Result<Option<T>, StoreError> {
+        match self.get::<Option<String>>(row, column)? {
+            Some(j) => Ok(Some(
+                serde_json::from_str(&j).map_err(|e| self.corrupt(what, e))?,
+            )),
+            None => Ok(None),
+        }
+    }
+
+    /// A count or size stored as SQLite's signed integer.
+    fn unsigned(&self, row: &rusqlite::Row<'_>, column: &str) -> Result<u64, StoreError> {
+        let v: i64 = self.get(row, column)?;
+        u64::try_from(v).map_err(|_| self.corrupt("figure", format!("{column} = {v}")))
+    }
+
     pub fn list(&self) -> Result<Vec<ExperimentSummary>, StoreError> {
         let mut stmt = self
             .conn
             .prepare(
                 "SELECT e.id, e.created_at, e.status, e.command_json, e.runs_planned,
-                        (SELECT count(*) FROM runs r WHERE r.experiment_id = e.id),
+                        (SELECT count(*) FROM runs r WHERE r.experiment_id = e.id) AS runs_done,
                         (SELECT group_concat(name, ',') FROM (SELECT name FROM variants v
-                            WHERE v.experiment_id = e.id ORDER BY idx))
+                            WHERE v.experiment_id = e.id ORDER BY idx)) AS variant_names
                  FROM experiments e ORDER BY e.id",
             )
             .map_err(|e| self.err(e))?;
-        let rows = stmt
-            .query_map([], |r| {
-                Ok((
-                    r.get::<_, i64>(0)?,
-                    r.get::<_, String>(1)?,
-                    r.get::<_, String>(2)?,
-                    r.get::<_, String>(3)?,
-                    r.get::<_, i64>(4)?,
-                    r.get::<_, i64>(5)?,
-                    r.get::<_, Option<String>>(6)?,
-                ))
-            })
-            .map_err(|e| self.err(e))?;
+        let mut rows = stmt.query([]).map_err(|e| self.err(e))?;
         let mut out = Vec::new();
-        for row in rows {
-            let (id, created_at, status, command_json, planned, done, variants) =
-                row.map_err(|e| self.err(e))?;
+        while let Some(r) = rows.next().map_err(|e| self.err(e))? {
+            let command_json: String = self.get(r, "command_json")?;
+            let variants: Option<String> = self.get(r, "variant_names")?;
             out.push(ExperimentSummary {
-                id,
-                created_at,
-                status: ExperimentStatus::parse(&status),
+                id: self.get(r, "id")?,
+                created_at: self.get(r, "created_at")?,
+                status: self.parsed(r, "status", "experiment status", ExperimentStatus::parse)?,
                 command: serde_json::from_str(&command_json)
                     .map_err(|e| self.corrupt("command", e))?,
                 variants: variants
@@ -423,49 +489,99 @@ impl Store {
                     .filter(|s| !s.is_empty())
                     .map(String::from)
                     .collect(),
-                runs_done: done,
-                runs_planned: planned,
+                runs_done: self.get(r, "runs_done")?,
+                runs_planned: self.get(r, "runs_planned")?,
             });
         }
         Ok(out)
     }
 
+    fn run_record(&self, r: &rusqlite::Row<'_>) -> Result<RunRecord, StoreError> {
+        Ok(RunRecord {
+            variant: self.get(r, "variant")?,
+            block: self.get(r, "block")?,
+            warmup: self.get(r, "warmup")?,
+            started_at: self.get(r, "started_at")?,
+            status: self.parsed(r, "status", "run status", RunStatus::parse)?,
+            exit_code: self.get(r, "exit_code")?,
+            signal: self.get(r, "signal")?,
+            wall_seconds: self.get(r, "wall_seconds")?,
+            cpu_user_seconds: self.get(r, "cpu_user_seconds")?,
+            cpu_sys_seconds: self.get(r, "cpu_sys_seconds")?,
+            peak_rss_bytes: self.unsigned(r, "peak_rss_bytes")?,
+            peak_rss_source: self.parsed(r, "peak_rss_source", "peak source", PeakSource::parse)?,
+            mean_rss_bytes: self.unsigned(r, "mean_rss_bytes")?,
+            final_rss_bytes: self.unsigned(r, "final_rss_bytes")?,
+            peak_pss_bytes: match self.get::<Option<i64>>(r, "peak_pss_bytes")? {
+                Some(_) => Some(self.unsigned(r, "peak_pss_bytes")?),
+                None => None,
+            },
+            peak_vsz_bytes: self.unsigned(r, "peak_vsz_bytes")?,
+            threads_peak: self.unsigned(r, "threads_peak")?,
+            minor_faults: self.unsigned(r, "minor_faults")?,
+            major_faults: self.unsigned(r, "major_faults")?,
+            processes_seen: self.get(r, "processes_seen")?,
+            allocator_detected: self.get(r, "allocator_detected")?,
+            verification: self.parsed(r, "verification", "verification", Verification::parse)?,
+            verification_detail: self.get(r, "verification_detail")?,
+            message: self.get(r, "message")?,
+            stdout_path: PathBuf::from(self.get::<String>(r, "stdout_path")?),
+            stderr_path: PathBuf::from(self.get::<String>(r, "stderr_path")?),
+            cgroup: self.json(r, "cgroup_json", "cgroup figures")?,
+            load: self.json(r, "load_json", "load figures")?,
+            samples: Vec::new(),
+        })
+    }
+
+    fn sample(&self, r: &rusqlite::Row<'_>) -> Result<TreeSample, StoreError> {
+        Ok(TreeSample {
+            t_seconds: self.get(r, "t_seconds")?,
+            rss_bytes: self.unsigned(r, "rss_bytes")?,
+            vsz_bytes: self.unsigned(r, "vsz_bytes")?,
+            threads: self.unsigned(r, "threads")?,
+            pss_bytes: match self.get::<Option<i64>>(r, "pss_bytes")? {
+                Some(_) => Some(self.unsigned(r, "pss_bytes")?),
+                None => None,
+            },
+            processes: self.get(r, "processes")?,
+        })
+    }
+
     /// Loads one experiment with every run and sample.
     pub fn load(&self, id: i64) -> Result<Experiment, StoreError> {
-        let row = self
+        let mut estmt = self
             .conn
-            .query_row(
+            .prepare(
                 "SELECT created_at, finished_at, status, plan_json, host_json FROM experiments WHERE id = ?1",
-                [id],
-                |r| {
-                    Ok((
-                        r.get::<_, String>(0)?,
-                        r.get::<_, Option<String>>(1)?,
-                        r.get::<_, String>(2)?,
-                        r.get::<_, String>(3)?,
-                        r.get::<_, String>(4)?,
-                    ))
-                },
             )
-            .optional()
-            .map_err(|e| self.err(e))?
-            .ok_or_else(|| StoreError::NoSuchExperiment {
+            .map_err(|e| self.err(e))?;
+        let mut erows = estmt.query([id]).map_err(|e| self.err(e))?;
+        let Some(row) = erows.next().map_err(|e| self.err(e))? else {
+            return Err(StoreError::NoSuchExperiment {
                 path: self.path.clone(),
                 id,
-            })?;
-        let (created_at, finished_at, status, plan_json, host_json) = row;
-        let plan: Plan = serde_json::from_str(&plan_json).map_err(|e| self.corrupt("plan", e))?;
-        let host: HostInfo =
-            serde_json::from_str(&host_json).map_err(|e| self.corrupt("host", e))?;
+            });
+        };
+        let created_at: String = self.get(row, "created_at")?;
+        let finished_at: Option<String> = self.get(row, "finished_at")?;
+        let status = self.parsed(row, "status", "experiment status", ExperimentStatus::parse)?;
+        let plan: Plan = self
+            .json(row, "plan_json", "plan")?
+            .ok_or_else(|| self.corrupt("plan", "missing"))?;
+        let host: HostInfo = self
+            .json(row, "host_json", "host")?
+            .ok_or_else(|| self.corrupt("host", "missing"))?;
+        drop(erows);
+        drop(estmt);
 
         let mut stmt = self
             .conn
             .prepare(
-                "SELECT id, variant, block, warmup, started_at, status, exit_code, signal, wall_seconds,
-                    cpu_user_seconds, cpu_sys_seconds, peak_rss_bytes, peak_rss_source, mean_rss_bytes,
-                    final_rss_bytes, peak_pss_bytes, peak_vsz_bytes, threads_peak, minor_faults,
-                    major_faults, processes_seen, allocator_detected, verification,
-                    verification_detail, message, stdout_path, stderr_path, cgroup_json, seq, load_json
+                "SELECT id, seq, variant, block, warmup, started_at, status, exit_code, signal,
+                    wall_seconds, cpu_user_seconds, cpu_sys_seconds, peak_rss_bytes, peak_rss_source,
+                    mean_rss_bytes, final_rss_bytes, peak_pss_bytes, peak_vsz_bytes, threads_peak,
+                    minor_faults, major_faults, processes_seen, allocator_detected, verification,
+                    verification_detail, message, stdout_path, stderr_path, cgroup_json, load_json
                  FROM runs WHERE experiment_id = ?1 ORDER BY seq, id",
             )
             .map_err(|e| self.err(e))?;
@@ -473,59 +589,9 @@ impl Store {
         let mut runs: Vec<(i64, RunRecord)> = Vec::new();
         let mut seqs: Vec<u32> = Vec::new();
         while let Some(r) = rows.next().map_err(|e| self.err(e))? {
-            let get_err = |e| self.err(e);
-            let status: String = r.get(5).map_err(get_err)?;
-            let source: String = r.get(12).map_err(get_err)?;
-            let verification: String = r.get(22).map_err(get_err)?;
-            let record = RunRecord {
-                variant: r.get(1).map_err(get_err)?,
-                block: r.get(2).map_err(get_err)?,
-                warmup: r.get(3).map_err(get_err)?,
-                started_at: r.get(4).map_err(get_err)?,
-                status: RunStatus::parse(&status)
-                    .ok_or_else(|| self.corrupt("run status", &status))?,
-                exit_code: r.get(6).map_err(get_err)?,
-                signal: r.get(7).map_err(get_err)?,
-                wall_seconds: r.get(8).map_err(get_err)?,
-                cpu_user_seconds: r.get(9).map_err(get_err)?,
-                cpu_sys_seconds: r.get(10).map_err(get_err)?,
-                peak_rss_bytes: r.get::<_, i64>(11).map_err(get_err)? as u64,
-                peak_rss_source: PeakSource::parse(&source)
-                    .ok_or_else(|| self.corrupt("peak source", &source))?,
-                mean_rss_bytes: r.get::<_, i64>(13).map_err(get_err)? as u64,
-                final_rss_bytes: r.get::<_, i64>(14).map_err(get_err)? as u64,
-                peak_pss_bytes: r
-                    .get::<_, Option<i64>>(15)
-                    .map_err(get_err)?
-                    .map(|v| v as u64),
-                peak_vsz_bytes: r.get::<_, i64>(16).map_err(get_err)? as u64,
-                threads_peak: r.get::<_, i64>(17).map_err(get_err)? as u64,
-                minor_faults: r.get::<_, i64>(18).map_err(get_err)? as u64,
-                major_faults: r.get::<_, i64>(19).map_err(get_err)? as u64,
-                processes_seen: r.get(20).map_err(get_err)?,
-                allocator_detected: r.get(21).map_err(get_err)?,
-                verification: Verification::parse(&verification)
-                    .ok_or_else(|| self.corrupt("verification", &verification))?,
-                verification_detail: r.get(23).map_err(get_err)?,
-                message: r.get(24).map_err(get_err)?,
-                stdout_path: PathBuf::from(r.get::<_, String>(25).map_err(get_err)?),
-                stderr_path: PathBuf::from(r.get::<_, String>(26).map_err(get_err)?),
-                cgroup: match r.get::<_, Option<String>>(27).map_err(get_err)? {
-                    Some(j) => Some(
-                        serde_json::from_str(&j).map_err(|e| self.corrupt("cgroup figures", e))?,
-                    ),
-                    None => None,
-                },
-                load: match r.get::<_, Option<String>>(29).map_err(get_err)? {
-                    Some(j) => Some(
-                        serde_json::from_str(&j).map_err(|e| self.corrupt("load figures", e))?,
-                    ),
-                    None => None,
-                },
-                samples: Vec::new(),
-            };
-            seqs.push(r.get::<_, u32>(28).map_err(get_err)?);
-            runs.push((r.get(0).map_err(get_err)?, record));
+            let record = self.run_record(r)?;
+            seqs.push(self.get(r, "seq")?);
+            runs.push((self.get(r, "id")?, record));
         }
         drop(rows);
         drop(stmt);
@@ -537,37 +603,26 @@ impl Store {
             )
             .map_err(|e| self.err(e))?;
         for (run_id, record) in runs.iter_mut() {
-            let samples = sstmt
-                .query_map([*run_id], |r| {
-                    Ok(TreeSample {
-                        t_seconds: r.get(0)?,
-                        rss_bytes: r.get::<_, i64>(1)? as u64,
-                        vsz_bytes: r.get::<_, i64>(2)? as u64,
-                        threads: r.get::<_, i64>(3)? as u64,
-                        pss_bytes: r.get::<_, Option<i64>>(4)?.map(|v| v as u64),
-                        processes: r.get(5)?,
-                    })
-                })
-                .map_err(|e| self.err(e))?;
-            for s in samples {
-                record.samples.push(s.map_err(|e| self.err(e))?);
+            let mut srows = sstmt.query([*run_id]).map_err(|e| self.err(e))?;
+            while let Some(r) = srows.next().map_err(|e| self.err(e))? {
+                record.samples.push(self.sample(r)?);
             }
         }
-        let mut estmt = self
+        let mut nstmt = self
             .conn
             .prepare("SELECT message FROM events WHERE experiment_id = ?1 ORDER BY rowid")
             .map_err(|e| self.err(e))?;
-        let notes = estmt
-            .query_map([id], |r| r.get::<_, String>(0))
-            .map_err(|e| self.err(e))?
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| self.err(e))?;
+        let mut nrows = nstmt.query([id]).map_err(|e| self.err(e))?;
+        let mut notes = Vec::new();
+        while let Some(r) = nrows.next().map_err(|e| self.err(e))? {
+            notes.push(self.get(r, "message")?);
+        }
         Ok(Experiment {
             id,
             seqs,
             created_at,
             finished_at,
-            status: ExperimentStatus::parse(&status),
+            status,
             plan,
             host,
             runs: runs.into_iter().map(|(_, r)| r).collect(),
@@ -752,5 +807,103 @@ mod tests {
             s.load(3),
             Err(StoreError::NoSuchExperiment { .. })
         ));
+    }
+
+    #[test]
+    fn unknown_stored_status_is_an_error_not_running() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.db");
+        let mut s = Store::open(&path).unwrap();
+        let id = s
+            .create_experiment(&plan(), &HostInfo::detect(), 1)
+            .unwrap();
+        s.add_run(id, 0, &run()).unwrap();
+        s.conn
+            .execute("UPDATE experiments SET status = 'paused'", [])
+            .unwrap();
+        let e = s.load(id).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                StoreError::Corrupt {
+                    what: "experiment status",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert!(e.to_string().contains("\"paused\""), "{e}");
+        assert!(s.list().is_err());
+        s.conn
+            .execute("UPDATE experiments SET status = 'complete'", [])
+            .unwrap();
+        s.conn
+            .execute("UPDATE runs SET status = 'exploded'", [])
+            .unwrap();
+        let e = s.load(id).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                StoreError::Corrupt {
+                    what: "run status",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+    }
+
+    /// Rows are read by column name: a database whose columns sit in another order
+    /// (as an older schema migrated by ALTER TABLE would have them) reads the same.
+    #[test]
+    fn columns_are_read_by_name_not_position() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.db");
+        {
+            let c = Connection::open(&path).unwrap();
+            let shuffled = SCHEMA.replace(
+                "    variant TEXT NOT NULL,\n    block INTEGER NOT NULL,",
+                "    block INTEGER NOT NULL,\n    variant TEXT NOT NULL,",
+            );
+            assert_ne!(shuffled, SCHEMA);
+            c.execute_batch(&format!(
+                "{shuffled} PRAGMA user_version = {SCHEMA_VERSION};"
+            ))
+            .unwrap();
+        }
+        let mut s = Store::open(&path).unwrap();
+        let id = s
+            .create_experiment(&plan(), &HostInfo::detect(), 1)
+            .unwrap();
+        s.add_run(id, 0, &run()).unwrap();
+        assert_eq!(s.load(id).unwrap().runs, vec![run()]);
+    }
+
+    #[test]
+    fn database_in_a_missing_directory_says_so_once() {
+        let path = Path::new("/nonexistent-memtrial-dir/sub/x.db");
+        for e in [
+            Store::open(path).err().unwrap(),
+            Store::open_existing(path).err().unwrap(),
+        ] {
+            let text = e.to_string();
+            assert!(
+                text.contains("the directory /nonexistent-memtrial-dir/sub does not exist"),
+                "{text}"
+            );
+            assert_eq!(text.matches("x.db").count(), 1, "{text}");
+        }
+    }
+
+    #[test]
+    fn sqlite_errors_are_told_once() {
+        let dir = tempfile::tempdir().unwrap();
+        // A directory where the database file should be: SQLite cannot open it.
+        let path = dir.path().join("db");
+        std::fs::create_dir(&path).unwrap();
+        let e = Store::open(&path).err().unwrap();
+        let text = format!("{:#}", anyhow::Error::from(e));
+        assert_eq!(text.matches("unable to open").count(), 1, "{text}");
+        assert_eq!(text.matches("db").count(), 1, "{text}");
     }
 }

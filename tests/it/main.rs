@@ -4,6 +4,7 @@
 mod common;
 mod inspect;
 mod load;
+mod output;
 mod reports;
 mod run;
 mod sandbox;

@@ -1,0 +1,153 @@
+//! What the user sees: one printer (`--quiet`), escaping of what came from the input,
+//! and messages that name the real cause (issue 13 items 9 and 10).
+
+use std::process::Command;
+
+use crate::common::{memtrial, memtrial_in_tmp};
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+#[test]
+fn list_shows_control_characters_escaped() {
+    // `sh -c true NAME`: NAME is only $0, but it is part of the stored command.
+    let r = memtrial_in_tmp(&[
+        "--quiet",
+        "run",
+        "--runs",
+        "1",
+        "--variants",
+        "glibc",
+        "--",
+        "/bin/sh",
+        "-c",
+        "true",
+        "evil\u{202E}txt.exe\x1b[2J",
+    ]);
+    assert_eq!(r.code(), 0, "{}", r.stderr());
+    let table = r.stdout();
+    assert!(
+        !table.contains('\x1b') && !table.contains('\u{202E}'),
+        "{table}"
+    );
+    assert!(table.contains("\\u202e"), "{table}");
+    let out = Command::new(memtrial())
+        .arg("list")
+        .current_dir(r.dir.path())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success());
+    assert!(
+        !text.contains('\x1b') && !text.contains('\u{202E}'),
+        "{text}"
+    );
+    assert!(text.contains("$'evil\\u202etxt.exe\\x1b[2J'"), "{text}");
+}
+
+#[test]
+fn error_message_shows_control_characters_escaped() {
+    let r = memtrial_in_tmp(&["run", "--", "/no/such/prog\x1b]0;owned\x07\u{202E}"]);
+    assert_eq!(r.code(), 2);
+    let e = r.stderr();
+    assert!(e.starts_with("memtrial: error: "), "{e}");
+    assert!(
+        !e.contains('\x1b') && !e.contains('\x07') && !e.contains('\u{202E}'),
+        "{e:?}"
+    );
+    assert!(e.contains("\\x1b]0;owned\\x07\\u{202e}"), "{e}");
+}
+
+#[test]
+fn database_in_a_missing_directory_is_named_once() {
+    for cmd in [&["list"][..], &["run", "--", "/bin/true"][..]] {
+        let mut args = vec!["--db", "/nonexistent-memtrial/dir/x.db"];
+        args.extend_from_slice(cmd);
+        let r = memtrial_in_tmp(&args);
+        assert_eq!(r.code(), 2);
+        let e = r.stderr();
+        assert!(
+            e.contains("the directory /nonexistent-memtrial/dir does not exist"),
+            "{e}"
+        );
+        assert_eq!(e.matches("x.db").count(), 1, "said once: {e}");
+        assert_eq!(e.lines().count(), 1, "{e}");
+    }
+}
+
+#[test]
+fn quiet_demo_prints_nothing_but_the_table() {
+    let r = memtrial_in_tmp(&["--quiet", "demo", "--runs", "1"]);
+    assert!(matches!(r.code(), 0 | 1), "{}", r.stderr());
+    assert_eq!(r.stderr(), "", "nothing on stderr with --quiet");
+    let out = r.stdout();
+    assert!(out.starts_with("experiment 1 · "), "{out}");
+    assert!(!out.contains("HTML report with charts"), "{out}");
+    assert!(r.dir.path().join("memtrial-demo.html").exists());
+}
+
+#[test]
+fn inspect_kernel_thread_says_kernel_thread_not_exited() {
+    let comm = std::fs::read_to_string("/proc/2/comm").unwrap_or_default();
+    if comm.trim() != "kthreadd" {
+        eprintln!("skipping: PID 2 is not kthreadd here ({comm:?})");
+        return;
+    }
+    let r = memtrial_in_tmp(&["inspect", "2"]);
+    assert_eq!(r.code(), 2, "{}", r.stdout());
+    let e = r.stderr();
+    assert!(e.contains("PID 2 (kthreadd) is a kernel thread"), "{e}");
+    assert!(!e.contains("exited"), "{e}");
+}
+
+#[test]
+fn inspect_as_root_is_not_told_to_run_as_root() {
+    if !is_root() {
+        eprintln!("skipping: needs root");
+        return;
+    }
+    let r = memtrial_in_tmp(&["inspect", "1"]);
+    let all = format!("{}{}", r.stdout(), r.stderr());
+    assert!(!all.contains("run memtrial as root"), "{all}");
+    assert!(
+        !all.contains("run as the process's owner or as root"),
+        "{all}"
+    );
+    if all.contains("refused") {
+        // Root was refused: the hint names what is left (capability or policy).
+        assert!(
+            all.contains("CAP_SYS_PTRACE") || all.contains("security policy"),
+            "{all}"
+        );
+    }
+}
+
+#[test]
+fn preload_that_is_not_elf_quotes_the_loader_not_setuid() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = dir.path().join("libnot-elf.so");
+    std::fs::write(&fake, "this is text, not a shared object\n".repeat(8)).unwrap();
+    let variant = format!("x=preload:{}", fake.display());
+    let r = memtrial_in_tmp(&[
+        "run",
+        "--runs",
+        "1",
+        "--variants",
+        "glibc",
+        "--variant",
+        &variant,
+        "--",
+        "/bin/sleep",
+        "0.5",
+    ]);
+    let all = format!("{}{}", r.stdout(), r.stderr());
+    assert_eq!(r.code(), 1, "{all}");
+    assert!(
+        all.contains("the loader refused it: ld.so: object")
+            && all.contains("cannot be preloaded (invalid ELF header)"),
+        "{all}"
+    );
+    assert!(!all.contains("setuid"), "{all}");
+}
