@@ -471,20 +471,8 @@ fn run_and_present(
 
 /// The first bytes of a run's standard error: where the loader complains, before the
 /// program runs.
-fn head_of(path: &Path, limit: u64) -> String {
-    use std::io::Read;
-    let mut buf = Vec::new();
-    if let Ok(f) = std::fs::File::open(path) {
-        let _ = f.take(limit).read_to_end(&mut buf);
-    }
-    String::from_utf8_lossy(&buf).into_owned()
-}
-
-/// A preload that is not mapped is explained by the loader's own complaint on the
-/// run's standard error when it made one ("invalid ELF header", "file too short"…),
-/// not by a guess at setuid.
+/// Runs stored before the loader's complaint was recorded with the verdict get it now.
 fn with_loader_complaints(exp: &Experiment) -> Experiment {
-    const GUESS: &str = " (environment reset, setuid, or LD_PRELOAD overridden?)";
     let mut exp = exp.clone();
     let preloads: std::collections::HashMap<String, String> = exp
         .plan
@@ -500,17 +488,12 @@ fn with_loader_complaints(exp: &Experiment) -> Experiment {
         let Some(pre) = preloads.get(&r.variant) else {
             continue;
         };
-        if !r.verification_detail.contains(" is not mapped") {
-            continue;
+        let stderr = memtrial::probe::verify::head_of(&r.stderr_path, 64 * 1024);
+        if let Some(d) =
+            memtrial::probe::verify::explain_not_mapped(&r.verification_detail, &stderr, pre)
+        {
+            r.verification_detail = d;
         }
-        let Some(c) = memtrial::linux::ldso::refusal_of(&head_of(&r.stderr_path, 64 * 1024), pre)
-        else {
-            continue;
-        };
-        r.verification_detail = match r.verification_detail.split_once(GUESS) {
-            Some((head, tail)) => format!("{head}: the loader refused it: {}{tail}", c.line),
-            None => format!("{}; the loader said: {}", r.verification_detail, c.line),
-        };
     }
     exp
 }

@@ -173,7 +173,7 @@ impl Verifier {
                 if libc_mapped {
                     return Ok((
                         Check::NotEffective(format!(
-                            "{} is not mapped (environment reset, setuid, or LD_PRELOAD overridden?)",
+                            "{} is not mapped{NOT_MAPPED_GUESS}",
                             pre.display()
                         )),
                         allocator,
@@ -270,6 +270,33 @@ impl Probe for Verifier {
     }
 }
 
+/// The guess a "not mapped" verdict carries when nothing better is known.
+const NOT_MAPPED_GUESS: &str = " (environment reset, setuid, or LD_PRELOAD overridden?)";
+
+/// A "preload is not mapped" verdict explained by the loader's own complaint on the run's
+/// standard error ("invalid ELF header", "file too short", …) instead of a guess at
+/// setuid; `None` when there is nothing to explain or the loader said nothing.
+pub fn explain_not_mapped(detail: &str, stderr_head: &str, preload: &str) -> Option<String> {
+    if !detail.contains(" is not mapped") || detail.contains("the loader refused it") {
+        return None;
+    }
+    let c = crate::linux::ldso::refusal_of(stderr_head, preload)?;
+    Some(match detail.split_once(NOT_MAPPED_GUESS) {
+        Some((head, tail)) => format!("{head}: the loader refused it: {}{tail}", c.line),
+        None => format!("{detail}; the loader refused it: {}", c.line),
+    })
+}
+
+/// The first `limit` bytes of a file, as text (empty when it cannot be read).
+pub fn head_of(path: &Path, limit: u64) -> String {
+    use std::io::Read;
+    let mut buf = Vec::new();
+    if let Ok(f) = std::fs::File::open(path) {
+        let _ = f.take(limit).read_to_end(&mut buf);
+    }
+    String::from_utf8_lossy(&buf).into_owned()
+}
+
 /// What an environment that reads empty means.
 enum EmptyEnvironment {
     /// The process is exiting: no evidence either way.
@@ -323,5 +350,25 @@ fn same_file(a: &Path, b: &Path) -> bool {
     match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
         (Ok(x), Ok(y)) => x == y,
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod loader_tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_preload_is_explained_by_the_loader_once() {
+        let detail = format!("pid 7 (sleep): /etc/hostname is not mapped{NOT_MAPPED_GUESS}");
+        let stderr = "ERROR: ld.so: object '/etc/hostname' from LD_PRELOAD cannot be preloaded (invalid ELF header): ignored.\n";
+        let d = explain_not_mapped(&detail, stderr, "/etc/hostname").unwrap();
+        assert!(d.contains("the loader refused it"), "{d}");
+        assert!(
+            d.contains("invalid ELF header") && !d.contains("setuid"),
+            "{d}"
+        );
+        // Already explained: left alone; nothing said by the loader: no change.
+        assert_eq!(explain_not_mapped(&d, stderr, "/etc/hostname"), None);
+        assert_eq!(explain_not_mapped(&detail, "", "/etc/hostname"), None);
     }
 }

@@ -97,6 +97,7 @@ pub fn run_trial(
         maxrss_bytes: exit.map(|e| e.usage.maxrss_bytes),
     };
     probes.finish(&end, &mut record);
+    explain_refused_preload(spec.variant, &mut record);
     // The run's cgroup goes with the handle, after the probes read it.
     drop(run);
     record.wall_seconds = exit.map_or(t0.elapsed(), |e| e.at - t0).as_secs_f64();
@@ -127,6 +128,18 @@ pub fn run_trial(
     record.status = status;
     record.message = message;
     Ok(record)
+}
+
+/// A preload the loader refused is explained by its own words from the run's stderr.
+fn explain_refused_preload(variant: &Variant, record: &mut RunRecord) {
+    let Some(pre) = &variant.preload else { return };
+    let stderr = crate::probe::verify::head_of(&record.stderr_path, 64 * 1024);
+    let pre = pre.display().to_string();
+    if let Some(d) =
+        crate::probe::verify::explain_not_mapped(&record.verification_detail, &stderr, &pre)
+    {
+        record.verification_detail = d;
+    }
 }
 
 /// The run's log files and the command to launch, with a server's `{port}` filled in.
