@@ -1,24 +1,18 @@
 #!/usr/bin/env bash
-# Installs everything memtrial and its test suite need on Debian/Ubuntu (run as root),
-# then builds memtrial. Safe to run again: it only installs what is missing.
+# Installs what *running* memtrial needs on Debian/Ubuntu (run as root): the allocators it
+# compares and a C compiler for its spawner, then builds target/release/memtrial. The tests
+# need more: scripts/setup-tests.sh.
+# Safe to run again: it only installs what is missing.
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
-packages=(
-  # The allocators memtrial compares.
-  libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0
-  # Test fixtures: C programs built static and dynamic, Python helpers, process tools.
-  gcc libc6-dev python3 procps
-  # The HTML report test renders it in a headless browser.
-  chromium
-  # Server-trial tests: a Rack app on puma.
-  puma ruby-rack
-)
-
-missing=()
-for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if ((${#missing[@]})); then
+# Installs the Debian packages given as arguments that are not installed yet.
+install_missing() {
+  local missing=()
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  ((${#missing[@]})) || return 0
   if [ "$(id -u)" -ne 0 ]; then
     echo "setup: need root to install: ${missing[*]} (run: sudo $0)" >&2
     exit 1
@@ -27,7 +21,12 @@ if ((${#missing[@]})); then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+}
+
+# The allocators memtrial compares (glibc's malloc is always there), and the C compiler
+# with glibc's static library that build.rs uses for the small spawner memtrial embeds
+# (without them memtrial still builds, but a tiny program's peak includes ~1 MiB of its own).
+install_missing libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0 gcc libc6-dev
 
 if ! command -v cargo >/dev/null 2>&1; then
   for d in "$HOME/.cargo/bin" /root/.cargo/bin /usr/local/cargo/bin; do
@@ -39,6 +38,5 @@ if ! command -v cargo >/dev/null 2>&1; then
   exit 1
 fi
 
-cd "$(dirname "$0")/.."
 cargo build --release --locked --quiet
 echo "setup: ready — target/release/memtrial" >&2

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs what the test suite needs on top of what running memtrial needs (scripts/setup.sh,
+# which it runs first): run as root on Debian/Ubuntu. Safe to run again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/setup.sh
+
+packages=(
+  # Test fixtures: C programs built static and dynamic, Python helpers, process tools.
+  gcc libc6-dev python3 procps
+  # The HTML report test renders it in a headless browser.
+  chromium
+  # Server-trial tests: a Rack app on puma.
+  puma ruby-rack
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "setup-tests: need root to install: ${missing[*]} (run: sudo $0)" >&2
+    exit 1
+  fi
+  echo "setup-tests: installing ${missing[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+echo "setup-tests: ready for cargo test" >&2
