@@ -81,6 +81,9 @@ fn inspect_json(pid: i32, extra: &[&str]) -> Value {
 
 #[test]
 fn inspect_counts_the_arenas_malloc_info_reports() {
+    if !need_c_compiler() {
+        return;
+    }
     // 20 threads on this machine: glibc's default limit (8 x online CPUs) applies.
     let p = live(&fixture("arenas"), &["20", "20"], &[]);
     let v = inspect_json(p.pid(), &[]);
@@ -152,6 +155,9 @@ fn inspect_counts_the_arenas_malloc_info_reports() {
 
 #[test]
 fn inspect_sees_malloc_arena_max() {
+    if !need_c_compiler() {
+        return;
+    }
     let p = live(
         &fixture("arenas"),
         &["8", "20"],
@@ -174,6 +180,9 @@ fn inspect_sees_malloc_arena_max() {
 
 #[test]
 fn inspect_names_preloaded_allocators() {
+    if !(need_c_compiler() && need_allocators(&["jemalloc", "tcmalloc", "mimalloc"])) {
+        return;
+    }
     for (name, lib) in [
         ("jemalloc", "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"),
         (
@@ -210,6 +219,9 @@ fn inspect_names_preloaded_allocators() {
 
 #[test]
 fn inspect_static_program_ignores_the_preload() {
+    if !(need_c_compiler() && need_allocators(&["jemalloc"])) {
+        return;
+    }
     let p = live(
         &fixture("alloc_loop_static"),
         &["5000"],
@@ -235,6 +247,9 @@ fn inspect_static_program_ignores_the_preload() {
 
 #[test]
 fn inspect_program_with_its_own_malloc() {
+    if !(need_c_compiler() && need_allocators(&["tcmalloc"])) {
+        return;
+    }
     let p = live(
         &fixture("own_malloc"),
         &["5000"],
@@ -276,12 +291,15 @@ impl Drop for CpuGroup {
 #[test]
 fn inspect_reports_a_cpu_quota_below_the_visible_cpus() {
     let base = Path::new("/sys/fs/cgroup/cpu");
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 || !base.join("cpu.cfs_quota_us").exists() {
-        eprintln!(
-            "skipped: needs root and a cgroup v1 cpu hierarchy at {}",
-            base.display()
-        );
+    if !(need_c_compiler()
+        && need_allocators(&["jemalloc"])
+        && need_root("it makes a cgroup")
+        && require(
+            &format!("a cgroup v1 cpu hierarchy at {}", base.display()),
+            "this machine's cgroup layout decides it",
+            || base.join("cpu.cfs_quota_us").exists(),
+        ))
+    {
         return;
     }
     let group = CpuGroup {
@@ -337,6 +355,9 @@ fn inspect_reports_a_cpu_quota_below_the_visible_cpus() {
 
 #[test]
 fn inspect_of_a_missing_or_vanishing_process_fails_cleanly() {
+    if !need_c_compiler() {
+        return;
+    }
     let r = memtrial_in_tmp(&["inspect", "2147483647"]);
     assert_eq!(r.code(), 2);
     assert!(
@@ -382,6 +403,9 @@ fn inspect_of_a_missing_or_vanishing_process_fails_cleanly() {
 
 #[test]
 fn inspect_watch_on_a_process_that_exits() {
+    if !need_c_compiler() {
+        return;
+    }
     let p = live(&fixture("alloc_loop_dyn"), &["1200"], &[]);
     let v = inspect_json(p.pid(), &["--watch", "6s", "--interval", "100ms"]);
     let w = &v["watch"];
@@ -394,6 +418,9 @@ fn inspect_watch_on_a_process_that_exits() {
 
 #[test]
 fn inspect_watch_tells_growth_from_a_plateau() {
+    if !(need_python3() && need_c_compiler()) {
+        return;
+    }
     // Flat: the arenas fixture sleeps after allocating.
     let flat = live(&fixture("arenas"), &["2", "20"], &[]);
     let v = inspect_json(flat.pid(), &["--watch", "2.5s", "--interval", "100ms"]);
@@ -467,6 +494,9 @@ fn rollup_rss(pid: i32) -> u64 {
 
 #[test]
 fn inspect_maps_totals_agree_with_pmap_and_smaps_rollup() {
+    if !need_c_compiler() {
+        return;
+    }
     // A process that allocated and now sleeps: its address space holds still.
     let p = live(&fixture("arenas"), &["6", "20"], &[]);
     let v = inspect_json(p.pid(), &["--maps"]);
@@ -548,6 +578,9 @@ fn inspect_tree_sums_the_children() {
 
 #[test]
 fn inspect_top_lists_the_largest_processes_with_their_allocators() {
+    if !need_c_compiler() {
+        return;
+    }
     // Big enough to rank near the top of a test machine: 20 threads, ~20 MiB each... of
     // glibc heaps; ranked among all processes, so ask for many.
     let p = live(&fixture("arenas"), &["8", "20"], &[]);
@@ -596,9 +629,10 @@ fn inspect_top_lists_the_largest_processes_with_their_allocators() {
 
 #[test]
 fn inspect_without_ptrace_rights_says_what_is_needed() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 || !Path::new("/usr/bin/setpriv").exists() {
-        eprintln!("skipped: needs root and setpriv to inspect a root process as nobody");
+    if !(need_c_compiler()
+        && need_root("it inspects a root process as nobody")
+        && need_file("/usr/bin/setpriv", "util-linux"))
+    {
         return;
     }
     let p = live(&fixture("arenas"), &["2", "20"], &[]);

@@ -409,8 +409,7 @@ fn load_targets_file_round_robin_with_headers_and_body() {
 #[test]
 fn load_against_python_http_server() {
     // HTTP/1.0 responses, one per connection: framing by Content-Length, then close.
-    if Command::new("python3").arg("--version").output().is_err() {
-        eprintln!("skipped: no python3");
+    if !need_python3() {
         return;
     }
     let port = {

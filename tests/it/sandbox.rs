@@ -8,20 +8,9 @@ use serde_json::Value;
 
 use crate::common::*;
 
-/// The cgroup layout memtrial would use, or `None` (with the reason printed) when the
-/// machine gives none: not root, or no cgroup file system.
+/// The cgroup layout memtrial would use (see [`need_cgroups`]).
 fn cgroups() -> Option<memtrial::linux::cgroup::Hierarchy> {
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipping: cgroup tests need root");
-        return None;
-    }
-    match memtrial::linux::cgroup::detect() {
-        Ok(h) => Some(h),
-        Err(e) => {
-            eprintln!("skipping: no cgroups here: {e}");
-            None
-        }
-    }
+    need_cgroups()
 }
 
 fn cgroup_bases(h: &memtrial::linux::cgroup::Hierarchy) -> Vec<PathBuf> {
@@ -57,6 +46,9 @@ fn arena_line(run: &Value) -> std::collections::HashMap<String, i64> {
 
 #[test]
 fn over_the_memory_limit_is_oom_killed() {
+    if !need_python3() {
+        return;
+    }
     let Some(h) = cgroups() else { return };
     let r = memtrial_in_tmp(&[
         "run",
@@ -93,6 +85,9 @@ fn over_the_memory_limit_is_oom_killed() {
 
 #[test]
 fn a_cpu_quota_throttles_but_glibc_still_sees_every_cpu() {
+    if !need_c_compiler() {
+        return;
+    }
     let Some(h) = cgroups() else { return };
     let prog = fixture("arena_count");
     let cpus = memtrial::linux::host::online_cpus() as i64;
@@ -126,6 +121,9 @@ fn a_cpu_quota_throttles_but_glibc_still_sees_every_cpu() {
 
 #[test]
 fn a_cpuset_is_what_the_program_sees() {
+    if !need_c_compiler() {
+        return;
+    }
     let Some(_) = cgroups() else { return };
     let prog = fixture("arena_count");
     let r = memtrial_in_tmp(&[
@@ -194,6 +192,9 @@ fn a_fork_bomb_is_stopped_by_the_pids_limit() {
 
 #[test]
 fn the_cgroup_peak_covers_the_whole_tree() {
+    if !need_python3() {
+        return;
+    }
     let Some(_) = cgroups() else { return };
     let r = memtrial_in_tmp(&[
         "run",

