@@ -1,0 +1,258 @@
+#!/usr/bin/env python3
+"""Fault injection for memtrial (issue 13): a script like the benchmarks, not a test.
+
+    python3 scripts/faults.py [N] [--memtrial PATH] [--seed S]     # as root, from the repo
+
+Runs N faults (default 50). Each fault starts `memtrial run` on one of four workloads in a
+fresh directory with its own --db, and sends memtrial one signal (SIGINT, SIGTERM, SIGHUP,
+SIGQUIT or SIGKILL) at a random moment of its run:
+
+  batch      two variants x 3 runs of a short shell loop
+  daemon     a workload that double-forks a child that leaves its process group and
+             ignores SIGTERM
+  forkbomb   a fork bomb under --pids-limit 24
+  server     python3 -m http.server on 127.0.0.1:{port}, loaded with --url for 1 s
+
+After each fault it prints what was left (processes of the workload still alive, memtrial
+cgroups of the dead memtrial under the cgroup mounts), lost runs (runs that ended in
+memtrial's log but are not in the store), and what `run --resume` did (runs it added
+against the runs that were missing, and leftovers after it: the next start cleans what a
+SIGKILL left). A summary table ends the output. Traffic goes only to 127.0.0.1; every
+memtrial is bounded in time (a hung one is killed and counted). Exit status 0 unless the
+script itself broke; the figures are the result.
+"""
+
+import argparse
+import os
+import random
+import re
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SIGNALS = ["SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGKILL"]
+TAG_VAR = "MEMTRIAL_FAULT_TAG"
+
+WORKLOADS = {
+    # name: (memtrial arguments before --, the command, latest moment for the signal in s)
+    "batch": (
+        ["--runs", "3", "--variants", "glibc,arena2"],
+        ["sh", "-c", "i=0; while [ $i -lt 4 ]; do sleep 0.1; i=$((i+1)); done"],
+        3.5,
+    ),
+    "daemon": (
+        ["--runs", "2", "--variants", "glibc"],
+        ["sh", "-c", '( trap "" TERM; setsid sleep 30 & ); sleep 0.8'],
+        2.5,
+    ),
+    "forkbomb": (
+        ["--runs", "2", "--variants", "glibc", "--pids-limit", "24", "--timeout", "2s"],
+        ["sh", "-c", "f() { f & f; }; f"],
+        4.0,
+    ),
+    "server": (
+        ["--runs", "2", "--variants", "glibc", "--url", "http://127.0.0.1:{port}/",
+         "--duration", "1s", "--cooldown", "200ms", "--connections", "2",
+         "--ready-timeout", "10s"],
+        ["python3", "-m", "http.server", "--bind", "127.0.0.1", "{port}"],
+        4.5,
+    ),
+}
+
+
+def tagged_processes(tag):
+    """PIDs whose environment carries the fault's tag (memtrial passes it to the workload)."""
+    found = []
+    needle = f"{TAG_VAR}={tag}".encode()
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+            with open(f"/proc/{d}/stat", "rb") as f:
+                state = f.read().rsplit(b")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if needle in env and state != b"Z":
+            found.append(int(d))
+    return found
+
+
+def cgroup_mounts():
+    mounts = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            left, _, right = line.partition(" - ")
+            if right.split()[:1] in (["cgroup"], ["cgroup2"]):
+                mounts.append(left.split()[4])
+    return mounts
+
+
+def memtrial_groups(pid):
+    """Run groups `<pid>-<seq>` of one memtrial under any `memtrial` dir of the mounts."""
+    found = []
+    for m in cgroup_mounts():
+        for dirpath, dirnames, _ in os.walk(m):
+            if dirpath.count("/") - m.count("/") > 5:
+                dirnames[:] = []
+                continue
+            if os.path.basename(dirpath) == "memtrial":
+                found += [os.path.join(dirpath, d) for d in dirnames
+                          if d.startswith(f"{pid}-")]
+                dirnames[:] = []
+    return found
+
+
+def stored(db):
+    """(runs stored, of which interrupted, experiment status) or None without a database."""
+    if not os.path.exists(db):
+        return None
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
+    try:
+        n = con.execute("SELECT count(*) FROM runs").fetchone()[0]
+        i = con.execute("SELECT count(*) FROM runs WHERE status = 'interrupted'").fetchone()[0]
+        row = con.execute("SELECT status FROM experiments ORDER BY id DESC LIMIT 1").fetchone()
+        return n, i, (row[0] if row else None)
+    except sqlite3.Error:
+        return None
+    finally:
+        con.close()
+
+
+def run_bounded(cmd, cwd, env, limit):
+    p = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        _, err = p.communicate(timeout=limit)
+        return p.returncode, err, False
+    except subprocess.TimeoutExpired:
+        p.kill()
+        _, err = p.communicate()
+        return p.returncode, err, True
+
+
+def kill_all(pids):
+    for p in pids:
+        try:
+            os.kill(p, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def one_fault(i, memtrial, rng):
+    workload = rng.choice(sorted(WORKLOADS))
+    sig = rng.choice(SIGNALS)
+    flags, command, latest = WORKLOADS[workload]
+    at = rng.uniform(0.05, latest)
+    tag = f"{os.getpid()}-{i}"
+    env = dict(os.environ, NO_COLOR="1", **{TAG_VAR: tag})
+    out = {"workload": workload, "signal": sig, "at": at}
+    with tempfile.TemporaryDirectory(prefix="memtrial-fault-") as tmp:
+        db = os.path.join(tmp, "f.db")
+        cmd = [memtrial, "--db", db, "run", *flags, "--", *command]
+        p = subprocess.Popen(cmd, cwd=tmp, env=env, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True)
+        time.sleep(at)
+        if p.poll() is None:
+            p.send_signal(getattr(signal, sig))
+            out["delivered"] = True
+        else:
+            out["delivered"] = False
+        try:
+            _, err = p.communicate(timeout=30)
+            out["hung"] = False
+        except subprocess.TimeoutExpired:
+            p.kill()
+            _, err = p.communicate()
+            out["hung"] = True
+        out["exit"] = p.returncode
+        time.sleep(0.3)  # let the kernel reap what memtrial's teardown killed
+        leftover_procs = tagged_processes(tag)
+        leftover_groups = memtrial_groups(p.pid)
+        out["procs_after"] = len(leftover_procs)
+        out["groups_after"] = len(leftover_groups)
+        m = re.search(r"experiment \d+: (\d+) runs", err)
+        total = int(m.group(1)) if m else None
+        logged = len(re.findall(r"^\[\s*\d+/\d+\]", err, re.M))
+        s = stored(db)
+        runs, interrupted = (s[0], s[1]) if s else (0, 0)
+        out["lost"] = max(0, logged - runs)
+        # What resume must add: every slot without a kept (non-interrupted) run.
+        missing = (total - (runs - interrupted)) if total is not None and s else None
+        out["missing"] = missing
+        rc, rerr, rhung = run_bounded([memtrial, "--db", db, "run", "--resume"], tmp,
+                                      dict(env, **{TAG_VAR: tag + "-r"}), 60)
+        s2 = stored(db)
+        if missing is None:
+            out["resume"] = "no experiment"
+            out["added"] = None
+        elif missing == 0:
+            out["added"] = 0
+            out["resume"] = "nothing to do" if "is complete" in rerr or rc == 0 else f"exit {rc}"
+        else:
+            kept = runs - interrupted
+            out["added"] = (s2[0] - kept) if s2 else None
+            ok = rc in (0, 1) and s2 and s2[2] == "complete" and out["added"] == missing
+            out["resume"] = "ok" if ok else f"exit {rc}{' hung' if rhung else ''}"
+        time.sleep(0.3)
+        out["procs_after_resume"] = len(tagged_processes(tag) + tagged_processes(tag + "-r"))
+        out["groups_after_resume"] = len(memtrial_groups(p.pid))
+        kill_all(tagged_processes(tag) + tagged_processes(tag + "-r"))
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("n", nargs="?", type=int, default=50, help="number of faults (default 50)")
+    ap.add_argument("--memtrial", default=os.path.join(ROOT, "target/release/memtrial"))
+    ap.add_argument("--seed", type=int, default=None)
+    a = ap.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("faults.py: run as root (memtrial makes a cgroup per run only as root)")
+    if not os.access(a.memtrial, os.X_OK):
+        sys.exit(f"faults.py: no memtrial at {a.memtrial} (cargo build --release)")
+    seed = a.seed if a.seed is not None else random.randrange(1 << 32)
+    rng = random.Random(seed)
+    print(f"{a.n} faults, seed {seed}, memtrial {a.memtrial}")
+    print(f"{'#':>3} {'workload':<9} {'signal':<8} {'at s':>5} {'exit':>5} "
+          f"{'procs':>5} {'groups':>6} {'lost':>4} {'missing':>7} {'added':>5} "
+          f"{'resume':<14} {'left after resume'}")
+    results = []
+    for i in range(1, a.n + 1):
+        r = one_fault(i, a.memtrial, rng)
+        results.append(r)
+        note = "" if r["delivered"] else " (ended before the signal)"
+        print(f"{i:>3} {r['workload']:<9} {r['signal']:<8} {r['at']:>5.2f} "
+              f"{str(r['exit']) + ('!' if r['hung'] else ''):>5} {r['procs_after']:>5} "
+              f"{r['groups_after']:>6} {r['lost']:>4} {str(r['missing']):>7} "
+              f"{str(r['added']):>5} {r['resume']:<14} "
+              f"{r['procs_after_resume']} procs, {r['groups_after_resume']} groups{note}",
+              flush=True)
+    print()
+    print("summary (procs/groups: left right after the fault; after resume: left once the")
+    print("next memtrial started; resume ok: added exactly the missing runs)")
+    by = defaultdict(list)
+    for r in results:
+        by[(r["workload"], r["signal"])].append(r)
+    print(f"{'workload':<9} {'signal':<8} {'faults':>6} {'hung':>4} {'procs':>5} {'groups':>6} "
+          f"{'lost':>4} {'resume ok':>9} {'after resume':>12}")
+    keys = sorted(by) + [("all", "")]
+    by[("all", "")] = results
+    for k in keys:
+        rs = by[k]
+        resumed = [r for r in rs if r["missing"]]
+        ok = sum(1 for r in resumed if r["resume"] == "ok")
+        after = sum(r["procs_after_resume"] + r["groups_after_resume"] for r in rs)
+        print(f"{k[0]:<9} {k[1]:<8} {len(rs):>6} {sum(r['hung'] for r in rs):>4} "
+              f"{sum(r['procs_after'] for r in rs):>5} {sum(r['groups_after'] for r in rs):>6} "
+              f"{sum(r['lost'] for r in rs):>4} {f'{ok}/{len(resumed)}':>9} {after:>12}")
+
+
+if __name__ == "__main__":
+    main()
