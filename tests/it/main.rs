@@ -4,6 +4,7 @@
 mod common;
 mod inspect;
 mod load;
+mod props;
 mod reports;
 mod run;
 mod sandbox;
