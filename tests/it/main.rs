@@ -1,6 +1,7 @@
 //! Integration tests: the real binary, real allocators, real processes, one binary with
 //! a file per area. Every test works in its own temporary directory and database.
 
+mod bad_input;
 mod common;
 mod inspect;
 mod load;
