@@ -487,7 +487,7 @@ pub fn run(spec: &LoadSpec, t0: Instant, stop: &AtomicBool) -> Result<LoadResult
             } else {
                 Duration::from_secs(1)
             };
-            let span = last + gap.max(Duration::from_millis(1));
+            let span = last.saturating_add(gap.max(Duration::from_millis(1)));
             (
                 entries.iter().map(|e| &e.1).collect(),
                 Schedule::Log {
