@@ -24,7 +24,7 @@ use memtrial::report::{self, escape, ExportType, Report};
 use memtrial::runner::{run_experiment, Event, Start};
 use memtrial::store::Store;
 use memtrial::trial::Isolation;
-use memtrial::units::{format_bytes, format_seconds, parse_duration, parse_size};
+use memtrial::units::{format_bytes, format_seconds, parse_size};
 use memtrial::workload::fragment::{self, FragmentConfig};
 
 /// How the process should exit.
@@ -100,42 +100,90 @@ fn plan_context(locator: &LibraryLocator) -> Result<PlanContext<'_>> {
     })
 }
 
+/// The one place flags meet the plan file: every field of the parsed arguments is taken
+/// apart by name (no `..`), so a new flag cannot be dropped on the way to the plan.
+/// Defaults and validation follow once, in [`build_plan`].
 fn run_input(args: &RunArgs) -> Result<PlanInput> {
+    let RunArgs {
+        runs,
+        warmup,
+        variants,
+        custom,
+        baseline,
+        plan,
+        interval,
+        timeout,
+        seed,
+        memory_limit,
+        cpus,
+        cpuset,
+        pids_limit,
+        resume: _, // handled before: a resumed experiment keeps its stored plan
+        server,
+        output: _, // where reports go, not what runs
+        command,
+    } = args;
+    let crate::cli::ServerArgs {
+        url,
+        ready,
+        ready_timeout,
+        warmup_duration,
+        duration,
+        cooldown,
+        connections,
+        load_threads,
+        rate,
+        request_timeout,
+        targets,
+        replay,
+        speed,
+        methods,
+    } = server;
     let flags = PlanInput {
-        command: args.command.clone(),
-        variants: args.variants.clone(),
-        custom: args.custom.clone(),
-        baseline: args.baseline.clone(),
-        runs: args.runs,
-        warmup: args.warmup,
-        interval: args.interval.clone(),
-        timeout: args.timeout.clone(),
-        seed: args.seed,
-        memory_limit: args.memory_limit.clone(),
-        cpus: args.cpus.clone(),
-        cpuset: args.cpuset.clone(),
-        pids_limit: args.pids_limit,
+        command: command.clone(),
+        variants: variants.clone(),
+        custom: custom.clone(),
+        baseline: baseline.clone(),
+        runs: *runs,
+        warmup: *warmup,
+        interval: interval.clone(),
+        timeout: timeout.clone(),
+        seed: *seed,
+        memory_limit: memory_limit.clone(),
+        cpus: cpus.clone(),
+        cpuset: cpuset.clone(),
+        pids_limit: *pids_limit,
         server: memtrial::plan::ServerInput {
-            url: args.server.url.clone(),
-            ready: args.server.ready.clone(),
-            ready_timeout: args.server.ready_timeout.clone(),
-            warmup_duration: args.server.warmup_duration.clone(),
-            duration: args.server.duration.clone(),
-            cooldown: args.server.cooldown.clone(),
-            connections: args.server.connections,
-            load_threads: args.server.load_threads,
-            rate: args.server.rate,
-            request_timeout: args.server.request_timeout.clone(),
-            targets: args.server.targets.clone(),
-            replay: args.server.replay.clone(),
-            speed: args.server.speed,
-            methods: args.server.methods.clone(),
+            url: url.clone(),
+            ready: ready.clone(),
+            ready_timeout: ready_timeout.clone(),
+            warmup_duration: warmup_duration.clone(),
+            duration: duration.clone(),
+            cooldown: cooldown.clone(),
+            connections: *connections,
+            load_threads: *load_threads,
+            rate: *rate,
+            request_timeout: request_timeout.clone(),
+            targets: targets.clone(),
+            replay: replay.clone(),
+            speed: *speed,
+            methods: methods.clone(),
         },
     };
-    Ok(match &args.plan {
+    Ok(match plan {
         Some(path) => flags.or(read_plan_file(path)?),
         None => flags,
     })
+}
+
+/// Makes room in the open-file limit for a load's connections (exit 2 when they cannot fit).
+fn fit_fd_limit(connections: usize, threads: usize, ui: &Ui) -> Result<()> {
+    let note = memtrial::load::ensure_fd_limit(connections, threads)
+        .map_err(|e| anyhow::anyhow!("--connections {connections}: {e}"))?;
+    if let Some(n) = note {
+        ui.note(&format!("note: {n}"));
+    }
+    Ok(())
 }
 
 fn run_cmd(db: &Path, args: &RunArgs, ui: &Ui) -> Result<Outcome> {
@@ -251,6 +299,9 @@ fn execute(db: &Path, input: PlanInput, output: &OutputArgs, ui: &Ui) -> Result<
         ui.note(&format!("note: {n}"));
     }
     let plan = built.plan;
+    if let Some(s) = &plan.server {
+        fit_fd_limit(s.connections, s.threads, ui)?;
+    }
     let mut store = Store::open(db)?;
     let host = HostInfo::detect();
     let isolation = isolation(&plan.limits, ui)?;
@@ -316,6 +367,9 @@ fn resume(db: &Path, id: Option<i64>, output: &OutputArgs, ui: &Ui) -> Result<Ou
         &plan.workdir,
     )
     .with_context(|| format!("cannot resume experiment {id}"))?;
+    if let Some(s) = &plan.server {
+        fit_fd_limit(s.connections, s.threads, ui)?;
+    }
     let deleted = store.delete_interrupted(id)?;
     let done: Vec<u32> = exp
         .seqs
@@ -648,33 +702,31 @@ fn variants_cmd(ui: &Ui) -> Result<Outcome> {
 }
 
 fn fragment_cmd(args: &FragmentArgs, ui: &Ui) -> Result<Outcome> {
+    use memtrial::plan::settings::{self as ranges, count};
     let mut cfg = FragmentConfig::default();
     if let Some(t) = args.threads {
-        if t == 0 {
-            bail!("--threads 0: at least one worker thread is needed");
-        }
-        cfg.threads = t;
+        cfg.threads = count("--threads", t, ranges::FRAGMENT_THREADS)?;
     }
     if let Some(s) = &args.seconds {
-        let d = parse_duration(s).map_err(|e| anyhow::anyhow!("--seconds {s}: {e}"))?;
-        if d.is_zero() {
-            bail!("--seconds {s}: must be longer than zero");
-        }
-        cfg.duration = Some(d);
+        cfg.duration = Some(ranges::duration("--seconds", s, ranges::FRAGMENT_SECONDS)?);
         cfg.iterations = None;
     }
     if let Some(n) = args.iterations {
-        if n == 0 {
-            bail!("--iterations 0: at least one allocation per thread is needed");
-        }
-        cfg.iterations = Some(n);
+        cfg.iterations = Some(count("--iterations", n, ranges::FRAGMENT_ITERATIONS)?);
         cfg.duration = None;
     }
+    let size = |flag: &'static str, s: &str| -> Result<usize> {
+        let bytes = parse_size(s).map_err(|e| anyhow::anyhow!("{flag} {s}: {e}"))?;
+        if !(ranges::FRAGMENT_SIZE.0..=ranges::FRAGMENT_SIZE.1).contains(&bytes) {
+            bail!("{flag} {s}: must be from 1 byte to 1G");
+        }
+        Ok(bytes as usize)
+    };
     if let Some(s) = &args.min_size {
-        cfg.min_size = parse_size(s).map_err(|e| anyhow::anyhow!("--min-size {s}: {e}"))? as usize;
+        cfg.min_size = size("--min-size", s)?;
     }
     if let Some(s) = &args.max_size {
-        cfg.max_size = parse_size(s).map_err(|e| anyhow::anyhow!("--max-size {s}: {e}"))? as usize;
+        cfg.max_size = size("--max-size", s)?;
     }
     if cfg.min_size == 0 || cfg.min_size > cfg.max_size {
         bail!(
@@ -693,10 +745,7 @@ fn fragment_cmd(args: &FragmentArgs, ui: &Ui) -> Result<Outcome> {
         cfg.survivor_fraction = f;
     }
     if let Some(n) = args.live {
-        if n == 0 {
-            bail!("--live 0: the working set needs at least one object");
-        }
-        cfg.live_objects = n;
+        cfg.live_objects = count("--live", n, ranges::FRAGMENT_LIVE)?;
     }
     if let Some(s) = args.seed {
         cfg.seed = s;
@@ -721,14 +770,17 @@ fn fragment_cmd(args: &FragmentArgs, ui: &Ui) -> Result<Outcome> {
 
 fn inspect_cmd(args: &InspectArgs, ui: &Ui) -> Result<Outcome> {
     use memtrial::inspect::render::{live_line, InspectExport, View};
+    use memtrial::plan::settings::{self as ranges, count};
     use memtrial::report::Exporter;
-    let dur = |flag: &str, s: &str| -> Result<Duration> {
-        let d = parse_duration(s).map_err(|e| anyhow::anyhow!("{flag} {s}: {e}"))?;
-        if d.is_zero() {
-            bail!("{flag} {s}: must be longer than zero");
-        }
-        Ok(d)
-    };
+    let watch = args
+        .watch
+        .as_deref()
+        .map(|w| ranges::duration("--watch", w, ranges::INSPECT_WATCH))
+        .transpose()?;
+    let interval = ranges::duration("--interval", &args.interval, ranges::INSPECT_INTERVAL)?;
+    if let Some(n) = args.top {
+        count("--top", n, ranges::INSPECT_TOP)?;
+    }
     let json = args.json.as_deref().map(OutputTarget::from_path);
     if let Some(t) = &json {
         t.check("--json")?;
@@ -740,9 +792,6 @@ fn inspect_cmd(args: &InspectArgs, ui: &Ui) -> Result<Outcome> {
     };
     let stop = stop_flag()?;
     if let Some(n) = args.top {
-        if n == 0 {
-            bail!("--top 0: give the number of processes to show");
-        }
         let by = match args.by {
             crate::cli::RankByArg::Rss => memtrial::inspect::procs::RankBy::Rss,
             crate::cli::RankByArg::Pss => memtrial::inspect::procs::RankBy::Pss,
@@ -762,12 +811,8 @@ fn inspect_cmd(args: &InspectArgs, ui: &Ui) -> Result<Outcome> {
     };
     let opts = memtrial::inspect::Options {
         pid,
-        watch: args
-            .watch
-            .as_deref()
-            .map(|w| dur("--watch", w))
-            .transpose()?,
-        interval: dur("--interval", &args.interval)?,
+        watch,
+        interval,
         tree: args.tree,
     };
     let ins = memtrial::inspect::run(
@@ -791,55 +836,54 @@ fn inspect_cmd(args: &InspectArgs, ui: &Ui) -> Result<Outcome> {
 
 // ---- memtrial load -------------------------------------------------------------
 
-/// Builds a load from the flags; every error names its flag, value and reason.
+/// Builds a load from the flags; every error names its flag, value and reason. The
+/// numbers go through the same rules and defaults as a server trial's
+/// ([`memtrial::plan::settings::resolve_load`]).
 fn load_spec(args: &crate::cli::LoadArgs, ui: &Ui) -> Result<memtrial::load::LoadSpec> {
     use memtrial::load::{self, Mode};
-    let url = load::parse_url(&args.url).map_err(|e| anyhow::anyhow!("--url: {e}"))?;
+    use memtrial::plan::settings::{resolve_load, LoadCommand, LoadInput};
+    let crate::cli::LoadArgs {
+        url: url_text,
+        duration,
+        warmup_duration,
+        connections,
+        threads,
+        rate,
+        targets,
+        replay,
+        speed,
+        methods,
+        timeout,
+        json: _, // where the result goes
+    } = args;
+    let url = load::parse_url(url_text).map_err(|e| anyhow::anyhow!("--url: {e}"))?;
     let addr = url
         .socket_addr()
-        .map_err(|e| anyhow::anyhow!("--url {}: {e}", args.url))?;
-    let dur = |flag: &str, v: &str| -> Result<Duration> {
-        parse_duration(v).map_err(|e| anyhow::anyhow!("{flag}: {e}"))
-    };
-    let duration = dur("--duration", &args.duration)?;
-    if duration.is_zero() {
-        bail!("--duration {}: must be longer than 0", args.duration);
-    }
-    let timeout = dur("--timeout", &args.timeout)?;
-    if timeout.is_zero() {
-        bail!("--timeout {}: must be longer than 0", args.timeout);
-    }
-    let warmup = dur("--warmup-duration", &args.warmup_duration)?;
-    if args.connections == 0 {
-        bail!("--connections 0: at least one connection is needed");
-    }
-    let threads = match args.threads {
-        Some(0) => bail!("--threads 0: at least one thread is needed"),
-        Some(t) if t > args.connections => bail!(
-            "--threads {t}: more threads than --connections {}; every thread needs a connection",
-            args.connections
-        ),
-        Some(t) => t,
-        None => (memtrial::linux::host::online_cpus() as usize).clamp(1, args.connections),
-    };
-    let mode = match args.rate {
-        Some(r) if !(r.is_finite() && r > 0.0) => {
-            bail!("--rate {r}: must be a positive number of requests per second")
-        }
+        .map_err(|e| anyhow::anyhow!("--url {url_text}: {e}"))?;
+    let settings = resolve_load(
+        &LoadInput {
+            duration: duration.clone(),
+            warmup_duration: warmup_duration.clone(),
+            connections: *connections,
+            threads: *threads,
+            rate: *rate,
+            request_timeout: timeout.clone(),
+            speed: *speed,
+        },
+        LoadCommand::Load,
+        memtrial::linux::host::online_cpus(),
+    )?;
+    let mode = match settings.rate {
         Some(r) => Mode::Open {
             rate_per_sec: r,
-            connections: args.connections,
+            connections: settings.connections,
         },
         None => Mode::Closed {
-            connections: args.connections,
+            connections: settings.connections,
         },
     };
-    if let Some(s) = args.speed {
-        if !(s.is_finite() && s > 0.0) {
-            bail!("--speed {s}: must be a positive factor (1 = the log's own pace)");
-        }
-    }
-    let (kind, flag) = match (&args.targets, &args.replay) {
+    fit_fd_limit(settings.connections, settings.threads, ui)?;
+    let (kind, flag) = match (targets, replay) {
         (Some(path), _) => (
             memtrial::load::source::RequestSource::Targets { path: path.clone() },
             format!("--targets {}", path.display()),
@@ -847,14 +891,14 @@ fn load_spec(args: &crate::cli::LoadArgs, ui: &Ui) -> Result<memtrial::load::Loa
         (None, Some(path)) => (
             memtrial::load::source::RequestSource::Replay {
                 path: path.clone(),
-                speed: args.speed,
-                methods: args.methods.clone(),
+                speed: settings.speed,
+                methods: methods.clone(),
             },
             format!("--replay {}", path.display()),
         ),
         (None, None) => (
             memtrial::load::source::RequestSource::Url,
-            format!("--url {}", args.url),
+            format!("--url {url_text}"),
         ),
     };
     let (source, notes) = memtrial::load::source::read_source(&kind, &url.path_and_query)
@@ -867,10 +911,10 @@ fn load_spec(args: &crate::cli::LoadArgs, ui: &Ui) -> Result<memtrial::load::Loa
         host_header: url.host_header(),
         source,
         mode,
-        threads,
-        duration,
-        warmup,
-        timeout,
+        threads: settings.threads,
+        duration: settings.duration,
+        warmup: settings.warmup,
+        timeout: settings.request_timeout,
     })
 }
 

@@ -85,10 +85,10 @@ pub struct OutputArgs {
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// Measured runs per variant [default: 5].
+    /// Measured runs per variant, 1 to 10000 [default: 5].
     #[arg(long, short = 'n', value_name = "N")]
     pub runs: Option<u32>,
-    /// Warm-up runs per variant, run first and discarded [default: 0].
+    /// Warm-up runs per variant, run first and discarded, 0 to 10000 [default: 0].
     #[arg(long, value_name = "N")]
     pub warmup: Option<u32>,
     /// Comma-separated variants to run [default: every available built-in variant].
@@ -104,26 +104,27 @@ pub struct RunArgs {
     /// A TOML plan file; flags given here override it.
     #[arg(long, value_name = "FILE")]
     pub plan: Option<PathBuf>,
-    /// Sampling interval for the memory time series [default: 100ms].
+    /// Sampling interval for the memory time series, 10ms to 1h [default: 100ms].
     #[arg(long, value_name = "DURATION")]
     pub interval: Option<String>,
-    /// Stop a run that takes longer than this (e.g. 30s, 5m) and record it as a timeout.
+    /// Stop a run that takes longer than this (e.g. 30s, 5m; at most 7 days) and record it
+    /// as a timeout.
     #[arg(long, value_name = "DURATION")]
     pub timeout: Option<String>,
-    /// Seed for the run order (recorded; random by default).
+    /// Seed for the run order, 0 to 2^53-1 (recorded; random by default).
     #[arg(long, value_name = "N")]
     pub seed: Option<u64>,
-    /// Memory limit per run, like a container's (e.g. 512M, 2G); no swap escape.
+    /// Memory limit per run, like a container's (e.g. 512M, 2G; 4M to 64T); no swap escape.
     #[arg(long, value_name = "SIZE")]
     pub memory_limit: Option<String>,
-    /// CPU quota per run in CPUs (e.g. 1, 0.5): the program still sees every host CPU,
+    /// CPU quota per run in CPUs (e.g. 1, 0.5; 0.01 to 4096): the program still sees every host CPU,
     /// as under `docker --cpus` or a Kubernetes CPU limit.
     #[arg(long, value_name = "N")]
     pub cpus: Option<String>,
-    /// CPUs the program may run on and sees (e.g. 0, 0-1,3).
+    /// CPUs the program may run on and sees (e.g. 0, 0-1,3; online CPUs only).
     #[arg(long, value_name = "LIST")]
     pub cpuset: Option<String>,
-    /// Most processes and threads a run may have at once.
+    /// Most processes and threads a run may have at once, 1 to 4194304.
     #[arg(long, value_name = "N")]
     pub pids_limit: Option<u64>,
     /// Finish an interrupted experiment (the latest, or ID): runs only what is missing,
@@ -150,29 +151,32 @@ pub struct ServerArgs {
     /// Path probed until the server answers [default: the URL's path].
     #[arg(long, value_name = "PATH")]
     pub ready: Option<String>,
-    /// How long the server may take to answer [default: 30s].
+    /// How long the server may take to answer, up to 1h [default: 30s].
     #[arg(long, value_name = "DURATION")]
     pub ready_timeout: Option<String>,
-    /// Load before the measurement, excluded from every figure [default: 0s].
+    /// Load before the measurement, excluded from every figure, up to 1 day [default: 0s].
     #[arg(long, value_name = "DURATION")]
     pub warmup_duration: Option<String>,
-    /// Measured load [default: 30s].
+    /// Measured load, up to 1 day [default: 30s].
     #[arg(long, value_name = "DURATION")]
     pub duration: Option<String>,
-    /// Time after the load to see how much memory the server gives back [default: 10s].
+    /// Time after the load to see how much memory the server gives back, up to 1 day
+    /// [default: 10s].
     #[arg(long, value_name = "DURATION")]
     pub cooldown: Option<String>,
-    /// Keep-alive connections [default: 16].
+    /// Keep-alive connections, 1 to 100000 (within the open-file limit) [default: 16].
     #[arg(long, value_name = "N")]
     pub connections: Option<usize>,
-    /// Load-generator threads [default: half the CPUs, at least 1].
+    /// Load-generator threads, 1 to 1024 and at most --connections [default: half the
+    /// CPUs, at least 1].
     #[arg(long, value_name = "N")]
     pub load_threads: Option<usize>,
     /// Open loop: requests per second on a fixed schedule (latency from the intended send
-    /// time); without it, a closed loop.
+    /// time), 0.001 to 10000000; without it, a closed loop.
     #[arg(long, value_name = "R")]
     pub rate: Option<f64>,
-    /// A request without a complete response after this long is a timeout [default: 10s].
+    /// A request without a complete response after this long is a timeout, up to 1h
+    /// [default: 10s].
     #[arg(long, value_name = "DURATION")]
     pub request_timeout: Option<String>,
     /// Requests from a file: one `METHOD URL` or `URL` per line.
@@ -181,7 +185,8 @@ pub struct ServerArgs {
     /// Replay the paths of an nginx/Apache combined access log.
     #[arg(long, value_name = "LOG")]
     pub replay: Option<PathBuf>,
-    /// Replay at the log's own pace times this factor (without it: as fast as possible).
+    /// Replay at the log's own pace times this factor, 0.001 to 1000000 (without it: as
+    /// fast as possible).
     #[arg(long, value_name = "X", requires = "replay")]
     pub speed: Option<f64>,
     /// Methods replayed from the log [default: GET,HEAD].
@@ -212,25 +217,25 @@ pub enum WorkloadCommand {
 
 #[derive(Debug, Args, Clone)]
 pub struct FragmentArgs {
-    /// Worker threads.
+    /// Worker threads, 1 to 1024.
     #[arg(long)]
     pub threads: Option<usize>,
-    /// Run for this long (e.g. 3s); exclusive with --iterations.
+    /// Run for this long (e.g. 3s; at most 1 day); exclusive with --iterations.
     #[arg(long, value_name = "DURATION", conflicts_with = "iterations")]
     pub seconds: Option<String>,
-    /// Allocations per thread; exclusive with --seconds.
+    /// Allocations per thread, 1 to 10^12; exclusive with --seconds.
     #[arg(long, value_name = "N")]
     pub iterations: Option<u64>,
-    /// Smallest object (e.g. 16, 1K).
+    /// Smallest object (e.g. 16, 1K), 1 byte to 1G.
     #[arg(long, value_name = "SIZE")]
     pub min_size: Option<String>,
-    /// Largest object (e.g. 16K, 1M).
+    /// Largest object (e.g. 16K, 1M), 1 byte to 1G.
     #[arg(long, value_name = "SIZE")]
     pub max_size: Option<String>,
     /// Fraction of objects kept alive until the end (0 to 1).
     #[arg(long, value_name = "FRACTION")]
     pub survivors: Option<f64>,
-    /// Short-lived objects each thread keeps in its working set.
+    /// Short-lived objects each thread keeps in its working set, 1 to 10000000.
     #[arg(long, value_name = "N")]
     pub live: Option<usize>,
     /// Seed of the allocation pattern.
@@ -240,7 +245,7 @@ pub struct FragmentArgs {
 
 #[derive(Debug, Args)]
 pub struct DemoArgs {
-    /// Runs per variant.
+    /// Runs per variant, 1 to 10000.
     #[arg(long, default_value_t = 3, value_name = "N")]
     pub runs: u32,
     /// Where the demo's HTML report goes.
@@ -262,7 +267,7 @@ pub struct InspectArgs {
     /// Also sum RSS, PSS, USS, swap and threads over the process and its descendants.
     #[arg(long)]
     pub tree: bool,
-    /// The N largest processes of the machine, each with its allocator and arenas.
+    /// The N largest processes of the machine (1 to 100000), each with its allocator and arenas.
     #[arg(long, value_name = "N", conflicts_with_all = ["watch", "maps", "tree"])]
     pub top: Option<usize>,
     /// What --top ranks by.
@@ -271,10 +276,10 @@ pub struct InspectArgs {
     /// Write the inspection as JSON to FILE ('-' or no value: standard output, instead of the text).
     #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "-")]
     pub json: Option<PathBuf>,
-    /// Also sample RSS for this long (e.g. 30s, 5m) and judge leak or plateau.
+    /// Also sample RSS for this long (e.g. 30s, 5m; at most 7 days) and judge leak or plateau.
     #[arg(long, value_name = "DURATION")]
     pub watch: Option<String>,
-    /// Sampling interval for --watch.
+    /// Sampling interval for --watch, 10ms to 1h.
     #[arg(
         long,
         value_name = "DURATION",
@@ -290,20 +295,23 @@ pub struct LoadArgs {
     /// The server: http://HOST[:PORT]/PATH (plain HTTP/1.1; https is not supported).
     #[arg(long, value_name = "URL")]
     pub url: String,
-    /// Measured time (e.g. 10s, 2m), after the warm-up.
-    #[arg(long, default_value = "10s", value_name = "DURATION")]
-    pub duration: String,
-    /// Load before the measurement, excluded from every figure (e.g. 5s).
-    #[arg(long, default_value = "0s", value_name = "DURATION")]
-    pub warmup_duration: String,
-    /// Keep-alive connections (the most requests in flight).
-    #[arg(long, short = 'c', default_value_t = 64, value_name = "N")]
-    pub connections: usize,
-    /// Load threads, each with its own event loop [default: CPUs, at most --connections].
+    /// Measured time (e.g. 10s, 2m; at most 1 day), after the warm-up [default: 10s].
+    #[arg(long, value_name = "DURATION")]
+    pub duration: Option<String>,
+    /// Load before the measurement, excluded from every figure (e.g. 5s; at most 1 day)
+    /// [default: 0s].
+    #[arg(long, value_name = "DURATION")]
+    pub warmup_duration: Option<String>,
+    /// Keep-alive connections (the most requests in flight), 1 to 100000 and within the
+    /// open-file limit [default: 64].
+    #[arg(long, short = 'c', value_name = "N")]
+    pub connections: Option<usize>,
+    /// Load threads, each with its own event loop, 1 to 1024 [default: half the CPUs, at
+    /// least 1, at most --connections].
     #[arg(long, short = 't', value_name = "N")]
     pub threads: Option<usize>,
-    /// Open loop: this many requests per second in total, on a fixed schedule; latency
-    /// counts from the intended send time.
+    /// Open loop: this many requests per second in total (0.001 to 10000000), on a fixed
+    /// schedule; latency counts from the intended send time.
     #[arg(long, value_name = "PER_SECOND", conflicts_with = "speed")]
     pub rate: Option<f64>,
     /// A targets file: one `URL` or `METHOD URL` per line, optional header lines and
@@ -313,8 +321,8 @@ pub struct LoadArgs {
     /// Replay an nginx/Apache access log (common or combined format).
     #[arg(long, value_name = "LOG")]
     pub replay: Option<PathBuf>,
-    /// Replay at the log's own pace sped up by X (e.g. 4); without it, as fast as
-    /// --connections (or --rate) allow.
+    /// Replay at the log's own pace sped up by X (e.g. 4; 0.001 to 1000000); without it,
+    /// as fast as --connections (or --rate) allow.
     #[arg(long, value_name = "X", requires = "replay")]
     pub speed: Option<f64>,
     /// Methods replayed from the log.
@@ -326,9 +334,10 @@ pub struct LoadArgs {
         requires = "replay"
     )]
     pub methods: Vec<String>,
-    /// A request without a complete response after this long counts as a timeout.
-    #[arg(long, default_value = "5s", value_name = "DURATION")]
-    pub timeout: String,
+    /// A request without a complete response after this long counts as a timeout (at most
+    /// 1h) [default: 5s].
+    #[arg(long, value_name = "DURATION")]
+    pub timeout: Option<String>,
     /// Write the result as JSON to FILE ('-' for standard output).
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,

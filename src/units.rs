@@ -3,6 +3,8 @@
 use std::time::Duration;
 
 /// Parses a duration such as `100ms`, `2s`, `5m`, `1h 30m`. A bare number is seconds.
+/// Never panics: a value too large for a [`Duration`] is an error (callers then check
+/// their own, much smaller range with [`DurationRange`]).
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let t = text.trim();
     if t.is_empty() {
@@ -12,10 +14,73 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         if !secs.is_finite() || secs < 0.0 {
             return Err(format!("'{t}' is not a non-negative number of seconds"));
         }
-        return Ok(Duration::from_secs_f64(secs));
+        return Duration::try_from_secs_f64(secs)
+            .map_err(|_| format!("'{t}' is out of range (far longer than any run)"));
     }
     humantime::parse_duration(t)
         .map_err(|e| format!("'{t}' is not a duration ({e}); use e.g. 500ms, 30s, 5m, 1h"))
+}
+
+/// The accepted range of a duration setting, checked once where the setting enters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DurationRange {
+    pub min: Duration,
+    pub max: Duration,
+    /// Whether zero is accepted even though `min` is larger (e.g. "no warm-up").
+    pub zero_ok: bool,
+}
+
+impl DurationRange {
+    /// Between `min` and `max`, both included.
+    pub const fn new(min: Duration, max: Duration) -> DurationRange {
+        DurationRange {
+            min,
+            max,
+            zero_ok: false,
+        }
+    }
+
+    /// From zero (included) to `max`.
+    pub const fn up_to(max: Duration) -> DurationRange {
+        DurationRange {
+            min: Duration::ZERO,
+            max,
+            zero_ok: true,
+        }
+    }
+
+    /// `"from 10ms to 1h"`, for messages and help texts.
+    pub fn describe(&self) -> String {
+        let min = if self.min.is_zero() && !self.zero_ok {
+            "more than 0".to_string()
+        } else if self.zero_ok && !self.min.is_zero() {
+            format!("0 or from {}", humantime::format_duration(self.min))
+        } else {
+            format!("from {}", humantime::format_duration(self.min))
+        };
+        format!("{min} to {}", humantime::format_duration(self.max))
+    }
+
+    /// Parses `text` and checks it against the range; the error says the range.
+    pub fn parse(&self, text: &str) -> Result<Duration, String> {
+        let must = || format!("must be {}", self.describe());
+        let d = match parse_duration(text) {
+            Ok(d) => d,
+            // A number too large for any duration is simply out of this range.
+            Err(_) if text.trim().parse::<f64>().is_ok_and(|v| v > 0.0) => return Err(must()),
+            Err(e) => return Err(e),
+        };
+        let ok = if d.is_zero() {
+            self.zero_ok
+        } else {
+            d >= self.min && d <= self.max
+        };
+        if ok {
+            Ok(d)
+        } else {
+            Err(must())
+        }
+    }
 }
 
 /// Parses a size in bytes: `4096`, `64K`/`64KiB`, `512M`/`512MiB`, `2G`/`2GiB`, `1.5G`.

@@ -256,11 +256,12 @@ pub fn cpu_list_count(text: &str) -> Result<u32, ContainerError> {
                 if b < a {
                     return Err(err());
                 }
-                n += b - a + 1;
+                let count = (b - a).checked_add(1).ok_or_else(err)?;
+                n = n.checked_add(count).ok_or_else(err)?;
             }
             None => {
                 part.parse::<u32>().map_err(|_| err())?;
-                n += 1;
+                n = n.checked_add(1).ok_or_else(err)?;
             }
         }
     }

@@ -287,7 +287,10 @@ fn write(path: &Path, value: &str) -> Result<(), CgroupError> {
     fs::write(path, value).map_err(io_err("write", path))
 }
 
-/// Parses a CPU list such as `0-3,6` into CPU numbers.
+/// CPU numbers accepted in a CPU list: the kernel's own limit (`NR_CPUS`) is at most 8192.
+pub const MAX_CPUS: u32 = 8192;
+
+/// Parses a CPU list such as `0-3,6` into CPU numbers (each below [`MAX_CPUS`]).
 pub fn parse_cpu_list(s: &str) -> Result<Vec<u32>, String> {
     let mut out = Vec::new();
     for part in s.trim().split(',').filter(|p| !p.is_empty()) {
@@ -305,6 +308,11 @@ pub fn parse_cpu_list(s: &str) -> Result<Vec<u32>, String> {
             .map_err(|_| format!("'{part}' is not a CPU number or range"))?;
         if b < a {
             return Err(format!("'{part}': range runs backwards"));
+        }
+        if b >= MAX_CPUS {
+            return Err(format!(
+                "'{part}': CPU {b} is beyond any machine (CPU numbers go below {MAX_CPUS})"
+            ));
         }
         out.extend(a..=b);
     }

@@ -69,7 +69,8 @@ pub fn parse_access_log(text: &str, methods: &[Method]) -> ReplayLog {
         }
         let n = (j - i) as f64;
         for k in 0..(j - i) {
-            offsets.push(Duration::from_secs_f64(secs[i] as f64 + k as f64 / n));
+            let at = secs[i] as f64 + k as f64 / n;
+            offsets.push(Duration::try_from_secs_f64(at).unwrap_or_default());
         }
         i = j;
     }
@@ -186,7 +187,13 @@ fn parse_time(s: &str) -> Result<i64, String> {
     else {
         return Err(bad());
     };
-    if !(1..=31).contains(&day) || h > 23 || m > 59 || sec > 60 {
+    // Bounded fields keep the arithmetic below far from overflow, whatever the log says.
+    if !(1..=31).contains(&day)
+        || !(1..=9999).contains(&year)
+        || !(0..=23).contains(&h)
+        || !(0..=59).contains(&m)
+        || !(0..=60).contains(&sec)
+    {
         return Err(bad());
     }
     let zone = zone.trim();
@@ -217,6 +224,15 @@ fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn years_beyond_the_calendar_are_unparseable_not_an_overflow() {
+        let log = "1.2.3.4 - - [01/Jan/-99999999999:00:00:00 +0000] \"GET /a HTTP/1.1\" 200 1\n\
+1.2.3.4 - - [01/Jan/99999999999:00:00:00 +0000] \"GET /b HTTP/1.1\" 200 1\n\
+1.2.3.4 - - [01/Jan/2024:-1:00:00 +0000] \"GET /c HTTP/1.1\" 200 1\n";
+        let r = parse_access_log(log, &[Method::Get]);
+        assert_eq!((r.entries.len(), r.unparseable), (0, 3));
+    }
 
     /// Captured from nginx (combined format) with damaged lines mixed in.
     const NGINX: &str = r#"127.0.0.1 - - [12/Mar/2024:10:00:00 +0000] "GET /index.html HTTP/1.1" 200 615 "-" "curl/7.88.1"

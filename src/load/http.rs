@@ -239,6 +239,8 @@ pub enum ResponseError {
     Head(String),
     #[error("response head larger than {0} bytes")]
     HeadTooLarge(usize),
+    #[error("response with more than {0} header lines")]
+    TooManyHeaders(usize),
     #[error("malformed chunked body")]
     Chunked,
     #[error("malformed Content-Length")]
@@ -285,7 +287,11 @@ pub enum Progress {
 
 /// Largest response head accepted.
 pub const MAX_HEAD: usize = 64 * 1024;
-const MAX_HEADERS: usize = 64;
+/// Header lines parsed without allocating; a head with more is parsed again with room
+/// for [`MAX_HEADERS`].
+const FEW_HEADERS: usize = 64;
+/// Most header lines accepted in one response head.
+pub const MAX_HEADERS: usize = 1024;
 
 /// An incremental HTTP/1.1 response reader for one response at a time. The head must
 /// be given contiguously (the caller buffers it until [`ResponseParser::in_head`] is
@@ -400,15 +406,34 @@ impl ResponseParser {
         }
     }
 
-    /// Parses one head; returns the bytes it took, or None when incomplete.
+    /// Parses one head; returns the bytes it took, or None when incomplete. Up to
+    /// [`FEW_HEADERS`] lines are parsed on the stack; a longer head is parsed again with
+    /// room for [`MAX_HEADERS`].
     fn parse_head(&mut self, buf: &[u8]) -> Result<Option<usize>, ResponseError> {
-        let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
-        let mut resp = httparse::Response::new(&mut headers);
-        let n = match resp.parse(buf) {
-            Ok(httparse::Status::Complete(n)) => n,
+        let mut few = [httparse::EMPTY_HEADER; FEW_HEADERS];
+        let mut resp = httparse::Response::new(&mut few);
+        match resp.parse(buf) {
+            Ok(httparse::Status::Complete(n)) => return self.head_parsed(&resp, n).map(Some),
             Ok(httparse::Status::Partial) => return Ok(None),
+            Err(httparse::Error::TooManyHeaders) => {}
             Err(e) => return Err(ResponseError::Head(e.to_string())),
-        };
+        }
+        let mut many = vec![httparse::EMPTY_HEADER; MAX_HEADERS];
+        let mut resp = httparse::Response::new(&mut many);
+        match resp.parse(buf) {
+            Ok(httparse::Status::Complete(n)) => self.head_parsed(&resp, n).map(Some),
+            Ok(httparse::Status::Partial) => Ok(None),
+            Err(httparse::Error::TooManyHeaders) => Err(ResponseError::TooManyHeaders(MAX_HEADERS)),
+            Err(e) => Err(ResponseError::Head(e.to_string())),
+        }
+    }
+
+    /// Takes what matters from a parsed head of `n` bytes: status, framing, keep-alive.
+    fn head_parsed(
+        &mut self,
+        resp: &httparse::Response<'_, '_>,
+        n: usize,
+    ) -> Result<usize, ResponseError> {
         let status = resp.code.unwrap_or(0);
         let http10 = resp.version == Some(0);
         let mut length: Option<u64> = None;
@@ -442,7 +467,7 @@ impl ResponseParser {
         }
         if (100..200).contains(&status) && status != 101 {
             // An interim response: the real one follows.
-            return Ok(Some(n));
+            return Ok(n);
         }
         self.status = status;
         self.close = conn_close || (http10 && !conn_keep_alive);
@@ -463,7 +488,7 @@ impl ResponseParser {
             self.close = true;
             State::Body(Body::UntilClose)
         };
-        Ok(Some(n))
+        Ok(n)
     }
 }
 
@@ -654,6 +679,31 @@ mod tests {
         let mut p = ResponseParser::new(false);
         let wire = b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n";
         assert_eq!(p.feed(wire), Err(ResponseError::ContentLength));
+    }
+
+    fn head_with(lines: usize) -> Vec<u8> {
+        let mut wire = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n".to_vec();
+        for i in 0..lines {
+            wire.extend_from_slice(format!("X-Header-{i}: {i}\r\n").as_bytes());
+        }
+        wire.extend_from_slice(b"\r\nok");
+        wire
+    }
+
+    #[test]
+    fn many_headers_are_accepted_up_to_the_cap() {
+        for lines in [63, 64, 100, 1000] {
+            let wire = head_with(lines);
+            assert_eq!(
+                feed_in_steps(&wire, 4096, false),
+                (200, false, wire.len()),
+                "{lines}"
+            );
+        }
+        let mut p = ResponseParser::new(false);
+        let e = p.feed(&head_with(1100)).unwrap_err();
+        assert_eq!(e, ResponseError::TooManyHeaders(MAX_HEADERS));
+        assert_eq!(e.to_string(), "response with more than 1024 header lines");
     }
 
     #[test]

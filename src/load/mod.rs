@@ -149,6 +149,10 @@ pub struct LoadResult {
     pub requests: u64,
     pub throughput_rps: f64,
     pub errors: Errors,
+    /// Why the first `other` failure happened (e.g. "response with more than 1024
+    /// header lines"); absent when there was none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub other_example: Option<String>,
     /// Latency of every counted response in microseconds (1 µs to 1 h, 3 significant
     /// digits); from the intended send time in open loop.
     #[serde(skip)]
@@ -200,6 +204,85 @@ fn ms(us: u64) -> f64 {
     us as f64 / 1000.0
 }
 
+/// Open files a load needs besides one per connection: per thread an epoll and a
+/// timerfd, and memtrial's own (standard streams, the database, run logs, `/proc` reads).
+pub const FD_RESERVE: u64 = 64;
+
+/// Open files a load of `connections` on `threads` threads needs.
+pub fn fds_needed(connections: usize, threads: usize) -> u64 {
+    connections as u64 + 2 * threads as u64 + FD_RESERVE
+}
+
+/// The open-file limit (`RLIMIT_NOFILE`) cannot hold the connections.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{connections} connections need about {needed} open files, but this process may open at most {hard} (the hard limit, `ulimit -Hn`); use at most {fit} connections, or raise the hard limit (e.g. `ulimit -n {needed}` as root, or LimitNOFILE= in a systemd unit)")]
+pub struct FdLimitError {
+    pub connections: usize,
+    pub needed: u64,
+    pub hard: u64,
+    /// The most connections that fit.
+    pub fit: u64,
+}
+
+fn nofile() -> Option<libc::rlimit> {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the struct we own.
+    (unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } == 0).then_some(r)
+}
+
+fn too_many(connections: usize, threads: usize, hard: u64) -> FdLimitError {
+    FdLimitError {
+        connections,
+        needed: fds_needed(connections, threads),
+        hard,
+        fit: hard.saturating_sub(fds_needed(0, threads)),
+    }
+}
+
+/// Makes room for a load's connections: raises the soft open-file limit to what the
+/// load needs when it is lower (never past the hard limit, never lowering it). Returns a
+/// note for the user when it raised the limit; an error when the connections cannot fit.
+pub fn ensure_fd_limit(connections: usize, threads: usize) -> Result<Option<String>, FdLimitError> {
+    let needed = fds_needed(connections, threads);
+    let Some(r) = nofile() else {
+        return Ok(None);
+    };
+    let (soft, hard) = (r.rlim_cur, r.rlim_max);
+    let infinite = |v: u64| v == libc::RLIM_INFINITY;
+    if infinite(soft) || soft >= needed {
+        return Ok(None);
+    }
+    if !infinite(hard) && hard < needed {
+        return Err(too_many(connections, threads, hard));
+    }
+    let raised = libc::rlimit {
+        rlim_cur: needed,
+        rlim_max: r.rlim_max,
+    };
+    // SAFETY: setrlimit reads the struct we own.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } != 0 {
+        return Err(too_many(connections, threads, soft));
+    }
+    Ok(Some(format!(
+        "raised the open-file limit from {soft} to {needed} for {connections} connections"
+    )))
+}
+
+/// Checks, without changing anything, that the open-file limit holds the connections.
+pub fn check_fd_limit(connections: usize, threads: usize) -> Result<(), FdLimitError> {
+    let Some(r) = nofile() else {
+        return Ok(());
+    };
+    let soft = r.rlim_cur;
+    if soft != libc::RLIM_INFINITY && soft < fds_needed(connections, threads) {
+        return Err(too_many(connections, threads, soft));
+    }
+    Ok(())
+}
+
 /// Checks a spec before anything starts.
 pub fn validate(spec: &LoadSpec) -> Result<(), LoadError> {
     let bad = |m: String| Err(LoadError::Invalid(m));
@@ -219,6 +302,13 @@ pub fn validate(spec: &LoadSpec) -> Result<(), LoadError> {
     if spec.duration.is_zero() {
         return bad("the duration must be longer than 0".into());
     }
+    if spec
+        .warmup
+        .checked_add(spec.duration)
+        .is_none_or(|d| d > Duration::from_secs(366 * 24 * 3600))
+    {
+        return bad("the warm-up and duration together must be at most a year".into());
+    }
     if spec.timeout.is_zero() {
         return bad("the timeout must be longer than 0".into());
     }
@@ -227,6 +317,7 @@ pub fn validate(spec: &LoadSpec) -> Result<(), LoadError> {
             return bad(format!("rate {rate_per_sec} is not a positive number"));
         }
     }
+    check_fd_limit(conns, spec.threads).map_err(|e| LoadError::Invalid(e.to_string()))?;
     match &spec.source {
         Source::Single(_) => {}
         Source::List(l) if l.is_empty() => return bad("the request list is empty".into()),
@@ -277,13 +368,19 @@ pub(crate) enum Schedule {
 }
 
 impl Plan {
+    /// `begin` plus `secs`; past the measurement (never sent) when that is out of range.
+    fn at(&self, secs: f64) -> Instant {
+        Duration::try_from_secs_f64(secs)
+            .ok()
+            .and_then(|d| self.begin.checked_add(d))
+            .unwrap_or(self.measure_end + Duration::from_secs(1))
+    }
+
     /// The intended send time of request `k` (open loop only).
     pub fn intended(&self, k: u64) -> Option<Instant> {
         match &self.schedule {
             Schedule::Closed => None,
-            Schedule::Rate { per_sec } => {
-                Some(self.begin + Duration::from_secs_f64(k as f64 / per_sec))
-            }
+            Schedule::Rate { per_sec } => Some(self.at(k as f64 / per_sec)),
             Schedule::Log {
                 offsets,
                 speed,
@@ -292,7 +389,7 @@ impl Plan {
                 let n = offsets.len() as u64;
                 let round = (k / n) as f64;
                 let at = span.as_secs_f64() * round + offsets[(k % n) as usize].as_secs_f64();
-                Some(self.begin + Duration::from_secs_f64(at / speed))
+                Some(self.at(at / speed))
             }
         }
     }
@@ -390,7 +487,7 @@ pub fn run(spec: &LoadSpec, t0: Instant, stop: &AtomicBool) -> Result<LoadResult
             } else {
                 Duration::from_secs(1)
             };
-            let span = last + gap.max(Duration::from_millis(1));
+            let span = last.saturating_add(gap.max(Duration::from_millis(1)));
             (
                 entries.iter().map(|e| &e.1).collect(),
                 Schedule::Log {
@@ -470,7 +567,11 @@ pub fn run(spec: &LoadSpec, t0: Instant, stop: &AtomicBool) -> Result<LoadResult
     let mut cpu = 0.0;
     let mut busiest: f64 = 0.0;
     let mut ended = measure_start;
+    let mut other_example = None;
     for o in &outputs {
+        if other_example.is_none() {
+            other_example.clone_from(&o.other_example);
+        }
         let _ = latency.add(&o.latency);
         errors.add(&o.errors);
         requests += o.requests;
@@ -510,6 +611,7 @@ pub fn run(spec: &LoadSpec, t0: Instant, stop: &AtomicBool) -> Result<LoadResult
         requests,
         throughput_rps: rate,
         errors,
+        other_example,
         latency_mean_ms: if latency.is_empty() {
             0.0
         } else {

@@ -70,6 +70,9 @@ pub fn render(header: &str, r: &LoadResult) -> String {
         thousands(e.status_5xx),
         thousands(e.other)
     );
+    if let Some(why) = &r.other_example {
+        let _ = writeln!(o, "               first other error: {why}");
+    }
     let _ = writeln!(
         o,
         "  received     {:.1} MiB",

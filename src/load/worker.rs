@@ -17,7 +17,7 @@ use mio::net::TcpStream;
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
 
-use super::http::{Progress, ResponseParser, MAX_HEAD};
+use super::http::{Progress, ResponseError, ResponseParser, MAX_HEAD};
 use super::{new_histogram, Errors, LoadError, Plan, Schedule, Seconds};
 
 const READ_BUF: usize = 16 * 1024;
@@ -36,6 +36,8 @@ pub(crate) struct Output {
     pub bytes: u64,
     pub cpu_seconds: f64,
     pub ended: Instant,
+    /// Why the first failure counted as `other` happened.
+    pub other_example: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,13 +78,38 @@ struct Stats<'a> {
     start: Instant,
     end: Instant,
     seconds: &'a Mutex<Seconds>,
+    other_example: Option<String>,
 }
 
-#[derive(Clone, Copy)]
 enum Failure {
     Connect,
     Timeout,
-    Other,
+    Other(Other),
+}
+
+/// Why a request failed with neither a connect error nor a timeout.
+enum Other {
+    /// Writing the request failed (e.g. the connection was reset).
+    Write(io::Error),
+    /// Reading the response failed.
+    Read(io::Error),
+    /// The server closed the connection before the response was complete.
+    ClosedEarly,
+    /// The response could not be read.
+    Response(ResponseError),
+}
+
+impl std::fmt::Display for Other {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Other::Write(e) => write!(f, "sending the request failed: {e}"),
+            Other::Read(e) => write!(f, "reading the response failed: {e}"),
+            Other::ClosedEarly => {
+                f.write_str("the server closed the connection before the response was complete")
+            }
+            Other::Response(e) => write!(f, "{e}"),
+        }
+    }
 }
 
 impl Stats<'_> {
@@ -141,7 +168,12 @@ impl Stats<'_> {
         let (a, b) = match kind {
             Failure::Connect => (&mut self.errors.connect, &mut self.sec_errors.connect),
             Failure::Timeout => (&mut self.errors.timeout, &mut self.sec_errors.timeout),
-            Failure::Other => (&mut self.errors.other, &mut self.sec_errors.other),
+            Failure::Other(why) => {
+                if self.other_example.is_none() {
+                    self.other_example = Some(why.to_string());
+                }
+                (&mut self.errors.other, &mut self.sec_errors.other)
+            }
         };
         *a += 1;
         *b += 1;
@@ -286,6 +318,7 @@ pub(crate) fn run(
             start: plan.measure_start,
             end: plan.measure_end,
             seconds,
+            other_example: None,
         },
         open: !matches!(plan.schedule, Schedule::Closed),
         deferred: Vec::with_capacity(nconns),
@@ -368,6 +401,7 @@ pub(crate) fn run(
         bytes: w.stats.bytes,
         cpu_seconds: cpu,
         ended,
+        other_example: w.stats.other_example.take(),
     })
 }
 
@@ -526,8 +560,8 @@ impl Worker<'_> {
                         }
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                         Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                        Err(_) => {
-                            self.fail(c, Instant::now(), Failure::Other);
+                        Err(e) => {
+                            self.fail(c, Instant::now(), Failure::Other(Other::Write(e)));
                             return;
                         }
                     }
@@ -570,7 +604,8 @@ impl Worker<'_> {
         if conn.filled == conn.buf.len() {
             // Only a head can fill the buffer (body bytes are dropped once counted).
             if conn.buf.len() > MAX_HEAD {
-                self.fail(c, Instant::now(), Failure::Other);
+                let why = Other::Response(ResponseError::HeadTooLarge(MAX_HEAD));
+                self.fail(c, Instant::now(), Failure::Other(why));
                 return true;
             }
             let len = conn.buf.len() * 2;
@@ -589,7 +624,7 @@ impl Worker<'_> {
                     self.conns[c].stream = None;
                     self.connect(c, now);
                 } else {
-                    self.fail(c, now, Failure::Other);
+                    self.fail(c, now, Failure::Other(Other::ClosedEarly));
                 }
                 true
             }
@@ -627,16 +662,16 @@ impl Worker<'_> {
                             false
                         }
                     }
-                    Err(_) => {
-                        self.fail(c, now, Failure::Other);
+                    Err(e) => {
+                        self.fail(c, now, Failure::Other(Other::Response(e)));
                         true
                     }
                 }
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => false,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => true,
-            Err(_) => {
-                self.fail(c, Instant::now(), Failure::Other);
+            Err(e) => {
+                self.fail(c, Instant::now(), Failure::Other(Other::Read(e)));
                 true
             }
         }

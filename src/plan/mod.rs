@@ -2,6 +2,7 @@
 //! TOML plan file, validated once, then plain data.
 
 pub mod catalog;
+pub mod settings;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -34,6 +35,14 @@ pub enum PlanError {
     },
     #[error("bad variant definition '{spec}': {reason}. Expected NAME=SPEC where SPEC is space-separated KEY=VALUE settings and/or preload:LIB, e.g. 'je=preload:jemalloc MALLOC_CONF=narenas:2'")]
     BadVariantSpec { spec: String, reason: String },
+    #[error("variant '{variant}' sets {key} twice; give each environment key once (in its spec or its env table), or runs would not get what the variant says")]
+    DuplicateEnvKey { variant: String, key: String },
+    #[error("variant '{variant}': environment key {key:?} {reason}")]
+    BadEnvKey {
+        variant: String,
+        key: String,
+        reason: &'static str,
+    },
     #[error("variant name '{name}' is used twice")]
     DuplicateVariant { name: String },
     #[error("no command to run: give it after '--' (memtrial run -- ./job --flag) or as `command` in the plan file")]
@@ -225,55 +234,134 @@ pub struct ServerInput {
 
 impl ServerInput {
     fn or(self, o: ServerInput) -> ServerInput {
+        let ServerInput {
+            url,
+            ready,
+            ready_timeout,
+            warmup_duration,
+            duration,
+            cooldown,
+            connections,
+            load_threads,
+            rate,
+            request_timeout,
+            targets,
+            replay,
+            speed,
+            methods,
+        } = self;
         ServerInput {
-            url: self.url.or(o.url),
-            ready: self.ready.or(o.ready),
-            ready_timeout: self.ready_timeout.or(o.ready_timeout),
-            warmup_duration: self.warmup_duration.or(o.warmup_duration),
-            duration: self.duration.or(o.duration),
-            cooldown: self.cooldown.or(o.cooldown),
-            connections: self.connections.or(o.connections),
-            load_threads: self.load_threads.or(o.load_threads),
-            rate: self.rate.or(o.rate),
-            request_timeout: self.request_timeout.or(o.request_timeout),
-            targets: self.targets.or(o.targets),
-            replay: self.replay.or(o.replay),
-            speed: self.speed.or(o.speed),
-            methods: self.methods.or(o.methods),
+            url: url.or(o.url),
+            ready: ready.or(o.ready),
+            ready_timeout: ready_timeout.or(o.ready_timeout),
+            warmup_duration: warmup_duration.or(o.warmup_duration),
+            duration: duration.or(o.duration),
+            cooldown: cooldown.or(o.cooldown),
+            connections: connections.or(o.connections),
+            load_threads: load_threads.or(o.load_threads),
+            rate: rate.or(o.rate),
+            request_timeout: request_timeout.or(o.request_timeout),
+            targets: targets.or(o.targets),
+            replay: replay.or(o.replay),
+            speed: speed.or(o.speed),
+            methods: methods.or(o.methods),
         }
     }
 
+    /// True when any server-trial setting is given: then the trial is a server trial
+    /// (and needs a URL), so that no server setting is silently ignored.
     fn given(&self) -> bool {
-        self.url.is_some()
-            || self.targets.is_some()
-            || self.replay.is_some()
-            || self.rate.is_some()
-            || self.duration.is_some()
+        let ServerInput {
+            url,
+            ready,
+            ready_timeout,
+            warmup_duration,
+            duration,
+            cooldown,
+            connections,
+            load_threads,
+            rate,
+            request_timeout,
+            targets,
+            replay,
+            speed,
+            methods,
+        } = self;
+        url.is_some()
+            || ready.is_some()
+            || ready_timeout.is_some()
+            || warmup_duration.is_some()
+            || duration.is_some()
+            || cooldown.is_some()
+            || connections.is_some()
+            || load_threads.is_some()
+            || rate.is_some()
+            || request_timeout.is_some()
+            || targets.is_some()
+            || replay.is_some()
+            || speed.is_some()
+            || methods.is_some()
     }
 }
 
 impl PlanInput {
     /// Fills what this input leaves open from `other` (a plan file); flags win.
-    pub fn or(mut self, other: PlanInput) -> PlanInput {
-        if self.command.is_empty() {
-            self.command = other.command;
+    /// Both sides are taken apart completely, so a new setting cannot be dropped here.
+    pub fn or(self, other: PlanInput) -> PlanInput {
+        let PlanInput {
+            command,
+            variants,
+            custom,
+            baseline,
+            runs,
+            warmup,
+            interval,
+            timeout,
+            seed,
+            memory_limit,
+            cpus,
+            cpuset,
+            pids_limit,
+            server,
+        } = self;
+        let PlanInput {
+            command: file_command,
+            variants: file_variants,
+            custom: file_custom,
+            baseline: file_baseline,
+            runs: file_runs,
+            warmup: file_warmup,
+            interval: file_interval,
+            timeout: file_timeout,
+            seed: file_seed,
+            memory_limit: file_memory_limit,
+            cpus: file_cpus,
+            cpuset: file_cpuset,
+            pids_limit: file_pids_limit,
+            server: file_server,
+        } = other;
+        let mut all_custom = file_custom;
+        all_custom.extend(custom);
+        PlanInput {
+            command: if command.is_empty() {
+                file_command
+            } else {
+                command
+            },
+            variants: variants.or(file_variants),
+            custom: all_custom,
+            baseline: baseline.or(file_baseline),
+            runs: runs.or(file_runs),
+            warmup: warmup.or(file_warmup),
+            interval: interval.or(file_interval),
+            timeout: timeout.or(file_timeout),
+            seed: seed.or(file_seed),
+            memory_limit: memory_limit.or(file_memory_limit),
+            cpus: cpus.or(file_cpus),
+            cpuset: cpuset.or(file_cpuset),
+            pids_limit: pids_limit.or(file_pids_limit),
+            server: server.or(file_server),
         }
-        self.variants = self.variants.or(other.variants);
-        let mut custom = other.custom;
-        custom.extend(self.custom);
-        self.custom = custom;
-        self.baseline = self.baseline.or(other.baseline);
-        self.runs = self.runs.or(other.runs);
-        self.warmup = self.warmup.or(other.warmup);
-        self.interval = self.interval.or(other.interval);
-        self.timeout = self.timeout.or(other.timeout);
-        self.seed = self.seed.or(other.seed);
-        self.memory_limit = self.memory_limit.or(other.memory_limit);
-        self.cpus = self.cpus.or(other.cpus);
-        self.cpuset = self.cpuset.or(other.cpuset);
-        self.pids_limit = self.pids_limit.or(other.pids_limit);
-        self.server = self.server.or(other.server);
-        self
     }
 }
 
@@ -371,6 +459,17 @@ pub fn parse_plan_text(text: &str) -> Result<PlanInput, String> {
             parts.push(shell_words::quote(&format!("preload:{p}")).into_owned());
         }
         for (k, val) in v.env {
+            if let Some(reason) = env_key_problem(&k).or_else(|| {
+                val.contains('\0')
+                    .then_some("has a value containing a NUL byte (an environment cannot hold one)")
+            }) {
+                return Err(PlanError::BadEnvKey {
+                    variant: v.name,
+                    key: k,
+                    reason,
+                }
+                .to_string());
+            }
             parts.push(shell_words::quote(&format!("{k}={val}")).into_owned());
         }
         if let Some(s) = v.spec {
@@ -410,7 +509,7 @@ fn line_col(text: &str, offset: usize) -> (usize, usize) {
 pub const DEFAULT_RUNS: u32 = 5;
 pub const DEFAULT_INTERVAL: &str = "100ms";
 pub const DEFAULT_GRACE_MS: u64 = 3000;
-pub const MIN_INTERVAL_MS: u64 = 10;
+pub const MIN_INTERVAL_MS: u64 = settings::INTERVAL.min.as_millis() as u64;
 
 /// Environment the plan builder needs from the machine.
 pub struct PlanContext<'a> {
@@ -450,39 +549,18 @@ pub fn build_plan(input: PlanInput, ctx: &PlanContext) -> Result<BuiltPlan, Plan
                     .into(),
         });
     }
-    let warmup = input.warmup.unwrap_or(0);
+    let runs = settings::count("--runs", runs, settings::RUNS)?;
+    let warmup = settings::count("--warmup", input.warmup.unwrap_or(0), settings::WARMUP)?;
     let interval_text = input.interval.as_deref().unwrap_or(DEFAULT_INTERVAL);
-    let interval =
-        crate::units::parse_duration(interval_text).map_err(|reason| PlanError::BadValue {
-            flag: "--interval",
-            value: interval_text.into(),
-            reason,
-        })?;
-    if interval < Duration::from_millis(MIN_INTERVAL_MS) {
-        return Err(PlanError::BadValue {
-            flag: "--interval",
-            value: interval_text.into(),
-            reason: format!("the sampling interval must be at least {MIN_INTERVAL_MS}ms (peaks come from the kernel's high-water marks, not from faster sampling)"),
-        });
+    let interval = settings::duration("--interval", interval_text, settings::INTERVAL)?;
+    let timeout = input
+        .timeout
+        .as_deref()
+        .map(|t| settings::duration("--timeout", t, settings::TIMEOUT))
+        .transpose()?;
+    if let Some(seed) = input.seed {
+        settings::count("--seed", seed, settings::SEED)?;
     }
-    let timeout = match input.timeout.as_deref() {
-        None => None,
-        Some(t) => {
-            let d = crate::units::parse_duration(t).map_err(|reason| PlanError::BadValue {
-                flag: "--timeout",
-                value: t.into(),
-                reason,
-            })?;
-            if d.is_zero() {
-                return Err(PlanError::BadValue {
-                    flag: "--timeout",
-                    value: t.into(),
-                    reason: "must be longer than zero".into(),
-                });
-            }
-            Some(d)
-        }
-    };
 
     // Custom variants first, so --variants can name them.
     let mut custom = Vec::new();
@@ -605,18 +683,15 @@ pub fn build_plan(input: PlanInput, ctx: &PlanContext) -> Result<BuiltPlan, Plan
 }
 
 /// Server-trial defaults.
-pub const DEFAULT_LOAD_DURATION: &str = "30s";
 pub const DEFAULT_COOLDOWN: &str = "10s";
 pub const DEFAULT_READY_TIMEOUT: &str = "30s";
-pub const DEFAULT_CONNECTIONS: usize = 16;
-pub const DEFAULT_REQUEST_TIMEOUT: &str = "10s";
 
 fn build_server(
     s: &ServerInput,
     ctx: &PlanContext,
     notes: &mut Vec<String>,
 ) -> Result<Option<ServerPlan>, PlanError> {
-    if !s.given() && s.ready.is_none() && s.cooldown.is_none() && s.connections.is_none() {
+    if !s.given() {
         return Ok(None);
     }
     let bad = |flag: &'static str, value: String, reason: String| PlanError::BadValue {
@@ -652,55 +727,20 @@ fn build_server(
             "--url {url} has no {{port}}: every run uses the same port, so a server left over from an earlier run would be measured instead"
         ));
     }
-    let d = |flag: &'static str,
-             v: Option<&String>,
-             default: &str,
-             zero_ok: bool|
-     -> Result<u64, PlanError> {
-        let text = v.map(String::as_str).unwrap_or(default);
-        let dur = crate::units::parse_duration(text).map_err(|r| bad(flag, text.into(), r))?;
-        if dur.is_zero() && !zero_ok {
-            return Err(bad(flag, text.into(), "must be longer than zero".into()));
-        }
-        Ok(dur.as_millis() as u64)
-    };
-    let connections = s.connections.unwrap_or(DEFAULT_CONNECTIONS);
-    if connections == 0 {
-        return Err(bad(
-            "--connections",
-            "0".into(),
-            "at least one connection is needed".into(),
-        ));
-    }
-    let threads = match s.load_threads {
-        Some(0) => {
-            return Err(bad(
-                "--load-threads",
-                "0".into(),
-                "at least one thread is needed".into(),
-            ))
-        }
-        Some(t) if t > connections => {
-            return Err(bad(
-                "--load-threads",
-                t.to_string(),
-                format!(
-                "more threads than --connections {connections}: every thread needs a connection"
-            ),
-            ))
-        }
-        Some(t) => t,
-        None => (ctx.online_cpus as usize / 2).clamp(1, connections),
-    };
-    if let Some(r) = s.rate {
-        if !(r.is_finite() && r > 0.0) {
-            return Err(bad(
-                "--rate",
-                r.to_string(),
-                "must be a positive number of requests per second".into(),
-            ));
-        }
-    }
+    let load = settings::resolve_load(
+        &settings::LoadInput {
+            duration: s.duration.clone(),
+            warmup_duration: s.warmup_duration.clone(),
+            connections: s.connections,
+            threads: s.load_threads,
+            rate: s.rate,
+            request_timeout: s.request_timeout.clone(),
+            speed: s.speed,
+        },
+        settings::LoadCommand::ServerTrial,
+        ctx.online_cpus,
+    )?;
+    let ms = |d: Duration| d.as_millis() as u64;
     let source = match (&s.targets, &s.replay) {
         (Some(_), Some(_)) => {
             return Err(bad(
@@ -712,53 +752,35 @@ fn build_server(
         (Some(p), None) => RequestSource::Targets {
             path: ctx.workdir.join(p),
         },
-        (None, Some(p)) => {
-            if let Some(sp) = s.speed {
-                if !(sp.is_finite() && sp > 0.0) {
-                    return Err(bad(
-                        "--speed",
-                        sp.to_string(),
-                        "must be a positive factor (1 = the log's own pace)".into(),
-                    ));
-                }
-            }
-            RequestSource::Replay {
-                path: ctx.workdir.join(p),
-                speed: s.speed,
-                methods: s
-                    .methods
-                    .clone()
-                    .unwrap_or_else(|| vec!["GET".into(), "HEAD".into()]),
-            }
-        }
+        (None, Some(p)) => RequestSource::Replay {
+            path: ctx.workdir.join(p),
+            speed: load.speed,
+            methods: s
+                .methods
+                .clone()
+                .unwrap_or_else(|| vec!["GET".into(), "HEAD".into()]),
+        },
         (None, None) => RequestSource::Url,
     };
     let plan = ServerPlan {
         url: url.clone(),
         ready_path: s.ready.clone(),
-        ready_timeout_ms: d(
+        ready_timeout_ms: ms(settings::duration(
             "--ready-timeout",
-            s.ready_timeout.as_ref(),
-            DEFAULT_READY_TIMEOUT,
-            false,
-        )?,
-        warmup_ms: d("--warmup-duration", s.warmup_duration.as_ref(), "0s", true)?,
-        duration_ms: d(
-            "--duration",
-            s.duration.as_ref(),
-            DEFAULT_LOAD_DURATION,
-            false,
-        )?,
-        cooldown_ms: d("--cooldown", s.cooldown.as_ref(), DEFAULT_COOLDOWN, true)?,
-        connections,
-        threads,
-        rate: s.rate,
-        request_timeout_ms: d(
-            "--request-timeout",
-            s.request_timeout.as_ref(),
-            DEFAULT_REQUEST_TIMEOUT,
-            false,
-        )?,
+            s.ready_timeout.as_deref().unwrap_or(DEFAULT_READY_TIMEOUT),
+            settings::READY_TIMEOUT,
+        )?),
+        warmup_ms: ms(load.warmup),
+        duration_ms: ms(load.duration),
+        cooldown_ms: ms(settings::duration(
+            "--cooldown",
+            s.cooldown.as_deref().unwrap_or(DEFAULT_COOLDOWN),
+            settings::COOLDOWN,
+        )?),
+        connections: load.connections,
+        threads: load.threads,
+        rate: load.rate,
+        request_timeout_ms: ms(load.request_timeout),
         source,
     };
     // Read the request source once now, so a bad file fails before any run.
@@ -779,7 +801,7 @@ fn build_server(
 }
 
 /// Smallest memory limit accepted: below this the kernel OOM-kills most programs at start.
-pub const MIN_MEMORY_LIMIT: u64 = 4 << 20;
+pub const MIN_MEMORY_LIMIT: u64 = settings::MEMORY_LIMIT.0;
 
 fn build_limits(input: &PlanInput, ctx: &PlanContext) -> Result<Limits, PlanError> {
     let mut l = Limits::default();
@@ -796,6 +818,13 @@ fn build_limits(input: &PlanInput, ctx: &PlanContext) -> Result<Limits, PlanErro
                 reason: "at least 4M (the program could not even start below that)".into(),
             });
         }
+        if bytes > settings::MEMORY_LIMIT.1 {
+            return Err(PlanError::BadValue {
+                flag: "--memory-limit",
+                value: m.clone(),
+                reason: "must be from 4M to 64T".into(),
+            });
+        }
         l.memory_max = Some(bytes);
     }
     if let Some(c) = &input.cpus {
@@ -804,7 +833,7 @@ fn build_limits(input: &PlanInput, ctx: &PlanContext) -> Result<Limits, PlanErro
             value: c.clone(),
             reason: "not a number of CPUs (e.g. 1, 0.5, 8)".into(),
         })?;
-        if !(0.01..=4096.0).contains(&cpus) {
+        if !(settings::CPUS.0..=settings::CPUS.1).contains(&cpus) {
             return Err(PlanError::BadValue {
                 flag: "--cpus",
                 value: c.clone(),
@@ -841,7 +870,7 @@ fn build_limits(input: &PlanInput, ctx: &PlanContext) -> Result<Limits, PlanErro
                 reason: "at least 1 (the workload itself is a process)".into(),
             });
         }
-        l.pids_max = Some(p);
+        l.pids_max = Some(settings::count("--pids-limit", p, settings::PIDS_LIMIT)?);
     }
     Ok(l)
 }
@@ -897,6 +926,20 @@ fn valid_name(name: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
 }
 
+/// Why `key` cannot be an environment variable's name, if it cannot: empty, or holding
+/// `=` or a NUL byte (the kernel's `NAME=VALUE` strings could not say where it ends).
+pub fn env_key_problem(key: &str) -> Option<&'static str> {
+    if key.is_empty() {
+        Some("is empty")
+    } else if key.contains('=') {
+        Some("contains '=' (the environment would read it as a different key and value)")
+    } else if key.contains('\0') {
+        Some("contains a NUL byte (an environment cannot hold one)")
+    } else {
+        None
+    }
+}
+
 /// Parses `NAME=SPEC`: SPEC holds `KEY=VALUE` settings and/or `preload:LIB`,
 /// split like a shell would (quotes keep spaces inside a value).
 pub fn parse_custom_variant(spec: &str, ctx: &PlanContext) -> Result<Variant, PlanError> {
@@ -929,8 +972,24 @@ pub fn parse_custom_variant(spec: &str, ctx: &PlanContext) -> Result<Variant, Pl
             preload = Some(path);
             preload_spec = Some(lib.to_string());
         } else if let Some((k, v)) = w.split_once('=') {
-            if k.is_empty() || k.contains('\0') || v.contains('\0') {
-                return Err(bad(&format!("'{w}' is not a KEY=VALUE setting")));
+            let bad_key = |reason| PlanError::BadEnvKey {
+                variant: name.to_string(),
+                key: k.to_string(),
+                reason,
+            };
+            if let Some(reason) = env_key_problem(k) {
+                return Err(bad_key(reason));
+            }
+            if v.contains('\0') {
+                return Err(bad_key(
+                    "has a value containing a NUL byte (an environment cannot hold one)",
+                ));
+            }
+            if env.iter().any(|(seen, _): &(String, String)| seen == k) {
+                return Err(PlanError::DuplicateEnvKey {
+                    variant: name.to_string(),
+                    key: k.to_string(),
+                });
             }
             if k == "LD_PRELOAD" {
                 return Err(bad(
@@ -1127,6 +1186,83 @@ mod tests {
             i.custom = vec![spec.into()];
             assert!(build(i).is_err(), "{spec} should be rejected");
         }
+    }
+
+    #[test]
+    fn duplicate_and_malformed_env_keys_are_refused() {
+        for (spec, expect) in [
+            ("x=A=1 A=2", "variant 'x' sets A twice"),
+            ("x=A=1 'B=2' A=3", "variant 'x' sets A twice"),
+            ("x='=1'", "variant 'x': environment key \"\" is empty"),
+            ("x='A=\0'", "NUL"),
+        ] {
+            let mut i = input(&["true"]);
+            i.custom = vec![spec.into()];
+            let e = build(i).unwrap_err().to_string();
+            assert!(e.contains(expect), "{spec}: {e}");
+        }
+        let plan =
+            "command = \"true\"\n[[variant]]\nname = \"x\"\nspec = \"A=1\"\nenv = { A = \"2\" }\n";
+        let e = build(parse_plan_text(plan).unwrap())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("variant 'x' sets A twice"), "{e}");
+        let plan = "command = \"true\"\n[[variant]]\nname = \"y\"\nenv = { \"A=B\" = \"1\" }\n";
+        let e = parse_plan_text(plan).unwrap_err();
+        assert!(
+            e.contains("variant 'y'") && e.contains("\"A=B\" contains '='"),
+            "{e}"
+        );
+        let plan = "command = \"true\"\n[[variant]]\nname = \"z\"\nenv = { \"\" = \"1\" }\n";
+        assert!(parse_plan_text(plan).unwrap_err().contains("is empty"));
+    }
+
+    #[test]
+    fn numbers_out_of_range_name_the_flag_and_range() {
+        type Case = (fn(&mut PlanInput), &'static str);
+        let cases: [Case; 9] = [
+            (|i| i.interval = Some("1e300".into()), "--interval 1e300"),
+            (|i| i.timeout = Some("1e300".into()), "--timeout 1e300"),
+            (|i| i.interval = Some("2h".into()), "from 10ms to 1h"),
+            (
+                |i| i.warmup = Some(4_294_967_294),
+                "--warmup 4294967294: must be from 0 to 10000",
+            ),
+            (
+                |i| i.runs = Some(4_294_967_295),
+                "--runs 4294967295: must be from 1 to 10000",
+            ),
+            (
+                |i| i.pids_limit = Some(u64::MAX),
+                "--pids-limit 18446744073709551615: must be from 1 to 4194304",
+            ),
+            (|i| i.seed = Some(u64::MAX), "--seed"),
+            (
+                |i| i.memory_limit = Some("1000T".into()),
+                "--memory-limit 1000T: must be from 4M to 64T",
+            ),
+            (
+                |i| {
+                    i.server.url = Some("http://127.0.0.1:{port}/".into());
+                    i.server.duration = Some("1e18".into());
+                },
+                "--duration 1e18: must be from 1ms to 1day",
+            ),
+        ];
+        for (set, expect) in cases {
+            let mut i = input(&["true"]);
+            set(&mut i);
+            let e = build(i).unwrap_err().to_string();
+            assert!(e.contains(expect), "{expect}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_server_setting_without_url_is_not_ignored() {
+        let mut i = input(&["true"]);
+        i.server.load_threads = Some(2);
+        let e = build(i).unwrap_err().to_string();
+        assert!(e.contains("a server trial needs --url"), "{e}");
     }
 
     #[test]

@@ -1,10 +1,12 @@
 //! Integration tests: the real binary, real allocators, real processes, one binary with
 //! a file per area. Every test works in its own temporary directory and database.
 
+mod bad_input;
 mod common;
 mod inspect;
 mod load;
 mod output;
+mod props;
 mod reports;
 mod run;
 mod sandbox;
