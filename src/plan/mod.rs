@@ -562,24 +562,68 @@ pub fn build_plan(input: PlanInput, ctx: &PlanContext) -> Result<BuiltPlan, Plan
         settings::count("--seed", seed, settings::SEED)?;
     }
 
-    // Custom variants first, so --variants can name them.
-    let mut custom = Vec::new();
-    for spec in &input.custom {
+    let custom = custom_variants(&input.custom, ctx)?;
+    let baseline_given = input.baseline.is_some();
+    let baseline = input.baseline.unwrap_or_else(|| "glibc".to_string());
+    let mut chosen = choose_variants(input.variants.as_deref(), &custom, ctx, &mut notes)?;
+    add_baseline(
+        &mut chosen,
+        &baseline,
+        baseline_given,
+        &custom,
+        ctx,
+        &mut notes,
+    )?;
+
+    let seed = input.seed.unwrap_or_else(random_seed);
+    Ok(BuiltPlan {
+        plan: Plan {
+            command: input.command,
+            program,
+            workdir: ctx.workdir.clone(),
+            variants: chosen,
+            baseline,
+            runs,
+            warmup,
+            interval_ms: interval.as_millis() as u64,
+            timeout_ms: timeout.map(|d| d.as_millis() as u64),
+            grace_ms: DEFAULT_GRACE_MS,
+            seed,
+            limits,
+            server,
+        },
+        notes,
+    })
+}
+
+/// The variants defined by `--variant NAME=SPEC` (or the plan), checked for clashes.
+fn custom_variants(specs: &[String], ctx: &PlanContext) -> Result<Vec<Variant>, PlanError> {
+    let mut custom: Vec<Variant> = Vec::new();
+    for spec in specs {
         let v = parse_custom_variant(spec, ctx)?;
-        if catalog_entry(&v.name).is_some() || custom.iter().any(|c: &Variant| c.name == v.name) {
+        if catalog_entry(&v.name).is_some() || custom.iter().any(|c| c.name == v.name) {
             return Err(PlanError::DuplicateVariant { name: v.name });
         }
         custom.push(v);
     }
+    Ok(custom)
+}
 
-    let baseline_given = input.baseline.is_some();
-    let baseline = input.baseline.unwrap_or_else(|| "glibc".to_string());
-    let known = || {
-        let mut names: Vec<String> = catalog_names().iter().map(|s| s.to_string()).collect();
-        names.extend(custom.iter().map(|c| c.name.clone()));
-        names.join(", ")
-    };
+/// Every variant memtrial knows here, catalog and custom, for messages.
+fn known_variants(custom: &[Variant]) -> String {
+    let mut names: Vec<String> = catalog_names().iter().map(|s| s.to_string()).collect();
+    names.extend(custom.iter().map(|c| c.name.clone()));
+    names.join(", ")
+}
 
+/// The variants to run: those named by `--variants` (custom ones always included), or
+/// the custom ones, or every catalog variant installed here (noting the others).
+fn choose_variants(
+    names: Option<&[String]>,
+    custom: &[Variant],
+    ctx: &PlanContext,
+    notes: &mut Vec<String>,
+) -> Result<Vec<Variant>, PlanError> {
     let mut chosen: Vec<Variant> = Vec::new();
     let add = |v: Variant, chosen: &mut Vec<Variant>| -> Result<(), PlanError> {
         if chosen.iter().any(|c| c.name == v.name) {
@@ -588,7 +632,7 @@ pub fn build_plan(input: PlanInput, ctx: &PlanContext) -> Result<BuiltPlan, Plan
         chosen.push(v);
         Ok(())
     };
-    match &input.variants {
+    match names {
         Some(names) => {
             for name in names {
                 let name = name.trim();
@@ -605,12 +649,12 @@ pub fn build_plan(input: PlanInput, ctx: &PlanContext) -> Result<BuiltPlan, Plan
                 } else {
                     return Err(PlanError::UnknownVariant {
                         name: name.to_string(),
-                        known: known(),
+                        known: known_variants(custom),
                     });
                 }
             }
             // Custom variants are always run: they were defined for a reason.
-            for c in &custom {
+            for c in custom {
                 if !chosen.iter().any(|v| v.name == c.name) {
                     chosen.push(c.clone());
                 }
@@ -640,46 +684,44 @@ pub fn build_plan(input: PlanInput, ctx: &PlanContext) -> Result<BuiltPlan, Plan
     if chosen.is_empty() {
         return Err(PlanError::BadValue {
             flag: "--variants",
-            value: input.variants.unwrap_or_default().join(","),
-            reason: format!("no variants selected; known variants: {}", known()),
+            value: names.map(|n| n.join(",")).unwrap_or_default(),
+            reason: format!(
+                "no variants selected; known variants: {}",
+                known_variants(custom)
+            ),
         });
     }
-    if !chosen.iter().any(|v| v.name == baseline) {
-        let base = if let Some(c) = custom.iter().find(|c| c.name == baseline) {
-            c.clone()
-        } else if catalog_entry(&baseline).is_some() {
-            catalog_variant(&baseline, ctx, true)?.expect("required")
-        } else {
-            return Err(PlanError::UnknownVariant {
-                name: baseline,
-                known: known(),
-            });
-        };
-        if baseline_given {
-            notes.push(format!("added the baseline '{baseline}' to the variants"));
-        }
-        chosen.insert(0, base);
-    }
+    Ok(chosen)
+}
 
-    let seed = input.seed.unwrap_or_else(random_seed);
-    Ok(BuiltPlan {
-        plan: Plan {
-            command: input.command,
-            program,
-            workdir: ctx.workdir.clone(),
-            variants: chosen,
-            baseline,
-            runs,
-            warmup,
-            interval_ms: interval.as_millis() as u64,
-            timeout_ms: timeout.map(|d| d.as_millis() as u64),
-            grace_ms: DEFAULT_GRACE_MS,
-            seed,
-            limits,
-            server,
-        },
-        notes,
-    })
+/// The baseline runs first among the variants: added when it was not chosen (and said
+/// so when the user named it).
+fn add_baseline(
+    chosen: &mut Vec<Variant>,
+    baseline: &str,
+    given: bool,
+    custom: &[Variant],
+    ctx: &PlanContext,
+    notes: &mut Vec<String>,
+) -> Result<(), PlanError> {
+    if chosen.iter().any(|v| v.name == baseline) {
+        return Ok(());
+    }
+    let base = if let Some(c) = custom.iter().find(|c| c.name == baseline) {
+        c.clone()
+    } else if catalog_entry(baseline).is_some() {
+        catalog_variant(baseline, ctx, true)?.expect("required")
+    } else {
+        return Err(PlanError::UnknownVariant {
+            name: baseline.to_string(),
+            known: known_variants(custom),
+        });
+    };
+    if given {
+        notes.push(format!("added the baseline '{baseline}' to the variants"));
+    }
+    chosen.insert(0, base);
+    Ok(())
 }
 
 /// Server-trial defaults.
