@@ -398,6 +398,114 @@ fn resume(db: &Path, id: Option<i64>, output: &OutputArgs, ui: &Ui) -> Result<Ou
 }
 
 #[allow(clippy::too_many_arguments)]
+/// What a user sees while an experiment runs: notes, and a progress bar on a terminal.
+struct Progress<'a> {
+    plan: &'a memtrial::plan::Plan,
+    ui: &'a Ui,
+    bar: Option<ProgressBar>,
+}
+
+impl<'a> Progress<'a> {
+    fn new(plan: &'a memtrial::plan::Plan, ui: &'a Ui) -> Self {
+        let bar = ui.live_progress().then(|| {
+            let b = ProgressBar::new(0);
+            b.set_style(
+                ProgressStyle::with_template("{spinner} [{bar:24}] {pos}/{len} {wide_msg}")
+                    .unwrap_or_else(|_| ProgressStyle::default_bar())
+                    .progress_chars("=> "),
+            );
+            b.enable_steady_tick(Duration::from_millis(200));
+            b
+        });
+        Progress { plan, ui, bar }
+    }
+
+    fn finish(&self) {
+        if let Some(b) = &self.bar {
+            b.finish_and_clear();
+        }
+    }
+
+    fn event(&self, ev: Event) {
+        let (plan, ui, bar) = (self.plan, self.ui, &self.bar);
+        match ev {
+            Event::Started {
+                experiment,
+                total,
+                log_dir,
+            } => {
+                let variants_line = plan
+                    .variants
+                    .iter()
+                    .map(|v| v.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                ui.note(&format!(
+                    "experiment {experiment}: {total} runs ({} variants: {variants_line}; {} measured + {} warm-up each), seed {}, output of each run in {}",
+                    plan.variants.len(),
+                    plan.runs,
+                    plan.warmup,
+                    plan.seed,
+                    log_dir.display()
+                ));
+                if let Some(b) = bar {
+                    b.set_length(total as u64);
+                }
+            }
+            Event::TrialStart { variant, slot, .. } => {
+                if let Some(b) = bar {
+                    b.set_message(format!(
+                        "{}{} starting",
+                        escape::terminal(variant),
+                        if slot.warmup { " (warm-up)" } else { "" }
+                    ));
+                }
+            }
+            Event::Sample { slot, live } => {
+                if let Some(b) = bar {
+                    let v = escape::terminal(&plan.variants[slot.variant].name);
+                    b.set_message(format!(
+                        "{v}{} · {} · RSS {}",
+                        if slot.warmup { " (warm-up)" } else { "" },
+                        format_seconds(live.elapsed.as_secs_f64()),
+                        format_bytes(live.rss_bytes as f64)
+                    ));
+                }
+            }
+            Event::TrialEnd {
+                index,
+                total,
+                record,
+                ..
+            } => self.trial_end(index, total, record),
+        }
+    }
+
+    /// One line per finished run: above the bar when it did not go well, else a note.
+    fn trial_end(&self, index: usize, total: usize, record: &memtrial::record::RunRecord) {
+        let line = format!(
+            "[{:>3}/{total}] {:<12} {:<8} {:>9}  peak RSS {:>9}  {}{}",
+            index,
+            record.variant,
+            record.status.as_str(),
+            format_seconds(record.wall_seconds),
+            format_bytes(record.peak_rss_bytes as f64),
+            record.verification.as_str(),
+            if record.warmup { " (warm-up)" } else { "" },
+        );
+        match &self.bar {
+            Some(b) => {
+                b.inc(1);
+                if record.status != RunStatus::Ok {
+                    // The bar prints above itself; the line is escaped as a note is.
+                    b.println(escape::terminal(&line));
+                }
+            }
+            None => self.ui.note(&line),
+        }
+    }
+}
+
 fn run_and_present(
     db: &Path,
     store: &mut Store,
@@ -408,91 +516,7 @@ fn run_and_present(
     ui: &Ui,
 ) -> Result<Outcome> {
     let stop = stop_flag()?;
-
-    let bar = if ui.live_progress() {
-        let b = ProgressBar::new(0);
-        b.set_style(
-            ProgressStyle::with_template("{spinner} [{bar:24}] {pos}/{len} {wide_msg}")
-                .unwrap_or_else(|_| ProgressStyle::default_bar())
-                .progress_chars("=> "),
-        );
-        b.enable_steady_tick(Duration::from_millis(200));
-        Some(b)
-    } else {
-        None
-    };
-    let variants_line = plan
-        .variants
-        .iter()
-        .map(|v| v.name.as_str())
-        .collect::<Vec<_>>()
-        .join(", ");
-    let mut observer = |ev: Event| match ev {
-        Event::Started {
-            experiment,
-            total,
-            log_dir,
-        } => {
-            ui.note(&format!(
-                "experiment {experiment}: {total} runs ({} variants: {variants_line}; {} measured + {} warm-up each), seed {}, output of each run in {}",
-                plan.variants.len(),
-                plan.runs,
-                plan.warmup,
-                plan.seed,
-                log_dir.display()
-            ));
-            if let Some(b) = &bar {
-                b.set_length(total as u64);
-            }
-        }
-        Event::TrialStart { variant, slot, .. } => {
-            if let Some(b) = &bar {
-                b.set_message(format!(
-                    "{}{} starting",
-                    escape::terminal(variant),
-                    if slot.warmup { " (warm-up)" } else { "" }
-                ));
-            }
-        }
-        Event::Sample { slot, live } => {
-            if let Some(b) = &bar {
-                let v = escape::terminal(&plan.variants[slot.variant].name);
-                b.set_message(format!(
-                    "{v}{} · {} · RSS {}",
-                    if slot.warmup { " (warm-up)" } else { "" },
-                    format_seconds(live.elapsed.as_secs_f64()),
-                    format_bytes(live.rss_bytes as f64)
-                ));
-            }
-        }
-        Event::TrialEnd {
-            index,
-            total,
-            record,
-            ..
-        } => {
-            let line = format!(
-                "[{:>3}/{total}] {:<12} {:<8} {:>9}  peak RSS {:>9}  {}{}",
-                index,
-                record.variant,
-                record.status.as_str(),
-                format_seconds(record.wall_seconds),
-                format_bytes(record.peak_rss_bytes as f64),
-                record.verification.as_str(),
-                if record.warmup { " (warm-up)" } else { "" },
-            );
-            match &bar {
-                Some(b) => {
-                    b.inc(1);
-                    if record.status != RunStatus::Ok {
-                        // The bar prints above itself; the line is escaped as a note is.
-                        b.println(escape::terminal(&line));
-                    }
-                }
-                None => ui.note(&line),
-            }
-        }
-    };
+    let progress = Progress::new(plan, ui);
     let outcome = run_experiment(
         store,
         plan,
@@ -501,11 +525,9 @@ fn run_and_present(
             isolation: isolation.clone(),
         },
         &stop,
-        &mut observer,
+        &mut |ev| progress.event(ev),
     )?;
-    if let Some(b) = &bar {
-        b.finish_and_clear();
-    }
+    progress.finish();
     let exp = store.load(outcome.experiment)?;
     let result = present(&exp, output, ui)?;
     if outcome.interrupted {
