@@ -59,9 +59,16 @@ impl Backend for LocalBackend {
             Some((cg, fds)) => (Some(cg), fds),
             None => (None, Vec::new()),
         };
-        // SAFETY: the hook only calls fcntl(2) and write(2) on descriptors opened beforehand.
+        // The workload gets the open-file limit memtrial started with, even when memtrial
+        // raised its own for the load's connections.
+        let nofile = crate::load::original_nofile();
+        // SAFETY: the hook only calls setrlimit(2), fcntl(2) and write(2) on data and
+        // descriptors prepared beforehand.
         unsafe {
             cmd.pre_exec(move || {
+                if let Some(r) = &nofile {
+                    libc::setrlimit(libc::RLIMIT_NOFILE, r);
+                }
                 if libc::fcntl(report_fd, libc::F_SETFD, 0) != 0 {
                     return Err(std::io::Error::last_os_error());
                 }

@@ -242,6 +242,18 @@ fn too_many(connections: usize, threads: usize, hard: u64) -> FdLimitError {
     }
 }
 
+/// The open-file limit (soft, hard) memtrial started with, when it raised it for a load.
+static ORIGINAL_NOFILE: std::sync::OnceLock<(u64, u64)> = std::sync::OnceLock::new();
+
+/// The open-file limit as it was before memtrial raised it for its own connections, if
+/// it did: the workload is given this one, so that it runs as it would without memtrial.
+pub fn original_nofile() -> Option<libc::rlimit> {
+    ORIGINAL_NOFILE.get().map(|(cur, max)| libc::rlimit {
+        rlim_cur: *cur,
+        rlim_max: *max,
+    })
+}
+
 /// Makes room for a load's connections: raises the soft open-file limit to what the
 /// load needs when it is lower (never past the hard limit, never lowering it). Returns a
 /// note for the user when it raised the limit; an error when the connections cannot fit.
@@ -258,6 +270,7 @@ pub fn ensure_fd_limit(connections: usize, threads: usize) -> Result<Option<Stri
     if !infinite(hard) && hard < needed {
         return Err(too_many(connections, threads, hard));
     }
+    let _ = ORIGINAL_NOFILE.set((r.rlim_cur, r.rlim_max));
     let raised = libc::rlimit {
         rlim_cur: needed,
         rlim_max: r.rlim_max,
