@@ -3,6 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
+use std::time::Duration;
 
 use serde_json::Value;
 
@@ -254,4 +255,50 @@ pub fn need_cgroups() -> Option<memtrial::linux::cgroup::Hierarchy> {
         },
     );
     found
+}
+
+/// memtrial stopped by `sig` mid-run (a `sleep SECONDS` workload): exit 130, the workload
+/// gone, the experiment and the run in flight recorded as interrupted.
+pub fn stop_signal_keeps_runs_and_leaves_nothing(sig: i32, seconds: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = format!("sleep {seconds}");
+    let child = Command::new(memtrial())
+        .args([
+            "run",
+            "--runs",
+            "3",
+            "--variants",
+            "glibc",
+            "--",
+            "sh",
+            "-c",
+        ])
+        .arg(&marker)
+        .current_dir(dir.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    // SAFETY: sending a signal to our own child.
+    unsafe {
+        libc::kill(child.id() as i32, sig);
+    }
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(no_process_matching(&marker));
+    let report = Command::new(memtrial())
+        .args(["report", "--json", "-"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let doc: Value = serde_json::from_slice(&report.stdout).unwrap();
+    validate_schema(&doc, "experiment-v1.schema.json");
+    assert_eq!(doc["experiment"]["status"], "interrupted");
+    assert_eq!(first_run(&doc, "glibc")["status"], "interrupted");
 }

@@ -549,46 +549,7 @@ fn bad_input_gets_a_clear_error() {
 
 #[test]
 fn sigint_keeps_completed_runs_and_leaves_nothing_behind() {
-    let dir = tempfile::tempdir().unwrap();
-    let child = Command::new(memtrial())
-        .args([
-            "run",
-            "--runs",
-            "3",
-            "--variants",
-            "glibc",
-            "--",
-            "sh",
-            "-c",
-            "sleep 43.5",
-        ])
-        .current_dir(dir.path())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(1500));
-    // SAFETY: sending a signal to our own child.
-    unsafe {
-        libc::kill(child.id() as i32, libc::SIGINT);
-    }
-    let out = child.wait_with_output().unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(130),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(no_process_matching("sleep 43.5"));
-    let list = Command::new(memtrial())
-        .args(["report", "--json", "-"])
-        .current_dir(dir.path())
-        .output()
-        .unwrap();
-    let doc: Value = serde_json::from_slice(&list.stdout).unwrap();
-    validate_schema(&doc, "experiment-v1.schema.json");
-    assert_eq!(doc["experiment"]["status"], "interrupted");
-    assert_eq!(first_run(&doc, "glibc")["status"], "interrupted");
+    stop_signal_keeps_runs_and_leaves_nothing(libc::SIGINT, "43.5");
 }
 
 #[test]

@@ -236,33 +236,5 @@ fn stale_groups_of_a_memtrial_started_elsewhere_are_cleaned() {
 /// SIGQUIT stops memtrial like SIGINT, SIGTERM and SIGHUP: runs kept, nothing left.
 #[test]
 fn sigquit_is_handled_like_the_other_stop_signals() {
-    let dir = tempfile::tempdir().unwrap();
-    let child = Command::new(memtrial())
-        .args(["run", "--runs", "3", "--variants", "glibc", "--"])
-        .args(["sh", "-c", "sleep 41.25"])
-        .current_dir(dir.path())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(1500));
-    // SAFETY: sending a signal to our own child.
-    unsafe {
-        libc::kill(child.id() as i32, libc::SIGQUIT);
-    }
-    let out = child.wait_with_output().unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(130),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(no_process_matching("sleep 41.25"));
-    let report = Command::new(memtrial())
-        .args(["report", "--json", "-"])
-        .current_dir(dir.path())
-        .output()
-        .unwrap();
-    let doc: Value = serde_json::from_slice(&report.stdout).unwrap();
-    assert_eq!(doc["experiment"]["status"], "interrupted");
+    stop_signal_keeps_runs_and_leaves_nothing(libc::SIGQUIT, "41.25");
 }
