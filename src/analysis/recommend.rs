@@ -102,10 +102,8 @@ fn median(s: &VariantSummary, f: Figure) -> Option<f64> {
     s.figures.get(&f).map(|e| e.median)
 }
 
-/// Weighs the variants of an analysis.
-pub fn recommend(a: &Analysis) -> Recommendation {
-    #[allow(non_snake_case)]
-    let SPEED = speed(a);
+/// Why each variant left out of the weighing was left out, in the analysis's order.
+fn excluded_reasons(a: &Analysis) -> Vec<String> {
     let mut excluded = Vec::new();
     for s in &a.variants {
         if !eligible(s) {
@@ -130,54 +128,44 @@ pub fn recommend(a: &Analysis) -> Recommendation {
             excluded.push(format!("{}: {why}", s.name));
         }
     }
-    let pool: Vec<&VariantSummary> = a.variants.iter().filter(|s| eligible(s)).collect();
-    let front = pareto_front(&pool, SPEED);
-    let base = pool.iter().find(|s| s.is_baseline);
-    let Some(base) = base else {
-        let ok = a
-            .variants
-            .iter()
-            .find(|s| s.is_baseline)
-            .map_or(0, |s| s.runs_ok);
-        let reason = if ok < MIN_RUNS_FOR_SIGNIFICANCE {
-            format!(
-                "the baseline '{}' has {ok} ok run(s); with fewer than {MIN_RUNS_FOR_SIGNIFICANCE} nothing can be called significant (use --runs 5)",
-                a.baseline
-            )
-        } else {
-            format!(
-                "not every run of the baseline '{}' finished ok and verified, so there is nothing sound to compare against",
-                a.baseline
-            )
-        };
-        return Recommendation {
-            verdict: Verdict::NotEnoughRuns { reason },
-            pareto_front: front,
-            excluded,
-        };
-    };
-    let sig = |s: &VariantSummary, f: Figure| {
-        s.ratio_to_baseline
-            .get(&f)
-            .filter(|r| r.significant)
-            .copied()
-    };
-    let any_sig = pool
+    excluded
+}
+
+/// Why there is no sound baseline to compare against (too few or unclean runs).
+fn no_baseline_reason(a: &Analysis) -> String {
+    let ok = a
+        .variants
         .iter()
-        .filter(|s| !s.is_baseline)
-        .any(|s| s.ratio_to_baseline.values().any(|r| r.significant));
-    if !any_sig {
-        return Recommendation {
-            verdict: Verdict::NoSignificantDifference {
-                reason: format!(
-                    "no variant differs significantly from {} in any figure (95% intervals all include 1)",
-                    base.name
-                ),
-            },
-            pareto_front: front,
-            excluded,
-        };
+        .find(|s| s.is_baseline)
+        .map_or(0, |s| s.runs_ok);
+    if ok < MIN_RUNS_FOR_SIGNIFICANCE {
+        format!(
+            "the baseline '{}' has {ok} ok run(s); with fewer than {MIN_RUNS_FOR_SIGNIFICANCE} nothing can be called significant (use --runs 5)",
+            a.baseline
+        )
+    } else {
+        format!(
+            "not every run of the baseline '{}' finished ok and verified, so there is nothing sound to compare against",
+            a.baseline
+        )
     }
+}
+
+/// The variant's ratio to the baseline in `f`, when it is significant.
+fn sig(s: &VariantSummary, f: Figure) -> Option<Ratio> {
+    s.ratio_to_baseline
+        .get(&f)
+        .filter(|r| r.significant)
+        .copied()
+}
+
+/// The pick among the non-baseline variants on the front with significantly less
+/// memory: the leanest not significantly slower, or the leanest when all are slower.
+fn pick_variant<'p>(
+    pool: &'p [&'p VariantSummary],
+    front: &[String],
+    speed: Figure,
+) -> Option<&'p &'p VariantSummary> {
     // Candidates: on the front, significantly less memory, and not significantly slower.
     let better_memory: Vec<&&VariantSummary> = pool
         .iter()
@@ -187,7 +175,7 @@ pub fn recommend(a: &Analysis) -> Recommendation {
     let not_slower: Vec<&&VariantSummary> = better_memory
         .iter()
         .copied()
-        .filter(|s| !sig(s, SPEED).is_some_and(|r| r.value > 1.0))
+        .filter(|s| !sig(s, speed).is_some_and(|r| r.value > 1.0))
         .collect();
     // The leanest variant that is not slower; only when every lean one is slower, the leanest.
     let shortlist = if not_slower.is_empty() {
@@ -195,29 +183,20 @@ pub fn recommend(a: &Analysis) -> Recommendation {
     } else {
         &not_slower
     };
-    let pick = shortlist
+    shortlist
         .iter()
         .min_by(|a, b| {
             median(a, MEMORY)
                 .unwrap_or(f64::MAX)
                 .total_cmp(&median(b, MEMORY).unwrap_or(f64::MAX))
         })
-        .copied();
-    let Some(pick) = pick else {
-        return Recommendation {
-            verdict: Verdict::KeepBaseline {
-                reason: format!(
-                    "no variant uses significantly less memory than {} ({})",
-                    base.name,
-                    label(MEMORY)
-                ),
-            },
-            pareto_front: front,
-            excluded,
-        };
-    };
+        .copied()
+}
+
+/// The pick's reason: its memory and speed ratios to the baseline, with run counts.
+fn pick_reason(pick: &VariantSummary, base: &VariantSummary, speed: Figure) -> String {
     let mut parts = Vec::new();
-    for f in [MEMORY, Figure::MeanRssBytes, SPEED] {
+    for f in [MEMORY, Figure::MeanRssBytes, speed] {
         if let Some(r) = pick.ratio_to_baseline.get(&f) {
             let mut p = ratio_phrase(label(f), r);
             if !r.significant {
@@ -226,13 +205,22 @@ pub fn recommend(a: &Analysis) -> Recommendation {
             parts.push(p);
         }
     }
-    let reason = format!(
+    format!(
         "{} against {} over {} and {} runs",
         parts.join(", "),
         base.name,
         pick.runs_ok,
         base.runs_ok
-    );
+    )
+}
+
+/// The pick's trade-offs against the other variants on the front.
+fn pick_tradeoffs(
+    pool: &[&VariantSummary],
+    pick: &VariantSummary,
+    front: &[String],
+    speed: Figure,
+) -> Vec<String> {
     let mut tradeoffs = Vec::new();
     for other in pool
         .iter()
@@ -241,8 +229,8 @@ pub fn recommend(a: &Analysis) -> Recommendation {
         let (Some(pm), Some(om), Some(pt), Some(ot)) = (
             median(pick, MEMORY),
             median(other, MEMORY),
-            median(pick, SPEED),
-            median(other, SPEED),
+            median(pick, speed),
+            median(other, speed),
         ) else {
             continue;
         };
@@ -265,6 +253,57 @@ pub fn recommend(a: &Analysis) -> Recommendation {
             ));
         }
     }
+    tradeoffs
+}
+
+/// Weighs the variants of an analysis.
+pub fn recommend(a: &Analysis) -> Recommendation {
+    #[allow(non_snake_case)]
+    let SPEED = speed(a);
+    let excluded = excluded_reasons(a);
+    let pool: Vec<&VariantSummary> = a.variants.iter().filter(|s| eligible(s)).collect();
+    let front = pareto_front(&pool, SPEED);
+    let base = pool.iter().find(|s| s.is_baseline);
+    let Some(base) = base else {
+        let reason = no_baseline_reason(a);
+        return Recommendation {
+            verdict: Verdict::NotEnoughRuns { reason },
+            pareto_front: front,
+            excluded,
+        };
+    };
+    let any_sig = pool
+        .iter()
+        .filter(|s| !s.is_baseline)
+        .any(|s| s.ratio_to_baseline.values().any(|r| r.significant));
+    if !any_sig {
+        return Recommendation {
+            verdict: Verdict::NoSignificantDifference {
+                reason: format!(
+                    "no variant differs significantly from {} in any figure (95% intervals all include 1)",
+                    base.name
+                ),
+            },
+            pareto_front: front,
+            excluded,
+        };
+    }
+    let pick = pick_variant(&pool, &front, SPEED);
+    let Some(pick) = pick else {
+        return Recommendation {
+            verdict: Verdict::KeepBaseline {
+                reason: format!(
+                    "no variant uses significantly less memory than {} ({})",
+                    base.name,
+                    label(MEMORY)
+                ),
+            },
+            pareto_front: front,
+            excluded,
+        };
+    };
+    let reason = pick_reason(pick, base, SPEED);
+    let tradeoffs = pick_tradeoffs(&pool, pick, &front, SPEED);
     Recommendation {
         verdict: Verdict::Pick {
             variant: pick.name.clone(),

@@ -484,7 +484,50 @@ impl Seconds {
 pub fn run(spec: &LoadSpec, t0: Instant, stop: &AtomicBool) -> Result<LoadResult, LoadError> {
     validate(spec)?;
     let connections = spec.mode.connections();
-    let (reqs, schedule): (Vec<&Request>, Schedule) = match (&spec.source, spec.mode) {
+    let (reqs, schedule) = requests_and_schedule(spec);
+    let target_rate = match spec.mode {
+        Mode::Open { rate_per_sec, .. } => Some(rate_per_sec),
+        Mode::Closed { .. } => None,
+    };
+    let begin = Instant::now();
+    let measure_start = begin + spec.warmup;
+    let measure_end = measure_start + spec.duration;
+    let plan = Arc::new(Plan {
+        requests: reqs
+            .iter()
+            .map(|r| r.serialise(&spec.host_header).into_boxed_slice())
+            .collect(),
+        head: reqs.iter().map(|r| r.method == Method::Head).collect(),
+        schedule,
+        begin,
+        measure_start,
+        measure_end,
+        threads: spec.threads,
+        timeout: spec.timeout,
+        addr: spec.addr,
+    });
+    let seconds = Arc::new(Mutex::new(Seconds {
+        slots: Default::default(),
+        done: Vec::new(),
+        workers: spec.threads,
+        t0,
+        measure_start,
+        measure_end,
+    }));
+    let outputs = run_workers(spec, connections, &plan, &seconds, stop)?;
+    Ok(summarise(
+        spec,
+        connections,
+        target_rate,
+        &plan,
+        &outputs,
+        &seconds,
+    ))
+}
+
+/// The requests in sending order and when to send them, from the spec's source and mode.
+fn requests_and_schedule(spec: &LoadSpec) -> (Vec<&Request>, Schedule) {
+    match (&spec.source, spec.mode) {
         (
             Source::Replay {
                 entries,
@@ -524,43 +567,24 @@ pub fn run(spec: &LoadSpec, t0: Instant, stop: &AtomicBool) -> Result<LoadResult
             };
             (reqs, schedule)
         }
-    };
-    let target_rate = match spec.mode {
-        Mode::Open { rate_per_sec, .. } => Some(rate_per_sec),
-        Mode::Closed { .. } => None,
-    };
-    let begin = Instant::now();
-    let measure_start = begin + spec.warmup;
-    let measure_end = measure_start + spec.duration;
-    let plan = Arc::new(Plan {
-        requests: reqs
-            .iter()
-            .map(|r| r.serialise(&spec.host_header).into_boxed_slice())
-            .collect(),
-        head: reqs.iter().map(|r| r.method == Method::Head).collect(),
-        schedule,
-        begin,
-        measure_start,
-        measure_end,
-        threads: spec.threads,
-        timeout: spec.timeout,
-        addr: spec.addr,
-    });
-    let seconds = Arc::new(Mutex::new(Seconds {
-        slots: Default::default(),
-        done: Vec::new(),
-        workers: spec.threads,
-        t0,
-        measure_start,
-        measure_end,
-    }));
-    let outputs = std::thread::scope(|scope| -> Result<Vec<worker::Output>, LoadError> {
+    }
+}
+
+/// Starts one worker thread per `spec.threads`, deals out the connections, and joins them.
+fn run_workers(
+    spec: &LoadSpec,
+    connections: usize,
+    plan: &Arc<Plan>,
+    seconds: &Arc<Mutex<Seconds>>,
+    stop: &AtomicBool,
+) -> Result<Vec<worker::Output>, LoadError> {
+    std::thread::scope(|scope| -> Result<Vec<worker::Output>, LoadError> {
         let mut handles = Vec::with_capacity(spec.threads);
         for id in 0..spec.threads {
             // Connections are dealt out round-robin.
             let conns = connections / spec.threads + usize::from(id < connections % spec.threads);
-            let plan = Arc::clone(&plan);
-            let seconds = Arc::clone(&seconds);
+            let plan = Arc::clone(plan);
+            let seconds = Arc::clone(seconds);
             let h = std::thread::Builder::new()
                 .name(format!("memtrial-load-{id}"))
                 .spawn_scoped(scope, move || worker::run(id, conns, &plan, &seconds, stop))?;
@@ -571,17 +595,31 @@ pub fn run(spec: &LoadSpec, t0: Instant, stop: &AtomicBool) -> Result<LoadResult
             outs.push(h.join().map_err(|_| LoadError::WorkerPanicked)??);
         }
         Ok(outs)
-    })?;
+    })
+}
 
+/// The workers' figures added up.
+struct Totals {
+    latency: Histogram<u64>,
+    errors: Errors,
+    requests: u64,
+    bytes: u64,
+    cpu: f64,
+    /// When the last worker stopped (at least `measure_start`).
+    ended: Instant,
+    other_example: Option<String>,
+}
+
+/// Adds up the workers' outputs; the first `other` failure's reason wins.
+fn totals(outputs: &[worker::Output], measure_start: Instant) -> Totals {
     let mut latency = new_histogram();
     let mut errors = Errors::default();
     let mut requests = 0;
     let mut bytes = 0;
     let mut cpu = 0.0;
-    let mut busiest: f64 = 0.0;
     let mut ended = measure_start;
     let mut other_example = None;
-    for o in &outputs {
+    for o in outputs {
         if other_example.is_none() {
             other_example.clone_from(&o.other_example);
         }
@@ -592,22 +630,62 @@ pub fn run(spec: &LoadSpec, t0: Instant, stop: &AtomicBool) -> Result<LoadResult
         cpu += o.cpu_seconds;
         ended = ended.max(o.ended);
     }
-    let measured = ended
-        .min(measure_end)
-        .saturating_duration_since(measure_start);
-    let secs = measured.as_secs_f64();
-    for o in &outputs {
+    Totals {
+        latency,
+        errors,
+        requests,
+        bytes,
+        cpu,
+        ended,
+        other_example,
+    }
+}
+
+/// The busiest worker's CPU time over `secs` of measured wall time (0 when none passed).
+fn busiest_thread(outputs: &[worker::Output], secs: f64) -> f64 {
+    let mut busiest: f64 = 0.0;
+    for o in outputs {
         if secs > 0.0 {
             busiest = busiest.max(o.cpu_seconds / secs);
         }
     }
-    let per_second = {
-        let mut s = seconds.lock().unwrap_or_else(|e| e.into_inner());
-        s.finish_all();
-        let mut v = std::mem::take(&mut s.done);
-        v.sort_by(|a, b| a.t_seconds.total_cmp(&b.t_seconds));
-        v
-    };
+    busiest
+}
+
+/// Finishes every second still open and returns the series in time order.
+fn per_second_series(seconds: &Mutex<Seconds>) -> Vec<SecondStats> {
+    let mut s = seconds.lock().unwrap_or_else(|e| e.into_inner());
+    s.finish_all();
+    let mut v = std::mem::take(&mut s.done);
+    v.sort_by(|a, b| a.t_seconds.total_cmp(&b.t_seconds));
+    v
+}
+
+/// The run's result from the workers' outputs and the per-second slots.
+fn summarise(
+    spec: &LoadSpec,
+    connections: usize,
+    target_rate: Option<f64>,
+    plan: &Plan,
+    outputs: &[worker::Output],
+    seconds: &Mutex<Seconds>,
+) -> LoadResult {
+    let (measure_start, measure_end) = (plan.measure_start, plan.measure_end);
+    let Totals {
+        latency,
+        errors,
+        requests,
+        bytes,
+        cpu,
+        ended,
+        other_example,
+    } = totals(outputs, measure_start);
+    let measured = ended
+        .min(measure_end)
+        .saturating_duration_since(measure_start);
+    let secs = measured.as_secs_f64();
+    let busiest = busiest_thread(outputs, secs);
+    let per_second = per_second_series(seconds);
     let rate = if secs > 0.0 {
         requests as f64 / secs
     } else {
@@ -620,7 +698,7 @@ pub fn run(spec: &LoadSpec, t0: Instant, stop: &AtomicBool) -> Result<LoadResult
             ms(latency.value_at_quantile(p))
         }
     };
-    Ok(LoadResult {
+    LoadResult {
         requests,
         throughput_rps: rate,
         errors,
@@ -652,5 +730,5 @@ pub fn run(spec: &LoadSpec, t0: Instant, stop: &AtomicBool) -> Result<LoadResult
         connections,
         duration_measured: measured,
         stopped_early: ended < measure_end,
-    })
+    }
 }

@@ -5,7 +5,7 @@
 use maud::{html, Markup, PreEscaped, DOCTYPE};
 
 use super::charts::{self, Series};
-use crate::analysis::recommend::{how_to_apply, Recommendation, Verdict};
+use crate::analysis::recommend::{how_to_apply, HowToApply, Recommendation, Verdict};
 use crate::analysis::{Analysis, Figure, VariantSummary};
 use crate::record::Experiment;
 use crate::units::{format_bytes, format_seconds};
@@ -126,138 +126,220 @@ pub fn render(e: &Experiment, a: &Analysis, rec: &Recommendation) -> String {
     let markup = html! {
         (DOCTYPE)
         html lang="en" {
-            head {
-                meta charset="utf-8";
-                meta name="viewport" content="width=device-width, initial-scale=1";
-                title { "memtrial experiment " (e.id) }
-                style { (PreEscaped(STYLE)) }
-            }
+            (head(e))
             body {
-                h1 { "memtrial experiment " (e.id) }
-                p.sub { code { (shell_words::join(&e.plan.command)) } }
-                p.sub {
-                    (e.plan.runs) " measured run(s) per variant, " (e.plan.warmup) " warm-up · baseline " b { (a.baseline) }
-                    " · started " (e.created_at) " · " (e.status.as_str())
-                }
-                h2 { "Verdict" }
-                (verdict_block(rec, crate::analysis::recommend::speed(a)))
-                @let trends = super::table::trend_lines(a);
-                @if !trends.is_empty() {
-                    p { "Memory over time, from the last half of each run:" }
-                    ul { @for t in &trends { li { (t) } } }
-                }
-                h2 { "Figures" }
-                div.scroll { table.figures {
-                    tr {
-                        th.l { "variant" } th { "runs ok" } th.l { "allocator" }
-                        @for (_, h) in &columns { th { (h) } }
-                        @if has_cgroup { th { "cgroup peak" } th { "OOM kills" } }
-                    }
-                    @for (i, s) in a.variants.iter().enumerate() {
-                        tr {
-                            td.l { span.swatch style=(format!("background:{}", charts::css_color(i))) {} (s.name) }
-                            td {
-                                (s.runs_ok) "/" (s.runs_total)
-                                @if !s.clean() { " " span.flag title="not every run finished ok and verified" { "!" } }
-                            }
-                            td.l { (s.allocator_detected.as_deref().unwrap_or("—")) }
-                            @for (f, _) in &columns { (cell(s, *f)) }
-                            @if has_cgroup {
-                                (cell(s, Figure::CgroupPeakBytes))
-                                td { (s.statuses.get("oom_killed").copied().unwrap_or(0)) " of " (s.runs_total) }
-                            }
-                        }
-                    }
-                } }
-                p.small {
-                    "Median over the runs that finished ok, its 95% bootstrap interval, and the ratio to the baseline's median with its 95% interval. "
-                    "* = significant: the interval excludes 1 and both sides have at least 3 ok runs."
-                }
-                @let problems = super::table::problem_lines(e, a);
-                @if !problems.is_empty() {
-                    p.flag { "Not every run counted:" }
-                    ul { @for p in &problems { li { (p) } } }
-                }
-                h2 { "Memory over time" }
-                @if let Some(svg) = &rss_chart { figure.chart { (PreEscaped(svg)) } } @else { p.ns { "No samples." } }
-                @if let Some(svg) = &pss_chart { figure.chart { (PreEscaped(svg)) } }
-                p.small { "Every run drawn faint, each variant's median run (by mean RSS) bold, on the same axes." }
-                @if a.server {
-                    h2 { "Load" }
-                    @if let Some(svg) = charts::load_over_time(e, a, charts::LoadSeries::Throughput) { figure.chart { (PreEscaped(svg)) } }
-                    @if let Some(svg) = charts::load_over_time(e, a, charts::LoadSeries::Latency) { figure.chart { (PreEscaped(svg)) } }
-                    @if let Some(svg) = charts::latency_percentiles(e, a) { figure.chart { (PreEscaped(svg)) } }
-                    p.small { "Per-second series on the same clock as the memory charts; latency from HDR histograms (in an open loop, from the intended send time)." }
-                }
-                h2 { "Distribution over runs" }
-                @if let Some(svg) = &peak_chart { figure.chart { (PreEscaped(svg)) } }
-                @if let Some(svg) = &wall_chart { figure.chart { (PreEscaped(svg)) } }
-                @if let Some((variant, h)) = &apply {
-                    h2 { "How to apply " (variant) }
-                    p { "Environment:" }
-                    pre { @for (k, v) in &h.env { (k) "=" (v) "\n" } }
-                    p { "Dockerfile:" }
-                    pre { (h.dockerfile) }
-                    p { "Kubernetes container:" }
-                    pre { (h.kubernetes) }
-                    p { "Check in production that it took effect:" }
-                    pre { (h.check) }
-                }
-                h2 { "Details" }
-                table {
-                    tr { th.l { "host" } td.l { (e.host.hostname) ", " (e.host.cpus) " CPUs, " (format_bytes(e.host.memory_bytes as f64)) } }
-                    tr { th.l { "kernel" } td.l { (e.host.kernel) } }
-                    tr { th.l { "glibc" } td.l { (e.host.glibc) } }
-                    tr { th.l { "command" } td.l { code { (shell_words::join(&e.plan.command)) } } }
-                    tr { th.l { "working directory" } td.l { code { (e.plan.workdir.display().to_string()) } } }
-                    tr { th.l { "sampling" } td.l { "every " (e.plan.interval_ms) " ms" } }
-                    tr { th.l { "seed" } td.l { (e.plan.seed) } }
-                    @for n in &e.notes { tr { th.l { "note" } td.l { (n) } } }
-                }
-                h3 { "Variants" }
-                table {
-                    tr { th.l { "variant" } th.l { "environment and preload" } th.l { "how it was verified (first measured run)" } }
-                    @for v in &e.plan.variants {
-                        tr {
-                            td.l { (v.name) }
-                            td.l { code { (v.describe()) } @if let Some(p) = &v.preload { br; span.small { (p.display().to_string()) } } }
-                            td.l {
-                                @if let Some(r) = e.runs.iter().find(|r| r.variant == v.name && !r.warmup) {
-                                    (r.verification.as_str()) ": " (r.verification_detail)
-                                }
-                            }
-                        }
-                    }
-                }
-                h3 { "Runs" }
-                table {
-                    tr { th { "#" } th.l { "variant" } th.l { "status" } th { "wall" } th { "CPU" } th { "peak RSS" } th.l { "source" } th { "mean RSS" } th { "peak PSS" } th { "threads" } th.l { "allocator" } }
-                    @for (i, r) in e.runs.iter().enumerate() {
-                        tr {
-                            td { (e.seqs.get(i).copied().unwrap_or(i as u32) + 1) }
-                            td.l { (r.variant) @if r.warmup { " (warm-up)" } }
-                            td class=(if r.status == crate::record::RunStatus::Ok { "l" } else { "l flag" }) {
-                                (r.status.as_str())
-                                @if let Some(m) = &r.message { br; span.small { (m) } }
-                            }
-                            td { (format_seconds(r.wall_seconds)) }
-                            td { (format_seconds(r.cpu_user_seconds + r.cpu_sys_seconds)) }
-                            td { (format_bytes(r.peak_rss_bytes as f64)) }
-                            td.l { (r.peak_rss_source.as_str()) }
-                            td { (format_bytes(r.mean_rss_bytes as f64)) }
-                            td { @if let Some(p) = r.peak_pss_bytes { (format_bytes(p as f64)) } @else { "—" } }
-                            td { (r.threads_peak) }
-                            td.l { (r.allocator_detected) }
-                        }
-                    }
-                }
-                @if !not_measured.is_empty() {
-                    h3 { "Not measured" }
-                    ul { @for n in &not_measured { li { (n) } } }
-                }
-                p.small { "Made by memtrial " (env!("CARGO_PKG_VERSION")) ". How the figures are made: docs/methodology.md in the memtrial repository." }
+                (title_and_verdict(e, a, rec))
+                (figures_section(e, a, &columns, has_cgroup))
+                (memory_section(&rss_chart, &pss_chart))
+                (load_section(e, a))
+                (distribution_section(&peak_chart, &wall_chart))
+                (apply_section(&apply))
+                (details_table(e))
+                (variants_table(e))
+                (runs_table(e))
+                (not_measured_and_footer(&not_measured))
             }
         }
     };
     markup.into_string()
+}
+
+/// The document head: charset, viewport, title and the inline style sheet.
+fn head(e: &Experiment) -> Markup {
+    html! {
+        head {
+            meta charset="utf-8";
+            meta name="viewport" content="width=device-width, initial-scale=1";
+            title { "memtrial experiment " (e.id) }
+            style { (PreEscaped(STYLE)) }
+        }
+    }
+}
+
+/// The page title, the command and plan line, the verdict and the memory trends.
+fn title_and_verdict(e: &Experiment, a: &Analysis, rec: &Recommendation) -> Markup {
+    html! {
+        h1 { "memtrial experiment " (e.id) }
+        p.sub { code { (shell_words::join(&e.plan.command)) } }
+        p.sub {
+            (e.plan.runs) " measured run(s) per variant, " (e.plan.warmup) " warm-up · baseline " b { (a.baseline) }
+            " · started " (e.created_at) " · " (e.status.as_str())
+        }
+        h2 { "Verdict" }
+        (verdict_block(rec, crate::analysis::recommend::speed(a)))
+        @let trends = super::table::trend_lines(a);
+        @if !trends.is_empty() {
+            p { "Memory over time, from the last half of each run:" }
+            ul { @for t in &trends { li { (t) } } }
+        }
+    }
+}
+
+/// The "Figures" section: the per-variant table, its legend, and runs not counted.
+fn figures_section(
+    e: &Experiment,
+    a: &Analysis,
+    columns: &[(Figure, &str)],
+    has_cgroup: bool,
+) -> Markup {
+    html! {
+        h2 { "Figures" }
+        div.scroll { table.figures {
+            tr {
+                th.l { "variant" } th { "runs ok" } th.l { "allocator" }
+                @for (_, h) in columns { th { (h) } }
+                @if has_cgroup { th { "cgroup peak" } th { "OOM kills" } }
+            }
+            @for (i, s) in a.variants.iter().enumerate() {
+                tr {
+                    td.l { span.swatch style=(format!("background:{}", charts::css_color(i))) {} (s.name) }
+                    td {
+                        (s.runs_ok) "/" (s.runs_total)
+                        @if !s.clean() { " " span.flag title="not every run finished ok and verified" { "!" } }
+                    }
+                    td.l { (s.allocator_detected.as_deref().unwrap_or("—")) }
+                    @for (f, _) in columns { (cell(s, *f)) }
+                    @if has_cgroup {
+                        (cell(s, Figure::CgroupPeakBytes))
+                        td { (s.statuses.get("oom_killed").copied().unwrap_or(0)) " of " (s.runs_total) }
+                    }
+                }
+            }
+        } }
+        p.small {
+            "Median over the runs that finished ok, its 95% bootstrap interval, and the ratio to the baseline's median with its 95% interval. "
+            "* = significant: the interval excludes 1 and both sides have at least 3 ok runs."
+        }
+        @let problems = super::table::problem_lines(e, a);
+        @if !problems.is_empty() {
+            p.flag { "Not every run counted:" }
+            ul { @for p in &problems { li { (p) } } }
+        }
+    }
+}
+
+/// The "Memory over time" section: the RSS chart and, when measured, the PSS chart.
+fn memory_section(rss_chart: &Option<String>, pss_chart: &Option<String>) -> Markup {
+    html! {
+        h2 { "Memory over time" }
+        @if let Some(svg) = rss_chart { figure.chart { (PreEscaped(svg)) } } @else { p.ns { "No samples." } }
+        @if let Some(svg) = pss_chart { figure.chart { (PreEscaped(svg)) } }
+        p.small { "Every run drawn faint, each variant's median run (by mean RSS) bold, on the same axes." }
+    }
+}
+
+/// The "Load" section of a server experiment: throughput, latency and percentile charts.
+fn load_section(e: &Experiment, a: &Analysis) -> Markup {
+    html! {
+        @if a.server {
+            h2 { "Load" }
+            @if let Some(svg) = charts::load_over_time(e, a, charts::LoadSeries::Throughput) { figure.chart { (PreEscaped(svg)) } }
+            @if let Some(svg) = charts::load_over_time(e, a, charts::LoadSeries::Latency) { figure.chart { (PreEscaped(svg)) } }
+            @if let Some(svg) = charts::latency_percentiles(e, a) { figure.chart { (PreEscaped(svg)) } }
+            p.small { "Per-second series on the same clock as the memory charts; latency from HDR histograms (in an open loop, from the intended send time)." }
+        }
+    }
+}
+
+/// The "Distribution over runs" section: peak RSS and wall time of each run.
+fn distribution_section(peak_chart: &Option<String>, wall_chart: &Option<String>) -> Markup {
+    html! {
+        h2 { "Distribution over runs" }
+        @if let Some(svg) = peak_chart { figure.chart { (PreEscaped(svg)) } }
+        @if let Some(svg) = wall_chart { figure.chart { (PreEscaped(svg)) } }
+    }
+}
+
+/// The "How to apply" section for a picked variant: environment, Dockerfile, Kubernetes, check.
+fn apply_section(apply: &Option<(String, HowToApply)>) -> Markup {
+    html! {
+        @if let Some((variant, h)) = apply {
+            h2 { "How to apply " (variant) }
+            p { "Environment:" }
+            pre { @for (k, v) in &h.env { (k) "=" (v) "\n" } }
+            p { "Dockerfile:" }
+            pre { (h.dockerfile) }
+            p { "Kubernetes container:" }
+            pre { (h.kubernetes) }
+            p { "Check in production that it took effect:" }
+            pre { (h.check) }
+        }
+    }
+}
+
+/// The "Details" section: host, command, sampling, seed and notes.
+fn details_table(e: &Experiment) -> Markup {
+    html! {
+        h2 { "Details" }
+        table {
+            tr { th.l { "host" } td.l { (e.host.hostname) ", " (e.host.cpus) " CPUs, " (format_bytes(e.host.memory_bytes as f64)) } }
+            tr { th.l { "kernel" } td.l { (e.host.kernel) } }
+            tr { th.l { "glibc" } td.l { (e.host.glibc) } }
+            tr { th.l { "command" } td.l { code { (shell_words::join(&e.plan.command)) } } }
+            tr { th.l { "working directory" } td.l { code { (e.plan.workdir.display().to_string()) } } }
+            tr { th.l { "sampling" } td.l { "every " (e.plan.interval_ms) " ms" } }
+            tr { th.l { "seed" } td.l { (e.plan.seed) } }
+            @for n in &e.notes { tr { th.l { "note" } td.l { (n) } } }
+        }
+    }
+}
+
+/// The "Variants" table: each variant's environment, preload and verification.
+fn variants_table(e: &Experiment) -> Markup {
+    html! {
+        h3 { "Variants" }
+        table {
+            tr { th.l { "variant" } th.l { "environment and preload" } th.l { "how it was verified (first measured run)" } }
+            @for v in &e.plan.variants {
+                tr {
+                    td.l { (v.name) }
+                    td.l { code { (v.describe()) } @if let Some(p) = &v.preload { br; span.small { (p.display().to_string()) } } }
+                    td.l {
+                        @if let Some(r) = e.runs.iter().find(|r| r.variant == v.name && !r.warmup) {
+                            (r.verification.as_str()) ": " (r.verification_detail)
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The "Runs" table: one row per run with its status and figures.
+fn runs_table(e: &Experiment) -> Markup {
+    html! {
+        h3 { "Runs" }
+        table {
+            tr { th { "#" } th.l { "variant" } th.l { "status" } th { "wall" } th { "CPU" } th { "peak RSS" } th.l { "source" } th { "mean RSS" } th { "peak PSS" } th { "threads" } th.l { "allocator" } }
+            @for (i, r) in e.runs.iter().enumerate() {
+                tr {
+                    td { (e.seqs.get(i).copied().unwrap_or(i as u32) + 1) }
+                    td.l { (r.variant) @if r.warmup { " (warm-up)" } }
+                    td class=(if r.status == crate::record::RunStatus::Ok { "l" } else { "l flag" }) {
+                        (r.status.as_str())
+                        @if let Some(m) = &r.message { br; span.small { (m) } }
+                    }
+                    td { (format_seconds(r.wall_seconds)) }
+                    td { (format_seconds(r.cpu_user_seconds + r.cpu_sys_seconds)) }
+                    td { (format_bytes(r.peak_rss_bytes as f64)) }
+                    td.l { (r.peak_rss_source.as_str()) }
+                    td { (format_bytes(r.mean_rss_bytes as f64)) }
+                    td { @if let Some(p) = r.peak_pss_bytes { (format_bytes(p as f64)) } @else { "—" } }
+                    td { (r.threads_peak) }
+                    td.l { (r.allocator_detected) }
+                }
+            }
+        }
+    }
+}
+
+/// The "Not measured" list, when anything was not, and the footer.
+fn not_measured_and_footer(not_measured: &[String]) -> Markup {
+    html! {
+        @if !not_measured.is_empty() {
+            h3 { "Not measured" }
+            ul { @for n in not_measured { li { (n) } } }
+        }
+        p.small { "Made by memtrial " (env!("CARGO_PKG_VERSION")) ". How the figures are made: docs/methodology.md in the memtrial repository." }
+    }
 }
