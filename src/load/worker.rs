@@ -286,43 +286,7 @@ pub(crate) fn run(
 ) -> Result<Output, LoadError> {
     let poll = Poll::new()?;
     let now = Instant::now();
-    let mut w = Worker {
-        id: id as u64,
-        plan,
-        poll,
-        conns: (0..nconns)
-            .map(|_| Conn {
-                stream: None,
-                st: St::Down,
-                retry_at: now,
-                buf: vec![0u8; READ_BUF],
-                filled: 0,
-                parser: ResponseParser::default(),
-                req: 0,
-                written: 0,
-                start: now,
-                deadline: now,
-            })
-            .collect(),
-        idle: Vec::with_capacity(nconns),
-        next: 0,
-        stats: Stats {
-            total: new_histogram(),
-            sec: new_histogram(),
-            sec_idx: 0,
-            sec_requests: 0,
-            sec_errors: Errors::default(),
-            requests: 0,
-            errors: Errors::default(),
-            bytes: 0,
-            start: plan.measure_start,
-            end: plan.measure_end,
-            seconds,
-            other_example: None,
-        },
-        open: !matches!(plan.schedule, Schedule::Closed),
-        deferred: Vec::with_capacity(nconns),
-    };
+    let mut w = Worker::new(id, nconns, plan, seconds, poll, now);
     let mut timer = Timer::new()?;
     w.poll.registry().register(
         &mut SourceFd(&timer.fd.as_raw_fd()),
@@ -351,58 +315,147 @@ pub(crate) fn run(
         if w.open {
             w.dispatch(now);
         }
+        let wake = w.next_wake(now, next_housekeeping);
+        w.arm_for_next_send(&mut timer, now, wake);
+        let timeout = wake.saturating_duration_since(now);
+        w.poll_events(&mut events, &mut timer, timeout)?;
+        w.write_deferred();
+    };
+    let cpu = cpu_start.map(|s| thread_cpu() - s).unwrap_or(0.0);
+    Ok(w.take_output(ended, cpu))
+}
+
+impl<'a> Worker<'a> {
+    /// A worker with `nconns` connections, all down, and empty statistics.
+    fn new(
+        id: usize,
+        nconns: usize,
+        plan: &'a Plan,
+        seconds: &'a Mutex<Seconds>,
+        poll: Poll,
+        now: Instant,
+    ) -> Worker<'a> {
+        Worker {
+            id: id as u64,
+            plan,
+            poll,
+            conns: (0..nconns)
+                .map(|_| Conn {
+                    stream: None,
+                    st: St::Down,
+                    retry_at: now,
+                    buf: vec![0u8; READ_BUF],
+                    filled: 0,
+                    parser: ResponseParser::default(),
+                    req: 0,
+                    written: 0,
+                    start: now,
+                    deadline: now,
+                })
+                .collect(),
+            idle: Vec::with_capacity(nconns),
+            next: 0,
+            stats: Stats {
+                total: new_histogram(),
+                sec: new_histogram(),
+                sec_idx: 0,
+                sec_requests: 0,
+                sec_errors: Errors::default(),
+                requests: 0,
+                errors: Errors::default(),
+                bytes: 0,
+                start: plan.measure_start,
+                end: plan.measure_end,
+                seconds,
+                other_example: None,
+            },
+            open: !matches!(plan.schedule, Schedule::Closed),
+            deferred: Vec::with_capacity(nconns),
+        }
+    }
+
+    /// When the event loop must wake at the latest: housekeeping, the end of the
+    /// measurement, and the start of the measurement or of the next second.
+    #[inline]
+    fn next_wake(&self, now: Instant, next_housekeeping: Instant) -> Instant {
+        let plan = self.plan;
         let mut wake = next_housekeeping.min(plan.measure_end);
         if now < plan.measure_start {
             wake = wake.min(plan.measure_start);
         } else {
-            let next_sec = plan.measure_start + Duration::from_secs(w.stats.sec_idx + 1);
+            let next_sec = plan.measure_start + Duration::from_secs(self.stats.sec_idx + 1);
             wake = wake.min(next_sec);
         }
-        if w.open && !w.idle.is_empty() {
-            if let Some(at) = plan.intended(w.global(w.next)) {
+        wake
+    }
+
+    /// In an open loop with an idle connection, arms the timer for the next request's
+    /// intended send time when that comes before `wake`.
+    #[inline]
+    fn arm_for_next_send(&self, timer: &mut Timer, now: Instant, wake: Instant) {
+        if self.open && !self.idle.is_empty() {
+            if let Some(at) = self.plan.intended(self.global(self.next)) {
                 if at < wake {
                     timer.arm(at, now);
                 }
             }
         }
-        let timeout = wake.saturating_duration_since(now);
-        if let Err(e) = w.poll.poll(&mut events, Some(timeout)) {
+    }
+
+    /// Waits up to `timeout` for events and handles them: the timer, or a connection's.
+    #[inline]
+    fn poll_events(
+        &mut self,
+        events: &mut Events,
+        timer: &mut Timer,
+        timeout: Duration,
+    ) -> io::Result<()> {
+        if let Err(e) = self.poll.poll(events, Some(timeout)) {
             if e.kind() != io::ErrorKind::Interrupted {
-                return Err(e.into());
+                return Err(e);
             }
         }
         for ev in events.iter() {
             if ev.token() == TIMER {
                 timer.fired();
             } else {
-                w.drive(ev.token().0);
+                self.drive(ev.token().0);
             }
         }
-        let mut deferred = std::mem::take(&mut w.deferred);
+        Ok(())
+    }
+
+    /// Writes the requests deferred while the batch of events was read.
+    #[inline]
+    fn write_deferred(&mut self) {
+        let mut deferred = std::mem::take(&mut self.deferred);
         for &c in &deferred {
-            if w.conns[c].st == St::Writing {
+            if self.conns[c].st == St::Writing {
                 // The latency of a closed-loop request starts with its write.
-                w.conns[c].start = Instant::now();
-                w.drive(c);
+                self.conns[c].start = Instant::now();
+                self.drive(c);
             }
         }
         deferred.clear();
-        w.deferred = deferred;
-    };
-    let cpu = cpu_start.map(|s| thread_cpu() - s).unwrap_or(0.0);
-    w.stats.finish(ended);
-    Ok(Output {
-        latency: std::mem::replace(
-            &mut w.stats.total,
-            Histogram::new(1).expect("tiny histogram"),
-        ),
-        errors: w.stats.errors,
-        requests: w.stats.requests,
-        bytes: w.stats.bytes,
-        cpu_seconds: cpu,
-        ended,
-        other_example: w.stats.other_example.take(),
-    })
+        self.deferred = deferred;
+    }
+
+    /// Closes the statistics at `ended` and hands over the worker's figures.
+    fn take_output(&mut self, ended: Instant, cpu: f64) -> Output {
+        self.stats.finish(ended);
+        Output {
+            latency: std::mem::replace(
+                &mut self.stats.total,
+                Histogram::new(1).expect("tiny histogram"),
+            ),
+            errors: self.stats.errors,
+            requests: self.stats.requests,
+            bytes: self.stats.bytes,
+            cpu_seconds: cpu,
+            ended,
+            other_example: self.stats.other_example.take(),
+        }
+    }
 }
 
 impl Worker<'_> {
