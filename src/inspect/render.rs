@@ -262,6 +262,21 @@ pub fn render(ins: &Inspection, view: View, color: bool) -> String {
 
 fn render_screen(ins: &Inspection, color: bool) -> String {
     let mut o = String::new();
+    screen_process(&mut o, ins, color);
+    screen_memory(&mut o, ins, color);
+    screen_tree(&mut o, ins, color);
+    screen_mappings(&mut o, ins);
+    screen_allocator(&mut o, ins, color);
+    screen_arenas(&mut o, ins, color);
+    screen_cgroup(&mut o, ins, color);
+    screen_watch(&mut o, ins, color);
+    screen_advice(&mut o, ins, color);
+    footer(&mut o, ins, color);
+    o
+}
+
+/// The screen's lines on the process: PID, executable, command line, age, threads, runtimes.
+fn screen_process(o: &mut String, ins: &Inspection, color: bool) {
     let p = &ins.process;
     let h = |s: &str| bold(s, color);
     let _ = writeln!(
@@ -305,7 +320,11 @@ fn render_screen(ins: &Inspection, color: bool) -> String {
             )
         }
     );
+}
 
+/// The screen's lines on the process's memory by kind, with its kernel peak.
+fn screen_memory(o: &mut String, ins: &Inspection, color: bool) {
+    let h = |s: &str| bold(s, color);
     {
         let m = &ins.memory;
         let _ = writeln!(
@@ -323,6 +342,11 @@ fn render_screen(ins: &Inspection, color: bool) -> String {
             b(m.vsz_bytes)
         );
     }
+}
+
+/// The screen's lines on the process tree's sums and its largest members.
+fn screen_tree(o: &mut String, ins: &Inspection, color: bool) {
+    let h = |s: &str| bold(s, color);
     if let Some(t) = &ins.tree {
         let _ = writeln!(
             o,
@@ -360,6 +384,10 @@ fn render_screen(ins: &Inspection, color: bool) -> String {
             let _ = writeln!(o, "  … {} more (--json lists all)", t.members.len() - 8);
         }
     }
+}
+
+/// The screen's lines on memory by kind of mapping.
+fn screen_mappings(o: &mut String, ins: &Inspection) {
     if !ins.mappings.is_empty() {
         let _ = writeln!(
             o,
@@ -388,7 +416,11 @@ fn render_screen(ins: &Inspection, color: bool) -> String {
             ins.thread_stacks.unwrap_or(0)
         );
     }
+}
 
+/// The screen's lines on the allocator with its evidence, and the glibc version.
+fn screen_allocator(o: &mut String, ins: &Inspection, color: bool) {
+    let h = |s: &str| bold(s, color);
     let glibc = ins.glibc.as_ref().map(|g| {
         format!(
             "glibc {} ({})",
@@ -428,6 +460,11 @@ fn render_screen(ins: &Inspection, color: bool) -> String {
         }
         _ => {}
     }
+}
+
+/// The screen's lines on glibc arenas against their limit.
+fn screen_arenas(o: &mut String, ins: &Inspection, color: bool) {
+    let h = |s: &str| bold(s, color);
     if let Some(ar) = &ins.glibc_arenas {
         let limit_src = match &ar.limit_source {
             LimitSource::MallocArenaMax => "MALLOC_ARENA_MAX".to_string(),
@@ -454,7 +491,11 @@ fn render_screen(ins: &Inspection, color: bool) -> String {
             ar.threads
         );
     }
+}
 
+/// The screen's lines on the cgroup's limits against the host.
+fn screen_cgroup(o: &mut String, ins: &Inspection, color: bool) {
+    let h = |s: &str| bold(s, color);
     if let Some(c) = &ins.cgroup {
         let mut parts = Vec::new();
         if let Some(cpu) = &c.cpu {
@@ -493,7 +534,11 @@ fn render_screen(ins: &Inspection, color: bool) -> String {
             b(ins.host.memory_bytes)
         );
     }
+}
 
+/// The screen's lines on what --watch saw over time.
+fn screen_watch(o: &mut String, ins: &Inspection, color: bool) {
+    let h = |s: &str| bold(s, color);
     if let Some(w) = &ins.watch {
         let end = match w.end {
             WatchEnd::Completed => "",
@@ -534,7 +579,11 @@ fn render_screen(ins: &Inspection, color: bool) -> String {
         }
         let _ = writeln!(o, "  {}", w.trend.sentence());
     }
+}
 
+/// The screen's lines on advice, each with its evidence.
+fn screen_advice(o: &mut String, ins: &Inspection, color: bool) {
+    let h = |s: &str| bold(s, color);
     if ins.advice.is_empty() {
         let _ = writeln!(
             o,
@@ -550,8 +599,6 @@ fn render_screen(ins: &Inspection, color: bool) -> String {
             }
         }
     }
-    footer(&mut o, ins, color);
-    o
 }
 
 #[cfg(test)]
