@@ -58,34 +58,69 @@ fn try_line(ins: &Inspection) -> String {
 
 /// The advice for an inspection.
 pub fn advise(ins: &Inspection) -> Vec<Advice> {
+    let cpus = CpuView::of(ins);
     let mut out = Vec::new();
-    let glibc = ins.allocator.as_ref().is_some_and(|a| a.is_glibc());
-    let quota = ins
-        .cgroup
-        .as_ref()
-        .and_then(|c| c.cpu.as_ref())
-        .and_then(|c| c.quota.map(|q| (q, c.path.clone())));
-    let usable = ins
-        .cgroup
-        .as_ref()
-        .and_then(|c| c.effective_cpus())
-        .unwrap_or(f64::from(ins.host.online_cpus))
-        .min(f64::from(ins.host.online_cpus));
+    glibc_arena_advice(ins, &cpus, &mut out);
+    jemalloc_arena_advice(ins, &cpus, &mut out);
+    preload_advice(ins, &mut out);
+    memory_limit_advice(ins, &mut out);
+    swap_advice(ins, &mut out);
+    growth_advice(ins, &mut out);
+    out
+}
 
-    // CPUs in the affinity mask: what jemalloc sizes its default arena count from.
-    let affinity = ins
-        .cgroup
-        .as_ref()
-        .and_then(|c| c.cpus_allowed_count)
-        .unwrap_or(ins.host.online_cpus);
-    let jemalloc_default = 4 * u64::from(affinity);
-    let jemalloc_line = |q: f64| {
+/// What the process can use of the CPUs, as the rules about arenas need it.
+struct CpuView {
+    /// The cgroup's CPU quota and the cgroup's path, when there is one.
+    quota: Option<(super::container::CpuQuota, String)>,
+    /// CPUs usable: online, quota, cpuset and affinity.
+    usable: f64,
+    /// CPUs in the affinity mask: what jemalloc sizes its default arena count from.
+    affinity: u32,
+    jemalloc_default: u64,
+}
+
+impl CpuView {
+    fn of(ins: &Inspection) -> CpuView {
+        let quota = ins
+            .cgroup
+            .as_ref()
+            .and_then(|c| c.cpu.as_ref())
+            .and_then(|c| c.quota.map(|q| (q, c.path.clone())));
+        let usable = ins
+            .cgroup
+            .as_ref()
+            .and_then(|c| c.effective_cpus())
+            .unwrap_or(f64::from(ins.host.online_cpus))
+            .min(f64::from(ins.host.online_cpus));
+        let affinity = ins
+            .cgroup
+            .as_ref()
+            .and_then(|c| c.cpus_allowed_count)
+            .unwrap_or(ins.host.online_cpus);
+        CpuView {
+            quota,
+            usable,
+            affinity,
+            jemalloc_default: 4 * u64::from(affinity),
+        }
+    }
+
+    fn jemalloc_line(&self, q: f64) -> String {
+        let (affinity, jemalloc_default) = (self.affinity, self.jemalloc_default);
         format!(
             "jemalloc's default is 4 arenas per CPU in the affinity mask: 4 × {affinity} = {jemalloc_default} here, also blind to the quota (set MALLOC_CONF=narenas:{} with it)",
             (q.ceil() as u64).max(1)
         )
-    };
+    }
+}
 
+/// glibc: an arena limit sized from online CPUs above the CPU quota, or many more arenas
+/// than usable CPUs.
+fn glibc_arena_advice(ins: &Inspection, cpus: &CpuView, out: &mut Vec<Advice>) {
+    let glibc = ins.allocator.as_ref().is_some_and(|a| a.is_glibc());
+    let (quota, usable) = (&cpus.quota, cpus.usable);
+    let jemalloc_line = |q: f64| cpus.jemalloc_line(q);
     if let (true, Some(a)) = (glibc, &ins.glibc_arenas) {
         let default_limit = matches!(a.limit_source, LimitSource::Default { .. });
         let mut fired = false;
@@ -159,7 +194,11 @@ pub fn advise(ins: &Inspection) -> Vec<Advice> {
             });
         }
     }
+}
 
+/// jemalloc: a default arena count from the affinity mask above the CPU quota.
+fn jemalloc_arena_advice(ins: &Inspection, cpus: &CpuView, out: &mut Vec<Advice>) {
+    let (quota, affinity, jemalloc_default) = (&cpus.quota, cpus.affinity, cpus.jemalloc_default);
     if let (Some(a), Some((q, path))) = (&ins.allocator, &quota) {
         let narenas_set = a
             .settings
@@ -184,7 +223,10 @@ pub fn advise(ins: &Inspection) -> Vec<Advice> {
             });
         }
     }
+}
 
+/// A preloaded allocator that does not answer malloc.
+fn preload_advice(ins: &Inspection, out: &mut Vec<Advice>) {
     if let Some(a) = &ins.allocator {
         if let Some(why) = &a.preload_ignored {
             out.push(Advice {
@@ -200,7 +242,10 @@ pub fn advise(ins: &Inspection) -> Vec<Advice> {
             });
         }
     }
+}
 
+/// A cgroup close to its memory limit.
+fn memory_limit_advice(ins: &Inspection, out: &mut Vec<Advice>) {
     if let Some(m) = ins.cgroup.as_ref().and_then(|c| c.memory.as_ref()) {
         if let (Some(limit), Some(usage)) = (m.limit_bytes, m.usage_bytes) {
             if limit > 0 && usage as f64 >= 0.8 * limit as f64 {
@@ -220,7 +265,10 @@ pub fn advise(ins: &Inspection) -> Vec<Advice> {
             }
         }
     }
+}
 
+/// Part of the process in swap.
+fn swap_advice(ins: &Inspection, out: &mut Vec<Advice>) {
     {
         let m = &ins.memory;
         if m.swap_bytes > 0 {
@@ -235,7 +283,10 @@ pub fn advise(ins: &Inspection) -> Vec<Advice> {
             });
         }
     }
+}
 
+/// RSS still growing under --watch.
+fn growth_advice(ins: &Inspection, out: &mut Vec<Advice>) {
     if let Some(w) = &ins.watch {
         if let Trend::Leak { .. } = w.trend {
             let mut evidence = vec![w.trend.sentence()];
@@ -249,7 +300,6 @@ pub fn advise(ins: &Inspection) -> Vec<Advice> {
             });
         }
     }
-    out
 }
 
 #[cfg(test)]
