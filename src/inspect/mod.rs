@@ -399,29 +399,7 @@ const SETTINGS_PREFIXES: [&str; 12] = [
 
 /// Inspects `pid` once.
 pub fn gather(pid: i32) -> Result<Inspection, InspectError> {
-    if pid <= 0 {
-        return Err(InspectError::NotFound { pid });
-    }
-    let stat = proc::read_stat(pid)?;
-    let status_text =
-        proc::read_proc_file(pid, "status").map(|b| String::from_utf8_lossy(&b).into_owned())?;
-    let status = proc::parse_status(&status_text)?;
-    if stat.state == 'Z' || status.state == 'Z' {
-        return Err(InspectError::Zombie {
-            pid,
-            comm: stat.comm,
-            ppid: stat.ppid,
-        });
-    }
-    let stat_text = proc::read_proc_file(pid, "stat")
-        .map(|b| String::from_utf8_lossy(&b).into_owned())
-        .unwrap_or_default();
-    if is_kernel_thread(&stat_text, &status_text) {
-        return Err(InspectError::KernelThread {
-            pid,
-            comm: stat.comm,
-        });
-    }
+    let (stat, status_text, status) = first_look(pid)?;
     let mut p = Partial {
         pid,
         missing: Vec::new(),
@@ -446,35 +424,8 @@ pub fn gather(pid: i32) -> Result<Inspection, InspectError> {
         })
         .unwrap_or_default();
     let rollup = p.take("/proc/PID/smaps_rollup", proc::read_smaps_rollup(pid));
-    let memory = Memory {
-        rss_bytes: status.vm_rss,
-        rss_anon_bytes: status.rss_anon,
-        rss_file_bytes: status.rss_file,
-        rss_shmem_bytes: status.rss_shmem,
-        pss_bytes: rollup.as_ref().map(|r| r.pss),
-        uss_bytes: rollup.as_ref().map(|r| r.uss),
-        swap_bytes: status.vm_swap,
-        peak_rss_bytes: status.vm_hwm,
-        vsz_bytes: status.vm_size,
-    };
-    let smaps_text = p
-        .take("/proc/PID/smaps", proc::read_proc_file(pid, "smaps"))
-        .map(|b| String::from_utf8_lossy(&b).into_owned());
-    if smaps_text.as_deref() == Some("") && !p.gone {
-        // An empty smaps: the address space is already torn down.
-        p.gone = true;
-        p.missing.push(format!(
-            "process {pid} exited before its mappings could be read"
-        ));
-    }
-    let smaps = match smaps_text.as_deref().map(classify::parse_smaps) {
-        Some(Ok(s)) => s,
-        Some(Err(e)) => {
-            p.missing.push(e.to_string());
-            Vec::new()
-        }
-        None => Vec::new(),
-    };
+    let memory = memory_of(&status, rollup.as_ref());
+    let smaps = read_smaps(&mut p, pid);
     let maps: Vec<Mapping> = smaps.iter().map(|(m, _)| m.clone()).collect();
     let env = p
         .take("/proc/PID/environ", proc::read_environ(pid))
@@ -496,51 +447,11 @@ pub fn gather(pid: i32) -> Result<Inspection, InspectError> {
     let libs = maps::mapped_libraries(&maps);
     let allocator = (!maps.is_empty()).then(|| allocator_facts(&libs, exe_facts.as_ref(), &env));
 
-    // Arenas.
     let online_cpus = host::online_cpus();
-    let mut heap_ranges = Vec::new();
-    let arenas = match &allocator {
-        Some(a) if a.is_glibc() && !p.gone => {
-            let count = match arenas::ProcMem::open(pid) {
-                Ok(mut mem) => arenas::count_from_headers(&maps, &mut mem, proc::page_size()),
-                Err(e) => {
-                    if e.kind() == io::ErrorKind::PermissionDenied {
-                        p.denied.push("/proc/PID/mem".into());
-                    }
-                    p.missing.push(format!(
-                        "/proc/{pid}/mem: {e}; arena count estimated from the maps (counts heaps, an upper bound)"
-                    ));
-                    arenas::estimate(&maps)
-                }
-            };
-            heap_ranges = count.heap_ranges.clone();
-            let limit = arenas::arena_limit(&env, online_cpus);
-            Some(Arenas {
-                count: count.arenas,
-                method: count.method,
-                heaps: count.heaps,
-                limit: limit.limit,
-                limit_source: limit.source,
-                threads: status.threads,
-            })
-        }
-        _ => None,
-    };
+    let (arenas, heap_ranges) = glibc_arenas(&mut p, allocator.as_ref(), &maps, &env, &status);
     let kinds = classify::classify(&maps, &heap_ranges);
     let mappings = classify::group(&smaps, &kinds);
-    let mapping_totals = (!smaps.is_empty()).then(|| {
-        let sum = |f: fn(&Group) -> u64| mappings.iter().map(f).sum::<u64>();
-        MappingTotals {
-            mappings: sum(|g| g.mappings),
-            size_bytes: sum(|g| g.size_bytes),
-            rss_bytes: sum(|g| g.rss_bytes),
-            pss_bytes: sum(|g| g.pss_bytes),
-            uss_bytes: sum(|g| g.uss_bytes),
-            swap_bytes: sum(|g| g.swap_bytes),
-            rollup_rss_bytes: rollup.as_ref().map(|r| r.rss),
-            rollup_pss_bytes: rollup.as_ref().map(|r| r.pss),
-        }
-    });
+    let mapping_totals = (!smaps.is_empty()).then(|| totals(&mappings, rollup.as_ref()));
     let thread_stacks = (!maps.is_empty()).then(|| classify::thread_stack_count(&maps, &kinds));
     let glibc_version = if p.gone {
         None
@@ -558,18 +469,7 @@ pub fn gather(pid: i32) -> Result<Inspection, InspectError> {
         p.missing
             .extend(c.notes.iter().map(|n| format!("cgroup: {n}")));
     }
-    // A last look: did the process outlive the reads?
-    if !p.gone {
-        match proc::read_stat(pid) {
-            Ok(s) if s.starttime_ticks == stat.starttime_ticks && s.state != 'Z' => {}
-            _ => {
-                p.gone = true;
-                p.missing.push(format!(
-                    "process {pid} exited during the inspection; figures are from before"
-                ));
-            }
-        }
-    }
+    last_look(&mut p, stat.starttime_ticks);
 
     let runtimes = runtime_hints(&libs, exe_link.as_deref(), &cmdline, exe_facts.as_ref());
     let access = (!p.denied.is_empty()).then(|| {
@@ -620,6 +520,146 @@ pub fn gather(pid: i32) -> Result<Inspection, InspectError> {
     };
     ins.advice = advice::advise(&ins);
     Ok(ins)
+}
+
+/// The process as it is first seen: its stat and status, or why it cannot be inspected
+/// (not found, a zombie, a kernel thread).
+fn first_look(pid: i32) -> Result<(proc::Stat, String, proc::Status), InspectError> {
+    if pid <= 0 {
+        return Err(InspectError::NotFound { pid });
+    }
+    let stat = proc::read_stat(pid)?;
+    let status_text =
+        proc::read_proc_file(pid, "status").map(|b| String::from_utf8_lossy(&b).into_owned())?;
+    let status = proc::parse_status(&status_text)?;
+    if stat.state == 'Z' || status.state == 'Z' {
+        return Err(InspectError::Zombie {
+            pid,
+            comm: stat.comm,
+            ppid: stat.ppid,
+        });
+    }
+    let stat_text = proc::read_proc_file(pid, "stat")
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default();
+    if is_kernel_thread(&stat_text, &status_text) {
+        return Err(InspectError::KernelThread {
+            pid,
+            comm: stat.comm,
+        });
+    }
+    Ok((stat, status_text, status))
+}
+
+/// The process's memory from its status and `smaps_rollup`.
+fn memory_of(status: &proc::Status, rollup: Option<&proc::SmapsRollup>) -> Memory {
+    Memory {
+        rss_bytes: status.vm_rss,
+        rss_anon_bytes: status.rss_anon,
+        rss_file_bytes: status.rss_file,
+        rss_shmem_bytes: status.rss_shmem,
+        pss_bytes: rollup.map(|r| r.pss),
+        uss_bytes: rollup.map(|r| r.uss),
+        swap_bytes: status.vm_swap,
+        peak_rss_bytes: status.vm_hwm,
+        vsz_bytes: status.vm_size,
+    }
+}
+
+/// The process's mappings with their figures (`smaps`); an empty file means it is gone.
+fn read_smaps(p: &mut Partial, pid: i32) -> Vec<(Mapping, classify::MapStats)> {
+    let smaps_text = p
+        .take("/proc/PID/smaps", proc::read_proc_file(pid, "smaps"))
+        .map(|b| String::from_utf8_lossy(&b).into_owned());
+    if smaps_text.as_deref() == Some("") && !p.gone {
+        // An empty smaps: the address space is already torn down.
+        p.gone = true;
+        p.missing.push(format!(
+            "process {pid} exited before its mappings could be read"
+        ));
+    }
+    match smaps_text.as_deref().map(classify::parse_smaps) {
+        Some(Ok(s)) => s,
+        Some(Err(e)) => {
+            p.missing.push(e.to_string());
+            Vec::new()
+        }
+        None => Vec::new(),
+    }
+}
+
+/// glibc's arenas counted from heap headers (or estimated from the maps when
+/// `/proc/PID/mem` cannot be read), with the heaps' address ranges.
+fn glibc_arenas(
+    p: &mut Partial,
+    allocator: Option<&Allocator>,
+    maps: &[Mapping],
+    env: &[(String, String)],
+    status: &proc::Status,
+) -> (Option<Arenas>, Vec<(u64, u64)>) {
+    let pid = p.pid;
+    let online_cpus = host::online_cpus();
+    let mut heap_ranges = Vec::new();
+    let arenas = match allocator {
+        Some(a) if a.is_glibc() && !p.gone => {
+            let count = match arenas::ProcMem::open(pid) {
+                Ok(mut mem) => arenas::count_from_headers(maps, &mut mem, proc::page_size()),
+                Err(e) => {
+                    if e.kind() == io::ErrorKind::PermissionDenied {
+                        p.denied.push("/proc/PID/mem".into());
+                    }
+                    p.missing.push(format!(
+                        "/proc/{pid}/mem: {e}; arena count estimated from the maps (counts heaps, an upper bound)"
+                    ));
+                    arenas::estimate(maps)
+                }
+            };
+            heap_ranges = count.heap_ranges.clone();
+            let limit = arenas::arena_limit(env, online_cpus);
+            Some(Arenas {
+                count: count.arenas,
+                method: count.method,
+                heaps: count.heaps,
+                limit: limit.limit,
+                limit_source: limit.source,
+                threads: status.threads,
+            })
+        }
+        _ => None,
+    };
+    (arenas, heap_ranges)
+}
+
+/// The sums over every mapping, beside the kernel's own `smaps_rollup`.
+fn totals(mappings: &[Group], rollup: Option<&proc::SmapsRollup>) -> MappingTotals {
+    let sum = |f: fn(&Group) -> u64| mappings.iter().map(f).sum::<u64>();
+    MappingTotals {
+        mappings: sum(|g| g.mappings),
+        size_bytes: sum(|g| g.size_bytes),
+        rss_bytes: sum(|g| g.rss_bytes),
+        pss_bytes: sum(|g| g.pss_bytes),
+        uss_bytes: sum(|g| g.uss_bytes),
+        swap_bytes: sum(|g| g.swap_bytes),
+        rollup_rss_bytes: rollup.map(|r| r.rss),
+        rollup_pss_bytes: rollup.map(|r| r.pss),
+    }
+}
+
+/// A last look: did the process outlive the reads?
+fn last_look(p: &mut Partial, started: u64) {
+    if p.gone {
+        return;
+    }
+    let pid = p.pid;
+    match proc::read_stat(pid) {
+        Ok(s) if s.starttime_ticks == started && s.state != 'Z' => {}
+        _ => {
+            p.gone = true;
+            p.missing.push(format!(
+                "process {pid} exited during the inspection; figures are from before"
+            ));
+        }
+    }
 }
 
 /// What the executable says, plus whether it is a Go program.
