@@ -89,26 +89,8 @@ pub fn inspection() -> Inspection {
         mappings,
         mapping_totals: Some(mapping_totals),
         thread_stacks: Some(thread_stacks),
-        allocator: Some(Allocator {
-            name: "glibc".into(),
-            evidence: vec![
-                "dynamically linked (interpreter /lib64/ld-linux-x86-64.so.2)".into(),
-                "no other allocator library is mapped; malloc comes from glibc's /usr/lib/x86_64-linux-gnu/libc.so.6".into(),
-            ],
-            linkage: Some("dynamic".into()),
-            defines_malloc: Some(false),
-            ld_preload: None,
-            preload_ignored: None,
-            settings: vec![],
-        }),
-        glibc: Some(GlibcVersion {
-            version: "2.36".into(),
-            banner: Some(
-                "GNU C Library (Debian GLIBC 2.36-9+deb12u4) stable release version 2.36.".into(),
-            ),
-            library: "/usr/lib/x86_64-linux-gnu/libc.so.6".into(),
-            source: VersionSource::Banner,
-        }),
+        allocator: Some(allocator()),
+        glibc: Some(glibc()),
         glibc_arenas: Some(Arenas {
             count: 16,
             method: Method::HeapHeaders,
@@ -117,71 +99,12 @@ pub fn inspection() -> Inspection {
             limit_source: LimitSource::Default { online_cpus: 2 },
             threads: 21,
         }),
-        cgroup: Some(Container {
-            memory_limit_bytes: Some(512 << 20),
-            memory_usage_bytes: Some(64 << 20),
-            cpu_quota_cpus: Some(0.5),
-            visible_cpus: 2,
-            memory: Some(MemoryGroup {
-                version: Version::V1,
-                path: "/svc/web".into(),
-                limit_bytes: Some(512 << 20),
-                usage_bytes: Some(64 << 20),
-                peak_bytes: Some(80 << 20),
-            }),
-            cpu: Some(CpuGroup {
-                version: Version::V1,
-                path: "/svc/web".into(),
-                quota: Some(quota),
-            }),
-            cpuset: Some(CpusetGroup {
-                version: Version::V1,
-                path: "/".into(),
-                cpus: "0-1".into(),
-                count: 2,
-            }),
-            cpus_allowed: Some("0-1".into()),
-            cpus_allowed_count: Some(2),
-            own_pid_namespace: Some(false),
-            notes: vec![],
-        }),
+        cgroup: Some(cgroup(quota)),
         host: Host {
             online_cpus: 2,
             memory_bytes: 24 << 30,
         },
-        tree: Some(Tree {
-            root: 4242,
-            processes: 2,
-            threads: 22,
-            rss_bytes: rss + (3 << 20),
-            pss_bytes: mapping_totals.pss_bytes + (1 << 20),
-            uss_bytes: mapping_totals.uss_bytes + (900 << 10),
-            swap_bytes: 0,
-            pss_unreadable: 0,
-            exited: 0,
-            members: vec![
-                Member {
-                    pid: 4242,
-                    ppid: 4200,
-                    comm: "arenas".into(),
-                    threads: 21,
-                    rss_bytes: rss,
-                    pss_bytes: Some(mapping_totals.pss_bytes),
-                    uss_bytes: Some(mapping_totals.uss_bytes),
-                    swap_bytes: 0,
-                },
-                Member {
-                    pid: 4243,
-                    ppid: 4242,
-                    comm: "sh".into(),
-                    threads: 1,
-                    rss_bytes: 3 << 20,
-                    pss_bytes: Some(1 << 20),
-                    uss_bytes: Some(900 << 10),
-                    swap_bytes: 0,
-                },
-            ],
-        }),
+        tree: Some(tree(rss, &mapping_totals)),
         advice: vec![],
         watch: Some(Watch {
             interval_seconds: 0.5,
@@ -193,6 +116,103 @@ pub fn inspection() -> Inspection {
     };
     ins.advice = advice::advise(&ins);
     ins
+}
+
+/// The allocator the fixture process uses: glibc, dynamically linked.
+fn allocator() -> Allocator {
+    Allocator {
+        name: "glibc".into(),
+        evidence: vec![
+            "dynamically linked (interpreter /lib64/ld-linux-x86-64.so.2)".into(),
+            "no other allocator library is mapped; malloc comes from glibc's /usr/lib/x86_64-linux-gnu/libc.so.6".into(),
+        ],
+        linkage: Some("dynamic".into()),
+        defines_malloc: Some(false),
+        ld_preload: None,
+        preload_ignored: None,
+        settings: vec![],
+    }
+}
+
+/// The fixture's glibc: Debian 12's 2.36, from its banner.
+fn glibc() -> GlibcVersion {
+    GlibcVersion {
+        version: "2.36".into(),
+        banner: Some(
+            "GNU C Library (Debian GLIBC 2.36-9+deb12u4) stable release version 2.36.".into(),
+        ),
+        library: "/usr/lib/x86_64-linux-gnu/libc.so.6".into(),
+        source: VersionSource::Banner,
+    }
+}
+
+/// A v1 cgroup with half a CPU of quota on a 2-CPU host.
+fn cgroup(quota: CpuQuota) -> Container {
+    Container {
+        memory_limit_bytes: Some(512 << 20),
+        memory_usage_bytes: Some(64 << 20),
+        cpu_quota_cpus: Some(0.5),
+        visible_cpus: 2,
+        memory: Some(MemoryGroup {
+            version: Version::V1,
+            path: "/svc/web".into(),
+            limit_bytes: Some(512 << 20),
+            usage_bytes: Some(64 << 20),
+            peak_bytes: Some(80 << 20),
+        }),
+        cpu: Some(CpuGroup {
+            version: Version::V1,
+            path: "/svc/web".into(),
+            quota: Some(quota),
+        }),
+        cpuset: Some(CpusetGroup {
+            version: Version::V1,
+            path: "/".into(),
+            cpus: "0-1".into(),
+            count: 2,
+        }),
+        cpus_allowed: Some("0-1".into()),
+        cpus_allowed_count: Some(2),
+        own_pid_namespace: Some(false),
+        notes: vec![],
+    }
+}
+
+/// The process and one child.
+fn tree(rss: u64, mapping_totals: &MappingTotals) -> Tree {
+    Tree {
+        root: 4242,
+        processes: 2,
+        threads: 22,
+        rss_bytes: rss + (3 << 20),
+        pss_bytes: mapping_totals.pss_bytes + (1 << 20),
+        uss_bytes: mapping_totals.uss_bytes + (900 << 10),
+        swap_bytes: 0,
+        pss_unreadable: 0,
+        exited: 0,
+        members: vec![
+            Member {
+                pid: 4242,
+                ppid: 4200,
+                comm: "arenas".into(),
+                threads: 21,
+                rss_bytes: rss,
+                pss_bytes: Some(mapping_totals.pss_bytes),
+                uss_bytes: Some(mapping_totals.uss_bytes),
+                swap_bytes: 0,
+            },
+            Member {
+                pid: 4243,
+                ppid: 4242,
+                comm: "sh".into(),
+                threads: 1,
+                rss_bytes: 3 << 20,
+                pss_bytes: Some(1 << 20),
+                uss_bytes: Some(900 << 10),
+                swap_bytes: 0,
+            },
+        ],
+    }
 }
 
 /// A fixed `--top 3`.

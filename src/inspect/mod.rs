@@ -472,15 +472,7 @@ pub fn gather(pid: i32) -> Result<Inspection, InspectError> {
     last_look(&mut p, stat.starttime_ticks);
 
     let runtimes = runtime_hints(&libs, exe_link.as_deref(), &cmdline, exe_facts.as_ref());
-    let access = (!p.denied.is_empty()).then(|| {
-        let owner = owner_uid(&status_text);
-        Access {
-            our_uid: our_uid(),
-            owner_uid: owner,
-            denied: p.denied.clone(),
-            hint: access_hint(pid, our_uid(), owner),
-        }
-    });
+    let access = access_of(&p, &status_text);
     let mut ins = Inspection {
         schema_version: SCHEMA_VERSION,
         pid,
@@ -507,19 +499,37 @@ pub fn gather(pid: i32) -> Result<Inspection, InspectError> {
         glibc: glibc_version,
         glibc_arenas: arenas,
         cgroup: container,
-        host: Host {
-            online_cpus,
-            memory_bytes: std::fs::read_to_string("/proc/meminfo")
-                .ok()
-                .and_then(|t| host::parse_meminfo_total(&t))
-                .unwrap_or(0),
-        },
+        host: host_of(online_cpus),
         tree: None,
         advice: Vec::new(),
         watch: None,
     };
     ins.advice = advice::advise(&ins);
     Ok(ins)
+}
+
+/// What could not be read for lack of rights, and what would help.
+fn access_of(p: &Partial, status_text: &str) -> Option<Access> {
+    (!p.denied.is_empty()).then(|| {
+        let owner = owner_uid(status_text);
+        Access {
+            our_uid: our_uid(),
+            owner_uid: owner,
+            denied: p.denied.clone(),
+            hint: access_hint(p.pid, our_uid(), owner),
+        }
+    })
+}
+
+/// The host's CPUs and memory.
+fn host_of(online_cpus: u32) -> Host {
+    Host {
+        online_cpus,
+        memory_bytes: std::fs::read_to_string("/proc/meminfo")
+            .ok()
+            .and_then(|t| host::parse_meminfo_total(&t))
+            .unwrap_or(0),
+    }
 }
 
 /// The process as it is first seen: its stat and status, or why it cannot be inspected
