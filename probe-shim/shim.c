@@ -15,7 +15,9 @@
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <elf.h>
 #include <fcntl.h>
+#include <link.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -32,8 +34,8 @@ typedef int (*tc_prop_fn)(const char *, size_t *);
 typedef void (*mi_info_fn)(size_t *, size_t *, size_t *, size_t *, size_t *, size_t *,
                            size_t *, size_t *);
 
-enum which { GLIBC, JEMALLOC, TCMALLOC, MIMALLOC };
-static const char *names[] = {"glibc", "jemalloc", "tcmalloc", "mimalloc"};
+enum which { GLIBC, JEMALLOC, TCMALLOC, MIMALLOC, UNKNOWN };
+static const char *names[] = {"glibc", "jemalloc", "tcmalloc", "mimalloc", "unknown"};
 
 static enum which which;
 static mallctl_fn je_ctl;
@@ -108,6 +110,8 @@ static void read_figures(struct figures *f) {
         f->resident = rss;
         break;
     }
+    case UNKNOWN:
+        break;
     }
 }
 
@@ -199,6 +203,60 @@ static void after_fork_child(void) {
     start();
 }
 
+/* The loaded objects in lookup order (the program first), collected before any dlopen. */
+#define MAX_OBJECTS 256
+static char objects[MAX_OBJECTS][256];
+static int n_objects;
+
+static int collect(struct dl_phdr_info *i, size_t size, void *data) {
+    (void)size;
+    (void)data;
+    if (n_objects < MAX_OBJECTS)
+        snprintf(objects[n_objects++], sizeof objects[0], "%s", i->dlpi_name ? i->dlpi_name : "");
+    return 0;
+}
+
+/* The object whose definition of malloc the program's calls reach, into lib; its base
+ * into *base. A program that only takes malloc's address has a PLT stub there, not a
+ * definition: then the first library in lookup order that defines malloc answers. */
+static void find_malloc(void **base) {
+    const ElfW(Sym) *sym = NULL;
+    Dl_info info;
+    memset(&info, 0, sizeof info);
+    void *m = dlsym(RTLD_DEFAULT, "malloc");
+    if (m && dladdr1(m, &info, (void **)&sym, RTLD_DL_SYMENT) && sym && info.dli_sname &&
+        strcmp(info.dli_sname, "malloc") == 0 && sym->st_shndx != SHN_UNDEF) {
+        snprintf(lib, sizeof lib, "%s", info.dli_fname ? info.dli_fname : "");
+        *base = info.dli_fbase;
+        return;
+    }
+    n_objects = 0;
+    dl_iterate_phdr(collect, NULL);
+    for (int k = 1; k < n_objects; k++) {
+        if (!objects[k][0])
+            continue;
+        void *h = dlopen(objects[k], RTLD_LAZY | RTLD_NOLOAD);
+        if (!h)
+            continue;
+        void *f = dlsym(h, "malloc");
+        Dl_info fi;
+        int mine = f && dladdr(f, &fi) && fi.dli_fname && strcmp(fi.dli_fname, objects[k]) == 0;
+        if (mine) {
+            snprintf(lib, sizeof lib, "%s", objects[k]);
+            *base = fi.dli_fbase;
+        }
+        dlclose(h);
+        if (mine)
+            return;
+    }
+}
+
+/* True when fn is defined in the object loaded at base. */
+static int same_object(void *fn, void *base) {
+    Dl_info i;
+    return fn && base && dladdr(fn, &i) && i.dli_fbase == base;
+}
+
 __attribute__((constructor)) static void init(void) {
     const char *d = getenv("MEMTRIAL_PROBE_DIR");
     if (!d || !*d || strlen(d) >= sizeof dir)
@@ -208,20 +266,23 @@ __attribute__((constructor)) static void init(void) {
     if (iv && atol(iv) >= 10)
         interval_ms = atol(iv);
     /* The allocator that answers malloc, checked against the library that defines it. */
-    Dl_info info;
-    if (dladdr((void *)malloc, &info) && info.dli_fname)
-        snprintf(lib, sizeof lib, "%s", info.dli_fname);
+    void *base = NULL;
+    find_malloc(&base);
     je_ctl = (mallctl_fn)dlsym(RTLD_DEFAULT, "mallctl");
     tc_prop = (tc_prop_fn)dlsym(RTLD_DEFAULT, "MallocExtension_GetNumericProperty");
     mi_info = (mi_info_fn)dlsym(RTLD_DEFAULT, "mi_process_info");
-    if (je_ctl && strstr(lib, "jemalloc"))
+    /* An allocator's statistics count only if they live in the object that defines
+     * malloc: a program linking jemalloc's mallctl while malloc is glibc's is glibc. */
+    if (same_object((void *)je_ctl, base))
         which = JEMALLOC;
-    else if (tc_prop && strstr(lib, "tcmalloc"))
+    else if (same_object((void *)tc_prop, base))
         which = TCMALLOC;
-    else if (mi_info && strstr(lib, "mimalloc"))
+    else if (same_object((void *)mi_info, base))
         which = MIMALLOC;
-    else
+    else if (strstr(lib, "/libc.so") || strstr(lib, "/libc-"))
         which = GLIBC;
+    else
+        which = UNKNOWN;
     pthread_atfork(NULL, NULL, after_fork_child);
     start();
 }

@@ -118,6 +118,9 @@ fn run_input(args: &RunArgs) -> Result<PlanInput> {
         cpus,
         cpuset,
         pids_limit,
+        probes,
+        no_probes,
+        probe_interval,
         resume: _, // handled before: a resumed experiment keeps its stored plan
         server,
         output: _, // where reports go, not what runs
@@ -169,6 +172,9 @@ fn run_input(args: &RunArgs) -> Result<PlanInput> {
             speed: *speed,
             methods: methods.clone(),
         },
+        probes: probes.clone(),
+        no_probes: *no_probes,
+        probe_interval: probe_interval.clone(),
     };
     Ok(match plan {
         Some(path) => flags.or(read_plan_file(path)?),

@@ -127,9 +127,25 @@ pub struct RunArgs {
     /// Most processes and threads a run may have at once, 1 to 4194304.
     #[arg(long, value_name = "N")]
     pub pids_limit: Option<u64>,
+    /// Turn on a probe inside the workload: allocator (on by default), ruby (GC.stat and
+    /// YJIT through RUBYOPT), jvm (Native Memory Tracking through JAVA_TOOL_OPTIONS and
+    /// jcmd). Repeatable or comma-separated.
+    #[arg(
+        long = "probe",
+        value_delimiter = ',',
+        value_name = "NAME",
+        conflicts_with = "no_probes"
+    )]
+    pub probes: Option<Vec<String>>,
+    /// No probes inside the workload: the kernel's counters only.
+    #[arg(long)]
+    pub no_probes: bool,
+    /// How often the probes inside the workload report, 10ms to 1h [default: 1s].
+    #[arg(long, value_name = "DURATION")]
+    pub probe_interval: Option<String>,
     /// Finish an interrupted experiment (the latest, or ID): runs only what is missing,
     /// with the same plan and seed.
-    #[arg(long, value_name = "ID", num_args = 0..=1, conflicts_with_all = ["command", "plan", "url", "duration", "rate", "targets", "replay", "variants", "custom", "runs", "warmup", "baseline", "seed", "memory_limit", "cpus", "cpuset", "pids_limit", "interval", "timeout"])]
+    #[arg(long, value_name = "ID", num_args = 0..=1, conflicts_with_all = ["command", "plan", "url", "duration", "rate", "targets", "replay", "variants", "custom", "runs", "warmup", "baseline", "seed", "memory_limit", "cpus", "cpuset", "pids_limit", "interval", "timeout", "probes", "no_probes", "probe_interval"])]
     pub resume: Option<Option<i64>>,
     #[command(flatten)]
     pub server: ServerArgs,

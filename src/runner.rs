@@ -175,7 +175,7 @@ fn run_slots(
             log_stem: log_dir.join(format!("{:03}-{}", slot.seq, variant.name)),
             load_source: load_source.as_ref(),
         };
-        let probes = default_probes(variant);
+        let probes = default_probes(plan, variant, &spec.log_stem);
         let record = run_trial(&spec, backend, probes, stop, &mut |live| {
             observer(Event::Sample { slot, live })
         })?;

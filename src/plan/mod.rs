@@ -137,7 +137,68 @@ pub struct Plan {
     /// A server trial: the command is a server put under HTTP load.
     #[serde(default)]
     pub server: Option<ServerPlan>,
+    /// The probes inside the workload. A plan stored before probes existed has none, so
+    /// that resuming it keeps its runs alike.
+    #[serde(default)]
+    pub probes: ProbePlan,
 }
+
+/// A probe that runs inside the workload's processes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProbeKind {
+    /// memtrial's preloaded library reading the active allocator's own counters.
+    Allocator,
+    /// Ruby's `GC.stat` and YJIT's code sizes, through `RUBYOPT`.
+    Ruby,
+    /// The JVM's Native Memory Tracking, through `JAVA_TOOL_OPTIONS` and `jcmd`.
+    Jvm,
+}
+
+impl ProbeKind {
+    pub const ALL: [ProbeKind; 3] = [ProbeKind::Allocator, ProbeKind::Ruby, ProbeKind::Jvm];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProbeKind::Allocator => "allocator",
+            ProbeKind::Ruby => "ruby",
+            ProbeKind::Jvm => "jvm",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<ProbeKind> {
+        ProbeKind::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+}
+
+/// Which probes run inside the workload, and how often they report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProbePlan {
+    pub kinds: Vec<ProbeKind>,
+    pub interval_ms: u64,
+}
+
+impl Default for ProbePlan {
+    /// No probes: what a plan stored before probes existed means.
+    fn default() -> ProbePlan {
+        ProbePlan {
+            kinds: Vec::new(),
+            interval_ms: DEFAULT_PROBE_INTERVAL_MS,
+        }
+    }
+}
+
+impl ProbePlan {
+    pub fn has(&self, kind: ProbeKind) -> bool {
+        self.kinds.contains(&kind)
+    }
+    pub fn interval(&self) -> Duration {
+        Duration::from_millis(self.interval_ms)
+    }
+}
+
+/// The inside probes' default interval.
+pub const DEFAULT_PROBE_INTERVAL_MS: u64 = 1000;
 
 /// How a server is loaded in each run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -210,6 +271,11 @@ pub struct PlanInput {
     pub cpuset: Option<String>,
     pub pids_limit: Option<u64>,
     pub server: ServerInput,
+    /// `--probe NAME` (repeatable; the allocator probe is on unless `--no-probes`).
+    pub probes: Option<Vec<String>>,
+    /// `--no-probes`: kernel counters only.
+    pub no_probes: bool,
+    pub probe_interval: Option<String>,
 }
 
 /// Server-trial settings as given.
@@ -323,6 +389,9 @@ impl PlanInput {
             cpuset,
             pids_limit,
             server,
+            probes,
+            no_probes,
+            probe_interval,
         } = self;
         let PlanInput {
             command: file_command,
@@ -339,6 +408,9 @@ impl PlanInput {
             cpuset: file_cpuset,
             pids_limit: file_pids_limit,
             server: file_server,
+            probes: file_probes,
+            no_probes: file_no_probes,
+            probe_interval: file_probe_interval,
         } = other;
         let mut all_custom = file_custom;
         all_custom.extend(custom);
@@ -361,6 +433,14 @@ impl PlanInput {
             cpuset: cpuset.or(file_cpuset),
             pids_limit: pids_limit.or(file_pids_limit),
             server: server.or(file_server),
+            // `--no-probes` on the command line wins over the file's list.
+            no_probes: no_probes || (file_no_probes && probes.is_none()),
+            probes: if no_probes {
+                probes
+            } else {
+                probes.or(file_probes)
+            },
+            probe_interval: probe_interval.or(file_probe_interval),
         }
     }
 }
@@ -385,6 +465,9 @@ struct PlanFile {
     pids_limit: Option<u64>,
     #[serde(default)]
     server: ServerInput,
+    /// `probes = ["allocator", "ruby"]`; `[]` for kernel counters only.
+    probes: Option<Vec<String>>,
+    probe_interval: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -492,6 +575,9 @@ pub fn parse_plan_text(text: &str) -> Result<PlanInput, String> {
         cpuset: file.cpuset,
         pids_limit: file.pids_limit,
         server: file.server,
+        no_probes: file.probes.as_ref().is_some_and(|p| p.is_empty()),
+        probes: file.probes,
+        probe_interval: file.probe_interval,
     })
 }
 
@@ -562,6 +648,7 @@ pub fn build_plan(input: PlanInput, ctx: &PlanContext) -> Result<BuiltPlan, Plan
         settings::count("--seed", seed, settings::SEED)?;
     }
 
+    let probes = build_probes(&input)?;
     let custom = custom_variants(&input.custom, ctx)?;
     let baseline_given = input.baseline.is_some();
     let baseline = input.baseline.unwrap_or_else(|| "glibc".to_string());
@@ -591,8 +678,47 @@ pub fn build_plan(input: PlanInput, ctx: &PlanContext) -> Result<BuiltPlan, Plan
             seed,
             limits,
             server,
+            probes,
         },
         notes,
+    })
+}
+
+/// The inside probes: the allocator probe unless `--no-probes`, plus each `--probe`.
+fn build_probes(input: &PlanInput) -> Result<ProbePlan, PlanError> {
+    let mut kinds = Vec::new();
+    if !input.no_probes {
+        kinds.push(ProbeKind::Allocator);
+    }
+    for name in input.probes.iter().flatten() {
+        let kind = ProbeKind::parse(name.trim()).ok_or_else(|| PlanError::BadValue {
+            flag: "--probe",
+            value: name.clone(),
+            reason: format!(
+                "there is no such probe; known probes: {}",
+                ProbeKind::ALL.map(ProbeKind::as_str).join(", ")
+            ),
+        })?;
+        if !kinds.contains(&kind) {
+            kinds.push(kind);
+        }
+    }
+    if input.no_probes && !kinds.is_empty() && input.probes.as_ref().is_some_and(|p| !p.is_empty())
+    {
+        return Err(PlanError::BadValue {
+            flag: "--no-probes",
+            value: String::new(),
+            reason: "cannot be combined with --probe; give one or the other".into(),
+        });
+    }
+    kinds.sort();
+    let interval = match &input.probe_interval {
+        Some(t) => settings::duration("--probe-interval", t, settings::PROBE_INTERVAL)?,
+        None => Duration::from_millis(DEFAULT_PROBE_INTERVAL_MS),
+    };
+    Ok(ProbePlan {
+        kinds,
+        interval_ms: interval.as_millis() as u64,
     })
 }
 

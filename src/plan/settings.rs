@@ -27,6 +27,8 @@ pub const RUNS: (u32, u32) = (1, 10_000);
 pub const WARMUP: (u32, u32) = (0, 10_000);
 /// `--interval`: the memory sampling interval.
 pub const INTERVAL: DurationRange = DurationRange::new(millis(10), secs(HOUR));
+/// `--probe-interval`: how often the probes inside the workload report.
+pub const PROBE_INTERVAL: DurationRange = DurationRange::new(millis(10), secs(HOUR));
 /// `--timeout`: the longest a run may take.
 pub const TIMEOUT: DurationRange = DurationRange::new(millis(1), secs(7 * DAY));
 /// `--memory-limit`, bytes: below 4 MiB programs cannot even start; 64 TiB is far above

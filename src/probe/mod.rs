@@ -6,9 +6,13 @@
 //! A probe states its cost and keeps within it; none of them may stop the run.
 //!
 //! Kernel side: [`TreeProbe`] (tree sums and peaks), [`PssProbe`] (PSS within a CPU budget),
-//! [`CgroupProbe`] (the run's cgroup), [`Verifier`] (did the variant take effect). The
-//! allocator's and the runtime's own views plug in here as further implementations.
+//! [`CgroupProbe`] (the run's cgroup), [`Verifier`] (did the variant take effect).
+//! Inside view: [`AllocatorProbe`] (the active allocator's own counters, through a library
+//! preloaded into the workload); runtime probes follow the same shape: they instrument the
+//! workload's environment before launch, read what it reports on the clock, and write an
+//! [`crate::record::InsideView`] entry at the end.
 
+pub mod allocator;
 pub mod cgroup;
 pub mod pss;
 pub mod tree;
@@ -18,6 +22,7 @@ use std::time::Duration;
 
 use crate::record::RunRecord;
 
+pub use allocator::AllocatorProbe;
 pub use cgroup::CgroupProbe;
 pub use pss::PssProbe;
 pub use tree::{Member, Membership, TreeProbe};
@@ -48,6 +53,8 @@ pub struct RunEnd {
     /// The kernel's `ru_maxrss` of the root and the children it reaped, in bytes, if the
     /// root's exit was seen.
     pub maxrss_bytes: Option<u64>,
+    /// Seconds from the start to the end of the run (the last processes gone).
+    pub t_seconds: f64,
 }
 
 /// Observes a run over time; contributes figures when it ends.
@@ -58,6 +65,26 @@ pub trait Probe: Send {
     fn observe(&mut self, tick: &Tick);
     /// Writes this probe's figures into the record.
     fn finish(self: Box<Self>, end: &RunEnd, record: &mut RunRecord);
+    /// Before launch: adds what this probe needs to the workload's environment (a
+    /// preload, `RUBYOPT`, `JAVA_TOOL_OPTIONS`). `env` is what the workload gets on top of
+    /// memtrial's own environment; [`append_env`] extends a value.
+    fn instrument(&mut self, _env: &mut Vec<(String, String)>) {}
+    /// Before launch, after every probe has instrumented: the environment the workload gets.
+    fn launching(&mut self, _env: &[(String, String)]) {}
+}
+
+/// Appends `value` to the environment variable `key` of the workload, separated by `sep`:
+/// after the variant's own value if it sets one, else after the value memtrial inherited.
+pub fn append_env(env: &mut Vec<(String, String)>, key: &str, value: &str, sep: char) {
+    let old = match env.iter().position(|(k, _)| k == key) {
+        Some(i) => Some(env.remove(i).1),
+        None => std::env::var(key).ok(),
+    };
+    let new = match old.filter(|o| !o.trim().is_empty()) {
+        Some(o) => format!("{o}{sep}{value}"),
+        None => value.to_string(),
+    };
+    env.push((key.to_string(), new));
 }
 
 /// The probes of one run: the tree sampler first (it finds the processes), then the rest.

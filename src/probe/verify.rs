@@ -268,6 +268,16 @@ impl Probe for Verifier {
         record.verification_detail = detail;
         record.allocator_detected = allocator;
     }
+
+    /// A probe may extend a setting of the variant (`RUBYOPT=--yjit` gains the Ruby
+    /// probe's `-r`): the workload must carry the value it is actually given.
+    fn launching(&mut self, env: &[(String, String)]) {
+        for (k, v) in &mut self.env {
+            if let Some((_, given)) = env.iter().find(|(ek, _)| ek == k) {
+                v.clone_from(given);
+            }
+        }
+    }
 }
 
 /// The guess a "not mapped" verdict carries when nothing better is known.

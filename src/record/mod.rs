@@ -2,6 +2,7 @@
 //! produces and the store, analysis and reports read. No OS access and no logic
 //! beyond small accessors live here.
 
+pub mod inside;
 pub mod load;
 
 use std::path::PathBuf;
@@ -11,6 +12,10 @@ use serde::{Deserialize, Serialize};
 use crate::linux::cgroup::CgroupFigures;
 use crate::linux::host::HostInfo;
 use crate::plan::Plan;
+pub use inside::{
+    Absence, AllocatorPoint, AllocatorView, FigureUnit, InsideView, RuntimeFigure, RuntimeSeries,
+    RuntimeView,
+};
 pub use load::LoadFigures;
 
 /// One point of a run's memory time series: sums over the process tree.
@@ -173,6 +178,9 @@ pub struct RunRecord {
     pub cgroup: Option<CgroupFigures>,
     /// A server trial's load figures.
     pub load: Option<LoadFigures>,
+    /// What the probes inside the workload saw (allocator, runtimes).
+    #[serde(default)]
+    pub inside: InsideView,
     pub samples: Vec<TreeSample>,
 }
 
@@ -208,6 +216,7 @@ impl RunRecord {
             stderr_path: PathBuf::new(),
             cgroup: None,
             load: None,
+            inside: InsideView::default(),
             samples: Vec::new(),
         }
     }

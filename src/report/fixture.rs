@@ -73,6 +73,7 @@ fn run(variant: &str, block: u32, peak_mib: f64, wall: f64, status: RunStatus) -
         stderr_path: format!("/tmp/logs/{block}-{variant}.stderr").into(),
         cgroup: None,
         load: None,
+        inside: Default::default(),
         samples,
     }
 }
@@ -118,6 +119,7 @@ pub fn experiment() -> Experiment {
             grace_ms: 3000,
             limits: Default::default(),
             server: None,
+            probes: Default::default(),
             seed: 1234,
         },
         host: HostInfo {

@@ -13,7 +13,7 @@ use crate::record::{
 };
 
 /// The schema version this build writes (SQLite `user_version`).
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -99,7 +99,8 @@ CREATE TABLE runs (
     stdout_path TEXT NOT NULL,
     stderr_path TEXT NOT NULL,
     cgroup_json TEXT,
-    load_json TEXT
+    load_json TEXT,
+    inside_json TEXT
 );
 CREATE INDEX runs_by_experiment ON runs(experiment_id, seq);
 CREATE TABLE samples (
@@ -226,13 +227,17 @@ impl Store {
             let batch = format!("BEGIN; {SCHEMA} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;");
             self.conn.execute_batch(&batch).map_err(|e| self.err(e))?;
         } else {
-            // v2: the kernel's cgroup figures per run; v3: a server trial's load figures.
+            // v2: the kernel's cgroup figures per run; v3: a server trial's load figures;
+            // v4: the inside view (allocator and runtime probes).
             let mut steps = String::from("BEGIN;");
             if version < 2 {
                 steps.push_str(" ALTER TABLE runs ADD COLUMN cgroup_json TEXT;");
             }
             if version < 3 {
                 steps.push_str(" ALTER TABLE runs ADD COLUMN load_json TEXT;");
+            }
+            if version < 4 {
+                steps.push_str(" ALTER TABLE runs ADD COLUMN inside_json TEXT;");
             }
             steps.push_str(&format!(" PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"));
             if version < SCHEMA_VERSION {
@@ -295,9 +300,9 @@ impl Store {
                 signal, wall_seconds, cpu_user_seconds, cpu_sys_seconds, peak_rss_bytes, peak_rss_source,
                 mean_rss_bytes, final_rss_bytes, peak_pss_bytes, peak_vsz_bytes, threads_peak,
                 minor_faults, major_faults, processes_seen, allocator_detected, verification,
-                verification_detail, message, stdout_path, stderr_path, cgroup_json, load_json)
+                verification_detail, message, stdout_path, stderr_path, cgroup_json, load_json, inside_json)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18,
-                ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30)",
+                ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31)",
             params![
                 experiment,
                 seq,
@@ -329,6 +334,9 @@ impl Store {
                 r.stderr_path.display().to_string(),
                 r.cgroup.as_ref().and_then(|c| serde_json::to_string(c).ok()),
                 r.load.as_ref().and_then(|l| serde_json::to_string(l).ok()),
+                (!r.inside.is_empty())
+                    .then(|| serde_json::to_string(&r.inside).ok())
+                    .flatten(),
             ],
         )
         .map_err(err)?;
@@ -529,6 +537,9 @@ impl Store {
             stderr_path: PathBuf::from(self.get::<String>(r, "stderr_path")?),
             cgroup: self.json(r, "cgroup_json", "cgroup figures")?,
             load: self.json(r, "load_json", "load figures")?,
+            inside: self
+                .json(r, "inside_json", "inside view")?
+                .unwrap_or_default(),
             samples: Vec::new(),
         })
     }
@@ -581,7 +592,7 @@ impl Store {
                     wall_seconds, cpu_user_seconds, cpu_sys_seconds, peak_rss_bytes, peak_rss_source,
                     mean_rss_bytes, final_rss_bytes, peak_pss_bytes, peak_vsz_bytes, threads_peak,
                     minor_faults, major_faults, processes_seen, allocator_detected, verification,
-                    verification_detail, message, stdout_path, stderr_path, cgroup_json, load_json
+                    verification_detail, message, stdout_path, stderr_path, cgroup_json, load_json, inside_json
                  FROM runs WHERE experiment_id = ?1 ORDER BY seq, id",
             )
             .map_err(|e| self.err(e))?;
@@ -656,6 +667,7 @@ mod tests {
             grace_ms: 3000,
             limits: Default::default(),
             server: None,
+            probes: Default::default(),
             seed: 9,
         }
     }
@@ -694,6 +706,7 @@ mod tests {
                 ..Default::default()
             }),
             load: None,
+            inside: Default::default(),
             samples: vec![
                 TreeSample {
                     t_seconds: 0.0,
@@ -762,7 +775,10 @@ mod tests {
         let path = dir.path().join("old.db");
         {
             let c = Connection::open(&path).unwrap();
-            let v1 = SCHEMA.replace(",\n    cgroup_json TEXT,\n    load_json TEXT", "");
+            let v1 = SCHEMA.replace(
+                ",\n    cgroup_json TEXT,\n    load_json TEXT,\n    inside_json TEXT",
+                "",
+            );
             c.execute_batch(&format!("{v1} PRAGMA user_version = 1;"))
                 .unwrap();
         }

@@ -13,8 +13,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::backend::{Backend, BackendError, Exit, Launch, LaunchSpec, RunHandle, Waited};
-use crate::plan::{Plan, Variant};
-use crate::probe::{Probe, ProbeSet, PssProbe, RunEnd, TickKind, TreeProbe, Verifier};
+use crate::plan::{Plan, ProbeKind, Variant};
+use crate::probe::{
+    AllocatorProbe, Probe, ProbeSet, PssProbe, RunEnd, TickKind, TreeProbe, Verifier,
+};
 use crate::record::RunRecord;
 use drive::Driver;
 use status::{EndedBy, Facts};
@@ -60,9 +62,22 @@ pub struct Live {
 }
 
 /// The probes every run gets: PSS and the variant's verification (the tree sampler and
-/// the backend's own probes are added by the trial).
-pub fn default_probes(variant: &Variant) -> Vec<Box<dyn Probe>> {
-    vec![Box::new(PssProbe::new()), Box::new(Verifier::new(variant))]
+/// the backend's own probes are added by the trial), then the plan's probes inside the
+/// workload, which report into `<log_stem>.probe/`.
+pub fn default_probes(plan: &Plan, variant: &Variant, log_stem: &Path) -> Vec<Box<dyn Probe>> {
+    let mut probes: Vec<Box<dyn Probe>> =
+        vec![Box::new(PssProbe::new()), Box::new(Verifier::new(variant))];
+    let dir = log_stem.with_extension("probe");
+    for kind in &plan.probes.kinds {
+        match kind {
+            ProbeKind::Allocator => probes.push(Box::new(AllocatorProbe::new(
+                dir.join("allocator"),
+                plan.probes.interval_ms,
+            ))),
+            ProbeKind::Ruby | ProbeKind::Jvm => {}
+        }
+    }
+    probes
 }
 
 /// Runs one trial. `stop` is set by a signal handler when memtrial is interrupted.
@@ -76,7 +91,8 @@ pub fn run_trial(
     let plan = spec.plan;
     let started_at = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
     let mut record = RunRecord::skeleton(&spec.variant.name, spec.block, spec.warmup, started_at);
-    let (launch, port) = prepare(spec, &mut record)?;
+    let mut probes = probes;
+    let (launch, port) = prepare(spec, &mut record, &mut probes)?;
     let mut run = match backend.launch(launch)? {
         Launch::Started(run) => run,
         Launch::NotStarted(why) => {
@@ -95,6 +111,7 @@ pub fn run_trial(
     clear_leftovers(run.as_mut(), &mut probes, plan.grace());
     let end = RunEnd {
         maxrss_bytes: exit.map(|e| e.usage.maxrss_bytes),
+        t_seconds: t0.elapsed().as_secs_f64(),
     };
     probes.finish(&end, &mut record);
     explain_refused_preload(spec.variant, &mut record);
@@ -146,6 +163,7 @@ fn explain_refused_preload(variant: &Variant, record: &mut RunRecord) {
 fn prepare(
     spec: &TrialSpec,
     record: &mut RunRecord,
+    probes: &mut [Box<dyn Probe>],
 ) -> Result<(LaunchSpec, Option<u16>), TrialError> {
     let plan = spec.plan;
     record.stdout_path = spec.log_stem.with_extension("stdout");
@@ -166,17 +184,24 @@ fn prepare(
         None => text.to_string(),
     };
     let inherited = std::env::var("LD_PRELOAD").ok();
+    let mut env: Vec<(String, String)> = spec
+        .variant
+        .workload_env(inherited.as_deref())
+        .into_iter()
+        .map(|(k, v)| (k, sub(&v)))
+        .collect();
+    for p in probes.iter_mut() {
+        p.instrument(&mut env);
+    }
+    for p in probes.iter_mut() {
+        p.launching(&env);
+    }
     let launch = LaunchSpec {
         program: plan.program.clone(),
         argv: std::iter::once(plan.command[0].clone())
             .chain(plan.command[1..].iter().map(|a| sub(a)))
             .collect(),
-        env: spec
-            .variant
-            .workload_env(inherited.as_deref())
-            .into_iter()
-            .map(|(k, v)| (k, sub(&v)))
-            .collect(),
+        env,
         workdir: plan.workdir.clone(),
         stdout: open(&record.stdout_path)?,
         stderr: open(&record.stderr_path)?,

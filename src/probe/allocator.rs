@@ -1,0 +1,466 @@
+//! The allocator probe: memtrial's own small library (`probe-shim/shim.c`, built by the
+//! build and embedded) is preloaded into the workload's processes after the variant's
+//! allocator. Each process appends one line per interval to `<dir>/<pid>` with the active
+//! allocator's own counters; this probe reads the new lines on the run's clock and sums
+//! the latest line of every live process into one series of live vs held bytes.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+
+use super::{append_env, Probe, RunEnd, Tick, TickKind};
+use crate::record::{Absence, AllocatorPoint, AllocatorView, RunRecord};
+
+/// The probe's name, in records and messages.
+pub const NAME: &str = "allocator";
+
+#[cfg(memtrial_probe_shim)]
+const SHIM: Option<&[u8]> = Some(include_bytes!(concat!(
+    env!("OUT_DIR"),
+    "/libmemtrial-probe.so"
+)));
+#[cfg(not(memtrial_probe_shim))]
+const SHIM: Option<&[u8]> = None;
+
+/// Where the embedded library is written for the loader: once per memtrial process, in
+/// a directory of our own (created 0755 so that a workload which drops privileges can
+/// still load it, and refused if someone else owns it or it is a symlink).
+pub fn shim_path() -> Result<PathBuf, String> {
+    static PATH: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
+    PATH.get_or_init(write_shim).clone()
+}
+
+fn write_shim() -> Result<PathBuf, String> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+    let bytes = SHIM.ok_or_else(|| {
+        "this memtrial was built without a C compiler, so it has no allocator probe \
+         (install gcc and libc6-dev and rebuild)"
+            .to_string()
+    })?;
+    let uid = rustix_uid();
+    let dir = std::env::temp_dir().join(format!("memtrial-{uid}"));
+    match std::fs::DirBuilder::new().mode(0o755).create(&dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(format!("cannot create {}: {e}", dir.display())),
+    }
+    let meta = std::fs::symlink_metadata(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o022 != 0 {
+        return Err(format!(
+            "{} is not a directory owned by this user and writable only by it; remove it",
+            dir.display()
+        ));
+    }
+    // Named by content: two memtrial builds never overwrite each other's library.
+    let hash = bytes.iter().fold(0xcbf29ce484222325u64, |h, b| {
+        (h ^ *b as u64).wrapping_mul(0x100000001b3)
+    });
+    let path = dir.join(format!("libmemtrial-probe-{hash:016x}.so"));
+    if std::fs::read(&path).is_ok_and(|b| b == bytes) {
+        return Ok(path);
+    }
+    let tmp = dir.join(format!(".probe-{}.so", std::process::id()));
+    let write = || -> std::io::Result<()> {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o755)
+            .open(&tmp)?;
+        std::io::Write::write_all(&mut f, bytes)?;
+        std::fs::rename(&tmp, &path)
+    };
+    write().map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    Ok(path)
+}
+
+fn rustix_uid() -> u32 {
+    // SAFETY: getuid cannot fail and has no preconditions.
+    unsafe { libc::getuid() }
+}
+
+/// One process's latest report.
+#[derive(Debug, Default)]
+struct ProcessFile {
+    /// Bytes of the file consumed so far (whole lines only).
+    offset: u64,
+    allocator: String,
+    library: String,
+    latest: Option<Line>,
+    /// A line arrived since the last point was taken.
+    fresh: bool,
+}
+
+/// One report line of the library: figures in bytes (arenas: a count).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct Line {
+    live: Option<u64>,
+    held: Option<u64>,
+    free: Option<u64>,
+    resident: Option<u64>,
+    mapped: Option<u64>,
+    retained: Option<u64>,
+    metadata: Option<u64>,
+    arenas: Option<u64>,
+    thread_cache: Option<u64>,
+}
+
+/// Parses one figures line (`<ns> <live> <held> … <thread cache>`, tab-separated, `-`
+/// for a figure the allocator does not offer). `None` for anything malformed.
+fn parse_line(line: &str) -> Option<Line> {
+    let mut f = line.split('\t');
+    f.next()?.parse::<u64>().ok()?;
+    let mut v = || -> Option<Option<u64>> {
+        match f.next()? {
+            "-" => Some(None),
+            s => s.parse().ok().map(Some),
+        }
+    };
+    let line = Line {
+        live: v()?,
+        held: v()?,
+        free: v()?,
+        resident: v()?,
+        mapped: v()?,
+        retained: v()?,
+        metadata: v()?,
+        arenas: v()?,
+        thread_cache: v()?,
+    };
+    f.next().is_none().then_some(line)
+}
+
+/// Parses a header (`# memtrial-probe 1 <pid> <allocator> <library…>`).
+fn parse_header(line: &str) -> Option<(String, String)> {
+    let rest = line.strip_prefix("# memtrial-probe 1 ")?;
+    let mut parts = rest.splitn(3, ' ');
+    parts.next()?.parse::<u32>().ok()?;
+    Some((parts.next()?.to_string(), parts.next()?.to_string()))
+}
+
+/// Sums figures that every process offers; a figure any process lacks is absent.
+fn sum(lines: &[Line], t_seconds: f64) -> AllocatorPoint {
+    fn add(lines: &[Line], get: impl Fn(&Line) -> Option<u64>) -> Option<u64> {
+        lines
+            .iter()
+            .map(get)
+            .try_fold(0u64, |acc, v| v.map(|v| acc.saturating_add(v)))
+            .filter(|_| !lines.is_empty())
+    }
+    AllocatorPoint {
+        t_seconds,
+        live_bytes: add(lines, |l| l.live),
+        held_bytes: add(lines, |l| l.held),
+        free_bytes: add(lines, |l| l.free),
+        resident_bytes: add(lines, |l| l.resident),
+        mapped_bytes: add(lines, |l| l.mapped),
+        retained_bytes: add(lines, |l| l.retained),
+        metadata_bytes: add(lines, |l| l.metadata),
+        arenas: add(lines, |l| l.arenas),
+        thread_cache_bytes: add(lines, |l| l.thread_cache),
+    }
+}
+
+/// Reads the probe library's reports of one run.
+pub struct AllocatorProbe {
+    dir: PathBuf,
+    interval_ms: u64,
+    /// Why the probe cannot run (no library), decided before launch.
+    unavailable: Option<String>,
+    files: BTreeMap<i32, ProcessFile>,
+    series: Vec<AllocatorPoint>,
+    /// Pids in the run at the last sample.
+    last_members: BTreeSet<i32>,
+}
+
+impl AllocatorProbe {
+    /// A probe whose processes report into `dir` (created here) every `interval_ms`.
+    pub fn new(dir: PathBuf, interval_ms: u64) -> AllocatorProbe {
+        let unavailable = std::fs::create_dir_all(&dir)
+            .err()
+            .map(|e| format!("cannot create {}: {e}", dir.display()));
+        AllocatorProbe {
+            dir,
+            interval_ms,
+            unavailable,
+            files: BTreeMap::new(),
+            series: Vec::new(),
+            last_members: BTreeSet::new(),
+        }
+    }
+
+    /// Reads every report file's new whole lines.
+    fn read_new(&mut self) {
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+                continue;
+            };
+            let state = self.files.entry(pid).or_default();
+            read_file(&e.path(), state);
+        }
+    }
+
+    /// A point from the latest lines of the processes in `pids`, if any of them reported
+    /// since the last point.
+    fn point(&mut self, t_seconds: f64, pids: &BTreeSet<i32>) -> Option<AllocatorPoint> {
+        let chosen: Vec<&mut ProcessFile> = self
+            .files
+            .iter_mut()
+            .filter(|(pid, _)| pids.contains(pid))
+            .map(|(_, f)| f)
+            .collect();
+        if !chosen.iter().any(|f| f.fresh) {
+            return None;
+        }
+        let mut lines = Vec::new();
+        for f in chosen {
+            f.fresh = false;
+            lines.extend(f.latest);
+        }
+        Some(sum(&lines, t_seconds))
+    }
+
+    fn view(&self, record: &RunRecord) -> Result<AllocatorView, String> {
+        let reporting: Vec<&ProcessFile> = self
+            .files
+            .values()
+            .filter(|f| !f.allocator.is_empty())
+            .collect();
+        if reporting.is_empty() {
+            return Err(why_no_reports(record));
+        }
+        let mut answered: Vec<&str> = reporting.iter().map(|f| f.allocator.as_str()).collect();
+        answered.sort_unstable();
+        answered.dedup();
+        let mut libraries: Vec<&str> = reporting.iter().map(|f| f.library.as_str()).collect();
+        libraries.sort_unstable();
+        libraries.dedup();
+        let answered = answered.join("+");
+        let detected = record
+            .allocator_detected
+            .split_whitespace()
+            .next()
+            .unwrap_or("");
+        let disagreement = (!detected.is_empty()
+            && detected != "unknown"
+            && !answered.split('+').any(|a| a == detected))
+        .then(|| {
+            format!(
+                "the probe found {answered} answering malloc, verification found {}",
+                record.allocator_detected
+            )
+        });
+        let at_rss_peak = at_time(&self.series, rss_peak_time(record));
+        Ok(AllocatorView {
+            answered,
+            library: libraries.join(" "),
+            processes: reporting.len() as u32,
+            interval_ms: self.interval_ms,
+            disagreement,
+            at_rss_peak,
+            peak_live_bytes: self.series.iter().filter_map(|p| p.live_bytes).max(),
+            peak_held_bytes: self.series.iter().filter_map(|p| p.held_bytes).max(),
+            series: self.series.clone(),
+        })
+    }
+}
+
+/// When the run's sampled RSS was highest.
+fn rss_peak_time(record: &RunRecord) -> Option<f64> {
+    record
+        .samples
+        .iter()
+        .max_by_key(|s| s.rss_bytes)
+        .map(|s| s.t_seconds)
+}
+
+/// The allocator's state at time `t`: the last point taken at or before it (the state
+/// the process was in), else the first.
+fn at_time(series: &[AllocatorPoint], t: Option<f64>) -> Option<AllocatorPoint> {
+    let t = t?;
+    series
+        .iter()
+        .rev()
+        .find(|p| p.t_seconds <= t)
+        .or(series.first())
+        .cloned()
+}
+
+/// Reads the whole new lines of one report file into `state`.
+fn read_file(path: &Path, state: &mut ProcessFile) {
+    let Ok(mut f) = std::fs::File::open(path) else {
+        return;
+    };
+    if f.seek(SeekFrom::Start(state.offset)).is_err() {
+        return;
+    }
+    let mut buf = Vec::new();
+    // Bounded: a misbehaving writer cannot make memtrial read without end.
+    if f.take(4 << 20).read_to_end(&mut buf).is_err() {
+        return;
+    }
+    let Some(end) = buf.iter().rposition(|b| *b == b'\n') else {
+        return;
+    };
+    state.offset += end as u64 + 1;
+    for line in String::from_utf8_lossy(&buf[..end]).lines() {
+        if let Some((allocator, library)) = parse_header(line) {
+            state.allocator = allocator;
+            state.library = library;
+        } else if let Some(l) = parse_line(line).filter(|l| *l != Line::default()) {
+            // A line with no figure at all (an allocator not yet initialised) says nothing.
+            state.latest = Some(l);
+            state.fresh = true;
+        }
+    }
+}
+
+/// Why no process reported: the kernel-side facts of the run say which case it is.
+fn why_no_reports(record: &RunRecord) -> String {
+    if record.allocator_detected.contains("static") {
+        "the program is statically linked: the loader preloads nothing into it".into()
+    } else if record.processes_seen == 0 {
+        "no process of the run lived long enough to be seen".into()
+    } else {
+        "no process loaded the probe library (a statically linked program, a setuid one, \
+         or one that resets LD_PRELOAD)"
+            .into()
+    }
+}
+
+impl Probe for AllocatorProbe {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn instrument(&mut self, env: &mut Vec<(String, String)>) {
+        if self.unavailable.is_some() {
+            return;
+        }
+        match shim_path() {
+            Ok(lib) => {
+                append_env(env, "LD_PRELOAD", &lib.display().to_string(), ' ');
+                env.push(("MEMTRIAL_PROBE_DIR".into(), self.dir.display().to_string()));
+                env.push((
+                    "MEMTRIAL_PROBE_INTERVAL_MS".into(),
+                    self.interval_ms.to_string(),
+                ));
+            }
+            Err(why) => self.unavailable = Some(why),
+        }
+    }
+
+    fn observe(&mut self, tick: &Tick) {
+        if tick.kind != TickKind::Sample || self.unavailable.is_some() {
+            return;
+        }
+        self.read_new();
+        let pids: BTreeSet<i32> = tick.members.iter().map(|m| m.pid).collect();
+        if let Some(p) = self.point(tick.t_seconds, &pids) {
+            self.series.push(p);
+        }
+        // Reports of processes no longer in the run are history, not the present.
+        for (pid, f) in self.files.iter_mut() {
+            if !pids.contains(pid) {
+                f.fresh = false;
+            }
+        }
+        self.last_members = pids;
+    }
+
+    fn finish(mut self: Box<Self>, end: &RunEnd, record: &mut RunRecord) {
+        if let Some(reason) = self.unavailable.take() {
+            record.inside.absent.push(Absence {
+                probe: NAME.into(),
+                reason,
+            });
+            return;
+        }
+        // The last reports (a batch job's exit) come from the processes of the last
+        // sample and any that reported since.
+        self.read_new();
+        let mut pids = std::mem::take(&mut self.last_members);
+        pids.extend(self.files.iter().filter(|(_, f)| f.fresh).map(|(p, _)| *p));
+        if let Some(p) = self.point(end.t_seconds, &pids) {
+            self.series.push(p);
+        }
+        match self.view(record) {
+            Ok(v) => record.inside.allocator = Some(v),
+            Err(reason) => record.inside.absent.push(Absence {
+                probe: NAME.into(),
+                reason,
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_parse_with_absent_figures() {
+        let l = parse_line("123\t100\t200\t-\t-\t0\t-\t-\t-\t-").unwrap();
+        assert_eq!(l.live, Some(100));
+        assert_eq!(l.held, Some(200));
+        assert_eq!(l.free, None);
+        assert_eq!(l.mapped, Some(0));
+        assert!(parse_line("123\t100").is_none());
+        assert!(parse_line("x\t1\t2\t3\t4\t5\t6\t7\t8\t9").is_none());
+        assert!(parse_line("1\t1\t2\t3\t4\t5\t6\t7\t8\t9\t10").is_none());
+        assert!(parse_line("1\t-1\t2\t3\t4\t5\t6\t7\t8\t9").is_none());
+    }
+
+    #[test]
+    fn headers_keep_a_library_path_with_spaces() {
+        assert_eq!(
+            parse_header("# memtrial-probe 1 42 jemalloc /opt/my libs/libjemalloc.so.2"),
+            Some(("jemalloc".into(), "/opt/my libs/libjemalloc.so.2".into()))
+        );
+        assert_eq!(parse_header("# memtrial-probe 2 42 x y"), None);
+    }
+
+    #[test]
+    fn a_figure_one_process_lacks_is_absent_from_the_sum() {
+        let a = Line {
+            live: Some(10),
+            held: Some(20),
+            ..Default::default()
+        };
+        let b = Line {
+            live: Some(5),
+            held: None,
+            ..Default::default()
+        };
+        let p = sum(&[a, b], 1.0);
+        assert_eq!(p.live_bytes, Some(15));
+        assert_eq!(p.held_bytes, None);
+        assert_eq!(sum(&[], 1.0).live_bytes, None);
+    }
+
+    #[test]
+    fn partial_lines_wait_for_their_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("7");
+        std::fs::write(
+            &path,
+            "# memtrial-probe 1 7 glibc /lib/libc.so.6\n1\t10\t20\t-\t-\t-\t-\t-\t-\t-\n2\t30",
+        )
+        .unwrap();
+        let mut st = ProcessFile::default();
+        read_file(&path, &mut st);
+        assert_eq!(st.allocator, "glibc");
+        assert_eq!(st.latest.unwrap().live, Some(10));
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap();
+        std::io::Write::write_all(&mut f, b"\t40\t-\t-\t-\t-\t-\t-\t-\n").unwrap();
+        read_file(&path, &mut st);
+        assert_eq!(st.latest.unwrap().live, Some(30));
+        assert_eq!(st.latest.unwrap().held, Some(40));
+    }
+}

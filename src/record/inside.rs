@@ -1,0 +1,190 @@
+//! What the probes inside the workload saw: the allocator's own counters (live and held
+//! bytes) and the runtime's (Ruby's GC and YJIT, the JVM's Native Memory Tracking), beside
+//! the kernel's figures of the same run. Stored with the run; absent figures stay absent.
+
+use serde::{Deserialize, Serialize};
+
+/// The inside view of one run.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct InsideView {
+    /// The allocator probe's figures, when it was on and answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allocator: Option<AllocatorView>,
+    /// One entry per runtime probe that answered (`ruby`, `jvm`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub runtimes: Vec<RuntimeView>,
+    /// Probes that were on but have no data, and why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub absent: Vec<Absence>,
+}
+
+impl InsideView {
+    pub fn is_empty(&self) -> bool {
+        self.allocator.is_none() && self.runtimes.is_empty() && self.absent.is_empty()
+    }
+
+    /// The runtime view of that name (`ruby`, `jvm`).
+    pub fn runtime(&self, name: &str) -> Option<&RuntimeView> {
+        self.runtimes.iter().find(|r| r.runtime == name)
+    }
+
+    /// Why the named probe has no data, if it was on and has none.
+    pub fn absence(&self, probe: &str) -> Option<&str> {
+        self.absent
+            .iter()
+            .find(|a| a.probe == probe)
+            .map(|a| a.reason.as_str())
+    }
+}
+
+/// A probe that was on and has no data.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Absence {
+    pub probe: String,
+    pub reason: String,
+}
+
+/// The allocator's own view of its memory, summed over the run's probed processes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AllocatorView {
+    /// The allocator that answered (`glibc`, `jemalloc`, `tcmalloc`, `mimalloc`); several
+    /// joined by `+` when processes differ.
+    pub answered: String,
+    /// The library that defines `malloc` in the probed processes, as the loader says.
+    pub library: String,
+    /// How many processes reported.
+    pub processes: u32,
+    /// The probe's interval.
+    pub interval_ms: u64,
+    /// Set when the allocator that answered is not the one the run's verification found.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disagreement: Option<String>,
+    /// The allocator's figures at the sample nearest the run's RSS peak.
+    pub at_rss_peak: Option<AllocatorPoint>,
+    /// The highest live bytes over the run.
+    pub peak_live_bytes: Option<u64>,
+    /// The highest held bytes over the run.
+    pub peak_held_bytes: Option<u64>,
+    pub series: Vec<AllocatorPoint>,
+}
+
+/// The allocator's figures at one moment, summed over processes; `None` where the
+/// allocator does not offer the figure (never estimated).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct AllocatorPoint {
+    /// Seconds since the workload was started.
+    pub t_seconds: f64,
+    /// Bytes the program has allocated and not freed.
+    pub live_bytes: Option<u64>,
+    /// Bytes the allocator holds from the system for the program's blocks (live + free
+    /// inside its heaps).
+    pub held_bytes: Option<u64>,
+    /// Bytes free inside the allocator's heaps (held, not live).
+    pub free_bytes: Option<u64>,
+    /// Resident bytes as the allocator counts them (jemalloc, mimalloc).
+    pub resident_bytes: Option<u64>,
+    pub mapped_bytes: Option<u64>,
+    /// Mapped but returned to the system (jemalloc `retained`, tcmalloc unmapped).
+    pub retained_bytes: Option<u64>,
+    pub metadata_bytes: Option<u64>,
+    pub arenas: Option<u64>,
+    pub thread_cache_bytes: Option<u64>,
+}
+
+impl AllocatorPoint {
+    /// Held over live: 1.0 holds nothing unused; 2.0 holds as much unused as live.
+    pub fn fragmentation(&self) -> Option<f64> {
+        match (self.held_bytes, self.live_bytes) {
+            (Some(h), Some(l)) if l > 0 => Some(h as f64 / l as f64),
+            _ => None,
+        }
+    }
+
+    /// Bytes held and not live.
+    pub fn unused_bytes(&self) -> Option<u64> {
+        match (self.held_bytes, self.live_bytes) {
+            (Some(h), Some(l)) => Some(h.saturating_sub(l)),
+            _ => None,
+        }
+    }
+}
+
+/// What a figure counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FigureUnit {
+    Bytes,
+    Count,
+}
+
+/// A runtime's own view (Ruby `GC.stat` and YJIT, JVM Native Memory Tracking).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RuntimeView {
+    /// `ruby` or `jvm`.
+    pub runtime: String,
+    /// The runtime's version, as it reports it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// How many processes reported.
+    pub processes: u32,
+    /// Figures summed over processes: the last value and the highest.
+    pub figures: Vec<RuntimeFigure>,
+    /// The same figures over time (summed over processes at each sample).
+    pub series: Vec<RuntimeSeries>,
+    /// What the reader should know (e.g. NMT's own cost).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+impl RuntimeView {
+    pub fn figure(&self, name: &str) -> Option<&RuntimeFigure> {
+        self.figures.iter().find(|f| f.name == name)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RuntimeFigure {
+    /// The runtime's own name for it (`heap_live_slots`, `inline_code_size`,
+    /// `committed.Thread`, …).
+    pub name: String,
+    pub unit: FigureUnit,
+    pub last: f64,
+    pub max: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RuntimeSeries {
+    pub name: String,
+    pub unit: FigureUnit,
+    /// `[seconds since start, value]`.
+    pub points: Vec<[f64; 2]>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fragmentation_is_held_over_live() {
+        let p = AllocatorPoint {
+            live_bytes: Some(100),
+            held_bytes: Some(250),
+            ..Default::default()
+        };
+        assert_eq!(p.fragmentation(), Some(2.5));
+        assert_eq!(p.unused_bytes(), Some(150));
+        let none = AllocatorPoint {
+            held_bytes: Some(250),
+            ..Default::default()
+        };
+        assert_eq!(none.fragmentation(), None);
+    }
+
+    #[test]
+    fn empty_view_round_trips_as_an_empty_object() {
+        let v = InsideView::default();
+        assert_eq!(serde_json::to_string(&v).unwrap(), "{}");
+        let back: InsideView = serde_json::from_str("{}").unwrap();
+        assert!(back.is_empty());
+    }
+}
