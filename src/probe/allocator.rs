@@ -22,61 +22,18 @@ const SHIM: Option<&[u8]> = Some(include_bytes!(concat!(
 #[cfg(not(memtrial_probe_shim))]
 const SHIM: Option<&[u8]> = None;
 
-/// Where the embedded library is written for the loader: once per memtrial process, in
-/// a directory of our own (created 0755 so that a workload which drops privileges can
-/// still load it, and refused if someone else owns it or it is a symlink).
+/// Where the embedded library is written for the loader: once per memtrial process.
 pub fn shim_path() -> Result<PathBuf, String> {
     static PATH: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
-    PATH.get_or_init(write_shim).clone()
-}
-
-fn write_shim() -> Result<PathBuf, String> {
-    use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
-    let bytes = SHIM.ok_or_else(|| {
-        "this memtrial was built without a C compiler, so it has no allocator probe \
-         (install gcc and libc6-dev and rebuild)"
-            .to_string()
-    })?;
-    let uid = rustix_uid();
-    let dir = std::env::temp_dir().join(format!("memtrial-{uid}"));
-    match std::fs::DirBuilder::new().mode(0o755).create(&dir) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(format!("cannot create {}: {e}", dir.display())),
-    }
-    let meta = std::fs::symlink_metadata(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o022 != 0 {
-        return Err(format!(
-            "{} is not a directory owned by this user and writable only by it; remove it",
-            dir.display()
-        ));
-    }
-    // Named by content: two memtrial builds never overwrite each other's library.
-    let hash = bytes.iter().fold(0xcbf29ce484222325u64, |h, b| {
-        (h ^ *b as u64).wrapping_mul(0x100000001b3)
-    });
-    let path = dir.join(format!("libmemtrial-probe-{hash:016x}.so"));
-    if std::fs::read(&path).is_ok_and(|b| b == bytes) {
-        return Ok(path);
-    }
-    let tmp = dir.join(format!(".probe-{}.so", std::process::id()));
-    let write = || -> std::io::Result<()> {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o755)
-            .open(&tmp)?;
-        std::io::Write::write_all(&mut f, bytes)?;
-        std::fs::rename(&tmp, &path)
-    };
-    write().map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-    Ok(path)
-}
-
-fn rustix_uid() -> u32 {
-    // SAFETY: getuid cannot fail and has no preconditions.
-    unsafe { libc::getuid() }
+    PATH.get_or_init(|| {
+        let bytes = SHIM.ok_or_else(|| {
+            "this memtrial was built without a C compiler, so it has no allocator probe \
+             (install gcc and libc6-dev and rebuild)"
+                .to_string()
+        })?;
+        super::files::install("libmemtrial-probe", "so", bytes)
+    })
+    .clone()
 }
 
 /// One process's latest report.

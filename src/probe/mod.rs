@@ -14,6 +14,7 @@
 
 pub mod allocator;
 pub mod cgroup;
+pub mod files;
 pub mod pss;
 pub mod tree;
 pub mod verify;
