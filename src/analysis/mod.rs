@@ -4,6 +4,7 @@
 pub mod recommend;
 pub mod stats;
 pub mod trend;
+pub mod why;
 
 use std::collections::BTreeMap;
 
@@ -39,10 +40,16 @@ pub enum Figure {
     LatencyP99Ms,
     LatencyMaxMs,
     Errors,
+    /// The allocator's live bytes at the run's RSS peak (allocator probe).
+    LiveAtPeakBytes,
+    /// The bytes the allocator holds from the system at the RSS peak.
+    HeldAtPeakBytes,
+    /// Held over live at the RSS peak: the fragmentation ratio.
+    HeldOverLive,
 }
 
 impl Figure {
-    pub const ALL: [Figure; 21] = [
+    pub const ALL: [Figure; 24] = [
         Figure::PeakRssBytes,
         Figure::MeanRssBytes,
         Figure::FinalRssBytes,
@@ -64,6 +71,9 @@ impl Figure {
         Figure::LatencyP99Ms,
         Figure::LatencyMaxMs,
         Figure::Errors,
+        Figure::LiveAtPeakBytes,
+        Figure::HeldAtPeakBytes,
+        Figure::HeldOverLive,
     ];
 
     pub fn key(self) -> &'static str {
@@ -89,6 +99,9 @@ impl Figure {
             Figure::LatencyP99Ms => "latency_p99_ms",
             Figure::LatencyMaxMs => "latency_max_ms",
             Figure::Errors => "errors",
+            Figure::LiveAtPeakBytes => "live_at_peak_bytes",
+            Figure::HeldAtPeakBytes => "held_at_peak_bytes",
+            Figure::HeldOverLive => "held_over_live",
         }
     }
 
@@ -102,6 +115,8 @@ impl Figure {
                 | Figure::PeakVszBytes
                 | Figure::CgroupPeakBytes
                 | Figure::CgroupAnonPeakBytes
+                | Figure::LiveAtPeakBytes
+                | Figure::HeldAtPeakBytes
         )
     }
 
@@ -129,6 +144,19 @@ impl Figure {
             Figure::LatencyP99Ms => r.load.as_ref()?.latency_p99_ms,
             Figure::LatencyMaxMs => r.load.as_ref()?.latency_max_ms,
             Figure::Errors => r.load.as_ref()?.errors.total() as f64,
+            Figure::LiveAtPeakBytes => {
+                r.inside.allocator.as_ref()?.at_peak.as_ref()?.live_bytes? as f64
+            }
+            Figure::HeldAtPeakBytes => {
+                r.inside.allocator.as_ref()?.at_peak.as_ref()?.held_bytes? as f64
+            }
+            Figure::HeldOverLive => r
+                .inside
+                .allocator
+                .as_ref()?
+                .at_peak
+                .as_ref()?
+                .fragmentation()?,
         })
     }
 
@@ -141,6 +169,15 @@ impl Figure {
                 | Figure::LatencyP95Ms
                 | Figure::LatencyP99Ms
                 | Figure::LatencyMaxMs
+        )
+    }
+
+    /// The allocator's own view: it explains a cost (why the RSS is what it is), it is
+    /// not a cost of its own, so it never decides a recommendation.
+    pub fn explains(self) -> bool {
+        matches!(
+            self,
+            Figure::LiveAtPeakBytes | Figure::HeldAtPeakBytes | Figure::HeldOverLive
         )
     }
 
@@ -190,6 +227,45 @@ pub struct VariantSummary {
     pub ratio_to_baseline: BTreeMap<Figure, Ratio>,
     /// Leak or plateau, from the tail of each counted run's RSS series.
     pub trend: Option<TrendSummary>,
+    /// Leak or fragmentation, from the allocator's live and held bytes on the steady
+    /// part of each counted run (a batch job: its state at the peak).
+    pub why: Option<WhySummary>,
+}
+
+/// The leak-or-fragmentation verdicts of a variant's runs.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WhySummary {
+    /// The verdict most runs got (`leak`, `fragmentation`, `plateau`, `too_short`,
+    /// `at_peak`, `rss_only`).
+    pub verdict: String,
+    /// Runs per verdict.
+    pub runs: BTreeMap<String, usize>,
+    /// The median run's verdict in words, with its figures.
+    pub sentence: String,
+}
+
+fn summarise_whys(runs: &[&RunRecord]) -> Option<WhySummary> {
+    let whys: Vec<(why::Why, u64)> = runs
+        .iter()
+        .map(|r| (why::run_why(r), r.peak_rss_bytes))
+        .collect();
+    let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+    for (w, _) in &whys {
+        *counts.entry(w.name().to_string()).or_insert(0) += 1;
+    }
+    let verdict = counts
+        .iter()
+        .max_by_key(|(_, n)| **n)
+        .map(|(v, _)| v.clone())?;
+    let mut with: Vec<&(why::Why, u64)> =
+        whys.iter().filter(|(w, _)| w.name() == verdict).collect();
+    with.sort_by_key(|(_, peak)| *peak);
+    let median = with.get(with.len().saturating_sub(1) / 2)?;
+    Some(WhySummary {
+        sentence: median.0.sentence(),
+        verdict,
+        runs: counts,
+    })
 }
 
 /// The leak-or-plateau verdicts of a variant's runs.
@@ -381,6 +457,7 @@ pub fn analyse(e: &Experiment) -> Analysis {
         let trend = summarise_trends(&ok);
         variants.push(VariantSummary {
             trend,
+            why: summarise_whys(&ok),
             name: v.name.clone(),
             is_baseline,
             runs_total: measured.len(),

@@ -272,10 +272,11 @@ pub fn recommend(a: &Analysis) -> Recommendation {
             excluded,
         };
     };
-    let any_sig = pool
-        .iter()
-        .filter(|s| !s.is_baseline)
-        .any(|s| s.ratio_to_baseline.values().any(|r| r.significant));
+    let any_sig = pool.iter().filter(|s| !s.is_baseline).any(|s| {
+        s.ratio_to_baseline
+            .iter()
+            .any(|(f, r)| r.significant && !f.explains())
+    });
     if !any_sig {
         return Recommendation {
             verdict: Verdict::NoSignificantDifference {

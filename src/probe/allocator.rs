@@ -210,14 +210,14 @@ impl AllocatorProbe {
                 record.allocator_detected
             )
         });
-        let at_rss_peak = at_time(&self.series, rss_peak_time(record));
+        let at_peak = at_peak(&self.series);
         Ok(AllocatorView {
             answered,
             library: libraries.join(" "),
             processes: reporting.len() as u32,
             interval_ms: self.interval_ms,
             disagreement,
-            at_rss_peak,
+            at_peak,
             peak_live_bytes: self.series.iter().filter_map(|p| p.live_bytes).max(),
             peak_held_bytes: self.series.iter().filter_map(|p| p.held_bytes).max(),
             series: self.series.clone(),
@@ -225,25 +225,11 @@ impl AllocatorProbe {
     }
 }
 
-/// When the run's sampled RSS was highest.
-fn rss_peak_time(record: &RunRecord) -> Option<f64> {
-    record
-        .samples
-        .iter()
-        .max_by_key(|s| s.rss_bytes)
-        .map(|s| s.t_seconds)
-}
-
-/// The allocator's state at time `t`: the last point taken at or before it (the state
-/// the process was in), else the first.
-fn at_time(series: &[AllocatorPoint], t: Option<f64>) -> Option<AllocatorPoint> {
-    let t = t?;
-    series
-        .iter()
-        .rev()
-        .find(|p| p.t_seconds <= t)
-        .or(series.first())
-        .cloned()
+/// The point where the allocator held the most (the latest of equals); where it offers
+/// no held figure, where live was highest.
+fn at_peak(series: &[AllocatorPoint]) -> Option<AllocatorPoint> {
+    let key = |p: &AllocatorPoint| (p.held_bytes.is_some(), p.held_bytes.or(p.live_bytes));
+    series.iter().max_by_key(|p| key(p)).cloned()
 }
 
 /// Reads the whole new lines of one report file into `state`.
@@ -396,6 +382,26 @@ mod tests {
         assert_eq!(p.live_bytes, Some(15));
         assert_eq!(p.held_bytes, None);
         assert_eq!(sum(&[], 1.0).live_bytes, None);
+    }
+
+    #[test]
+    fn the_peak_is_where_the_allocator_held_most() {
+        let p = |t: f64, live: u64, held: Option<u64>| AllocatorPoint {
+            t_seconds: t,
+            live_bytes: Some(live),
+            held_bytes: held,
+            ..Default::default()
+        };
+        let s = [
+            p(0.1, 1, Some(5)),
+            p(0.2, 50, Some(90)),
+            p(0.3, 40, Some(90)),
+            p(0.4, 60, Some(70)),
+        ];
+        assert_eq!(at_peak(&s).unwrap().t_seconds, 0.3);
+        let live_only = [p(0.1, 1, None), p(0.2, 9, None), p(0.3, 4, None)];
+        assert_eq!(at_peak(&live_only).unwrap().t_seconds, 0.2);
+        assert!(at_peak(&[]).is_none());
     }
 
     #[test]

@@ -59,8 +59,10 @@ pub struct AllocatorView {
     /// Set when the allocator that answered is not the one the run's verification found.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disagreement: Option<String>,
-    /// The allocator's figures at the sample nearest the run's RSS peak.
-    pub at_rss_peak: Option<AllocatorPoint>,
+    /// The allocator's figures at its own peak: the sample where it held the most (where
+    /// it offers no held figure, where live was highest). The RSS peak is the same moment
+    /// seen from the kernel, up to one probe interval.
+    pub at_peak: Option<AllocatorPoint>,
     /// The highest live bytes over the run.
     pub peak_live_bytes: Option<u64>,
     /// The highest held bytes over the run.

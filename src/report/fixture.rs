@@ -3,7 +3,9 @@
 use crate::linux::host::HostInfo;
 use crate::plan::{Plan, Variant, VariantOrigin};
 use crate::record::{
-    Experiment, ExperimentStatus, PeakSource, RunRecord, RunStatus, TreeSample, Verification,
+    AllocatorPoint, AllocatorView, Experiment, ExperimentStatus, FigureUnit, InsideView,
+    PeakSource, RunRecord, RunStatus, RuntimeFigure, RuntimeSeries, RuntimeView, TreeSample,
+    Verification,
 };
 
 fn variant(name: &str, env: &[(&str, &str)], preload: Option<&str>) -> Variant {
@@ -16,6 +18,62 @@ fn variant(name: &str, env: &[(&str, &str)], preload: Option<&str>) -> Variant {
         preload: preload.map(|p| format!("/usr/lib/x86_64-linux-gnu/lib{p}.so.2").into()),
         preload_spec: preload.map(String::from),
         origin: VariantOrigin::Catalog,
+    }
+}
+
+/// The allocator probe's view: every variant holds about 60% of its peak live; glibc
+/// holds twice what is live (fragmentation), jemalloc 1.1×; a ruby runtime view on glibc.
+fn inside(variant: &str, peak: u64, grows: bool) -> InsideView {
+    let live = peak / 2;
+    let held = if grows { live * 2 } else { live + live / 10 };
+    let series: Vec<AllocatorPoint> = (0..=4)
+        .map(|i| AllocatorPoint {
+            t_seconds: i as f64,
+            live_bytes: Some(live * i / 4),
+            held_bytes: Some(held * i / 4),
+            free_bytes: Some((held - live) * i / 4),
+            ..Default::default()
+        })
+        .collect();
+    let mut runtimes = Vec::new();
+    if variant == "glibc" {
+        runtimes.push(RuntimeView {
+            runtime: "ruby".into(),
+            version: Some("3.1.2".into()),
+            processes: 1,
+            figures: vec![RuntimeFigure {
+                name: "heap_live_slots".into(),
+                unit: FigureUnit::Count,
+                last: 120_000.0,
+                max: 150_000.0,
+            }],
+            series: vec![RuntimeSeries {
+                name: "heap_live_slots".into(),
+                unit: FigureUnit::Count,
+                points: vec![[0.0, 10_000.0], [2.0, 150_000.0], [4.0, 120_000.0]],
+            }],
+            note: None,
+        });
+    }
+    InsideView {
+        allocator: Some(AllocatorView {
+            answered: if variant == "jemalloc" {
+                "jemalloc"
+            } else {
+                "glibc"
+            }
+            .into(),
+            library: "/lib/x86_64-linux-gnu/libc.so.6".into(),
+            processes: 1,
+            interval_ms: 1000,
+            disagreement: None,
+            at_peak: series.last().cloned(),
+            peak_live_bytes: Some(live),
+            peak_held_bytes: Some(held),
+            series,
+        }),
+        runtimes,
+        absent: Vec::new(),
     }
 }
 
@@ -73,7 +131,7 @@ fn run(variant: &str, block: u32, peak_mib: f64, wall: f64, status: RunStatus) -
         stderr_path: format!("/tmp/logs/{block}-{variant}.stderr").into(),
         cgroup: None,
         load: None,
-        inside: Default::default(),
+        inside: inside(variant, peak, grows),
         samples,
     }
 }

@@ -167,9 +167,9 @@ fn title_and_verdict(e: &Experiment, a: &Analysis, rec: &Recommendation) -> Mark
         }
         h2 { "Verdict" }
         (verdict_block(rec, crate::analysis::recommend::speed(a)))
-        @let trends = super::table::trend_lines(a);
+        @let trends = super::table::why_lines(a);
         @if !trends.is_empty() {
-            p { "Memory over time, from the last half of each run:" }
+            p { (super::table::WHY_HEADING) ":" }
             ul { @for t in &trends { li { (t) } } }
         }
     }

@@ -1,6 +1,7 @@
 //! The JSON record of an experiment (`--json FILE`). Versioned: `schema_version`
 //! changes when a name changes meaning or disappears; the JSON Schema lives in
-//! `docs/schema/experiment-v1.schema.json`.
+//! `docs/schema/experiment-v2.schema.json` (v2 added the probes inside the
+//! workload: `experiment.probes`, each run's `inside`, each summary's `why`).
 
 use std::collections::BTreeMap;
 
@@ -12,7 +13,7 @@ use crate::linux::cgroup::{CgroupFigures, Limits};
 use crate::linux::host::HostInfo;
 use crate::record::{Experiment, RunRecord, TreeSample};
 
-pub const JSON_SCHEMA_VERSION: u32 = 1;
+pub const JSON_SCHEMA_VERSION: u32 = 2;
 
 #[derive(Serialize)]
 struct Doc<'a> {
@@ -39,6 +40,7 @@ struct ExperimentJson<'a> {
     timeout_ms: Option<u64>,
     limits: &'a Limits,
     server: Option<&'a crate::plan::ServerPlan>,
+    probes: &'a crate::plan::ProbePlan,
     host: &'a HostInfo,
 }
 
@@ -91,6 +93,9 @@ struct RunJson<'a> {
     latency_p99_ms: Option<f64>,
     latency_max_ms: Option<f64>,
     load: Option<&'a crate::record::LoadFigures>,
+    /// What the probes inside the workload saw (allocator, runtimes); absent when none ran.
+    #[serde(skip_serializing_if = "crate::record::InsideView::is_empty")]
+    inside: &'a crate::record::InsideView,
     samples: Vec<SampleJson>,
 }
 
@@ -116,6 +121,7 @@ struct SummaryJson<'a> {
     figures: BTreeMap<&'static str, &'a Estimate>,
     ratio_to_baseline: BTreeMap<&'static str, &'a Ratio>,
     trend: Option<&'a crate::analysis::TrendSummary>,
+    why: Option<&'a crate::analysis::WhySummary>,
 }
 
 fn sample(s: &TreeSample) -> SampleJson {
@@ -167,6 +173,7 @@ fn run(r: &RunRecord) -> RunJson<'_> {
         latency_p99_ms: r.load.as_ref().map(|l| l.latency_p99_ms),
         latency_max_ms: r.load.as_ref().map(|l| l.latency_max_ms),
         load: r.load.as_ref(),
+        inside: &r.inside,
         samples: r.samples.iter().map(sample).collect(),
     }
 }
@@ -185,6 +192,7 @@ fn summary(s: &VariantSummary) -> SummaryJson<'_> {
             .map(|(f, r)| (f.key(), r))
             .collect(),
         trend: s.trend.as_ref(),
+        why: s.why.as_ref(),
     }
 }
 
@@ -250,6 +258,7 @@ fn doc<'a>(e: &'a Experiment, a: &'a Analysis) -> Doc<'a> {
             timeout_ms: e.plan.timeout_ms,
             limits: &e.plan.limits,
             server: e.plan.server.as_ref(),
+            probes: &e.plan.probes,
             host: &e.host,
         },
         baseline: &a.baseline,

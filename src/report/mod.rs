@@ -108,6 +108,17 @@ pub fn columns(a: &Analysis) -> Vec<(Figure, &'static str)> {
     } else {
         c.extend([(Figure::WallSeconds, "wall"), (Figure::CpuSeconds, "CPU")]);
     }
+    // The allocator's view, when any variant has it.
+    let probed = |f: Figure| a.variants.iter().any(|v| v.figures.contains_key(&f));
+    for (f, h) in [
+        (Figure::LiveAtPeakBytes, "live at peak"),
+        (Figure::HeldAtPeakBytes, "held at peak"),
+        (Figure::HeldOverLive, "held/live"),
+    ] {
+        if probed(f) {
+            c.push((f, h));
+        }
+    }
     c
 }
 
@@ -123,6 +134,8 @@ pub fn format_value(f: Figure, v: f64) -> String {
         }
     } else if f == Figure::ThroughputRps {
         format!("{v:.0} req/s")
+    } else if f == Figure::HeldOverLive {
+        format!("{v:.2}×")
     } else if matches!(f, Figure::Requests | Figure::Errors | Figure::ThreadsPeak) {
         format!("{v:.0}")
     } else {

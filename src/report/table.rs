@@ -100,9 +100,9 @@ pub fn render(e: &Experiment, a: &Analysis, color: bool) -> String {
          * = significant (the interval excludes 1, at least 3 ok runs on both sides).\n\
          peak RSS: a kernel high-water mark (wait4 ru_maxrss or VmHWM); for several processes at once, the sampled tree sum if larger.\n",
     );
-    let trends = trend_lines(a);
+    let trends = why_lines(a);
     if !trends.is_empty() {
-        out.push_str("\nmemory over time (last half of each run):\n");
+        out.push_str(&format!("\n{WHY_HEADING}:\n"));
         for t in trends {
             out.push_str("  ");
             out.push_str(&terminal(&t));
@@ -121,12 +121,16 @@ pub fn render(e: &Experiment, a: &Analysis, color: bool) -> String {
     out
 }
 
-/// Per variant: leak or plateau, with how many runs agree.
-pub fn trend_lines(a: &Analysis) -> Vec<String> {
+/// The heading of the leak-or-fragmentation lines, in every format.
+pub const WHY_HEADING: &str = "leak or fragmentation? (the allocator's live and held bytes beside RSS; a leak verdict needs steady load)";
+
+/// Per variant: leak, fragmentation, plateau, or a batch job's state at its peak, with
+/// how many runs agree.
+pub fn why_lines(a: &Analysis) -> Vec<String> {
     a.variants
         .iter()
         .filter_map(|s| {
-            let t = s.trend.as_ref()?;
+            let t = s.why.as_ref()?;
             let n: usize = t.runs.values().sum();
             let agree = t.runs.get(&t.verdict).copied().unwrap_or(0);
             Some(format!("{}: {} ({agree} of {n} runs)", s.name, t.sentence))
