@@ -6,7 +6,7 @@ use plotters::prelude::*;
 use crate::analysis::{Analysis, Figure};
 use crate::record::{Experiment, RunRecord};
 
-const MIB: f64 = 1048576.0;
+pub(super) const MIB: f64 = 1048576.0;
 
 /// One colour per variant, in plan order (colour-blind-friendly Tableau 10).
 pub const PALETTE: [RGBColor; 10] = [
@@ -32,10 +32,11 @@ pub fn css_color(i: usize) -> String {
     format!("#{:02x}{:02x}{:02x}", c.0, c.1, c.2)
 }
 
-type Chart<'a, 'b> = ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+pub(super) type Chart<'a, 'b> =
+    ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
 
 /// A chart with the house style: title, margins, label areas, and the given ranges.
-fn styled<'a, 'b>(
+pub(super) fn styled<'a, 'b>(
     root: &'a DrawingArea<SVGBackend<'b>, plotters::coord::Shift>,
     title: &str,
     x: std::ops::Range<f64>,
@@ -52,7 +53,10 @@ fn styled<'a, 'b>(
 }
 
 /// The legend box, where the lines are least likely to be.
-fn legend<'a, 'b: 'a>(chart: &mut Chart<'a, 'b>, position: SeriesLabelPosition) -> Option<()> {
+pub(super) fn legend<'a, 'b: 'a>(
+    chart: &mut Chart<'a, 'b>,
+    position: SeriesLabelPosition,
+) -> Option<()> {
     chart
         .configure_series_labels()
         .background_style(WHITE.mix(0.85))
@@ -69,7 +73,7 @@ pub fn median_run<'a>(runs: &[&'a RunRecord], f: Figure) -> Option<&'a RunRecord
     v.get(v.len().saturating_sub(1) / 2).copied()
 }
 
-fn counted<'a>(e: &'a Experiment, variant: &str) -> Vec<&'a RunRecord> {
+pub(super) fn counted<'a>(e: &'a Experiment, variant: &str) -> Vec<&'a RunRecord> {
     e.runs
         .iter()
         .filter(|r| r.variant == variant && r.counts())

@@ -131,6 +131,7 @@ pub fn render(e: &Experiment, a: &Analysis, rec: &Recommendation) -> String {
                 (title_and_verdict(e, a, rec))
                 (figures_section(e, a, &columns, has_cgroup))
                 (memory_section(&rss_chart, &pss_chart))
+                (inside_section(e, a))
                 (load_section(e, a))
                 (distribution_section(&peak_chart, &wall_chart))
                 (apply_section(&apply))
@@ -225,6 +226,54 @@ fn memory_section(rss_chart: &Option<String>, pss_chart: &Option<String>) -> Mar
         @if let Some(svg) = rss_chart { figure.chart { (PreEscaped(svg)) } } @else { p.ns { "No samples." } }
         @if let Some(svg) = pss_chart { figure.chart { (PreEscaped(svg)) } }
         p.small { "Every run drawn faint, each variant's median run (by mean RSS) bold, on the same axes." }
+    }
+}
+
+/// The "Inside the workload" section: the allocator's live and held bytes beside RSS, and
+/// the runtimes' own figures, for each variant's median run.
+fn inside_section(e: &Experiment, a: &Analysis) -> Markup {
+    let allocator = super::inside_charts::allocator_over_time(e, a);
+    let runtimes = super::inside_charts::runtime_over_time(e, a);
+    let notes: Vec<String> = {
+        let mut n: Vec<String> = e
+            .runs
+            .iter()
+            .flat_map(|r| r.inside.runtimes.iter().filter_map(|v| v.note.clone()))
+            .collect();
+        n.sort();
+        n.dedup();
+        n
+    };
+    let absent: Vec<String> = {
+        let mut n: Vec<String> = e
+            .runs
+            .iter()
+            .filter(|r| r.counts())
+            .flat_map(|r| {
+                r.inside
+                    .absent
+                    .iter()
+                    .map(move |x| format!("{} ({}): {}", x.probe, r.variant, x.reason))
+            })
+            .collect();
+        n.sort();
+        n.dedup();
+        n
+    };
+    html! {
+        @if !allocator.is_empty() || !runtimes.is_empty() || !absent.is_empty() {
+            h2 { "Inside the workload" }
+            @for (_, svg) in &allocator { figure.chart { (PreEscaped(svg)) } }
+            @if !allocator.is_empty() {
+                p.small { "From memtrial's probe library preloaded after the variant's allocator: live = allocated and not freed; held = what the allocator holds from the system for the heap. Held far above live is fragmentation or retention, not a leak; live still growing under steady load is a leak." }
+            }
+            @for (_, svg) in &runtimes { figure.chart { (PreEscaped(svg)) } }
+            @for n in &notes { p.small { (n) } }
+            @if !absent.is_empty() {
+                p { "Probes without data:" }
+                ul { @for n in &absent { li { (n) } } }
+            }
+        }
     }
 }
 

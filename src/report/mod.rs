@@ -6,6 +6,7 @@ pub mod charts;
 pub mod csv;
 pub mod escape;
 pub mod html;
+pub mod inside_charts;
 pub mod json;
 pub mod markdown;
 pub mod printer;
