@@ -20,9 +20,7 @@ fn draw(title: &str, y_desc: &str, lines: &[Line]) -> Option<String> {
     let pts = || lines.iter().flat_map(|l| l.points.iter());
     let max_t = pts().map(|p| p.0).fold(0.0, f64::max);
     let max_y = pts().map(|p| p.1).fold(0.0, f64::max);
-    if pts().next().is_none() {
-        return None;
-    }
+    pts().next()?;
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, (900, 360)).into_drawing_area();
