@@ -4,7 +4,7 @@ use super::{ExportError, Exporter, Report};
 use crate::record::Experiment;
 
 /// The column names, in order.
-pub const COLUMNS: [&str; 26] = [
+pub const COLUMNS: [&str; 32] = [
     "experiment_id",
     "variant",
     "block",
@@ -31,6 +31,12 @@ pub const COLUMNS: [&str; 26] = [
     "samples",
     "message",
     "stderr_path",
+    "allocator_answered",
+    "live_at_peak_bytes",
+    "held_at_peak_bytes",
+    "held_over_live",
+    "why",
+    "why_detail",
 ];
 
 /// `--csv`: one row per run.
@@ -67,6 +73,9 @@ fn runs_csv(e: &Experiment) -> Result<Vec<u8>, csv::Error> {
     let opt = |v: Option<String>| v.unwrap_or_default();
     w.write_record(COLUMNS)?;
     for r in &e.runs {
+        let al = r.inside.allocator.as_ref();
+        let at = al.and_then(|a| a.at_peak.as_ref());
+        let why = crate::analysis::why::run_why(r);
         w.write_record([
             e.id.to_string(),
             r.variant.clone(),
@@ -94,6 +103,14 @@ fn runs_csv(e: &Experiment) -> Result<Vec<u8>, csv::Error> {
             r.samples.len().to_string(),
             opt(r.message.clone()),
             r.stderr_path.display().to_string(),
+            opt(al.map(|a| a.answered.clone())),
+            opt(at.and_then(|p| p.live_bytes).map(|v| v.to_string())),
+            opt(at.and_then(|p| p.held_bytes).map(|v| v.to_string())),
+            opt(at
+                .and_then(|p| p.fragmentation())
+                .map(|v| format!("{v:.4}"))),
+            why.name().to_string(),
+            why.sentence(),
         ])?;
     }
     finish(w)

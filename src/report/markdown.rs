@@ -80,6 +80,15 @@ pub fn render(e: &Experiment, a: &Analysis, rec: &Recommendation) -> String {
             out.push_str(&format!("- {}\n", md(&t)));
         }
     }
+    let runtimes = super::table::runtime_lines(e, a);
+    if !runtimes.is_empty() {
+        out.push_str(
+            "\nRuntime figures (medians over ok runs of the last value each run reported):\n",
+        );
+        for t in runtimes {
+            out.push_str(&format!("- {}\n", md(&t)));
+        }
+    }
     for p in super::table::problem_lines(e, a) {
         out.push_str(&format!("\n⚠ {}", md(&p)));
     }

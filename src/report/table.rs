@@ -109,6 +109,17 @@ pub fn render(e: &Experiment, a: &Analysis, color: bool) -> String {
             out.push('\n');
         }
     }
+    let runtimes = runtime_lines(e, a);
+    if !runtimes.is_empty() {
+        out.push_str(
+            "\nruntime figures (medians over ok runs of the last value each run reported):\n",
+        );
+        for t in runtimes {
+            out.push_str("  ");
+            out.push_str(&terminal(&t));
+            out.push('\n');
+        }
+    }
     let problems = problem_lines(e, a);
     if !problems.is_empty() {
         out.push_str("\n! not every run counted:\n");
@@ -136,6 +147,58 @@ pub fn why_lines(a: &Analysis) -> Vec<String> {
             Some(format!("{}: {} ({agree} of {n} runs)", s.name, t.sentence))
         })
         .collect()
+}
+
+/// Per variant and runtime probed: each figure's median (over ok runs) of the last value
+/// the run reported, in the runtime's own names; then the probe's note, once.
+pub fn runtime_lines(e: &Experiment, a: &Analysis) -> Vec<String> {
+    use crate::record::FigureUnit;
+    let mut out = Vec::new();
+    let mut notes: Vec<String> = Vec::new();
+    for runtime in ["ruby", "jvm"] {
+        for s in &a.variants {
+            let views: Vec<&crate::record::RuntimeView> = e
+                .runs
+                .iter()
+                .filter(|r| r.variant == s.name && r.counts())
+                .filter_map(|r| r.inside.runtime(runtime))
+                .collect();
+            let Some(first) = views.first() else { continue };
+            let figures: Vec<String> = first
+                .figures
+                .iter()
+                .filter_map(|f| {
+                    let xs: Vec<f64> = views
+                        .iter()
+                        .filter_map(|v| v.figure(&f.name).map(|g| g.last))
+                        .collect();
+                    let m = crate::analysis::stats::median(&xs);
+                    Some(match f.unit {
+                        FigureUnit::Bytes => {
+                            format!("{} {}", f.name, crate::units::format_bytes(m))
+                        }
+                        FigureUnit::Count => format!("{} {m:.0}", f.name),
+                    })
+                })
+                .collect();
+            let version = first
+                .version
+                .as_ref()
+                .map(|v| format!(" {v}"))
+                .unwrap_or_default();
+            out.push(format!(
+                "{}: {runtime}{version} ({} run(s)): {}",
+                s.name,
+                views.len(),
+                figures.join(", ")
+            ));
+            notes.extend(views.iter().filter_map(|v| v.note.clone()));
+        }
+    }
+    notes.sort();
+    notes.dedup();
+    out.extend(notes.into_iter().map(|n| format!("note: {n}")));
+    out
 }
 
 /// One line per variant whose runs did not all succeed or verify, with the reason.
