@@ -10,8 +10,8 @@ packages=(
   gcc libc6-dev python3 procps
   # The HTML report test renders it in a headless browser.
   chromium
-  # Server-trial tests: a Rack app on puma.
-  puma ruby-rack
+  # Server-trial tests: a Rack app on puma; the Ruby probe's tests (GC.stat, YJIT, fork).
+  ruby puma ruby-rack
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -8,7 +8,8 @@
 //! Kernel side: [`TreeProbe`] (tree sums and peaks), [`PssProbe`] (PSS within a CPU budget),
 //! [`CgroupProbe`] (the run's cgroup), [`Verifier`] (did the variant take effect).
 //! Inside view: [`AllocatorProbe`] (the active allocator's own counters, through a library
-//! preloaded into the workload); runtime probes follow the same shape: they instrument the
+//! preloaded into the workload); [`RubyProbe`] (Ruby's `GC.stat` and YJIT sizes, through a
+//! script loaded by `RUBYOPT`); runtime probes follow the same shape: they instrument the
 //! workload's environment before launch, read what it reports on the clock, and write an
 //! [`crate::record::InsideView`] entry at the end.
 
@@ -16,6 +17,7 @@ pub mod allocator;
 pub mod cgroup;
 pub mod files;
 pub mod pss;
+pub mod ruby;
 pub mod tree;
 pub mod verify;
 
@@ -26,6 +28,7 @@ use crate::record::RunRecord;
 pub use allocator::AllocatorProbe;
 pub use cgroup::CgroupProbe;
 pub use pss::PssProbe;
+pub use ruby::RubyProbe;
 pub use tree::{Member, Membership, TreeProbe};
 pub use verify::Verifier;
 

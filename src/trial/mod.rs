@@ -74,7 +74,11 @@ pub fn default_probes(plan: &Plan, variant: &Variant, log_stem: &Path) -> Vec<Bo
                 dir.join("allocator"),
                 plan.probes.interval_ms,
             ))),
-            ProbeKind::Ruby | ProbeKind::Jvm => {}
+            ProbeKind::Ruby => probes.push(Box::new(crate::probe::RubyProbe::new(
+                dir.join("ruby"),
+                plan.probes.interval_ms,
+            ))),
+            ProbeKind::Jvm => {}
         }
     }
     probes

@@ -8,6 +8,7 @@ mod load;
 mod output;
 mod props;
 mod reports;
+mod ruby_probe;
 mod run;
 mod sandbox;
 mod server;
