@@ -167,18 +167,18 @@ pub fn runtime_lines(e: &Experiment, a: &Analysis) -> Vec<String> {
             let figures: Vec<String> = first
                 .figures
                 .iter()
-                .filter_map(|f| {
+                .map(|f| {
                     let xs: Vec<f64> = views
                         .iter()
                         .filter_map(|v| v.figure(&f.name).map(|g| g.last))
                         .collect();
                     let m = crate::analysis::stats::median(&xs);
-                    Some(match f.unit {
+                    match f.unit {
                         FigureUnit::Bytes => {
                             format!("{} {}", f.name, crate::units::format_bytes(m))
                         }
                         FigureUnit::Count => format!("{} {m:.0}", f.name),
-                    })
+                    }
                 })
                 .collect();
             let version = first
