@@ -3,6 +3,7 @@
 
 mod bad_input;
 mod common;
+mod inside;
 mod inspect;
 mod load;
 mod output;
