@@ -648,7 +648,7 @@ pub fn build_plan(input: PlanInput, ctx: &PlanContext) -> Result<BuiltPlan, Plan
         settings::count("--seed", seed, settings::SEED)?;
     }
 
-    let probes = build_probes(&input)?;
+    let probes = build_probes(&input, &mut notes)?;
     let custom = custom_variants(&input.custom, ctx)?;
     let baseline_given = input.baseline.is_some();
     let baseline = input.baseline.unwrap_or_else(|| "glibc".to_string());
@@ -685,10 +685,24 @@ pub fn build_plan(input: PlanInput, ctx: &PlanContext) -> Result<BuiltPlan, Plan
 }
 
 /// The inside probes: the allocator probe unless `--no-probes`, plus each `--probe`.
-fn build_probes(input: &PlanInput) -> Result<ProbePlan, PlanError> {
+fn build_probes(input: &PlanInput, notes: &mut Vec<String>) -> Result<ProbePlan, PlanError> {
     let mut kinds = Vec::new();
-    if !input.no_probes {
+    // Its thread per process counts against a pids limit: a workload that fits the limit in
+    // production could hit it here. On under a limit only when asked for by name.
+    if !input.no_probes && input.pids_limit.is_none() {
         kinds.push(ProbeKind::Allocator);
+    } else if !input.no_probes
+        && !input
+            .probes
+            .iter()
+            .flatten()
+            .any(|p| p.trim() == ProbeKind::Allocator.as_str())
+    {
+        notes.push(
+            "the allocator probe is off under --pids-limit: its thread in every process would \
+             count against the limit (add --probe allocator to turn it on anyway)"
+                .into(),
+        );
     }
     for name in input.probes.iter().flatten() {
         let kind = ProbeKind::parse(name.trim()).ok_or_else(|| PlanError::BadValue {
@@ -1558,6 +1572,59 @@ env = { RUBYOPT = "--yjit" }
         assert!(e.starts_with("line 3, column 3"), "{e}");
         let e = parse_plan_text("runz = 3\n").unwrap_err();
         assert!(e.contains("line 1") && e.contains("runz"), "{e}");
+    }
+
+    #[test]
+    fn probes_default_to_the_allocator_and_step_aside_under_a_pids_limit() {
+        let mut notes = Vec::new();
+        let p = build_probes(&PlanInput::default(), &mut notes).unwrap();
+        assert_eq!(p.kinds, vec![ProbeKind::Allocator]);
+        assert_eq!(p.interval_ms, 1000);
+        let limited = PlanInput {
+            pids_limit: Some(24),
+            ..Default::default()
+        };
+        assert!(build_probes(&limited, &mut notes).unwrap().kinds.is_empty());
+        assert!(notes[0].contains("--probe allocator"), "{notes:?}");
+        let asked = PlanInput {
+            pids_limit: Some(24),
+            probes: Some(vec!["allocator".into(), "ruby".into()]),
+            ..Default::default()
+        };
+        let p = build_probes(&asked, &mut notes).unwrap();
+        assert_eq!(p.kinds, vec![ProbeKind::Allocator, ProbeKind::Ruby]);
+        let none = PlanInput {
+            no_probes: true,
+            ..Default::default()
+        };
+        assert!(build_probes(&none, &mut notes).unwrap().kinds.is_empty());
+        let bad = PlanInput {
+            probes: Some(vec!["perl".into()]),
+            ..Default::default()
+        };
+        let e = build_probes(&bad, &mut notes).unwrap_err().to_string();
+        assert!(
+            e.contains("--probe perl") && e.contains("allocator, ruby, jvm"),
+            "{e}"
+        );
+        let fast = PlanInput {
+            probe_interval: Some("5ms".into()),
+            ..Default::default()
+        };
+        let e = build_probes(&fast, &mut notes).unwrap_err().to_string();
+        assert!(e.contains("--probe-interval"), "{e}");
+    }
+
+    #[test]
+    fn plan_files_name_their_probes() {
+        let i = parse_plan_text(
+            "command = \"true\"\nprobes = [\"ruby\"]\nprobe_interval = \"250ms\"\n",
+        )
+        .unwrap();
+        assert_eq!(i.probes, Some(vec!["ruby".to_string()]));
+        assert_eq!(i.probe_interval.as_deref(), Some("250ms"));
+        let off = parse_plan_text("command = \"true\"\nprobes = []\n").unwrap();
+        assert!(off.no_probes);
     }
 
     #[test]

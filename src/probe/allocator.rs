@@ -225,10 +225,11 @@ impl AllocatorProbe {
     }
 }
 
-/// The point where the allocator held the most (the latest of equals); where it offers
-/// no held figure, where live was highest.
+/// The point where the allocator held the most and, of those, where live was highest (an
+/// allocator that keeps what it got holds its peak to the end, while the program frees);
+/// where it offers no held figure, where live was highest.
 fn at_peak(series: &[AllocatorPoint]) -> Option<AllocatorPoint> {
-    let key = |p: &AllocatorPoint| (p.held_bytes.is_some(), p.held_bytes.or(p.live_bytes));
+    let key = |p: &AllocatorPoint| (p.held_bytes.is_some(), p.held_bytes, p.live_bytes);
     series.iter().max_by_key(|p| key(p)).cloned()
 }
 
@@ -397,8 +398,10 @@ mod tests {
             p(0.2, 50, Some(90)),
             p(0.3, 40, Some(90)),
             p(0.4, 60, Some(70)),
+            p(0.5, 1, Some(90)),
         ];
-        assert_eq!(at_peak(&s).unwrap().t_seconds, 0.3);
+        // Held peaks at 90 three times; live was highest (50) at 0.2, not at the end.
+        assert_eq!(at_peak(&s).unwrap().t_seconds, 0.2);
         let live_only = [p(0.1, 1, None), p(0.2, 9, None), p(0.3, 4, None)];
         assert_eq!(at_peak(&live_only).unwrap().t_seconds, 0.2);
         assert!(at_peak(&[]).is_none());
