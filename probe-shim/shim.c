@@ -11,7 +11,7 @@
  *   <CLOCK_MONOTONIC ns> <live> <held> <free> <resident> <mapped> <retained> <metadata>
  *   <arenas> <thread cache>
  * live = bytes the program has allocated and not freed; held = bytes the allocator holds
- * from the system for them.
+ * from the system for them. The sample written at exit is preceded by a "# exit" line.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -78,9 +78,15 @@ static void read_figures(struct figures *f) {
         size_t len = sizeof epoch;
         je_ctl("epoch", &epoch, &len, &epoch, len);
         f->live = je_size("stats.allocated");
-        f->held = je_size("stats.active");
         f->metadata = je_size("stats.metadata");
         f->resident = je_size("stats.resident");
+        /* Held: the pages of its extents that are resident, active or dirty (freed but
+         * not yet purged: jemalloc keeps them until its decay time passes) - what it
+         * holds for the heap, like glibc's arenas. Its metadata is not the heap. */
+        f->held = je_size("stats.active");
+        if (f->held != NONE && f->resident != NONE && f->metadata != NONE &&
+            f->resident > f->metadata && f->resident - f->metadata > f->held)
+            f->held = f->resident - f->metadata;
         f->mapped = je_size("stats.mapped");
         f->retained = je_size("stats.retained");
         unsigned n = 0;
@@ -287,7 +293,14 @@ __attribute__((constructor)) static void init(void) {
     start();
 }
 
-/* A last sample at exit: a batch job's final state. */
+/* A last sample at exit: a batch job's final state, marked as such (the program has
+ * freed what it frees before exit, so it is not its peak). */
 __attribute__((destructor)) static void fini(void) {
+    pthread_mutex_lock(&lock);
+    if (fd >= 0) {
+        ssize_t w = write(fd, "# exit\n", 7);
+        (void)w;
+    }
+    pthread_mutex_unlock(&lock);
     sample();
 }

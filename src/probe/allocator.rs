@@ -46,6 +46,10 @@ struct ProcessFile {
     latest: Option<Line>,
     /// A line arrived since the last point was taken.
     fresh: bool,
+    /// The latest line is the one written at exit.
+    exited: bool,
+    /// The next figures line is the one written at exit (after `# exit`).
+    exit_next: bool,
 }
 
 /// One report line of the library: figures in bytes (arenas: a count).
@@ -126,6 +130,8 @@ pub struct AllocatorProbe {
     unavailable: Option<String>,
     files: BTreeMap<i32, ProcessFile>,
     series: Vec<AllocatorPoint>,
+    /// Parallel to `series`: the point holds only samples written at exit.
+    at_exit: Vec<bool>,
     /// Pids in the run at the last sample.
     last_members: BTreeSet<i32>,
 }
@@ -142,6 +148,7 @@ impl AllocatorProbe {
             unavailable,
             files: BTreeMap::new(),
             series: Vec::new(),
+            at_exit: Vec::new(),
             last_members: BTreeSet::new(),
         }
     }
@@ -162,7 +169,7 @@ impl AllocatorProbe {
 
     /// A point from the latest lines of the processes in `pids`, if any of them reported
     /// since the last point.
-    fn point(&mut self, t_seconds: f64, pids: &BTreeSet<i32>) -> Option<AllocatorPoint> {
+    fn point(&mut self, t_seconds: f64, pids: &BTreeSet<i32>) -> Option<(AllocatorPoint, bool)> {
         let chosen: Vec<&mut ProcessFile> = self
             .files
             .iter_mut()
@@ -173,11 +180,18 @@ impl AllocatorProbe {
             return None;
         }
         let mut lines = Vec::new();
+        let mut all_exited = true;
         for f in chosen {
             f.fresh = false;
             lines.extend(f.latest);
+            all_exited &= f.exited;
         }
-        Some(sum(&lines, t_seconds))
+        Some((sum(&lines, t_seconds), all_exited))
+    }
+
+    fn push(&mut self, (p, exited): (AllocatorPoint, bool)) {
+        self.series.push(p);
+        self.at_exit.push(exited);
     }
 
     fn view(&self, record: &RunRecord) -> Result<AllocatorView, String> {
@@ -210,7 +224,7 @@ impl AllocatorProbe {
                 record.allocator_detected
             )
         });
-        let at_peak = at_peak(&self.series);
+        let at_peak = at_peak(&self.series, &self.at_exit);
         Ok(AllocatorView {
             answered,
             library: libraries.join(" "),
@@ -225,12 +239,21 @@ impl AllocatorProbe {
     }
 }
 
-/// The point where the allocator held the most and, of those, where live was highest (an
-/// allocator that keeps what it got holds its peak to the end, while the program frees);
-/// where it offers no held figure, where live was highest.
-fn at_peak(series: &[AllocatorPoint]) -> Option<AllocatorPoint> {
+/// The point where the allocator held the most and, of those, where live was highest;
+/// where it offers no held figure, where live was highest. Samples written at exit count
+/// only when there is nothing else: by then the program has freed what it frees, while an
+/// allocator that keeps what it got still holds its peak.
+fn at_peak(series: &[AllocatorPoint], at_exit: &[bool]) -> Option<AllocatorPoint> {
     let key = |p: &AllocatorPoint| (p.held_bytes.is_some(), p.held_bytes, p.live_bytes);
-    series.iter().max_by_key(|p| key(p)).cloned()
+    let running = series
+        .iter()
+        .zip(at_exit.iter().chain(std::iter::repeat(&false)))
+        .filter(|(_, exited)| !**exited)
+        .map(|(p, _)| p)
+        .max_by_key(|p| key(p));
+    running
+        .or_else(|| series.iter().max_by_key(|p| key(p)))
+        .cloned()
 }
 
 /// Reads the whole new lines of one report file into `state`.
@@ -251,13 +274,17 @@ fn read_file(path: &Path, state: &mut ProcessFile) {
     };
     state.offset += end as u64 + 1;
     for line in String::from_utf8_lossy(&buf[..end]).lines() {
-        if let Some((allocator, library)) = parse_header(line) {
+        if line == "# exit" {
+            state.exit_next = true;
+        } else if let Some((allocator, library)) = parse_header(line) {
             state.allocator = allocator;
             state.library = library;
+            state.exit_next = false;
         } else if let Some(l) = parse_line(line).filter(|l| *l != Line::default()) {
             // A line with no figure at all (an allocator not yet initialised) says nothing.
             state.latest = Some(l);
             state.fresh = true;
+            state.exited = std::mem::take(&mut state.exit_next);
         }
     }
 }
@@ -304,7 +331,7 @@ impl Probe for AllocatorProbe {
         self.read_new();
         let pids: BTreeSet<i32> = tick.members.iter().map(|m| m.pid).collect();
         if let Some(p) = self.point(tick.t_seconds, &pids) {
-            self.series.push(p);
+            self.push(p);
         }
         // Reports of processes no longer in the run are history, not the present.
         for (pid, f) in self.files.iter_mut() {
@@ -329,7 +356,7 @@ impl Probe for AllocatorProbe {
         let mut pids = std::mem::take(&mut self.last_members);
         pids.extend(self.files.iter().filter(|(_, f)| f.fresh).map(|(p, _)| *p));
         if let Some(p) = self.point(end.t_seconds, &pids) {
-            self.series.push(p);
+            self.push(p);
         }
         match self.view(record) {
             Ok(v) => record.inside.allocator = Some(v),
@@ -398,13 +425,18 @@ mod tests {
             p(0.2, 50, Some(90)),
             p(0.3, 40, Some(90)),
             p(0.4, 60, Some(70)),
-            p(0.5, 1, Some(90)),
+            p(0.5, 1, Some(95)),
         ];
-        // Held peaks at 90 three times; live was highest (50) at 0.2, not at the end.
-        assert_eq!(at_peak(&s).unwrap().t_seconds, 0.2);
+        // The exit sample holds the most, but the program had freed everything by then.
+        let exits = [false, false, false, false, true];
+        assert_eq!(at_peak(&s, &exits).unwrap().t_seconds, 0.2);
+        // Held peaks at 90 twice: live was highest (50) at 0.2.
+        assert_eq!(at_peak(&s[..4], &exits[..4]).unwrap().t_seconds, 0.2);
+        // Only an exit sample: it is all there is.
+        assert_eq!(at_peak(&s[4..], &exits[4..]).unwrap().t_seconds, 0.5);
         let live_only = [p(0.1, 1, None), p(0.2, 9, None), p(0.3, 4, None)];
-        assert_eq!(at_peak(&live_only).unwrap().t_seconds, 0.2);
-        assert!(at_peak(&[]).is_none());
+        assert_eq!(at_peak(&live_only, &[]).unwrap().t_seconds, 0.2);
+        assert!(at_peak(&[], &[]).is_none());
     }
 
     #[test]
@@ -428,5 +460,9 @@ mod tests {
         read_file(&path, &mut st);
         assert_eq!(st.latest.unwrap().live, Some(30));
         assert_eq!(st.latest.unwrap().held, Some(40));
+        assert!(!st.exited);
+        std::io::Write::write_all(&mut f, b"# exit\n3\t1\t40\t-\t-\t-\t-\t-\t-\t-\n").unwrap();
+        read_file(&path, &mut st);
+        assert!(st.exited);
     }
 }
