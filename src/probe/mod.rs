@@ -15,6 +15,7 @@
 pub mod allocator;
 pub mod cgroup;
 pub mod files;
+pub mod jvm;
 pub mod pss;
 pub mod tree;
 pub mod verify;
@@ -25,6 +26,7 @@ use crate::record::RunRecord;
 
 pub use allocator::AllocatorProbe;
 pub use cgroup::CgroupProbe;
+pub use jvm::JvmProbe;
 pub use pss::PssProbe;
 pub use tree::{Member, Membership, TreeProbe};
 pub use verify::Verifier;

@@ -74,7 +74,10 @@ pub fn default_probes(plan: &Plan, variant: &Variant, log_stem: &Path) -> Vec<Bo
                 dir.join("allocator"),
                 plan.probes.interval_ms,
             ))),
-            ProbeKind::Ruby | ProbeKind::Jvm => {}
+            ProbeKind::Jvm => probes.push(Box::new(crate::probe::JvmProbe::new(
+                plan.probes.interval_ms,
+            ))),
+            ProbeKind::Ruby => {}
         }
     }
     probes
