@@ -4,6 +4,7 @@
 mod bad_input;
 mod common;
 mod inspect;
+mod jvm_probe;
 mod load;
 mod output;
 mod props;
