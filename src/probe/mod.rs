@@ -16,6 +16,7 @@
 pub mod allocator;
 pub mod cgroup;
 pub mod files;
+pub mod jvm;
 pub mod pss;
 pub mod ruby;
 pub mod tree;
@@ -27,6 +28,7 @@ use crate::record::RunRecord;
 
 pub use allocator::AllocatorProbe;
 pub use cgroup::CgroupProbe;
+pub use jvm::JvmProbe;
 pub use pss::PssProbe;
 pub use ruby::RubyProbe;
 pub use tree::{Member, Membership, TreeProbe};

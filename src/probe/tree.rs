@@ -11,6 +11,29 @@ use crate::record::{PeakSource, RunRecord, TreeSample};
 /// `/proc` is walked for new processes when the kernel's last PID changed, and at least this often.
 pub const FULL_SCAN_EVERY: Duration = Duration::from_secs(2);
 
+/// memtrial's own helper processes (the JVM probe's `jcmd`): children of memtrial, so
+/// descendants of the run's ancestor when the run has no cgroup, but never the workload's.
+static HELPERS: std::sync::Mutex<Vec<i32>> = std::sync::Mutex::new(Vec::new());
+
+/// Keeps `pid`, a helper memtrial started, out of every run's processes until
+/// [`unhide_helper`]. Call it before the next tick, right after starting the helper.
+pub fn hide_helper(pid: i32) {
+    if let Ok(mut h) = HELPERS.lock() {
+        h.push(pid);
+    }
+}
+
+/// The helper `pid` was reaped: its PID may name a process of the run again.
+pub fn unhide_helper(pid: i32) {
+    if let Ok(mut h) = HELPERS.lock() {
+        h.retain(|p| *p != pid);
+    }
+}
+
+fn helpers() -> Vec<i32> {
+    HELPERS.lock().map(|h| h.clone()).unwrap_or_default()
+}
+
 /// How the run's processes are found.
 #[derive(Debug, Clone)]
 pub enum Membership {
@@ -228,6 +251,7 @@ impl TreeProbe {
         };
         let listed: HashSet<i32> = pids.iter().copied().collect();
         self.strangers.retain(|p| listed.contains(p));
+        let helpers = helpers();
         // Departed members, and members whose PID now names another process.
         let stale: Vec<i32> = self
             .members
@@ -245,6 +269,7 @@ impl TreeProbe {
             .filter(|p| {
                 **p != ancestor
                     && Some(**p) != self.hidden
+                    && !helpers.contains(p)
                     && !self.members.contains_key(p)
                     && !self.strangers.contains(p)
             })
@@ -347,6 +372,27 @@ pub fn time_weighted_mean(samples: &[TreeSample]) -> u64 {
 mod tests {
     use super::*;
     use std::process::Command;
+
+    #[test]
+    fn hidden_helpers_are_not_members() {
+        let mut helper = Command::new("cat")
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pid = helper.id() as i32;
+        hide_helper(pid);
+        let mut probe = TreeProbe::new(Membership::DescendantsOf(std::process::id() as i32));
+        probe.sample(0.0);
+        let hidden = !probe.members().any(|m| m.pid == pid);
+        unhide_helper(pid);
+        probe.next_full_scan = None;
+        probe.sample(0.1);
+        let seen_again = probe.members().any(|m| m.pid == pid);
+        drop(helper.stdin.take());
+        let _ = helper.wait();
+        assert!(hidden, "a hidden helper joined the run");
+        assert!(seen_again, "an unhidden process stays out of the run");
+    }
 
     #[test]
     fn finds_children_and_grandchildren() {

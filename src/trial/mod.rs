@@ -78,7 +78,9 @@ pub fn default_probes(plan: &Plan, variant: &Variant, log_stem: &Path) -> Vec<Bo
                 dir.join("ruby"),
                 plan.probes.interval_ms,
             ))),
-            ProbeKind::Jvm => {}
+            ProbeKind::Jvm => probes.push(Box::new(crate::probe::JvmProbe::new(
+                plan.probes.interval_ms,
+            ))),
         }
     }
     probes

@@ -5,6 +5,7 @@ mod bad_input;
 mod common;
 mod inside;
 mod inspect;
+mod jvm_probe;
 mod load;
 mod output;
 mod props;
