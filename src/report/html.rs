@@ -168,7 +168,7 @@ fn title_and_verdict(e: &Experiment, a: &Analysis, rec: &Recommendation) -> Mark
         }
         h2 { "Verdict" }
         (verdict_block(rec, crate::analysis::recommend::speed(a)))
-        @let trends = super::table::why_lines(a);
+        @let trends = super::table::why_lines(e, a);
         @if !trends.is_empty() {
             p { (super::table::WHY_HEADING) ":" }
             ul { @for t in &trends { li { (t) } } }

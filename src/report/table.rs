@@ -100,7 +100,7 @@ pub fn render(e: &Experiment, a: &Analysis, color: bool) -> String {
          * = significant (the interval excludes 1, at least 3 ok runs on both sides).\n\
          peak RSS: a kernel high-water mark (wait4 ru_maxrss or VmHWM); for several processes at once, the sampled tree sum if larger.\n",
     );
-    let trends = why_lines(a);
+    let trends = why_lines(e, a);
     if !trends.is_empty() {
         out.push_str(&format!("\n{WHY_HEADING}:\n"));
         for t in trends {
@@ -136,9 +136,10 @@ pub fn render(e: &Experiment, a: &Analysis, color: bool) -> String {
 pub const WHY_HEADING: &str = "leak or fragmentation? (the allocator's live and held bytes beside RSS; a leak verdict needs steady load)";
 
 /// Per variant: leak, fragmentation, plateau, or a batch job's state at its peak, with
-/// how many runs agree.
-pub fn why_lines(a: &Analysis) -> Vec<String> {
-    a.variants
+/// how many runs agree; then any run whose allocator probe disagrees with its verification.
+pub fn why_lines(e: &Experiment, a: &Analysis) -> Vec<String> {
+    let mut out: Vec<String> = a
+        .variants
         .iter()
         .filter_map(|s| {
             let t = s.why.as_ref()?;
@@ -146,7 +147,21 @@ pub fn why_lines(a: &Analysis) -> Vec<String> {
             let agree = t.runs.get(&t.verdict).copied().unwrap_or(0);
             Some(format!("{}: {} ({agree} of {n} runs)", s.name, t.sentence))
         })
-        .collect()
+        .collect();
+    let mut seen = std::collections::BTreeSet::new();
+    for r in e.runs.iter().filter(|r| !r.warmup) {
+        if let Some(d) = r
+            .inside
+            .allocator
+            .as_ref()
+            .and_then(|x| x.disagreement.as_ref())
+        {
+            if seen.insert((r.variant.as_str(), d.as_str())) {
+                out.push(format!("! {}: {d}", r.variant));
+            }
+        }
+    }
+    out
 }
 
 /// Per variant and runtime probed: each figure's median (over ok runs) of the last value
@@ -249,4 +264,30 @@ pub fn problem_lines(e: &Experiment, a: &Analysis) -> Vec<String> {
 /// The command as a shell would show it (and safe to show on a terminal).
 pub fn shell_line(cmd: &[String]) -> String {
     super::escape::shell_line(cmd)
+}
+
+#[cfg(test)]
+mod why_tests {
+    use super::*;
+
+    #[test]
+    fn a_probe_that_disagrees_with_verification_is_said_once() {
+        let mut e = crate::report::fixture::experiment();
+        for r in e.runs.iter_mut().filter(|r| r.variant == "jemalloc") {
+            if let Some(a) = r.inside.allocator.as_mut() {
+                a.disagreement = Some(
+                    "the probe found glibc answering malloc, verification found jemalloc".into(),
+                );
+            }
+        }
+        let a = crate::analysis::analyse(&e);
+        let lines = why_lines(&e, &a);
+        let flagged: Vec<&String> = lines.iter().filter(|l| l.starts_with("! ")).collect();
+        assert_eq!(flagged.len(), 1, "{lines:?}");
+        assert!(
+            flagged[0].contains("jemalloc: the probe found glibc"),
+            "{lines:?}"
+        );
+        assert!(lines[0].starts_with("glibc: at its peak:"), "{lines:?}");
+    }
 }
