@@ -4,10 +4,10 @@
 //! allocator's own counters; this probe reads the new lines on the run's clock and sums
 //! the latest line of every live process into one series of live vs held bytes.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::io::{Read, Seek, SeekFrom};
-use std::path::{Path, PathBuf};
+use std::collections::BTreeSet;
+use std::path::PathBuf;
 
+use super::reports::{ProcessReports, ReportDir};
 use super::{append_env, Probe, RunEnd, Tick, TickKind};
 use crate::record::{Absence, AllocatorPoint, AllocatorView, RunRecord};
 
@@ -39,17 +39,31 @@ pub fn shim_path() -> Result<PathBuf, String> {
 /// One process's latest report.
 #[derive(Debug, Default)]
 struct ProcessFile {
-    /// Bytes of the file consumed so far (whole lines only).
-    offset: u64,
     allocator: String,
     library: String,
     latest: Option<Line>,
-    /// A line arrived since the last point was taken.
-    fresh: bool,
     /// The latest line is the one written at exit.
     exited: bool,
     /// The next figures line is the one written at exit (after `# exit`).
     exit_next: bool,
+}
+
+impl ProcessReports for ProcessFile {
+    fn line(&mut self, line: &str) -> bool {
+        if line == "# exit" {
+            self.exit_next = true;
+        } else if let Some((allocator, library)) = parse_header(line) {
+            self.allocator = allocator;
+            self.library = library;
+            self.exit_next = false;
+        } else if let Some(l) = parse_line(line).filter(|l| *l != Line::default()) {
+            // A line with no figure at all (an allocator not yet initialised) says nothing.
+            self.latest = Some(l);
+            self.exited = std::mem::take(&mut self.exit_next);
+            return true;
+        }
+        false
+    }
 }
 
 /// One report line of the library: figures in bytes (arenas: a count).
@@ -124,80 +138,47 @@ fn sum(lines: &[Line], t_seconds: f64) -> AllocatorPoint {
 
 /// Reads the probe library's reports of one run.
 pub struct AllocatorProbe {
-    dir: PathBuf,
+    /// The processes' reports; the error says why the probe cannot run (no library, no
+    /// directory), decided before launch.
+    reports: Result<ReportDir<ProcessFile>, String>,
     interval_ms: u64,
-    /// Why the probe cannot run (no library), decided before launch.
-    unavailable: Option<String>,
-    files: BTreeMap<i32, ProcessFile>,
     series: Vec<AllocatorPoint>,
     /// Parallel to `series`: the point holds only samples written at exit.
     at_exit: Vec<bool>,
-    /// Pids in the run at the last sample.
-    last_members: BTreeSet<i32>,
 }
 
 impl AllocatorProbe {
     /// A probe whose processes report into `dir` (created here) every `interval_ms`.
     pub fn new(dir: PathBuf, interval_ms: u64) -> AllocatorProbe {
-        let unavailable = std::fs::create_dir_all(&dir)
-            .err()
-            .map(|e| format!("cannot create {}: {e}", dir.display()));
         AllocatorProbe {
-            dir,
+            reports: ReportDir::create(dir),
             interval_ms,
-            unavailable,
-            files: BTreeMap::new(),
             series: Vec::new(),
             at_exit: Vec::new(),
-            last_members: BTreeSet::new(),
         }
     }
 
-    /// Reads every report file's new whole lines.
-    fn read_new(&mut self) {
-        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+    /// Adds a point from the latest lines of the processes in `pids`, if any of them
+    /// reported since the last point.
+    fn point(&mut self, t_seconds: f64, pids: &BTreeSet<i32>) {
+        let Ok(reports) = self.reports.as_mut() else {
             return;
         };
-        for e in entries.flatten() {
-            let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
-                continue;
-            };
-            let state = self.files.entry(pid).or_default();
-            read_file(&e.path(), state);
-        }
+        let Some(states) = reports.take_point(pids) else {
+            return;
+        };
+        let lines: Vec<Line> = states.iter().filter_map(|f| f.latest).collect();
+        self.at_exit.push(states.iter().all(|f| f.exited));
+        self.series.push(sum(&lines, t_seconds));
     }
 
-    /// A point from the latest lines of the processes in `pids`, if any of them reported
-    /// since the last point.
-    fn point(&mut self, t_seconds: f64, pids: &BTreeSet<i32>) -> Option<(AllocatorPoint, bool)> {
-        let chosen: Vec<&mut ProcessFile> = self
-            .files
-            .iter_mut()
-            .filter(|(pid, _)| pids.contains(pid))
-            .map(|(_, f)| f)
-            .collect();
-        if !chosen.iter().any(|f| f.fresh) {
-            return None;
-        }
-        let mut lines = Vec::new();
-        let mut all_exited = true;
-        for f in chosen {
-            f.fresh = false;
-            lines.extend(f.latest);
-            all_exited &= f.exited;
-        }
-        Some((sum(&lines, t_seconds), all_exited))
-    }
-
-    fn push(&mut self, (p, exited): (AllocatorPoint, bool)) {
-        self.series.push(p);
-        self.at_exit.push(exited);
-    }
-
-    fn view(&self, record: &RunRecord) -> Result<AllocatorView, String> {
-        let reporting: Vec<&ProcessFile> = self
-            .files
-            .values()
+    fn view(
+        &self,
+        reports: &ReportDir<ProcessFile>,
+        record: &RunRecord,
+    ) -> Result<AllocatorView, String> {
+        let reporting: Vec<&ProcessFile> = reports
+            .states()
             .filter(|f| !f.allocator.is_empty())
             .collect();
         if reporting.is_empty() {
@@ -256,39 +237,6 @@ fn at_peak(series: &[AllocatorPoint], at_exit: &[bool]) -> Option<AllocatorPoint
         .cloned()
 }
 
-/// Reads the whole new lines of one report file into `state`.
-fn read_file(path: &Path, state: &mut ProcessFile) {
-    let Ok(mut f) = std::fs::File::open(path) else {
-        return;
-    };
-    if f.seek(SeekFrom::Start(state.offset)).is_err() {
-        return;
-    }
-    let mut buf = Vec::new();
-    // Bounded: a misbehaving writer cannot make memtrial read without end.
-    if f.take(4 << 20).read_to_end(&mut buf).is_err() {
-        return;
-    }
-    let Some(end) = buf.iter().rposition(|b| *b == b'\n') else {
-        return;
-    };
-    state.offset += end as u64 + 1;
-    for line in String::from_utf8_lossy(&buf[..end]).lines() {
-        if line == "# exit" {
-            state.exit_next = true;
-        } else if let Some((allocator, library)) = parse_header(line) {
-            state.allocator = allocator;
-            state.library = library;
-            state.exit_next = false;
-        } else if let Some(l) = parse_line(line).filter(|l| *l != Line::default()) {
-            // A line with no figure at all (an allocator not yet initialised) says nothing.
-            state.latest = Some(l);
-            state.fresh = true;
-            state.exited = std::mem::take(&mut state.exit_next);
-        }
-    }
-}
-
 /// Why no process reported: the kernel-side facts of the run say which case it is.
 fn why_no_reports(record: &RunRecord) -> String {
     if record.allocator_detected.contains("static") {
@@ -308,57 +256,60 @@ impl Probe for AllocatorProbe {
     }
 
     fn instrument(&mut self, env: &mut Vec<(String, String)>) {
-        if self.unavailable.is_some() {
+        let Ok(reports) = &self.reports else {
             return;
-        }
+        };
+        let dir = reports.dir().display().to_string();
         match shim_path() {
             Ok(lib) => {
                 append_env(env, "LD_PRELOAD", &lib.display().to_string(), ' ');
-                env.push(("MEMTRIAL_PROBE_DIR".into(), self.dir.display().to_string()));
+                env.push(("MEMTRIAL_PROBE_DIR".into(), dir));
                 env.push((
                     "MEMTRIAL_PROBE_INTERVAL_MS".into(),
                     self.interval_ms.to_string(),
                 ));
             }
-            Err(why) => self.unavailable = Some(why),
+            Err(why) => self.reports = Err(why),
         }
     }
 
     fn observe(&mut self, tick: &Tick) {
-        if tick.kind != TickKind::Sample || self.unavailable.is_some() {
+        if tick.kind != TickKind::Sample {
             return;
         }
-        self.read_new();
+        let Ok(reports) = self.reports.as_mut() else {
+            return;
+        };
+        reports.read_new();
         let pids: BTreeSet<i32> = tick.members.iter().map(|m| m.pid).collect();
-        if let Some(p) = self.point(tick.t_seconds, &pids) {
-            self.push(p);
+        self.point(tick.t_seconds, &pids);
+        if let Ok(reports) = self.reports.as_mut() {
+            reports.sampled(pids);
         }
-        // Reports of processes no longer in the run are history, not the present.
-        for (pid, f) in self.files.iter_mut() {
-            if !pids.contains(pid) {
-                f.fresh = false;
-            }
-        }
-        self.last_members = pids;
     }
 
     fn finish(mut self: Box<Self>, end: &RunEnd, record: &mut RunRecord) {
-        if let Some(reason) = self.unavailable.take() {
-            record.inside.absent.push(Absence {
-                probe: NAME.into(),
-                reason,
-            });
-            return;
-        }
-        // The last reports (a batch job's exit) come from the processes of the last
-        // sample and any that reported since.
-        self.read_new();
-        let mut pids = std::mem::take(&mut self.last_members);
-        pids.extend(self.files.iter().filter(|(_, f)| f.fresh).map(|(p, _)| *p));
-        if let Some(p) = self.point(end.t_seconds, &pids) {
-            self.push(p);
-        }
-        match self.view(record) {
+        let pids = match self.reports.as_mut() {
+            Ok(reports) => {
+                // The last reports (a batch job's exit) come from the processes of the
+                // last sample and any that reported since.
+                reports.read_new();
+                reports.final_pids()
+            }
+            Err(reason) => {
+                record.inside.absent.push(Absence {
+                    probe: NAME.into(),
+                    reason: reason.clone(),
+                });
+                return;
+            }
+        };
+        self.point(end.t_seconds, &pids);
+        let view = match &self.reports {
+            Ok(reports) => self.view(reports, record),
+            Err(reason) => Err(reason.clone()),
+        };
+        match view {
             Ok(v) => record.inside.allocator = Some(v),
             Err(reason) => record.inside.absent.push(Absence {
                 probe: NAME.into(),
@@ -440,29 +391,17 @@ mod tests {
     }
 
     #[test]
-    fn partial_lines_wait_for_their_end() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("7");
-        std::fs::write(
-            &path,
-            "# memtrial-probe 1 7 glibc /lib/libc.so.6\n1\t10\t20\t-\t-\t-\t-\t-\t-\t-\n2\t30",
-        )
-        .unwrap();
+    fn headers_exit_marks_and_empty_lines_are_told_apart() {
         let mut st = ProcessFile::default();
-        read_file(&path, &mut st);
+        assert!(!st.line("# memtrial-probe 1 7 glibc /lib/libc.so.6"));
         assert_eq!(st.allocator, "glibc");
-        assert_eq!(st.latest.unwrap().live, Some(10));
-        let mut f = std::fs::OpenOptions::new()
-            .append(true)
-            .open(&path)
-            .unwrap();
-        std::io::Write::write_all(&mut f, b"\t40\t-\t-\t-\t-\t-\t-\t-\n").unwrap();
-        read_file(&path, &mut st);
-        assert_eq!(st.latest.unwrap().live, Some(30));
-        assert_eq!(st.latest.unwrap().held, Some(40));
+        assert!(st.line("1\t10\t20\t-\t-\t-\t-\t-\t-\t-"));
         assert!(!st.exited);
-        std::io::Write::write_all(&mut f, b"# exit\n3\t1\t40\t-\t-\t-\t-\t-\t-\t-\n").unwrap();
-        read_file(&path, &mut st);
+        assert!(!st.line("2\t-\t-\t-\t-\t-\t-\t-\t-\t-"), "no figure at all");
+        assert_eq!(st.latest.unwrap().live, Some(10));
+        assert!(!st.line("# exit"));
+        assert!(st.line("3\t1\t40\t-\t-\t-\t-\t-\t-\t-"));
         assert!(st.exited);
+        assert_eq!(st.latest.unwrap().held, Some(40));
     }
 }

@@ -18,6 +18,7 @@ pub mod cgroup;
 pub mod files;
 pub mod jvm;
 pub mod pss;
+pub mod reports;
 pub mod ruby;
 pub mod tree;
 pub mod verify;

@@ -13,10 +13,10 @@
 //! E  <monotonic ns>  <name>=<integer>  …     at exit
 //! ```
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::io::{Read, Seek, SeekFrom};
-use std::path::{Path, PathBuf};
+use std::collections::BTreeSet;
+use std::path::PathBuf;
 
+use super::reports::{ProcessReports, ReportDir};
 use super::{append_env, Probe, RunEnd, Tick, TickKind};
 use crate::record::{Absence, FigureUnit, RunRecord, RuntimeFigure, RuntimeSeries, RuntimeView};
 
@@ -123,44 +123,25 @@ fn unit_of(name: &str) -> FigureUnit {
     }
 }
 
-/// One process's report file.
+/// One process's reports.
 #[derive(Debug, Default)]
 struct ProcessFile {
-    /// Bytes of the file consumed so far (whole lines only).
-    offset: u64,
     header: Option<Header>,
     latest: Option<Vec<(String, u64)>>,
-    /// A line arrived since the last point was taken.
-    fresh: bool,
 }
 
-/// Reads the whole new lines of one report file into `state`.
-fn read_file(path: &Path, state: &mut ProcessFile) {
-    let Ok(mut f) = std::fs::File::open(path) else {
-        return;
-    };
-    if f.seek(SeekFrom::Start(state.offset)).is_err() {
-        return;
-    }
-    let mut buf = Vec::new();
-    // Bounded: a misbehaving writer cannot make memtrial read without end.
-    if f.take(4 << 20).read_to_end(&mut buf).is_err() {
-        return;
-    }
-    let Some(end) = buf.iter().rposition(|b| *b == b'\n') else {
-        return;
-    };
-    state.offset += end as u64 + 1;
-    for line in String::from_utf8_lossy(&buf[..end]).lines() {
+impl ProcessReports for ProcessFile {
+    fn line(&mut self, line: &str) -> bool {
         match parse_record(line) {
-            Some(Record::Header(h)) => state.header = Some(h),
+            Some(Record::Header(h)) => self.header = Some(h),
             // A line with no figure says nothing.
             Some(Record::Figures(f)) if !f.is_empty() => {
-                state.latest = Some(f);
-                state.fresh = true;
+                self.latest = Some(f);
+                return true;
             }
             _ => {}
         }
+        false
     }
 }
 
@@ -180,15 +161,12 @@ fn sum<'a>(lines: impl IntoIterator<Item = &'a [(String, u64)]>) -> Vec<(&'a str
 
 /// Reads the Ruby probe's reports of one run.
 pub struct RubyProbe {
-    dir: PathBuf,
+    /// The processes' reports; the error says why the probe cannot run, decided before
+    /// launch.
+    reports: Result<ReportDir<ProcessFile>, String>,
     interval_ms: u64,
-    /// Why the probe cannot run, decided before launch.
-    unavailable: Option<String>,
-    files: BTreeMap<i32, ProcessFile>,
     /// Summed series per figure, in the order figures first appeared.
     series: Vec<(String, Vec<[f64; 2]>)>,
-    /// Pids in the run at the last sample.
-    last_members: BTreeSet<i32>,
     /// Processes already looked at: (pid, start time, exec generation).
     looked: BTreeSet<(i32, u64, u32)>,
     /// Names of the executables seen in the run, to say why nothing reported.
@@ -198,52 +176,26 @@ pub struct RubyProbe {
 impl RubyProbe {
     /// A probe whose processes report into `dir` (created here) every `interval_ms`.
     pub fn new(dir: PathBuf, interval_ms: u64) -> RubyProbe {
-        let unavailable = std::fs::create_dir_all(&dir)
-            .err()
-            .map(|e| format!("cannot create {}: {e}", dir.display()));
         RubyProbe {
-            dir,
+            reports: ReportDir::create(dir),
             interval_ms,
-            unavailable,
-            files: BTreeMap::new(),
             series: Vec::new(),
-            last_members: BTreeSet::new(),
             looked: BTreeSet::new(),
             executables: BTreeSet::new(),
-        }
-    }
-
-    /// Reads every report file's new whole lines.
-    fn read_new(&mut self) {
-        let Ok(entries) = std::fs::read_dir(&self.dir) else {
-            return;
-        };
-        for e in entries.flatten() {
-            let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
-                continue;
-            };
-            let state = self.files.entry(pid).or_default();
-            read_file(&e.path(), state);
         }
     }
 
     /// Adds a point at `t_seconds` from the latest lines of the processes in `pids`, if any
     /// of them reported since the last point.
     fn point(&mut self, t_seconds: f64, pids: &BTreeSet<i32>) {
-        let chosen: Vec<&mut ProcessFile> = self
-            .files
-            .iter_mut()
-            .filter(|(pid, _)| pids.contains(pid))
-            .map(|(_, f)| f)
-            .collect();
-        if !chosen.iter().any(|f| f.fresh) {
+        let Ok(reports) = self.reports.as_mut() else {
             return;
-        }
-        let mut lines: Vec<&[(String, u64)]> = Vec::new();
-        for f in chosen {
-            f.fresh = false;
-            lines.extend(f.latest.as_deref());
-        }
+        };
+        let Some(states) = reports.take_point(pids) else {
+            return;
+        };
+        let lines: Vec<&[(String, u64)]> =
+            states.iter().filter_map(|f| f.latest.as_deref()).collect();
         for (name, v) in sum(lines) {
             let i = match self.series.iter().position(|(n, _)| n == name) {
                 Some(i) => i,
@@ -275,10 +227,13 @@ impl RubyProbe {
         }
     }
 
-    fn view(&self, record: &RunRecord) -> Result<RuntimeView, String> {
-        let reporting: Vec<&ProcessFile> = self
-            .files
-            .values()
+    fn view(
+        &self,
+        reports: &ReportDir<ProcessFile>,
+        record: &RunRecord,
+    ) -> Result<RuntimeView, String> {
+        let reporting: Vec<&ProcessFile> = reports
+            .states()
             .filter(|f| f.header.is_some() || f.latest.is_some())
             .collect();
         if reporting.is_empty() {
@@ -380,16 +335,14 @@ impl Probe for RubyProbe {
     }
 
     fn instrument(&mut self, env: &mut Vec<(String, String)>) {
-        if self.unavailable.is_some() {
+        let Ok(reports) = &self.reports else {
             return;
-        }
+        };
+        let dir = reports.dir().display().to_string();
         match script_path() {
             Ok(script) => {
                 append_env(env, "RUBYOPT", &format!("-r{}", script.display()), ' ');
-                env.push((
-                    "MEMTRIAL_RUBY_PROBE_DIR".into(),
-                    self.dir.display().to_string(),
-                ));
+                env.push(("MEMTRIAL_RUBY_PROBE_DIR".into(), dir));
                 if !env.iter().any(|(k, _)| k == "MEMTRIAL_PROBE_INTERVAL_MS") {
                     env.push((
                         "MEMTRIAL_PROBE_INTERVAL_MS".into(),
@@ -397,12 +350,12 @@ impl Probe for RubyProbe {
                     ));
                 }
             }
-            Err(why) => self.unavailable = Some(why),
+            Err(why) => self.reports = Err(why),
         }
     }
 
     fn observe(&mut self, tick: &Tick) {
-        if self.unavailable.is_some() {
+        if self.reports.is_err() {
             return;
         }
         // Which programs ran is noted on every tick (short processes are seen early);
@@ -411,33 +364,38 @@ impl Probe for RubyProbe {
         if tick.kind != TickKind::Sample {
             return;
         }
-        self.read_new();
+        if let Ok(reports) = self.reports.as_mut() {
+            reports.read_new();
+        }
         let pids: BTreeSet<i32> = tick.members.iter().map(|m| m.pid).collect();
         self.point(tick.t_seconds, &pids);
-        // Reports of processes no longer in the run are history, not the present.
-        for (pid, f) in self.files.iter_mut() {
-            if !pids.contains(pid) {
-                f.fresh = false;
-            }
+        if let Ok(reports) = self.reports.as_mut() {
+            reports.sampled(pids);
         }
-        self.last_members = pids;
     }
 
     fn finish(mut self: Box<Self>, end: &RunEnd, record: &mut RunRecord) {
-        if let Some(reason) = self.unavailable.take() {
-            record.inside.absent.push(Absence {
-                probe: NAME.into(),
-                reason,
-            });
-            return;
-        }
-        // The last reports (the processes' exit lines) come from the processes of the
-        // last sample and any that reported since.
-        self.read_new();
-        let mut pids = std::mem::take(&mut self.last_members);
-        pids.extend(self.files.iter().filter(|(_, f)| f.fresh).map(|(p, _)| *p));
+        let pids = match self.reports.as_mut() {
+            Ok(reports) => {
+                // The last reports (the processes' exit lines) come from the processes of
+                // the last sample and any that reported since.
+                reports.read_new();
+                reports.final_pids()
+            }
+            Err(reason) => {
+                record.inside.absent.push(Absence {
+                    probe: NAME.into(),
+                    reason: reason.clone(),
+                });
+                return;
+            }
+        };
         self.point(end.t_seconds, &pids);
-        match self.view(record) {
+        let view = match &self.reports {
+            Ok(reports) => self.view(reports, record),
+            Err(reason) => Err(reason.clone()),
+        };
+        match view {
             Ok(v) => record.inside.runtimes.push(v),
             Err(reason) => record.inside.absent.push(Absence {
                 probe: NAME.into(),
@@ -541,25 +499,29 @@ mod tests {
     }
 
     #[test]
-    fn partial_lines_wait_for_their_end() {
+    fn captured_reports_are_read_whole_lines_at_a_time() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("7");
+        let mut r: ReportDir<ProcessFile> = ReportDir::create(dir.path().join("r")).unwrap();
+        let path = r.dir().join("7");
         let (head, tail) = CAPTURED.split_at(CAPTURED.len() - 40);
         std::fs::write(&path, head).unwrap();
-        let mut st = ProcessFile::default();
-        read_file(&path, &mut st);
-        assert_eq!(st.header.as_ref().unwrap().version, "3.1.7");
-        assert_eq!(st.latest.as_ref().unwrap()[0].1, 160204);
-        assert!(st.fresh);
+        r.read_new();
+        let pids: BTreeSet<i32> = [7].into();
+        {
+            let st = r.take_point(&pids).unwrap();
+            assert_eq!(st[0].header.as_ref().unwrap().version, "3.1.7");
+            assert_eq!(st[0].latest.as_ref().unwrap()[0].1, 160204);
+        }
         let mut f = std::fs::OpenOptions::new()
             .append(true)
             .open(&path)
             .unwrap();
         std::io::Write::write_all(&mut f, tail.as_bytes()).unwrap();
         std::io::Write::write_all(&mut f, b"garbage line\nF\t9\tcount=").unwrap();
-        read_file(&path, &mut st);
-        assert_eq!(st.latest.as_ref().unwrap()[0].1, 234583);
-        assert_eq!(st.latest.as_ref().unwrap().last().unwrap().1, 67233);
+        r.read_new();
+        let st = r.take_point(&pids).unwrap();
+        assert_eq!(st[0].latest.as_ref().unwrap()[0].1, 234583);
+        assert_eq!(st[0].latest.as_ref().unwrap().last().unwrap().1, 67233);
     }
 
     #[test]

@@ -1,0 +1,196 @@
+//! A directory of per-process report files written by a probe inside the workload (the
+//! allocator library, the Ruby script): `<dir>/<pid>`, appended one line at a time. Read
+//! on the run's clock, whole lines only, into a state per process; tells which processes
+//! reported since the last point, so that a probe sums the latest report of the processes
+//! in the run at each sample.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+
+/// What a probe keeps of one process's reports.
+pub trait ProcessReports: Default {
+    /// Takes one whole line; true when it is a new report of figures (not a header).
+    fn line(&mut self, line: &str) -> bool;
+}
+
+#[derive(Debug, Default)]
+struct Entry<S> {
+    /// Bytes of the file consumed so far (whole lines only).
+    offset: u64,
+    /// A report arrived since the last point was taken.
+    fresh: bool,
+    state: S,
+}
+
+/// The report files of one run, with a state per process.
+#[derive(Debug)]
+pub struct ReportDir<S> {
+    dir: PathBuf,
+    files: BTreeMap<i32, Entry<S>>,
+    /// Pids in the run at the last sample.
+    last_members: BTreeSet<i32>,
+}
+
+/// At most this much of one file is read per tick: a misbehaving writer cannot make
+/// memtrial read without end.
+const MAX_READ: u64 = 4 << 20;
+
+impl<S: ProcessReports> ReportDir<S> {
+    /// The reports in `dir`, created here; the error says why it could not be.
+    pub fn create(dir: PathBuf) -> Result<ReportDir<S>, String> {
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        Ok(ReportDir {
+            dir,
+            files: BTreeMap::new(),
+            last_members: BTreeSet::new(),
+        })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Reads every file's new whole lines into its process's state.
+    pub fn read_new(&mut self) {
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+                continue;
+            };
+            read_file(&e.path(), self.files.entry(pid).or_default());
+        }
+    }
+
+    /// The states of the processes in `pids`, if any of them reported since the last
+    /// point (which they are then part of).
+    pub fn take_point(&mut self, pids: &BTreeSet<i32>) -> Option<Vec<&S>> {
+        let chosen: Vec<&mut Entry<S>> = self
+            .files
+            .iter_mut()
+            .filter(|(pid, _)| pids.contains(pid))
+            .map(|(_, e)| e)
+            .collect();
+        if !chosen.iter().any(|e| e.fresh) {
+            return None;
+        }
+        Some(
+            chosen
+                .into_iter()
+                .map(|e| {
+                    e.fresh = false;
+                    &e.state
+                })
+                .collect(),
+        )
+    }
+
+    /// After a sample with the run's processes `pids`: the reports of processes no longer
+    /// in the run are history, not the present.
+    pub fn sampled(&mut self, pids: BTreeSet<i32>) {
+        for (pid, e) in self.files.iter_mut() {
+            if !pids.contains(pid) {
+                e.fresh = false;
+            }
+        }
+        self.last_members = pids;
+    }
+
+    /// At the end: the processes of the last sample and any that reported since (a batch
+    /// job's exit reports).
+    pub fn final_pids(&mut self) -> BTreeSet<i32> {
+        let mut pids = std::mem::take(&mut self.last_members);
+        pids.extend(self.files.iter().filter(|(_, e)| e.fresh).map(|(p, _)| *p));
+        pids
+    }
+
+    /// Every process that wrote a file, with its state.
+    pub fn states(&self) -> impl Iterator<Item = &S> {
+        self.files.values().map(|e| &e.state)
+    }
+}
+
+/// Reads the whole new lines of one report file.
+fn read_file<S: ProcessReports>(path: &Path, entry: &mut Entry<S>) {
+    let Ok(mut f) = std::fs::File::open(path) else {
+        return;
+    };
+    if f.seek(SeekFrom::Start(entry.offset)).is_err() {
+        return;
+    }
+    let mut buf = Vec::new();
+    if f.take(MAX_READ).read_to_end(&mut buf).is_err() {
+        return;
+    }
+    let Some(end) = buf.iter().rposition(|b| *b == b'\n') else {
+        return;
+    };
+    entry.offset += end as u64 + 1;
+    for line in String::from_utf8_lossy(&buf[..end]).lines() {
+        if entry.state.line(line) {
+            entry.fresh = true;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, Default)]
+    struct Last(Option<String>);
+
+    impl ProcessReports for Last {
+        fn line(&mut self, line: &str) -> bool {
+            if line.starts_with('#') {
+                return false;
+            }
+            self.0 = Some(line.to_string());
+            true
+        }
+    }
+
+    #[test]
+    fn whole_lines_only_and_fresh_until_taken() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut r: ReportDir<Last> = ReportDir::create(tmp.path().join("d")).unwrap();
+        let path = r.dir().join("7");
+        std::fs::write(&path, "# header\none\ntw").unwrap();
+        std::fs::write(r.dir().join("not-a-pid"), "x\n").unwrap();
+        r.read_new();
+        let pids: BTreeSet<i32> = [7].into();
+        let got: Vec<Option<String>> = r
+            .take_point(&pids)
+            .unwrap()
+            .iter()
+            .map(|s| s.0.clone())
+            .collect();
+        assert_eq!(got, [Some("one".to_string())]);
+        assert!(r.take_point(&pids).is_none(), "taken: not fresh any more");
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap();
+        std::io::Write::write_all(&mut f, b"o\n").unwrap();
+        r.read_new();
+        assert_eq!(r.take_point(&pids).unwrap()[0].0.as_deref(), Some("two"));
+    }
+
+    #[test]
+    fn gone_processes_are_history_and_the_end_takes_late_reporters() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut r: ReportDir<Last> = ReportDir::create(tmp.path().join("d")).unwrap();
+        std::fs::write(r.dir().join("1"), "a\n").unwrap();
+        std::fs::write(r.dir().join("2"), "b\n").unwrap();
+        r.read_new();
+        r.sampled([1].into());
+        // 2 reported but was not in the run at the sample: not part of the end either.
+        assert_eq!(r.final_pids(), [1].into());
+        std::fs::write(r.dir().join("3"), "c\n").unwrap();
+        r.read_new();
+        assert!(r.final_pids().contains(&3));
+    }
+}
