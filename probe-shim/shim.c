@@ -174,20 +174,38 @@ static void *loop(void *arg) {
     return NULL;
 }
 
-/* Opens this process's file and starts its sampling thread. */
+/* Appends a string to buf (within cap); returns the new length. */
+static size_t put_str(char *buf, size_t at, size_t cap, const char *s) {
+    while (*s && at < cap)
+        buf[at++] = *s++;
+    return at;
+}
+
+/* Copies a string into dst (cap bytes, truncated, always terminated). */
+static void set_str(char *dst, size_t cap, const char *s) {
+    dst[put_str(dst, 0, cap - 1, s)] = '\0';
+}
+
+/* Opens this process's file and starts its sampling thread. The path and the header are
+ * put together by hand: snprintf's machinery is pages of libc that a small program
+ * would otherwise never touch, and they count in its peak RSS. */
 static void start(void) {
     char path[600];
-    snprintf(path, sizeof path, "%s/%d", dir, (int)getpid());
+    size_t n = put_str(path, 0, sizeof path - 24, dir);
+    path[n++] = '/';
+    n = put(path, n, (uint64_t)getpid(), '\0');
     fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (fd < 0)
         return;
     char head[700];
-    int n = snprintf(head, sizeof head, "# memtrial-probe 1 %d %s %s\n", (int)getpid(),
-                     names[which], lib[0] ? lib : "-");
-    if (n > 0) {
-        ssize_t w = write(fd, head, (size_t)n < sizeof head ? (size_t)n : sizeof head - 1);
-        (void)w;
-    }
+    n = put_str(head, 0, sizeof head - 64, "# memtrial-probe 1 ");
+    n = put(head, n, (uint64_t)getpid(), ' ');
+    n = put_str(head, n, sizeof head - 64, names[which]);
+    head[n++] = ' ';
+    n = put_str(head, n, sizeof head - 1, lib[0] ? lib : "-");
+    head[n++] = '\n';
+    ssize_t w = write(fd, head, n);
+    (void)w;
     pthread_t t;
     pthread_attr_t attr;
     pthread_attr_init(&attr);
@@ -218,23 +236,77 @@ static int collect(struct dl_phdr_info *i, size_t size, void *data) {
     (void)size;
     (void)data;
     if (n_objects < MAX_OBJECTS)
-        snprintf(objects[n_objects++], sizeof objects[0], "%s", i->dlpi_name ? i->dlpi_name : "");
+        set_str(objects[n_objects++], sizeof objects[0], i->dlpi_name ? i->dlpi_name : "");
     return 0;
+}
+
+/* The loaded object whose PT_LOAD segments hold an address: its name and the start of its
+ * first segment (its "base"). A walk over the program headers the loader already mapped;
+ * dladdr would read the whole symbol table of the object (~100 KiB of libc's pages that
+ * then count in a small program's RSS). */
+struct where {
+    uintptr_t addr;
+    uintptr_t base;
+    const char *name;
+    int index; /* 0: the program itself */
+};
+
+static int locate_cb(struct dl_phdr_info *i, size_t size, void *data) {
+    (void)size;
+    struct where *w = data;
+    uintptr_t first = 0;
+    int found = 0;
+    for (int k = 0; k < i->dlpi_phnum; k++) {
+        const ElfW(Phdr) *ph = &i->dlpi_phdr[k];
+        if (ph->p_type != PT_LOAD)
+            continue;
+        uintptr_t lo = i->dlpi_addr + ph->p_vaddr;
+        if (!first || lo < first)
+            first = lo;
+        if (w->addr >= lo && w->addr - lo < ph->p_memsz)
+            found = 1;
+    }
+    if (found) {
+        w->base = first;
+        w->name = i->dlpi_name ? i->dlpi_name : "";
+        return 1;
+    }
+    w->index++;
+    return 0;
+}
+
+/* 1 and *w filled when addr lies in a loaded object. */
+static int locate(void *addr, struct where *w) {
+    memset(w, 0, sizeof *w);
+    w->addr = (uintptr_t)addr;
+    return addr && dl_iterate_phdr(locate_cb, w) == 1;
 }
 
 /* The object whose definition of malloc the program's calls reach, into lib; its base
  * into *base. A program that only takes malloc's address has a PLT stub there, not a
- * definition: then the first library in lookup order that defines malloc answers. */
+ * definition: then the first library in lookup order that defines malloc answers. Only
+ * the program itself can hold such a stub (a library's undefined symbols have no value),
+ * so only then is the symbol table read (dladdr1) to tell a stub from a definition. */
 static void find_malloc(void **base) {
-    const ElfW(Sym) *sym = NULL;
-    Dl_info info;
-    memset(&info, 0, sizeof info);
+    struct where w;
     void *m = dlsym(RTLD_DEFAULT, "malloc");
-    if (m && dladdr1(m, &info, (void **)&sym, RTLD_DL_SYMENT) && sym && info.dli_sname &&
-        strcmp(info.dli_sname, "malloc") == 0 && sym->st_shndx != SHN_UNDEF) {
-        snprintf(lib, sizeof lib, "%s", info.dli_fname ? info.dli_fname : "");
-        *base = info.dli_fbase;
-        return;
+    if (locate(m, &w)) {
+        int defined = 1;
+        if (w.index == 0) {
+            const ElfW(Sym) *sym = NULL;
+            Dl_info info;
+            memset(&info, 0, sizeof info);
+            defined = dladdr1(m, &info, (void **)&sym, RTLD_DL_SYMENT) && sym &&
+                      info.dli_sname && strcmp(info.dli_sname, "malloc") == 0 &&
+                      sym->st_shndx != SHN_UNDEF;
+            if (defined)
+                w.name = info.dli_fname ? info.dli_fname : "";
+        }
+        if (defined) {
+            set_str(lib, sizeof lib, w.name);
+            *base = (void *)w.base;
+            return;
+        }
     }
     n_objects = 0;
     dl_iterate_phdr(collect, NULL);
@@ -245,11 +317,10 @@ static void find_malloc(void **base) {
         if (!h)
             continue;
         void *f = dlsym(h, "malloc");
-        Dl_info fi;
-        int mine = f && dladdr(f, &fi) && fi.dli_fname && strcmp(fi.dli_fname, objects[k]) == 0;
+        int mine = locate(f, &w) && strcmp(w.name, objects[k]) == 0;
         if (mine) {
-            snprintf(lib, sizeof lib, "%s", objects[k]);
-            *base = fi.dli_fbase;
+            set_str(lib, sizeof lib, objects[k]);
+            *base = (void *)w.base;
         }
         dlclose(h);
         if (mine)
@@ -259,8 +330,8 @@ static void find_malloc(void **base) {
 
 /* True when fn is defined in the object loaded at base. */
 static int same_object(void *fn, void *base) {
-    Dl_info i;
-    return fn && base && dladdr(fn, &i) && i.dli_fbase == base;
+    struct where w;
+    return fn && base && locate(fn, &w) && (void *)w.base == base;
 }
 
 __attribute__((constructor)) static void init(void) {
