@@ -138,16 +138,13 @@ pub const WHY_HEADING: &str = "leak or fragmentation? (the allocator's live and 
 /// Per variant: leak, fragmentation, plateau, or a batch job's state at its peak, with
 /// how many runs agree; then any run whose allocator probe disagrees with its verification.
 pub fn why_lines(e: &Experiment, a: &Analysis) -> Vec<String> {
-    let mut out: Vec<String> = a
-        .variants
-        .iter()
-        .filter_map(|s| {
-            let t = s.why.as_ref()?;
-            let n: usize = t.runs.values().sum();
-            let agree = t.runs.get(&t.verdict).copied().unwrap_or(0);
-            Some(format!("{}: {} ({agree} of {n} runs)", s.name, t.sentence))
-        })
-        .collect();
+    let mut out: Vec<String> = story_line(a).into_iter().collect();
+    out.extend(a.variants.iter().filter_map(|s| {
+        let t = s.why.as_ref()?;
+        let n: usize = t.runs.values().sum();
+        let agree = t.runs.get(&t.verdict).copied().unwrap_or(0);
+        Some(format!("{}: {} ({agree} of {n} runs)", s.name, t.sentence))
+    }));
     let mut seen = std::collections::BTreeSet::new();
     for r in e.runs.iter().filter(|r| !r.warmup) {
         if let Some(d) = r
@@ -214,6 +211,37 @@ pub fn runtime_lines(e: &Experiment, a: &Analysis) -> Vec<String> {
     notes.dedup();
     out.extend(notes.into_iter().map(|n| format!("note: {n}")));
     out
+}
+
+/// The fragmentation story in one line, when the baseline's allocator holds well above what
+/// is live at its peak: how much of its memory is not live data, and which variant holds
+/// the least over live.
+fn story_line(a: &Analysis) -> Option<String> {
+    let median = |s: &VariantSummary, f: Figure| s.figures.get(&f).map(|e| e.median);
+    let base = a.variants.iter().find(|s| s.is_baseline)?;
+    let ratio = median(base, Figure::HeldOverLive)?;
+    if ratio < crate::analysis::why::FRAGMENTED {
+        return None;
+    }
+    let live = median(base, Figure::LiveAtPeakBytes)?;
+    let held = median(base, Figure::HeldAtPeakBytes)?;
+    let best = a
+        .variants
+        .iter()
+        .filter(|s| !s.is_baseline)
+        .filter_map(|s| Some((s, median(s, Figure::HeldOverLive)?)))
+        .min_by(|x, y| x.1.total_cmp(&y.1));
+    let mut line = format!(
+        "{}: fragmentation/retention, not live data — at its peak the allocator holds {ratio:.2}× what the program has live ({} held for {} live, {} unused)",
+        base.name,
+        crate::units::format_bytes(held),
+        crate::units::format_bytes(live),
+        crate::units::format_bytes((held - live).max(0.0))
+    );
+    if let Some((s, r)) = best.filter(|(_, r)| *r < ratio) {
+        line.push_str(&format!("; {} holds {r:.2}×", s.name));
+    }
+    Some(line)
 }
 
 /// One line per variant whose runs did not all succeed or verify, with the reason.
@@ -288,6 +316,13 @@ mod why_tests {
             flagged[0].contains("jemalloc: the probe found glibc"),
             "{lines:?}"
         );
-        assert!(lines[0].starts_with("glibc: at its peak:"), "{lines:?}");
+        // The story first (the fixture's glibc holds 2.00× live), then one line a variant.
+        assert!(
+            lines[0].starts_with("glibc: fragmentation/retention, not live data")
+                && lines[0].contains("2.00×")
+                && lines[0].ends_with("jemalloc holds 1.10×"),
+            "{lines:?}"
+        );
+        assert!(lines[1].starts_with("glibc: at its peak:"), "{lines:?}");
     }
 }
