@@ -238,6 +238,8 @@ fn demo_cmd(db: &Path, args: &DemoArgs, ui: &Ui) -> Result<Outcome> {
             "fragment".into(),
         ],
         runs: Some(args.runs),
+        // A run of a few seconds: the allocator probe reports four times a second.
+        probe_interval: Some("250ms".into()),
         ..Default::default()
     };
     ui.note("memtrial demo: the built-in fragmentation workload (`memtrial workload fragment`) under every available variant.");

@@ -232,7 +232,7 @@ fn story_line(a: &Analysis) -> Option<String> {
         .filter_map(|s| Some((s, median(s, Figure::HeldOverLive)?)))
         .min_by(|x, y| x.1.total_cmp(&y.1));
     let mut line = format!(
-        "{}: fragmentation/retention, not live data — at its peak the allocator holds {ratio:.2}× what the program has live ({} held for {} live, {} unused)",
+        "{} holds {ratio:.2}× what the program has live at its peak ({} for {} live: {} unused) — fragmentation/retention, not live data",
         base.name,
         crate::units::format_bytes(held),
         crate::units::format_bytes(live),
@@ -318,8 +318,8 @@ mod why_tests {
         );
         // The story first (the fixture's glibc holds 2.00× live), then one line a variant.
         assert!(
-            lines[0].starts_with("glibc: fragmentation/retention, not live data")
-                && lines[0].contains("2.00×")
+            lines[0].starts_with("glibc holds 2.00× what the program has live at its peak")
+                && lines[0].contains("fragmentation/retention, not live data")
                 && lines[0].ends_with("jemalloc holds 1.10×"),
             "{lines:?}"
         );
