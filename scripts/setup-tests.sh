@@ -12,6 +12,8 @@ packages=(
   chromium
   # Server-trial tests: a Rack app on puma; the Ruby probe's tests (GC.stat, YJIT, fork).
   ruby puma ruby-rack
+  # Worker-trial tests: a real Sidekiq on a real redis.
+  redis-server ruby-sidekiq
   # JVM probe tests: java, javac and jcmd (Native Memory Tracking).
   openjdk-17-jdk-headless
 )

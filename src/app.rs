@@ -123,9 +123,11 @@ fn run_input(args: &RunArgs) -> Result<PlanInput> {
         probe_interval,
         resume: _, // handled before: a resumed experiment keeps its stored plan
         server,
+        worker,
         output: _, // where reports go, not what runs
         command,
     } = args;
+    let crate::cli::WorkerArgs { before, driver } = worker;
     let crate::cli::ServerArgs {
         url,
         ready,
@@ -171,6 +173,13 @@ fn run_input(args: &RunArgs) -> Result<PlanInput> {
             replay: replay.clone(),
             speed: *speed,
             methods: methods.clone(),
+        },
+        // `--duration` stays with the server settings here: without a URL anywhere
+        // (flags or plan file) the plan makes it the service's duration.
+        worker: memtrial::plan::WorkerInput {
+            before: before.clone(),
+            driver: driver.clone(),
+            duration: None,
         },
         probes: probes.clone(),
         no_probes: *no_probes,

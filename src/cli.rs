@@ -145,15 +145,37 @@ pub struct RunArgs {
     pub probe_interval: Option<String>,
     /// Finish an interrupted experiment (the latest, or ID): runs only what is missing,
     /// with the same plan and seed.
-    #[arg(long, value_name = "ID", num_args = 0..=1, conflicts_with_all = ["command", "plan", "url", "duration", "rate", "targets", "replay", "variants", "custom", "runs", "warmup", "baseline", "seed", "memory_limit", "cpus", "cpuset", "pids_limit", "interval", "timeout", "probes", "no_probes", "probe_interval"])]
+    #[arg(long, value_name = "ID", num_args = 0..=1, conflicts_with_all = ["command", "plan", "url", "duration", "before", "driver", "rate", "targets", "replay", "variants", "custom", "runs", "warmup", "baseline", "seed", "memory_limit", "cpus", "cpuset", "pids_limit", "interval", "timeout", "probes", "no_probes", "probe_interval"])]
     pub resume: Option<Option<i64>>,
     #[command(flatten)]
     pub server: ServerArgs,
+    #[command(flatten)]
+    pub worker: WorkerArgs,
     #[command(flatten)]
     pub output: OutputArgs,
     /// The workload command and its arguments.
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,
+}
+
+/// A worker trial: hooks and a driver around the workload (a queue worker, a consumer).
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Worker trials")]
+pub struct WorkerArgs {
+    /// Run CMD with /bin/sh -c before each run's workload starts (reset a queue, load
+    /// fixtures), outside the variant and the run's cgroup; a non-zero exit fails the run.
+    /// Bounded by --timeout [default: 10m]. {port} and MEMTRIAL_VARIANT, MEMTRIAL_RUN,
+    /// MEMTRIAL_PORT name the run.
+    #[arg(long, value_name = "CMD")]
+    pub before: Option<String>,
+    /// Run CMD with /bin/sh -c beside the workload once it has started; its exit 0 stops
+    /// the workload and the run is ok, a non-zero exit fails it. It may print
+    /// `memtrial-figure NAME VALUE [UNIT]` lines (reported per variant) and
+    /// `memtrial-ready` (start-up over). Gets MEMTRIAL_PID too. Not with --url. Without
+    /// --url, --duration is the longest the driven phase lasts; without --driver, it is
+    /// how long a service runs before it is stopped (an ok run).
+    #[arg(long, value_name = "CMD")]
+    pub driver: Option<String>,
 }
 
 /// A server trial: the command is a server, put under HTTP load in every run.
@@ -173,7 +195,9 @@ pub struct ServerArgs {
     /// Load before the measurement, excluded from every figure, up to 1 day [default: 0s].
     #[arg(long, value_name = "DURATION")]
     pub warmup_duration: Option<String>,
-    /// Measured load, up to 1 day [default: 30s].
+    /// With --url: the measured load, up to 1 day [default: 30s]. Without: how long a
+    /// service runs before it is stopped (an ok run), or the longest a --driver drives,
+    /// up to 7 days.
     #[arg(long, value_name = "DURATION")]
     pub duration: Option<String>,
     /// Time after the load to see how much memory the server gives back, up to 1 day

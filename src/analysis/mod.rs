@@ -230,6 +230,79 @@ pub struct VariantSummary {
     /// Leak or fragmentation, from the allocator's live and held bytes on the steady
     /// part of each counted run (a batch job: its state at the peak).
     pub why: Option<WhySummary>,
+    /// The figures a worker's `--driver` reported (`memtrial-figure`), by name.
+    pub driver_figures: BTreeMap<String, DriverEstimate>,
+}
+
+/// A driver's figure summarised like every other: median, interval, ratio to the baseline.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DriverEstimate {
+    /// The unit the driver gave (from the first run that gave one).
+    pub unit: Option<String>,
+    #[serde(flatten)]
+    pub estimate: Estimate,
+    /// Absent for the baseline, or when the baseline has no such figure.
+    pub ratio_to_baseline: Option<Ratio>,
+}
+
+/// The names of every driver figure in `runs`.
+fn driver_names(runs: &[&RunRecord]) -> std::collections::BTreeSet<String> {
+    runs.iter()
+        .filter_map(|r| r.driver.as_ref())
+        .flat_map(|d| d.figures.keys().cloned())
+        .collect()
+}
+
+fn driver_values(runs: &[&RunRecord], name: &str) -> Vec<f64> {
+    runs.iter()
+        .filter_map(|r| r.driver.as_ref()?.figures.get(name).map(|f| f.value))
+        .collect()
+}
+
+/// Per driver figure: median and 95% interval over the ok runs, and the ratio to the
+/// baseline's, with the same functions as the fixed figures.
+fn summarise_driver(
+    ok: &[&RunRecord],
+    base: &[&RunRecord],
+    is_baseline: bool,
+    seed: u64,
+) -> BTreeMap<String, DriverEstimate> {
+    let mut out = BTreeMap::new();
+    for (k, name) in driver_names(ok).into_iter().enumerate() {
+        let xs = driver_values(ok, &name);
+        let s = seed.wrapping_add(0xD1F0_0000 + k as u64);
+        let (lo, hi) = stats::median_ci95(&xs, s);
+        let unit = ok
+            .iter()
+            .filter_map(|r| r.driver.as_ref()?.figures.get(&name)?.unit.clone())
+            .next();
+        let ratio = (!is_baseline)
+            .then(|| {
+                let b = driver_values(base, &name);
+                let (value, (lo, hi)) = stats::ratio_ci95(&xs, &b, s ^ 0xA5A5)?;
+                let enough =
+                    xs.len() >= MIN_RUNS_FOR_SIGNIFICANCE && b.len() >= MIN_RUNS_FOR_SIGNIFICANCE;
+                Some(Ratio {
+                    value,
+                    ci95: [lo, hi],
+                    significant: enough && (hi < 1.0 || lo > 1.0),
+                })
+            })
+            .flatten();
+        out.insert(
+            name,
+            DriverEstimate {
+                unit,
+                estimate: Estimate {
+                    median: stats::median(&xs),
+                    ci95: [lo, hi],
+                    n: xs.len(),
+                },
+                ratio_to_baseline: ratio,
+            },
+        );
+    }
+    out
 }
 
 /// The leak-or-fragmentation verdicts of a variant's runs.
@@ -455,7 +528,14 @@ pub fn analyse(e: &Experiment) -> Analysis {
             }
         }
         let trend = summarise_trends(&ok);
+        let driver_figures = summarise_driver(
+            &ok,
+            &base_runs,
+            is_baseline,
+            seed_for(seed, vi, Figure::PeakRssBytes),
+        );
         variants.push(VariantSummary {
+            driver_figures,
             trend,
             why: summarise_whys(&ok),
             name: v.name.clone(),

@@ -189,8 +189,12 @@ fn signed(v: f64) -> String {
     }
 }
 
-/// The steady window of a run, if it has one: a server's load phase.
+/// The steady window of a run, if it has one: a server's load phase, or a worker's or
+/// service's driven phase (from the end of its start-up, when the driver said so).
 pub fn steady_window(r: &RunRecord) -> Option<(f64, f64)> {
+    if let Some(d) = &r.driver {
+        return d.steady();
+    }
     let l = r.load.as_ref()?;
     (l.load_end_seconds > l.load_start_seconds)
         .then_some((l.load_start_seconds, l.load_end_seconds))

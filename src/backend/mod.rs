@@ -9,6 +9,7 @@
 //! already has its limits (a Kubernetes pod) plugs in here.
 
 pub mod fake;
+pub mod helper;
 pub mod local;
 pub mod spawn;
 

@@ -141,6 +141,34 @@ pub struct Plan {
     /// that resuming it keeps its runs alike.
     #[serde(default)]
     pub probes: ProbePlan,
+    /// A worker trial or a service run for a while: a `--before` hook, a `--driver`
+    /// beside the workload, a `--duration`. None for a plain batch command.
+    #[serde(default)]
+    pub worker: Option<WorkerPlan>,
+}
+
+/// What happens around each run besides the workload: see [`crate::trial::drive`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkerPlan {
+    /// `--before CMD`: run by `/bin/sh -c` before each run's workload starts.
+    pub before: Option<String>,
+    /// The longest `--before` may take (the run's `--timeout`, or a default).
+    pub before_timeout_ms: u64,
+    /// `--driver CMD`: run by `/bin/sh -c` beside the workload; its exit ends the run.
+    pub driver: Option<String>,
+    /// `--duration`: without a driver, how long the service runs before it is stopped;
+    /// with one, the longest the driven phase may last.
+    pub duration_ms: Option<u64>,
+}
+
+impl WorkerPlan {
+    /// True when any of the helper commands or `text` asks for a `{port}`.
+    pub fn wants_port(&self) -> bool {
+        [&self.before, &self.driver]
+            .into_iter()
+            .flatten()
+            .any(|c| c.contains(PORT_PLACEHOLDER))
+    }
 }
 
 /// A probe that runs inside the workload's processes.
@@ -227,6 +255,11 @@ pub fn substitute(text: &str, port: u16) -> String {
     text.replace(PORT_PLACEHOLDER, &port.to_string())
 }
 
+/// Replaces every `{port}` in a shell command with the port, shell-quoted.
+pub fn substitute_quoted(command: &str, port: u16) -> String {
+    command.replace(PORT_PLACEHOLDER, &shell_words::quote(&port.to_string()))
+}
+
 impl ServerPlan {
     /// Reads the plan's request source: the requests, and notes for the user (counts,
     /// unparseable log lines). Errors name the file and line.
@@ -271,6 +304,8 @@ pub struct PlanInput {
     pub cpuset: Option<String>,
     pub pids_limit: Option<u64>,
     pub server: ServerInput,
+    /// Worker-trial settings (`--before`, `--driver`; `--duration` without `--url`).
+    pub worker: WorkerInput,
     /// `--probe NAME` (repeatable; the allocator probe is on unless `--no-probes`).
     pub probes: Option<Vec<String>>,
     /// `--no-probes`: kernel counters only.
@@ -296,6 +331,31 @@ pub struct ServerInput {
     pub replay: Option<PathBuf>,
     pub speed: Option<f64>,
     pub methods: Option<Vec<String>>,
+}
+
+/// Worker-trial settings as given (the plan file's `[worker]` section).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkerInput {
+    pub before: Option<String>,
+    pub driver: Option<String>,
+    /// A service's run time (or the driven phase's bound); `--duration` without `--url`.
+    pub duration: Option<String>,
+}
+
+impl WorkerInput {
+    fn or(self, o: WorkerInput) -> WorkerInput {
+        let WorkerInput {
+            before,
+            driver,
+            duration,
+        } = self;
+        WorkerInput {
+            before: before.or(o.before),
+            driver: driver.or(o.driver),
+            duration: duration.or(o.duration),
+        }
+    }
 }
 
 impl ServerInput {
@@ -389,6 +449,7 @@ impl PlanInput {
             cpuset,
             pids_limit,
             server,
+            worker,
             probes,
             no_probes,
             probe_interval,
@@ -408,12 +469,28 @@ impl PlanInput {
             cpuset: file_cpuset,
             pids_limit: file_pids_limit,
             server: file_server,
+            worker: file_worker,
             probes: file_probes,
             no_probes: file_no_probes,
             probe_interval: file_probe_interval,
         } = other;
         let mut all_custom = file_custom;
         all_custom.extend(custom);
+        // `--duration` on the command line without a URL anywhere is the service's
+        // duration: it wins over the file's `[worker] duration` as any flag does.
+        let flag_duration = server.duration.clone();
+        let file_server_duration = file_server.duration.clone();
+        let server = server.or(file_server);
+        let mut worker = worker.or(file_worker);
+        let server = if server.url.is_none() && flag_duration.is_some() {
+            worker.duration = flag_duration;
+            ServerInput {
+                duration: file_server_duration,
+                ..server
+            }
+        } else {
+            server
+        };
         PlanInput {
             command: if command.is_empty() {
                 file_command
@@ -432,7 +509,8 @@ impl PlanInput {
             cpus: cpus.or(file_cpus),
             cpuset: cpuset.or(file_cpuset),
             pids_limit: pids_limit.or(file_pids_limit),
-            server: server.or(file_server),
+            server,
+            worker,
             // `--no-probes` on the command line wins over the file's list.
             no_probes: no_probes || (file_no_probes && probes.is_none()),
             probes: if no_probes {
@@ -465,6 +543,8 @@ struct PlanFile {
     pids_limit: Option<u64>,
     #[serde(default)]
     server: ServerInput,
+    #[serde(default)]
+    worker: WorkerInput,
     /// `probes = ["allocator", "ruby"]`; `[]` for kernel counters only.
     probes: Option<Vec<String>>,
     probe_interval: Option<String>,
@@ -575,6 +655,7 @@ pub fn parse_plan_text(text: &str) -> Result<PlanInput, String> {
         cpuset: file.cpuset,
         pids_limit: file.pids_limit,
         server: file.server,
+        worker: file.worker,
         no_probes: file.probes.as_ref().is_some_and(|p| p.is_empty()),
         probes: file.probes,
         probe_interval: file.probe_interval,
@@ -623,7 +704,8 @@ pub fn build_plan(input: PlanInput, ctx: &PlanContext) -> Result<BuiltPlan, Plan
     }
     let program = resolve_program(&input.command[0], &ctx.path_var, &ctx.workdir)?;
     let limits = build_limits(&input, ctx)?;
-    let server = build_server(&input.server, ctx, &mut notes)?;
+    let (server_input, worker_input) = route_duration(&input.server, &input.worker);
+    let server = build_server(&server_input, ctx, &mut notes)?;
 
     let runs = input.runs.unwrap_or(DEFAULT_RUNS);
     if runs == 0 {
@@ -647,6 +729,7 @@ pub fn build_plan(input: PlanInput, ctx: &PlanContext) -> Result<BuiltPlan, Plan
     if let Some(seed) = input.seed {
         settings::count("--seed", seed, settings::SEED)?;
     }
+    let worker = build_worker(&worker_input, server.is_some(), timeout, ctx)?;
 
     let probes = build_probes(&input, &mut notes)?;
     let custom = custom_variants(&input.custom, ctx)?;
@@ -679,6 +762,7 @@ pub fn build_plan(input: PlanInput, ctx: &PlanContext) -> Result<BuiltPlan, Plan
             limits,
             server,
             probes,
+            worker,
         },
         notes,
     })
@@ -980,6 +1064,133 @@ fn build_server(
     })?;
     notes.extend(source_notes);
     Ok(Some(plan))
+}
+
+/// `--before`'s bound when the run has no `--timeout`.
+pub const DEFAULT_BEFORE_TIMEOUT_MS: u64 = 10 * 60 * 1000;
+
+/// `--duration` without a URL anywhere is the service's (or the driven phase's) duration.
+fn route_duration(s: &ServerInput, w: &WorkerInput) -> (ServerInput, WorkerInput) {
+    let (mut s, mut w) = (s.clone(), w.clone());
+    if s.url.is_none() && w.duration.is_none() {
+        w.duration = s.duration.take();
+    }
+    (s, w)
+}
+
+fn build_worker(
+    w: &WorkerInput,
+    server: bool,
+    timeout: Option<Duration>,
+    ctx: &PlanContext,
+) -> Result<Option<WorkerPlan>, PlanError> {
+    let WorkerInput {
+        before,
+        driver,
+        duration,
+    } = w;
+    if before.is_none() && driver.is_none() && duration.is_none() {
+        return Ok(None);
+    }
+    let bad = |flag: &'static str, value: &str, reason: &str| PlanError::BadValue {
+        flag,
+        value: shell_words::quote(value).into_owned(),
+        reason: reason.to_string(),
+    };
+    let before = before
+        .as_deref()
+        .map(|c| helper_command("--before", c, ctx))
+        .transpose()?;
+    let driver = driver
+        .as_deref()
+        .map(|c| helper_command("--driver", c, ctx))
+        .transpose()?;
+    if server {
+        if let Some(d) = &driver {
+            return Err(bad(
+                "--driver",
+                d,
+                "cannot be combined with --url: a server trial is driven by memtrial's HTTP load; drop --url to drive the workload with your command, or drop --driver",
+            ));
+        }
+        if let Some(d) = duration {
+            return Err(bad(
+                "--duration",
+                d,
+                "[worker] duration cannot be combined with --url: a server trial's --duration is its load's (give it in [server])",
+            ));
+        }
+    }
+    let duration = duration
+        .as_deref()
+        .map(|d| settings::duration("--duration", d, settings::SERVICE_DURATION))
+        .transpose()?;
+    if let (Some(d), Some(t)) = (duration, timeout) {
+        if d >= t {
+            return Err(PlanError::BadValue {
+                flag: "--duration",
+                value: humantime::format_duration(d).to_string(),
+                reason: format!(
+                    "is not shorter than --timeout {}: every run would time out; raise --timeout or shorten --duration",
+                    humantime::format_duration(t)
+                ),
+            });
+        }
+    }
+    let ms = |d: Duration| d.as_millis() as u64;
+    Ok(Some(WorkerPlan {
+        before,
+        before_timeout_ms: timeout.map_or(DEFAULT_BEFORE_TIMEOUT_MS, ms),
+        driver,
+        duration_ms: duration.map(ms),
+    }))
+}
+
+/// Words a shell runs itself (or that start shell syntax): not looked up in PATH.
+const SHELL_WORDS: &[&str] = &[
+    "!", ".", ":", "[", "{", "(", "alias", "break", "case", "cd", "command", "continue", "echo",
+    "eval", "exec", "exit", "export", "false", "for", "if", "printf", "pwd", "read", "return",
+    "set", "shift", "test", "times", "trap", "true", "type", "ulimit", "umask", "unset", "until",
+    "wait", "while",
+];
+
+/// A hook's or driver's shell command, checked: not empty, parseable, and its program
+/// found (when its first word is a plain program name).
+fn helper_command(flag: &'static str, cmd: &str, ctx: &PlanContext) -> Result<String, PlanError> {
+    let bad = |reason: String| PlanError::BadValue {
+        flag,
+        value: shell_words::quote(cmd).into_owned(),
+        reason,
+    };
+    if cmd.trim().is_empty() {
+        return Err(bad(format!(
+            "an empty command; give a shell command, e.g. {flag} 'redis-cli -p 6390 flushdb'"
+        )));
+    }
+    if cmd.contains('\0') {
+        return Err(bad("contains a NUL byte, which no command can hold".into()));
+    }
+    let words = shell_words::split(cmd).map_err(|e| {
+        bad(format!(
+            "cannot be read as a shell command ({e}); check its quotes"
+        ))
+    })?;
+    let Some(first) = words.first() else {
+        return Err(bad("has no command in it".into()));
+    };
+    let plain = !first.is_empty()
+        && !first.contains('=')
+        && !first.contains(PORT_PLACEHOLDER)
+        && !first.chars().any(|c| "$`;&|<>(){}*?[]~!#".contains(c));
+    if plain && !SHELL_WORDS.contains(&first.as_str()) {
+        resolve_program(first, &ctx.path_var, &ctx.workdir).map_err(|e| {
+            bad(format!(
+                "{e}; install it or give its path (the command runs with /bin/sh -c in {})",
+                ctx.workdir.display()
+            ))
+        })?;
+    }
+    Ok(cmd.to_string())
 }
 
 /// Smallest memory limit accepted: below this the kernel OOM-kills most programs at start.
@@ -1564,6 +1775,80 @@ env = { RUBYOPT = "--yjit" }
         assert_eq!(b.source, RequestSource::Url);
         let e = parse_plan_text("[server]\nurll = \"x\"\n").unwrap_err();
         assert!(e.contains("line 2") && e.contains("urll"), "{e}");
+    }
+
+    #[test]
+    fn worker_settings_and_the_two_meanings_of_duration() {
+        // Without a URL, --duration is the service's.
+        let mut i = input(&["true"]);
+        i.server.duration = Some("2s".into());
+        let p = build(i).unwrap().plan;
+        assert!(p.server.is_none());
+        assert_eq!(p.worker.unwrap().duration_ms, Some(2000));
+        // With one, the load's.
+        let mut i = input(&["true"]);
+        i.server.url = Some("http://127.0.0.1:{port}/".into());
+        i.server.duration = Some("2s".into());
+        let p = build(i).unwrap().plan;
+        assert_eq!(p.server.unwrap().duration_ms, 2000);
+        assert!(p.worker.is_none());
+        // A plan file's [worker] section; a --duration flag wins over it.
+        let file =
+            parse_plan_text("command = \"true\"\n[worker]\nbefore = \"true\"\ndriver = \"sleep 1\"\nduration = \"10m\"\n")
+                .unwrap();
+        let mut flags = PlanInput::default();
+        flags.server.duration = Some("3s".into());
+        let w = build(flags.or(file)).unwrap().plan.worker.unwrap();
+        assert_eq!(w.before.as_deref(), Some("true"));
+        assert_eq!(w.driver.as_deref(), Some("sleep 1"));
+        assert_eq!(w.duration_ms, Some(3000));
+        assert_eq!(w.before_timeout_ms, DEFAULT_BEFORE_TIMEOUT_MS);
+        let e = parse_plan_text("[worker]\ndriverr = \"x\"\n").unwrap_err();
+        assert!(e.contains("line 2") && e.contains("driverr"), "{e}");
+    }
+
+    #[test]
+    fn bad_worker_settings_name_the_flag() {
+        let with = |f: &dyn Fn(&mut PlanInput)| {
+            let mut i = input(&["true"]);
+            f(&mut i);
+            build(i).unwrap_err().to_string()
+        };
+        let e = with(&|i| i.worker.before = Some("  ".into()));
+        assert!(e.starts_with("--before '  ': an empty command"), "{e}");
+        let e = with(&|i| i.worker.driver = Some("no-such-program-xyz --go".into()));
+        assert!(
+            e.starts_with("--driver 'no-such-program-xyz --go'") && e.contains("not found"),
+            "{e}"
+        );
+        let e = with(&|i| i.worker.driver = Some("echo 'unclosed".into()));
+        assert!(e.contains("quotes"), "{e}");
+        let e = with(&|i| {
+            i.worker.driver = Some("sleep 1".into());
+            i.server.url = Some("http://127.0.0.1:{port}/".into());
+        });
+        assert!(
+            e.contains("--driver") && e.contains("cannot be combined with --url"),
+            "{e}"
+        );
+        let e = with(&|i| i.server.duration = Some("0s".into()));
+        assert!(e.starts_with("--duration 0s"), "{e}");
+        let e = with(&|i| {
+            i.server.duration = Some("1m".into());
+            i.timeout = Some("30s".into());
+        });
+        assert!(e.contains("--timeout"), "{e}");
+        // Shell syntax and builtins are the shell's business.
+        for ok in [
+            "cd /tmp && true",
+            "X=1 true",
+            "for i in 1; do :; done",
+            "$HOME/x",
+        ] {
+            let mut i = input(&["true"]);
+            i.worker.before = Some(ok.into());
+            assert!(build(i).is_ok(), "{ok}");
+        }
     }
 
     #[test]

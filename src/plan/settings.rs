@@ -47,6 +47,8 @@ pub const READY_TIMEOUT: DurationRange = DurationRange::new(millis(1), secs(HOUR
 pub const LOAD_WARMUP: DurationRange = DurationRange::up_to(secs(DAY));
 /// `--duration` (measured load).
 pub const LOAD_DURATION: DurationRange = DurationRange::new(millis(1), secs(DAY));
+/// `--duration` of a service or worker trial (without `--url`): how long it runs.
+pub const SERVICE_DURATION: DurationRange = DurationRange::new(millis(1), secs(7 * DAY));
 /// `--cooldown`.
 pub const COOLDOWN: DurationRange = DurationRange::up_to(secs(DAY));
 /// `--request-timeout` / `load --timeout`.

@@ -181,7 +181,46 @@ pub struct RunRecord {
     /// What the probes inside the workload saw (allocator, runtimes).
     #[serde(default)]
     pub inside: InsideView,
+    /// A worker or service run's driven phase and the figures its driver reported.
+    #[serde(default)]
+    pub driver: Option<DriverFigures>,
     pub samples: Vec<TreeSample>,
+}
+
+/// The driven phase of a worker trial (`--driver`) or a service run for `--duration`, on
+/// the run's clock, and the figures the driver printed (`memtrial-figure NAME VALUE [UNIT]`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DriverFigures {
+    /// When the driver started (or the service's run began), seconds since the workload started.
+    pub driven_start_seconds: f64,
+    /// When the driver printed `memtrial-ready` (the workload's start-up is over), if it did.
+    #[serde(default)]
+    pub ready_seconds: Option<f64>,
+    /// When the driven phase ended: the driver's exit, or the end of `--duration`.
+    pub driven_end_seconds: f64,
+    /// The driver's figures by name (the last line for a name counts).
+    #[serde(default)]
+    pub figures: std::collections::BTreeMap<String, DriverFigure>,
+    /// Lines that looked like figures but were not, with why (the first few).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ignored: Vec<String>,
+}
+
+/// One figure a driver reported.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DriverFigure {
+    pub value: f64,
+    #[serde(default)]
+    pub unit: Option<String>,
+}
+
+impl DriverFigures {
+    /// The steady phase: from the end of start-up (`memtrial-ready`, else the driver's
+    /// start) to the driven phase's end.
+    pub fn steady(&self) -> Option<(f64, f64)> {
+        let start = self.ready_seconds.unwrap_or(self.driven_start_seconds);
+        (self.driven_end_seconds > start).then_some((start, self.driven_end_seconds))
+    }
 }
 
 impl RunRecord {
@@ -217,6 +256,7 @@ impl RunRecord {
             cgroup: None,
             load: None,
             inside: InsideView::default(),
+            driver: None,
             samples: Vec::new(),
         }
     }

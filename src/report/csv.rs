@@ -71,12 +71,31 @@ pub fn render(e: &Experiment) -> String {
 fn runs_csv(e: &Experiment) -> Result<Vec<u8>, csv::Error> {
     let mut w = csv::Writer::from_writer(Vec::new());
     let opt = |v: Option<String>| v.unwrap_or_default();
-    w.write_record(COLUMNS)?;
+    // A worker's driver figures: one column each, `driver_<name>`, after the fixed ones.
+    let names: std::collections::BTreeSet<&str> = e
+        .runs
+        .iter()
+        .filter_map(|r| r.driver.as_ref())
+        .flat_map(|d| d.figures.keys().map(String::as_str))
+        .collect();
+    w.write_record(
+        COLUMNS
+            .iter()
+            .map(|c| c.to_string())
+            .chain(names.iter().map(|n| format!("driver_{n}"))),
+    )?;
     for r in &e.runs {
         let al = r.inside.allocator.as_ref();
         let at = al.and_then(|a| a.at_peak.as_ref());
         let why = crate::analysis::why::run_why(r);
-        w.write_record([
+        let driver = names.iter().map(|n| {
+            opt(r
+                .driver
+                .as_ref()
+                .and_then(|d| d.figures.get(*n))
+                .map(|f| f.value.to_string()))
+        });
+        let fixed = [
             e.id.to_string(),
             r.variant.clone(),
             r.block.to_string(),
@@ -111,7 +130,8 @@ fn runs_csv(e: &Experiment) -> Result<Vec<u8>, csv::Error> {
                 .map(|v| format!("{v:.4}"))),
             why.name().to_string(),
             why.sentence(),
-        ])?;
+        ];
+        w.write_record(fixed.into_iter().chain(driver))?;
     }
     finish(w)
 }

@@ -132,6 +132,7 @@ fn run(variant: &str, block: u32, peak_mib: f64, wall: f64, status: RunStatus) -
         cgroup: None,
         load: None,
         inside: inside(variant, peak, grows),
+        driver: None,
         samples,
     }
 }
@@ -178,6 +179,7 @@ pub fn experiment() -> Experiment {
             limits: Default::default(),
             server: None,
             probes: Default::default(),
+            worker: None,
             seed: 1234,
         },
         host: HostInfo {

@@ -40,6 +40,8 @@ struct ExperimentJson<'a> {
     timeout_ms: Option<u64>,
     limits: &'a Limits,
     server: Option<&'a crate::plan::ServerPlan>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    worker: Option<&'a crate::plan::WorkerPlan>,
     probes: &'a crate::plan::ProbePlan,
     host: &'a HostInfo,
 }
@@ -93,6 +95,9 @@ struct RunJson<'a> {
     latency_p99_ms: Option<f64>,
     latency_max_ms: Option<f64>,
     load: Option<&'a crate::record::LoadFigures>,
+    /// A worker's or service's driven phase and its driver's figures.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    driver: Option<&'a crate::record::DriverFigures>,
     /// What the probes inside the workload saw (allocator, runtimes); absent when none ran.
     #[serde(skip_serializing_if = "crate::record::InsideView::is_empty")]
     inside: &'a crate::record::InsideView,
@@ -122,6 +127,9 @@ struct SummaryJson<'a> {
     ratio_to_baseline: BTreeMap<&'static str, &'a Ratio>,
     trend: Option<&'a crate::analysis::TrendSummary>,
     why: Option<&'a crate::analysis::WhySummary>,
+    /// A worker's driver figures by name; absent when its driver reported none.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    driver_figures: &'a BTreeMap<String, crate::analysis::DriverEstimate>,
 }
 
 fn sample(s: &TreeSample) -> SampleJson {
@@ -173,6 +181,7 @@ fn run(r: &RunRecord) -> RunJson<'_> {
         latency_p99_ms: r.load.as_ref().map(|l| l.latency_p99_ms),
         latency_max_ms: r.load.as_ref().map(|l| l.latency_max_ms),
         load: r.load.as_ref(),
+        driver: r.driver.as_ref(),
         inside: &r.inside,
         samples: r.samples.iter().map(sample).collect(),
     }
@@ -193,6 +202,7 @@ fn summary(s: &VariantSummary) -> SummaryJson<'_> {
             .collect(),
         trend: s.trend.as_ref(),
         why: s.why.as_ref(),
+        driver_figures: &s.driver_figures,
     }
 }
 
@@ -258,6 +268,7 @@ fn doc<'a>(e: &'a Experiment, a: &'a Analysis) -> Doc<'a> {
             timeout_ms: e.plan.timeout_ms,
             limits: &e.plan.limits,
             server: e.plan.server.as_ref(),
+            worker: e.plan.worker.as_ref(),
             probes: &e.plan.probes,
             host: &e.host,
         },

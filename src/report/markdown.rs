@@ -35,8 +35,12 @@ pub fn render(e: &Experiment, a: &Analysis, rec: &Recommendation) -> String {
     for (_, h) in &columns {
         out.push_str(&format!(" {h} |"));
     }
+    let driver = super::driver_columns(a);
+    for n in &driver {
+        out.push_str(&format!(" {} |", md(n)));
+    }
     out.push_str("\n|---|---:|");
-    for _ in &columns {
+    for _ in columns.iter().map(|_| ()).chain(driver.iter().map(|_| ())) {
         out.push_str("---:|");
     }
     out.push('\n');
@@ -55,6 +59,28 @@ pub fn render(e: &Experiment, a: &Analysis, rec: &Recommendation) -> String {
             };
             let v = super::format_value(f, est.median);
             match (s.is_baseline, s.ratio_to_baseline.get(&f)) {
+                (true, _) => out.push_str(&format!(" {v} (baseline) |")),
+                (false, Some(r)) => out.push_str(&format!(
+                    " {v} {}{:.2}× [{:.2}, {:.2}]{} |",
+                    if r.significant { "**" } else { "" },
+                    r.value,
+                    r.ci95[0],
+                    r.ci95[1],
+                    if r.significant { "**" } else { "" }
+                )),
+                (false, None) => out.push_str(&format!(" {v} |")),
+            }
+        }
+        for n in &driver {
+            let Some(d) = s.driver_figures.get(n) else {
+                out.push_str(" — |");
+                continue;
+            };
+            let v = md(&super::format_driver_value(
+                d.estimate.median,
+                d.unit.as_deref(),
+            ));
+            match (s.is_baseline, &d.ratio_to_baseline) {
                 (true, _) => out.push_str(&format!(" {v} (baseline) |")),
                 (false, Some(r)) => out.push_str(&format!(
                     " {v} {}{:.2}× [{:.2}, {:.2}]{} |",

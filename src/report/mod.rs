@@ -123,6 +123,31 @@ pub fn columns(a: &Analysis) -> Vec<(Figure, &'static str)> {
     c
 }
 
+/// The driver figures shown as columns after the fixed ones: every name any variant has.
+pub fn driver_columns(a: &Analysis) -> Vec<String> {
+    let names: std::collections::BTreeSet<&String> = a
+        .variants
+        .iter()
+        .flat_map(|v| v.driver_figures.keys())
+        .collect();
+    names.into_iter().cloned().collect()
+}
+
+/// A driver figure's value with the unit its driver gave.
+pub fn format_driver_value(v: f64, unit: Option<&str>) -> String {
+    let n = if v.abs() >= 100.0 || v.fract() == 0.0 {
+        format!("{v:.0}")
+    } else if v.abs() >= 10.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.3}")
+    };
+    match unit {
+        Some(u) => format!("{n} {u}"),
+        None => n,
+    }
+}
+
 /// A figure's value in its unit.
 pub fn format_value(f: Figure, v: f64) -> String {
     if f.is_bytes() {

@@ -46,6 +46,30 @@ fn figure_cell(s: &VariantSummary, f: Figure, color: bool) -> Cell {
     cell
 }
 
+/// A driver figure's cell: median, then the ratio to the baseline (no colour: whether
+/// more is better is the driver's to say, not memtrial's).
+fn driver_cell(s: &VariantSummary, name: &str) -> Cell {
+    let Some(d) = s.driver_figures.get(name) else {
+        return Cell::new("—").set_alignment(CellAlignment::Right);
+    };
+    let top = terminal(&super::format_driver_value(
+        d.estimate.median,
+        d.unit.as_deref(),
+    ));
+    let bottom = match (&d.ratio_to_baseline, s.is_baseline) {
+        (_, true) => "baseline".to_string(),
+        (Some(r), false) => format!(
+            "{:.2}× [{:.2}, {:.2}]{}",
+            r.value,
+            r.ci95[0],
+            r.ci95[1],
+            if r.significant { "*" } else { " " }
+        ),
+        (None, false) => "no ratio".to_string(),
+    };
+    Cell::new(format!("{top}\n{bottom}")).set_alignment(CellAlignment::Right)
+}
+
 /// The terminal table and the recommendation's headline under it.
 pub struct TableExporter {
     pub color: bool,
@@ -75,6 +99,8 @@ pub fn render(e: &Experiment, a: &Analysis, color: bool) -> String {
     ];
     let columns = super::columns(a);
     header.extend(columns.iter().map(|(_, h)| Cell::new(*h)));
+    let driver = super::driver_columns(a);
+    header.extend(driver.iter().map(|n| Cell::new(terminal(n))));
     t.set_header(header);
     for s in &a.variants {
         let flag = if s.clean() { "" } else { " !" };
@@ -84,6 +110,7 @@ pub fn render(e: &Experiment, a: &Analysis, color: bool) -> String {
             Cell::new(terminal(s.allocator_detected.as_deref().unwrap_or("—"))),
         ];
         row.extend(columns.iter().map(|(f, _)| figure_cell(s, *f, color)));
+        row.extend(driver.iter().map(|n| driver_cell(s, n)));
         t.add_row(row);
     }
     let mut out = format!(

@@ -13,7 +13,7 @@ use crate::record::{
 };
 
 /// The schema version this build writes (SQLite `user_version`).
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -100,7 +100,8 @@ CREATE TABLE runs (
     stderr_path TEXT NOT NULL,
     cgroup_json TEXT,
     load_json TEXT,
-    inside_json TEXT
+    inside_json TEXT,
+    driver_json TEXT
 );
 CREATE INDEX runs_by_experiment ON runs(experiment_id, seq);
 CREATE TABLE samples (
@@ -228,7 +229,8 @@ impl Store {
             self.conn.execute_batch(&batch).map_err(|e| self.err(e))?;
         } else {
             // v2: the kernel's cgroup figures per run; v3: a server trial's load figures;
-            // v4: the inside view (allocator and runtime probes).
+            // v4: the inside view (allocator and runtime probes); v5: a worker's driven
+            // phase and its driver's figures.
             let mut steps = String::from("BEGIN;");
             if version < 2 {
                 steps.push_str(" ALTER TABLE runs ADD COLUMN cgroup_json TEXT;");
@@ -238,6 +240,9 @@ impl Store {
             }
             if version < 4 {
                 steps.push_str(" ALTER TABLE runs ADD COLUMN inside_json TEXT;");
+            }
+            if version < 5 {
+                steps.push_str(" ALTER TABLE runs ADD COLUMN driver_json TEXT;");
             }
             steps.push_str(&format!(" PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"));
             if version < SCHEMA_VERSION {
@@ -300,9 +305,10 @@ impl Store {
                 signal, wall_seconds, cpu_user_seconds, cpu_sys_seconds, peak_rss_bytes, peak_rss_source,
                 mean_rss_bytes, final_rss_bytes, peak_pss_bytes, peak_vsz_bytes, threads_peak,
                 minor_faults, major_faults, processes_seen, allocator_detected, verification,
-                verification_detail, message, stdout_path, stderr_path, cgroup_json, load_json, inside_json)
+                verification_detail, message, stdout_path, stderr_path, cgroup_json, load_json, inside_json,
+                driver_json)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18,
-                ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31)",
+                ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32)",
             params![
                 experiment,
                 seq,
@@ -337,6 +343,7 @@ impl Store {
                 (!r.inside.is_empty())
                     .then(|| serde_json::to_string(&r.inside).ok())
                     .flatten(),
+                r.driver.as_ref().and_then(|d| serde_json::to_string(d).ok()),
             ],
         )
         .map_err(err)?;
@@ -540,6 +547,7 @@ impl Store {
             inside: self
                 .json(r, "inside_json", "inside view")?
                 .unwrap_or_default(),
+            driver: self.json(r, "driver_json", "driver figures")?,
             samples: Vec::new(),
         })
     }
@@ -592,7 +600,8 @@ impl Store {
                     wall_seconds, cpu_user_seconds, cpu_sys_seconds, peak_rss_bytes, peak_rss_source,
                     mean_rss_bytes, final_rss_bytes, peak_pss_bytes, peak_vsz_bytes, threads_peak,
                     minor_faults, major_faults, processes_seen, allocator_detected, verification,
-                    verification_detail, message, stdout_path, stderr_path, cgroup_json, load_json, inside_json
+                    verification_detail, message, stdout_path, stderr_path, cgroup_json, load_json, inside_json,
+                    driver_json
                  FROM runs WHERE experiment_id = ?1 ORDER BY seq, id",
             )
             .map_err(|e| self.err(e))?;
@@ -668,6 +677,7 @@ mod tests {
             limits: Default::default(),
             server: None,
             probes: Default::default(),
+            worker: None,
             seed: 9,
         }
     }
@@ -707,6 +717,20 @@ mod tests {
             }),
             load: None,
             inside: Default::default(),
+            driver: Some(crate::record::DriverFigures {
+                driven_start_seconds: 0.01,
+                ready_seconds: Some(0.5),
+                driven_end_seconds: 2.0,
+                figures: [(
+                    "jobs_per_second".to_string(),
+                    crate::record::DriverFigure {
+                        value: 812.5,
+                        unit: Some("jobs/s".into()),
+                    },
+                )]
+                .into(),
+                ignored: vec!["memtrial-figure x: bad".into()],
+            }),
             samples: vec![
                 TreeSample {
                     t_seconds: 0.0,
@@ -776,7 +800,7 @@ mod tests {
         {
             let c = Connection::open(&path).unwrap();
             let v1 = SCHEMA.replace(
-                ",\n    cgroup_json TEXT,\n    load_json TEXT,\n    inside_json TEXT",
+                ",\n    cgroup_json TEXT,\n    load_json TEXT,\n    inside_json TEXT,\n    driver_json TEXT",
                 "",
             );
             c.execute_batch(&format!("{v1} PRAGMA user_version = 1;"))

@@ -1,6 +1,7 @@
 //! Drivers: what happens to the workload while it runs. A batch command is only waited
 //! for; a server is made ready, loaded and cooled down on a thread of its own, and its
-//! end tells memtrial to stop the server. A worker driver plugs in here.
+//! end tells memtrial to stop the server. A worker's `--driver` runs beside the workload
+//! and its exit ends the run ([`super::worker`]); a service runs for its `--duration`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -9,11 +10,12 @@ use std::time::{Duration, Instant};
 
 use super::server;
 use super::status::{exit_phrase, DriverOutcome, EndedBy};
+use super::worker::{DriverSetup, ServiceDriver, WorkerDriver};
 use super::TrialError;
 use crate::backend::ExitKind;
 use crate::load::Source;
-use crate::plan::ServerPlan;
-use crate::record::{LoadFigures, TreeSample};
+use crate::plan::{Plan, ServerPlan};
+use crate::record::{DriverFigures, LoadFigures, TreeSample};
 
 /// The driver of one run.
 pub enum Driver {
@@ -21,6 +23,28 @@ pub enum Driver {
     Wait,
     /// A server under HTTP load.
     Http(HttpDriver),
+    /// A worker driven by the user's `--driver` command.
+    Worker(Box<WorkerDriver>),
+    /// A service run for `--duration`, then stopped.
+    Service(ServiceDriver),
+}
+
+/// What the driver made of a run.
+pub struct Finished {
+    pub outcome: DriverOutcome,
+    /// A server trial's load figures.
+    pub load: Option<LoadFigures>,
+    /// A worker's or service's driven phase and figures.
+    pub driver: Option<DriverFigures>,
+}
+
+/// What a driver needs besides the plan.
+pub struct DriverStart<'a> {
+    pub port: Option<u16>,
+    pub source: Option<&'a Source>,
+    /// The environment naming the run, for a `--driver` (on top of memtrial's own).
+    pub env: Vec<(String, String)>,
+    pub log_stem: &'a std::path::Path,
 }
 
 pub struct HttpDriver {
@@ -32,13 +56,37 @@ pub struct HttpDriver {
 
 impl Driver {
     /// Starts the driver for a run whose clock started at `t0`.
-    pub fn start(
-        server: Option<&ServerPlan>,
-        port: Option<u16>,
-        source: Option<&Source>,
-        t0: Instant,
-    ) -> Result<Driver, TrialError> {
-        let (Some(sp), Some(port), Some(source)) = (server, port, source) else {
+    pub fn start(plan: &Plan, s: DriverStart, t0: Instant) -> Result<Driver, TrialError> {
+        if let Some(w) = &plan.worker {
+            let bound = w.duration_ms.map(Duration::from_millis);
+            if let Some(cmd) = &w.driver {
+                let command = match s.port {
+                    Some(p) => crate::plan::substitute_quoted(cmd, p),
+                    None => cmd.clone(),
+                };
+                let d = WorkerDriver::start(
+                    DriverSetup {
+                        command: &command,
+                        env: s.env,
+                        workdir: &plan.workdir,
+                        log_stem: s.log_stem,
+                        bound,
+                        grace: plan.grace(),
+                    },
+                    t0,
+                )
+                .map_err(TrialError::Driver)?;
+                return Ok(Driver::Worker(Box::new(d)));
+            }
+            if let Some(duration) = bound {
+                return Ok(Driver::Service(ServiceDriver {
+                    t0,
+                    duration,
+                    gone_at: std::cell::Cell::new(None),
+                }));
+            }
+        }
+        let (Some(sp), Some(port), Some(source)) = (plan.server.as_ref(), s.port, s.source) else {
             return Ok(Driver::Wait);
         };
         let halt = Arc::new(AtomicBool::new(false));
@@ -62,21 +110,30 @@ impl Driver {
         match self {
             Driver::Wait => false,
             Driver::Http(d) => d.thread.is_finished(),
+            Driver::Worker(d) => d.finished(),
+            Driver::Service(d) => d.finished(),
         }
     }
 
     /// memtrial is ending the run: stop driving.
     pub fn halt(&self) {
-        if let Driver::Http(d) = self {
-            d.halt.store(true, Ordering::SeqCst);
+        match self {
+            Driver::Http(d) => d.halt.store(true, Ordering::SeqCst),
+            Driver::Worker(d) => d.halt(),
+            Driver::Wait | Driver::Service(_) => {}
         }
     }
 
     /// The workload's root has exited.
     pub fn root_gone(&self) {
-        if let Driver::Http(d) = self {
-            d.root_gone.store(true, Ordering::SeqCst);
-            d.halt.store(true, Ordering::SeqCst);
+        match self {
+            Driver::Http(d) => {
+                d.root_gone.store(true, Ordering::SeqCst);
+                d.halt.store(true, Ordering::SeqCst);
+            }
+            Driver::Worker(d) => d.root_gone(),
+            Driver::Service(d) => d.root_gone(),
+            Driver::Wait => {}
         }
     }
 
@@ -87,11 +144,34 @@ impl Driver {
         ended_by: Option<EndedBy>,
         exit: Option<ExitKind>,
         samples: &[TreeSample],
-    ) -> (DriverOutcome, Option<LoadFigures>) {
-        let d = match self {
-            Driver::Wait => return (DriverOutcome::None, None),
-            Driver::Http(d) => d,
+    ) -> Finished {
+        let worker = |(outcome, driver)| Finished {
+            outcome,
+            load: None,
+            driver,
         };
+        let (outcome, load) = match self {
+            Driver::Wait => (DriverOutcome::None, None),
+            Driver::Worker(d) => return worker(d.finish(ended_by, exit)),
+            Driver::Service(d) => return worker(d.finish(ended_by)),
+            Driver::Http(d) => d.finish(ended_by, exit, samples),
+        };
+        Finished {
+            outcome,
+            load,
+            driver: None,
+        }
+    }
+}
+
+impl HttpDriver {
+    fn finish(
+        self,
+        ended_by: Option<EndedBy>,
+        exit: Option<ExitKind>,
+        samples: &[TreeSample],
+    ) -> (DriverOutcome, Option<LoadFigures>) {
+        let d = self;
         d.root_gone.store(true, Ordering::SeqCst);
         d.halt.store(true, Ordering::SeqCst);
         let driven = d

@@ -6,6 +6,7 @@
 pub mod drive;
 pub mod server;
 pub mod status;
+pub mod worker;
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -38,6 +39,10 @@ pub enum TrialError {
     Port { source: std::io::Error },
     #[error("cannot start the load driver's thread: {0}")]
     Thread(std::io::Error),
+    #[error("cannot start the --driver command with /bin/sh: {0}")]
+    Driver(std::io::Error),
+    #[error("cannot start the --before command with /bin/sh: {0}")]
+    Before(std::io::Error),
 }
 
 /// What one trial is.
@@ -99,6 +104,12 @@ pub fn run_trial(
     let mut record = RunRecord::skeleton(&spec.variant.name, spec.block, spec.warmup, started_at);
     let mut probes = probes;
     let (launch, port) = prepare(spec, &mut record, &mut probes)?;
+    if let Some(before) = plan.worker.as_ref().and_then(|w| w.before.as_ref()) {
+        if let Some(end) = run_before(spec, before, port, stop)? {
+            (record.status, record.message) = end;
+            return Ok(record);
+        }
+    }
     let mut run = match backend.launch(launch)? {
         Launch::Started(run) => run,
         Launch::NotStarted(why) => {
@@ -111,7 +122,18 @@ pub fn run_trial(
         TreeProbe::new(run.membership()).hiding(run.spawner()),
         probes.into_iter().chain(run.probes()).collect(),
     );
-    let driver = Driver::start(plan.server.as_ref(), port, spec.load_source, t0)?;
+    let mut env = helper_env(spec, port);
+    env.push(("MEMTRIAL_PID".into(), run.pid().to_string()));
+    let driver = Driver::start(
+        plan,
+        drive::DriverStart {
+            port,
+            source: spec.load_source,
+            env,
+            log_stem: &spec.log_stem,
+        },
+        t0,
+    )?;
     let (exit, ended_by) = watch(run.as_mut(), &mut probes, &driver, plan, stop, on_sample);
     driver.root_gone();
     clear_leftovers(run.as_mut(), &mut probes, plan.grace());
@@ -139,8 +161,10 @@ pub fn run_trial(
         record.major_faults = e.usage.major_faults;
     }
     let exit_kind = exit.map(|e| e.kind);
-    let (driven, load) = driver.finish(ended_by, exit_kind, &record.samples);
-    record.load = load;
+    let done = driver.finish(ended_by, exit_kind, &record.samples);
+    record.load = done.load;
+    record.driver = done.driver;
+    let driven = done.outcome;
     let (status, message) = status::decide(&Facts {
         ended_by,
         exit: exit_kind,
@@ -151,6 +175,90 @@ pub fn run_trial(
     record.status = status;
     record.message = message;
     Ok(record)
+}
+
+/// The environment naming the run for hooks and drivers, on top of memtrial's own.
+fn helper_env(spec: &TrialSpec, port: Option<u16>) -> Vec<(String, String)> {
+    let mut env = vec![
+        ("MEMTRIAL_VARIANT".to_string(), spec.variant.name.clone()),
+        ("MEMTRIAL_RUN".to_string(), spec.seq.to_string()),
+    ];
+    if let Some(p) = port {
+        env.push(("MEMTRIAL_PORT".into(), p.to_string()));
+    }
+    env
+}
+
+/// Runs `--before` to its end. `Some` (status, message) when the run ends here: the hook
+/// failed, timed out, or memtrial was interrupted meanwhile.
+fn run_before(
+    spec: &TrialSpec,
+    command: &str,
+    port: Option<u16>,
+    stop: &AtomicBool,
+) -> Result<Option<(crate::record::RunStatus, Option<String>)>, TrialError> {
+    use crate::backend::helper;
+    use crate::record::RunStatus;
+    let plan = spec.plan;
+    let timeout = Duration::from_millis(
+        plan.worker
+            .as_ref()
+            .map_or(crate::plan::DEFAULT_BEFORE_TIMEOUT_MS, |w| {
+                w.before_timeout_ms
+            }),
+    );
+    let command = match port {
+        Some(p) => crate::plan::substitute_quoted(command, p),
+        None => command.to_string(),
+    };
+    let out_path = spec.log_stem.with_extension("before.stdout");
+    let err_path = spec.log_stem.with_extension("before.stderr");
+    let open = |p: &Path| {
+        File::create(p).map_err(|source| TrialError::Log {
+            path: p.to_path_buf(),
+            source,
+        })
+    };
+    let (exit, _took) = helper::run_to_end(
+        &command,
+        &helper_env(spec, port),
+        &plan.workdir,
+        open(&out_path)?,
+        open(&err_path)?,
+        timeout,
+        &|| stop.load(Ordering::SeqCst),
+    )
+    .map_err(TrialError::Before)?;
+    if stop.load(Ordering::SeqCst) {
+        return Ok(Some((RunStatus::Interrupted, None)));
+    }
+    let said = || {
+        let h = helper::head(&err_path, 2048);
+        if h.is_empty() {
+            "nothing on its stderr".to_string()
+        } else {
+            h
+        }
+    };
+    Ok(match exit {
+        Some(s) if s.success() => None,
+        Some(s) => Some((
+            RunStatus::Failed,
+            Some(format!(
+                "--before failed ({}): {}",
+                helper::exit_words(s),
+                said()
+            )),
+        )),
+        None => Some((
+            RunStatus::Failed,
+            Some(format!(
+                "--before did not finish within {} and was stopped: {}",
+                humantime::format_duration(timeout),
+                said()
+            )),
+        )),
+    })
 }
 
 /// A preload the loader refused is explained by its own words from the run's stderr.
@@ -180,10 +288,17 @@ fn prepare(
             source,
         })
     };
-    // A server trial gets a free port, put wherever the plan says `{port}`.
-    let port = match &plan.server {
-        Some(_) => Some(server::free_port().map_err(|source| TrialError::Port { source })?),
-        None => None,
+    // A server trial gets a free port, put wherever the plan says `{port}`; so does any
+    // run whose command, hook or driver asks for one.
+    let wants_port = plan.server.is_some()
+        || plan.worker.as_ref().is_some_and(|w| w.wants_port())
+        || plan
+            .command
+            .iter()
+            .any(|a| a.contains(crate::plan::PORT_PLACEHOLDER));
+    let port = match wants_port {
+        true => Some(server::free_port().map_err(|source| TrialError::Port { source })?),
+        false => None,
     };
     let sub = |text: &str| match port {
         Some(p) => crate::plan::substitute(text, p),

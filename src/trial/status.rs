@@ -27,6 +27,9 @@ pub enum DriverOutcome {
     Failed(String),
     /// The driver stopped because memtrial ended the run first.
     Stopped,
+    /// The driven phase ended early because the workload exited by itself (a service
+    /// before its `--duration`): the run is judged by its exit; this note goes with it.
+    Ended(String),
 }
 
 /// Everything the status depends on.
@@ -75,8 +78,12 @@ pub fn decide(f: &Facts) -> (RunStatus, Option<String>) {
     if f.driver == DriverOutcome::Done || f.ended_by == Some(EndedBy::Driver) {
         return (RunStatus::Ok, None);
     }
+    let note = match &f.driver {
+        DriverOutcome::Ended(n) => Some(n.clone()),
+        _ => None,
+    };
     match f.exit {
-        Some(ExitKind::Code(0)) => (RunStatus::Ok, None),
+        Some(ExitKind::Code(0)) => (RunStatus::Ok, note),
         Some(ExitKind::Code(c)) => (RunStatus::Failed, Some(format!("exited with code {c}"))),
         Some(ExitKind::Signal(s)) => (
             RunStatus::Failed,
@@ -133,6 +140,20 @@ mod tests {
     #[test]
     fn a_clean_exit_is_ok() {
         assert_eq!(decide(&facts()), (RunStatus::Ok, None));
+    }
+
+    #[test]
+    fn a_service_that_ended_early_is_judged_by_its_exit_with_a_note() {
+        let f = Facts {
+            driver: DriverOutcome::Ended("exited by itself".into()),
+            ..facts()
+        };
+        assert_eq!(decide(&f), (RunStatus::Ok, Some("exited by itself".into())));
+        let f = Facts {
+            exit: Some(ExitKind::Code(2)),
+            ..f
+        };
+        assert_eq!(decide(&f).0, RunStatus::Failed);
     }
 
     #[test]

@@ -15,3 +15,4 @@ mod run;
 mod sandbox;
 mod server;
 mod trust;
+mod worker;
