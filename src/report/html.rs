@@ -183,12 +183,14 @@ fn figures_section(
     columns: &[(Figure, &str)],
     has_cgroup: bool,
 ) -> Markup {
+    let driver = super::driver_columns(a);
     html! {
         h2 { "Figures" }
         div.scroll { table.figures {
             tr {
                 th.l { "variant" } th { "runs ok" } th.l { "allocator" }
                 @for (_, h) in columns { th { (h) } }
+                @for n in &driver { th { (n) } }
                 @if has_cgroup { th { "cgroup peak" } th { "OOM kills" } }
             }
             @for (i, s) in a.variants.iter().enumerate() {
@@ -200,6 +202,7 @@ fn figures_section(
                     }
                     td.l { (s.allocator_detected.as_deref().unwrap_or("—")) }
                     @for (f, _) in columns { (cell(s, *f)) }
+                    @for n in &driver { (driver_cell(s, n)) }
                     @if has_cgroup {
                         (cell(s, Figure::CgroupPeakBytes))
                         td { (s.statuses.get("oom_killed").copied().unwrap_or(0)) " of " (s.runs_total) }
@@ -215,6 +218,28 @@ fn figures_section(
         @if !problems.is_empty() {
             p.flag { "Not every run counted:" }
             ul { @for p in &problems { li { (p) } } }
+        }
+    }
+}
+
+/// A driver figure's cell: median, then the ratio to the baseline (uncoloured: whether more
+/// is better is the driver's to say).
+fn driver_cell(s: &crate::analysis::VariantSummary, name: &str) -> Markup {
+    let Some(d) = s.driver_figures.get(name) else {
+        return html! { td { "—" } };
+    };
+    let top = super::format_driver_value(d.estimate.median, d.unit.as_deref());
+    html! {
+        td {
+            (top)
+            br;
+            span.small {
+                @if s.is_baseline { "baseline" }
+                @else if let Some(r) = &d.ratio_to_baseline {
+                    (format!("{:.2}× [{:.2}, {:.2}]{}", r.value, r.ci95[0], r.ci95[1], if r.significant { "*" } else { "" }))
+                }
+                @else { "no ratio" }
+            }
         }
     }
 }

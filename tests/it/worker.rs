@@ -74,7 +74,7 @@ fn a_driver_ends_the_run_and_its_figures_are_summarised() {
     let mark = "memtrial-worker-driven-4712";
     let r = memtrial_in_tmp(&[
         "run", "--runs", "2", "--variants", "glibc,arena2", "--json", "out.json", "--markdown",
-        "out.md", "--csv", "out.csv", "--driver",
+        "out.md", "--csv", "out.csv", "--html", "out.html", "--driver",
         "sleep 0.5; echo memtrial-figure jobs 100 jobs; echo \"v=$MEMTRIAL_VARIANT pid=$MEMTRIAL_PID port={port}\"",
         "--", "sh", "-c", &format!("exec sleep 1000 # {mark}"),
     ]);
@@ -107,6 +107,11 @@ fn a_driver_ends_the_run_and_its_figures_are_summarised() {
     assert!(r.stdout().contains("jobs"), "{}", r.stdout());
     let md = std::fs::read_to_string(r.dir.path().join("out.md")).unwrap();
     assert!(md.contains("| jobs |") && md.contains("100 jobs"), "{md}");
+    let html = std::fs::read_to_string(r.dir.path().join("out.html")).unwrap();
+    assert!(
+        html.contains("<th>jobs</th>") && html.contains("100 jobs"),
+        "driver figures in the HTML figures table"
+    );
     let csv = std::fs::read_to_string(r.dir.path().join("out.csv")).unwrap();
     assert!(
         csv.lines().next().unwrap().ends_with(",driver_jobs"),
