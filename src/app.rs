@@ -180,6 +180,8 @@ fn run_input(args: &RunArgs) -> Result<PlanInput> {
             before: before.clone(),
             driver: driver.clone(),
             duration: None,
+            // Likewise `--cooldown`: with a driver and no URL it is the driver's cool-down.
+            cooldown: None,
         },
         probes: probes.clone(),
         no_probes: *no_probes,

@@ -159,6 +159,10 @@ pub struct WorkerPlan {
     /// `--duration`: without a driver, how long the service runs before it is stopped;
     /// with one, the longest the driven phase may last.
     pub duration_ms: Option<u64>,
+    /// `--cooldown` with a driver: the workload is still sampled this long after the driver
+    /// is done, then stopped (does memory come back once the queue is drained?).
+    #[serde(default)]
+    pub cooldown_ms: u64,
 }
 
 impl WorkerPlan {
@@ -341,6 +345,9 @@ pub struct WorkerInput {
     pub driver: Option<String>,
     /// A service's run time (or the driven phase's bound); `--duration` without `--url`.
     pub duration: Option<String>,
+    /// How long the workload is still sampled after the driver is done; `--cooldown`
+    /// without `--url`.
+    pub cooldown: Option<String>,
 }
 
 impl WorkerInput {
@@ -349,11 +356,13 @@ impl WorkerInput {
             before,
             driver,
             duration,
+            cooldown,
         } = self;
         WorkerInput {
             before: before.or(o.before),
             driver: driver.or(o.driver),
             duration: duration.or(o.duration),
+            cooldown: cooldown.or(o.cooldown),
         }
     }
 }
@@ -1075,6 +1084,10 @@ fn route_duration(s: &ServerInput, w: &WorkerInput) -> (ServerInput, WorkerInput
     if s.url.is_none() && w.duration.is_none() {
         w.duration = s.duration.take();
     }
+    // A driver's cool-down: `--cooldown` without `--url`.
+    if s.url.is_none() && w.cooldown.is_none() {
+        w.cooldown = s.cooldown.take();
+    }
     (s, w)
 }
 
@@ -1088,8 +1101,9 @@ fn build_worker(
         before,
         driver,
         duration,
+        cooldown,
     } = w;
-    if before.is_none() && driver.is_none() && duration.is_none() {
+    if before.is_none() && driver.is_none() && duration.is_none() && cooldown.is_none() {
         return Ok(None);
     }
     let bad = |flag: &'static str, value: &str, reason: &str| PlanError::BadValue {
@@ -1137,12 +1151,24 @@ fn build_worker(
             });
         }
     }
+    if let (Some(c), None) = (cooldown, &driver) {
+        return Err(bad(
+            "--cooldown",
+            c,
+            "is a cool-down after a server's load or a worker's --driver: give --url or --driver, or drop --cooldown",
+        ));
+    }
+    let cooldown = cooldown
+        .as_deref()
+        .map(|c| settings::duration("--cooldown", c, settings::COOLDOWN))
+        .transpose()?;
     let ms = |d: Duration| d.as_millis() as u64;
     Ok(Some(WorkerPlan {
         before,
         before_timeout_ms: timeout.map_or(DEFAULT_BEFORE_TIMEOUT_MS, ms),
         driver,
         duration_ms: duration.map(ms),
+        cooldown_ms: cooldown.map_or(0, ms),
     }))
 }
 

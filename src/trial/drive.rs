@@ -71,6 +71,7 @@ impl Driver {
                         workdir: &plan.workdir,
                         log_stem: s.log_stem,
                         bound,
+                        cooldown: Duration::from_millis(w.cooldown_ms),
                         grace: plan.grace(),
                     },
                     t0,

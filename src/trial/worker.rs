@@ -114,6 +114,9 @@ pub struct WorkerDriver {
     t0: Instant,
     started: f64,
     bound: Option<Duration>,
+    /// After the driver is done (exited 0, or `--duration` passed), the workload is still
+    /// sampled this long before it is stopped.
+    cooldown: Duration,
     ended: Cell<Option<(f64, Ending)>>,
     workload_first: Cell<bool>,
     collected: Arc<Mutex<Collected>>,
@@ -130,6 +133,7 @@ pub struct DriverSetup<'a> {
     /// `<log_stem>`: the driver writes `<log_stem>.driver.stdout` and `.driver.stderr`.
     pub log_stem: &'a std::path::Path,
     pub bound: Option<Duration>,
+    pub cooldown: Duration,
     pub grace: Duration,
 }
 
@@ -172,6 +176,7 @@ impl WorkerDriver {
             t0,
             started,
             bound: s.bound,
+            cooldown: s.cooldown,
             ended: Cell::new(None),
             workload_first: Cell::new(false),
             collected,
@@ -185,8 +190,21 @@ impl WorkerDriver {
         self.t0.elapsed().as_secs_f64()
     }
 
-    /// The driven phase is over: the driver exited, or `--duration` passed.
+    /// The run is over for the driver: it failed, or it is done (exited 0, or
+    /// `--duration` passed) and the cool-down has passed too.
     pub fn finished(&self) -> bool {
+        self.driven_over();
+        match self.ended.get() {
+            None => false,
+            Some((_, Ending::Exited(s))) if !s.success() => true,
+            Some((_, Ending::Halted)) => true,
+            Some((end, _)) => self.now() >= end + self.cooldown.as_secs_f64(),
+        }
+    }
+
+    /// Notes when the driven phase ended: the driver exited, or `--duration` passed (the
+    /// driver and its group are stopped then, so that the cool-down is the workload's own).
+    fn driven_over(&self) -> bool {
         if self.ended.get().is_some() {
             return true;
         }
@@ -199,6 +217,7 @@ impl WorkerDriver {
             .is_some_and(|b| self.now() >= self.started + b.as_secs_f64())
         {
             self.ended.set(Some((self.now(), Ending::Bound)));
+            self.helper.borrow_mut().stop(self.grace);
             return true;
         }
         false
@@ -207,7 +226,7 @@ impl WorkerDriver {
     /// memtrial is ending the run: the driver and its group go.
     pub fn halt(&self) {
         if self.ended.get().is_none() {
-            self.finished();
+            self.driven_over();
         }
         if self.ended.get().is_none() {
             self.ended.set(Some((self.now(), Ending::Halted)));
@@ -217,7 +236,7 @@ impl WorkerDriver {
 
     /// The workload's root has exited: if the driver still runs, the workload went first.
     pub fn root_gone(&self) {
-        if !self.finished() {
+        if !self.driven_over() {
             self.workload_first.set(true);
             self.ended.set(Some((self.now(), Ending::Halted)));
         }

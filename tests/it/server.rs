@@ -256,8 +256,10 @@ fn server_trial_bad_input_names_the_flag() {
             vec!["--url", "https://127.0.0.1:{port}/"],
             "https is not supported",
         ),
-        // (`--duration` alone is a service's duration now: see tests/it/worker.rs.)
-        (vec!["--cooldown", "5s"], "a server trial needs --url"),
+        // (`--duration` alone is a service's duration now, and `--cooldown` a driver's: see
+        // tests/it/worker.rs.)
+        (vec!["--ready", "/health"], "a server trial needs --url"),
+        (vec!["--cooldown", "5s"], "give --url or --driver"),
         (
             vec!["--url", "http://127.0.0.1:{port}/", "--connections", "0"],
             "--connections 0",

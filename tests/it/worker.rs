@@ -121,6 +121,52 @@ fn a_driver_ends_the_run_and_its_figures_are_summarised() {
 }
 
 #[test]
+fn after_the_driver_the_workload_cools_down_before_it_is_stopped() {
+    let mark = "memtrial-worker-cooldown-5190";
+    let r = memtrial_in_tmp(&[
+        "run",
+        "--runs",
+        "1",
+        "--variants",
+        "glibc",
+        "--json",
+        "out.json",
+        "--driver",
+        "sleep 0.5",
+        "--cooldown",
+        "1500ms",
+        "--",
+        "sh",
+        "-c",
+        &format!("exec sleep 1000 # {mark}"),
+    ]);
+    assert_eq!(r.code(), 0, "{}", r.explain());
+    let doc = r.json();
+    let run = &runs_of(&doc, "glibc")[0];
+    assert_eq!(run["status"], "ok", "{run}");
+    assert_eq!(doc["experiment"]["worker"]["cooldown_ms"], 1500);
+    let driven_end = run["driver"]["driven_end_seconds"].as_f64().unwrap();
+    let wall = run["wall_seconds"].as_f64().unwrap();
+    // Sampled through the cool-down, then stopped: the run lasts the driver plus 1.5 s.
+    assert!(
+        wall >= driven_end + 1.4 && wall < driven_end + 4.0,
+        "driven phase ended at {driven_end:.2} s, the run at {wall:.2} s"
+    );
+    let last_sample = run["samples"].as_array().unwrap().last().unwrap()["t_seconds"]
+        .as_f64()
+        .unwrap();
+    assert!(
+        last_sample >= driven_end + 1.3,
+        "{last_sample} vs {driven_end}"
+    );
+    assert!(no_process_matching(mark), "the workload outlived its run");
+    // Without a driver or a URL a cool-down means nothing: refused, naming the flag.
+    let bad = memtrial_in_tmp(&["run", "--cooldown", "1s", "--", "true"]);
+    assert_eq!(bad.code(), 2, "{}", bad.stderr());
+    assert!(bad.stderr().contains("--cooldown"), "{}", bad.stderr());
+}
+
+#[test]
 fn failing_hooks_and_drivers_fail_the_run_with_their_words() {
     let one = |extra: &[&str], cmd: &[&str]| {
         let mut args = vec![
