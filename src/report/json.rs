@@ -75,6 +75,7 @@ struct RunJson<'a> {
     mean_rss_bytes: u64,
     final_rss_bytes: u64,
     peak_pss_bytes: Option<u64>,
+    peak_uss_bytes: Option<u64>,
     peak_vsz_bytes: u64,
     threads_peak: u64,
     minor_faults: u64,
@@ -107,6 +108,8 @@ struct SampleJson {
     threads: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pss_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    uss_bytes: Option<u64>,
     processes: u32,
 }
 
@@ -131,6 +134,7 @@ fn sample(s: &TreeSample) -> SampleJson {
         vsz_bytes: s.vsz_bytes,
         threads: s.threads,
         pss_bytes: s.pss_bytes,
+        uss_bytes: s.uss_bytes,
         processes: s.processes,
     }
 }
@@ -155,6 +159,7 @@ fn run(r: &RunRecord) -> RunJson<'_> {
         mean_rss_bytes: r.mean_rss_bytes,
         final_rss_bytes: r.final_rss_bytes,
         peak_pss_bytes: r.peak_pss_bytes,
+        peak_uss_bytes: r.peak_uss_bytes,
         peak_vsz_bytes: r.peak_vsz_bytes,
         threads_peak: r.threads_peak,
         minor_faults: r.minor_faults,
