@@ -257,14 +257,21 @@ impl Verifier {
             )
         } else {
             // Several processes (a forking server's master and workers, each worker a
-            // master restarted): say how many were checked, then the first three.
+            // master restarted): say how many carry it, then the first three checks (a
+            // process checked before and after an exec is one process).
+            let processes: std::collections::HashSet<(i32, u64)> = self
+                .checked
+                .iter()
+                .filter(|(_, c)| matches!(c.check, Check::Effective(_)))
+                .map(|(k, _)| (k.0, k.1))
+                .collect();
             let n = effective.len();
             let mut detail = effective.into_iter().take(3).collect::<Vec<_>>().join("; ");
             if n > 3 {
                 detail.push_str(&format!("; and {} more processes", n - 3));
             }
-            if n > 1 {
-                detail = format!("all {n} processes checked carry it: {detail}");
+            if processes.len() > 1 {
+                detail = format!("{} processes carry it: {detail}", processes.len());
             }
             (Verification::Verified, detail, allocator)
         }
