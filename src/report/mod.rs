@@ -146,7 +146,12 @@ pub fn multi_process_legend(a: &Analysis) -> Option<String> {
         )
     };
     Some(format!(
-        "up to {} processes at once: peak RSS sums RSS over them, counting a page they share          (a forked worker's copy-on-write heap) once per process; peak PSS divides each shared          page among the processes that map it (the tree's own footprint); peak USS counts only          pages private to one process. PSS and USS are sampled from smaps_rollup within a CPU          budget, not kernel high-water marks; {which}; the trend and leak-or-fragmentation          lines use the RSS sum.",
+        "up to {} processes at once: peak RSS sums RSS over them, counting a page they share \
+(a forked worker's copy-on-write heap) once per process;\n\
+peak PSS divides each shared page among the processes that map it (the tree's own footprint); \
+peak USS counts only pages private to one process;\n\
+PSS and USS are sampled from smaps_rollup within a CPU budget, not kernel high-water marks; \
+{which}; the trend and leak-or-fragmentation lines use the RSS sum.",
         a.processes_at_once
     ))
 }
