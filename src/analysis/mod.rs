@@ -22,7 +22,10 @@ pub enum Figure {
     PeakRssBytes,
     MeanRssBytes,
     FinalRssBytes,
+    /// The highest sum of PSS over the tree: shared pages divided among their processes.
     PeakPssBytes,
+    /// The highest sum of USS over the tree: pages private to one process.
+    PeakUssBytes,
     PeakVszBytes,
     WallSeconds,
     CpuSeconds,
@@ -49,11 +52,12 @@ pub enum Figure {
 }
 
 impl Figure {
-    pub const ALL: [Figure; 24] = [
+    pub const ALL: [Figure; 25] = [
         Figure::PeakRssBytes,
         Figure::MeanRssBytes,
         Figure::FinalRssBytes,
         Figure::PeakPssBytes,
+        Figure::PeakUssBytes,
         Figure::PeakVszBytes,
         Figure::WallSeconds,
         Figure::CpuSeconds,
@@ -82,6 +86,7 @@ impl Figure {
             Figure::MeanRssBytes => "mean_rss_bytes",
             Figure::FinalRssBytes => "final_rss_bytes",
             Figure::PeakPssBytes => "peak_pss_bytes",
+            Figure::PeakUssBytes => "peak_uss_bytes",
             Figure::PeakVszBytes => "peak_vsz_bytes",
             Figure::WallSeconds => "wall_seconds",
             Figure::CpuSeconds => "cpu_seconds",
@@ -112,6 +117,7 @@ impl Figure {
                 | Figure::MeanRssBytes
                 | Figure::FinalRssBytes
                 | Figure::PeakPssBytes
+                | Figure::PeakUssBytes
                 | Figure::PeakVszBytes
                 | Figure::CgroupPeakBytes
                 | Figure::CgroupAnonPeakBytes
@@ -127,6 +133,7 @@ impl Figure {
             Figure::MeanRssBytes => r.mean_rss_bytes as f64,
             Figure::FinalRssBytes => r.final_rss_bytes as f64,
             Figure::PeakPssBytes => r.peak_pss_bytes? as f64,
+            Figure::PeakUssBytes => r.peak_uss_bytes? as f64,
             Figure::PeakVszBytes => r.peak_vsz_bytes as f64,
             Figure::WallSeconds => r.wall_seconds,
             Figure::CpuSeconds => r.cpu_user_seconds + r.cpu_sys_seconds,
@@ -447,6 +454,16 @@ pub struct Analysis {
     pub variants: Vec<VariantSummary>,
     /// A server trial (runs carry load figures).
     pub server: bool,
+    /// The most processes alive at once in any measured run: from 2 on, the RSS sum
+    /// counts shared pages once per process, and PSS/USS are reported beside it.
+    pub processes_at_once: u32,
+}
+
+impl Analysis {
+    /// Some run had several processes at once (a forking server, a pool of workers).
+    pub fn multi_process(&self) -> bool {
+        self.processes_at_once >= 2
+    }
 }
 
 fn values(runs: &[&RunRecord], f: Figure) -> Vec<f64> {
@@ -553,6 +570,13 @@ pub fn analyse(e: &Experiment) -> Analysis {
         baseline: e.plan.baseline.clone(),
         variants,
         server: e.plan.server.is_some(),
+        processes_at_once: e
+            .runs
+            .iter()
+            .filter(|r| !r.warmup)
+            .map(RunRecord::processes_at_once)
+            .max()
+            .unwrap_or(0),
     }
 }
 

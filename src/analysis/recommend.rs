@@ -6,8 +6,23 @@ use serde::Serialize;
 use super::{Analysis, Figure, Ratio, VariantSummary, MIN_RUNS_FOR_SIGNIFICANCE};
 use crate::plan::Plan;
 
-/// The memory figure a recommendation weighs.
-pub const MEMORY: Figure = Figure::PeakRssBytes;
+/// The memory figure a recommendation weighs: peak RSS; for an experiment whose runs had
+/// several processes at once, peak PSS when every counted run has it. An RSS sum counts
+/// each shared page once per process that maps it (a forking server's copy-on-write heap
+/// N times over), so between variants that share differently it compares the wrong thing;
+/// PSS divides each shared page among the processes that map it.
+pub fn memory(a: &Analysis) -> Figure {
+    let pss_everywhere = a.variants.iter().filter(|s| s.runs_ok > 0).all(|s| {
+        s.figures
+            .get(&Figure::PeakPssBytes)
+            .is_some_and(|e| e.n == s.runs_ok)
+    });
+    if a.multi_process() && pss_everywhere {
+        Figure::PeakPssBytes
+    } else {
+        Figure::PeakRssBytes
+    }
+}
 
 /// The speed figure: wall time of a batch job; p95 latency of a server (as Heroku
 /// weighed `MALLOC_ARENA_MAX`).
@@ -43,6 +58,9 @@ pub enum Verdict {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Recommendation {
     pub verdict: Verdict,
+    /// The memory figure weighed (`peak_rss_bytes`, or `peak_pss_bytes` when the runs had
+    /// several processes at once; see [`memory`]).
+    pub memory_figure: Figure,
     /// Variants not dominated on (peak RSS, wall time) among those whose runs all succeeded.
     pub pareto_front: Vec<String>,
     /// Variants left out of the weighing, and why (failures, OOM kills, not effective).
@@ -86,6 +104,8 @@ pub fn ratio_phrase(label: &str, r: &Ratio) -> String {
 pub fn label(f: Figure) -> &'static str {
     match f {
         Figure::PeakRssBytes => "peak RSS",
+        Figure::PeakPssBytes => "peak PSS",
+        Figure::PeakUssBytes => "peak USS",
         Figure::MeanRssBytes => "mean RSS",
         Figure::WallSeconds => "wall time",
         Figure::CpuSeconds => "CPU time",
@@ -164,13 +184,14 @@ fn sig(s: &VariantSummary, f: Figure) -> Option<Ratio> {
 fn pick_variant<'p>(
     pool: &'p [&'p VariantSummary],
     front: &[String],
+    memory: Figure,
     speed: Figure,
 ) -> Option<&'p &'p VariantSummary> {
     // Candidates: on the front, significantly less memory, and not significantly slower.
     let better_memory: Vec<&&VariantSummary> = pool
         .iter()
         .filter(|s| !s.is_baseline && front.contains(&s.name))
-        .filter(|s| sig(s, MEMORY).is_some_and(|r| r.value < 1.0))
+        .filter(|s| sig(s, memory).is_some_and(|r| r.value < 1.0))
         .collect();
     let not_slower: Vec<&&VariantSummary> = better_memory
         .iter()
@@ -186,17 +207,28 @@ fn pick_variant<'p>(
     shortlist
         .iter()
         .min_by(|a, b| {
-            median(a, MEMORY)
+            median(a, memory)
                 .unwrap_or(f64::MAX)
-                .total_cmp(&median(b, MEMORY).unwrap_or(f64::MAX))
+                .total_cmp(&median(b, memory).unwrap_or(f64::MAX))
         })
         .copied()
 }
 
-/// The pick's reason: its memory and speed ratios to the baseline, with run counts.
-fn pick_reason(pick: &VariantSummary, base: &VariantSummary, speed: Figure) -> String {
+/// The pick's reason: its memory and speed ratios to the baseline, with run counts; when
+/// weighed on PSS, peak RSS beside it and a word on why.
+fn pick_reason(
+    pick: &VariantSummary,
+    base: &VariantSummary,
+    memory: Figure,
+    speed: Figure,
+) -> String {
     let mut parts = Vec::new();
-    for f in [MEMORY, Figure::MeanRssBytes, speed] {
+    let second = if memory == Figure::PeakRssBytes {
+        Figure::MeanRssBytes
+    } else {
+        Figure::PeakRssBytes
+    };
+    for f in [memory, second, speed] {
         if let Some(r) = pick.ratio_to_baseline.get(&f) {
             let mut p = ratio_phrase(label(f), r);
             if !r.significant {
@@ -205,8 +237,13 @@ fn pick_reason(pick: &VariantSummary, base: &VariantSummary, speed: Figure) -> S
             parts.push(p);
         }
     }
+    let weighed = if memory == Figure::PeakPssBytes {
+        "; weighed on peak PSS, as the processes share pages (an RSS sum counts them once per process)"
+    } else {
+        ""
+    };
     format!(
-        "{} against {} over {} and {} runs",
+        "{} against {} over {} and {} runs{weighed}",
         parts.join(", "),
         base.name,
         pick.runs_ok,
@@ -219,6 +256,7 @@ fn pick_tradeoffs(
     pool: &[&VariantSummary],
     pick: &VariantSummary,
     front: &[String],
+    memory: Figure,
     speed: Figure,
 ) -> Vec<String> {
     let mut tradeoffs = Vec::new();
@@ -227,8 +265,8 @@ fn pick_tradeoffs(
         .filter(|s| s.name != pick.name && front.contains(&s.name))
     {
         let (Some(pm), Some(om), Some(pt), Some(ot)) = (
-            median(pick, MEMORY),
-            median(other, MEMORY),
+            median(pick, memory),
+            median(other, memory),
             median(pick, speed),
             median(other, speed),
         ) else {
@@ -260,14 +298,16 @@ fn pick_tradeoffs(
 pub fn recommend(a: &Analysis) -> Recommendation {
     #[allow(non_snake_case)]
     let SPEED = speed(a);
+    let memory_figure = memory(a);
     let excluded = excluded_reasons(a);
     let pool: Vec<&VariantSummary> = a.variants.iter().filter(|s| eligible(s)).collect();
-    let front = pareto_front(&pool, SPEED);
+    let front = pareto_front(&pool, memory_figure, SPEED);
     let base = pool.iter().find(|s| s.is_baseline);
     let Some(base) = base else {
         let reason = no_baseline_reason(a);
         return Recommendation {
             verdict: Verdict::NotEnoughRuns { reason },
+            memory_figure,
             pareto_front: front,
             excluded,
         };
@@ -285,40 +325,43 @@ pub fn recommend(a: &Analysis) -> Recommendation {
                     base.name
                 ),
             },
+            memory_figure,
             pareto_front: front,
             excluded,
         };
     }
-    let pick = pick_variant(&pool, &front, SPEED);
+    let pick = pick_variant(&pool, &front, memory_figure, SPEED);
     let Some(pick) = pick else {
         return Recommendation {
             verdict: Verdict::KeepBaseline {
                 reason: format!(
                     "no variant uses significantly less memory than {} ({})",
                     base.name,
-                    label(MEMORY)
+                    label(memory_figure)
                 ),
             },
+            memory_figure,
             pareto_front: front,
             excluded,
         };
     };
-    let reason = pick_reason(pick, base, SPEED);
-    let tradeoffs = pick_tradeoffs(&pool, pick, &front, SPEED);
+    let reason = pick_reason(pick, base, memory_figure, SPEED);
+    let tradeoffs = pick_tradeoffs(&pool, pick, &front, memory_figure, SPEED);
     Recommendation {
         verdict: Verdict::Pick {
             variant: pick.name.clone(),
             reason,
             tradeoffs,
         },
+        memory_figure,
         pareto_front: front,
         excluded,
     }
 }
 
 /// Names of the variants no other variant beats on both memory and speed (both: lower is better).
-pub fn pareto_front(pool: &[&VariantSummary], speed: Figure) -> Vec<String> {
-    let point = |s: &VariantSummary| Some((median(s, MEMORY)?, median(s, speed)?));
+pub fn pareto_front(pool: &[&VariantSummary], memory: Figure, speed: Figure) -> Vec<String> {
+    let point = |s: &VariantSummary| Some((median(s, memory)?, median(s, speed)?));
     pool.iter()
         .filter_map(|s| Some((s, point(s)?)))
         .filter(|(_, (m, t))| {
@@ -475,6 +518,48 @@ mod tests {
         );
     }
 
+    /// Several processes at once: the recommendation weighs peak PSS, says so, and shows
+    /// peak RSS beside it; with PSS missing from a run it falls back to peak RSS.
+    #[test]
+    fn a_multi_process_experiment_is_weighed_on_pss() {
+        let mut e = fixture::experiment();
+        for r in e.runs.iter_mut() {
+            for s in r.samples.iter_mut() {
+                s.processes = 3;
+            }
+            if r.variant == "jemalloc" {
+                // More RSS summed over the workers, but far less PSS: it shares more.
+                r.peak_rss_bytes *= 3;
+                r.peak_pss_bytes = r.peak_pss_bytes.map(|p| p / 4);
+            }
+        }
+        let a = analyse(&e);
+        assert!(a.multi_process());
+        let r = recommend(&a);
+        assert_eq!(r.memory_figure, Figure::PeakPssBytes);
+        let Verdict::Pick {
+            variant, reason, ..
+        } = &r.verdict
+        else {
+            panic!("{r:?}")
+        };
+        assert_eq!(variant, "jemalloc");
+        assert!(reason.starts_with("peak PSS -"), "{reason}");
+        assert!(reason.contains(", peak RSS +"), "{reason}");
+        assert!(reason.contains("weighed on peak PSS"), "{reason}");
+        // On RSS alone, jemalloc would not have been picked.
+        if let Some(r) = e
+            .runs
+            .iter_mut()
+            .find(|r| r.variant == "glibc" && r.counts())
+        {
+            r.peak_pss_bytes = None;
+        }
+        let r = recommend(&analyse(&e));
+        assert_eq!(r.memory_figure, Figure::PeakRssBytes);
+        assert!(!matches!(r.verdict, Verdict::Pick { .. }), "{r:?}");
+    }
+
     #[test]
     fn identical_variants_get_no_recommendation() {
         let mut e = fixture::experiment();
@@ -486,6 +571,7 @@ mod tests {
             r.cpu_sys_seconds = 0.5;
             r.final_rss_bytes = 10;
             r.peak_pss_bytes = Some(9);
+            r.peak_uss_bytes = Some(8);
             r.peak_vsz_bytes = 100;
         }
         let r = recommend(&analyse(&e));

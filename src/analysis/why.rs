@@ -334,6 +334,7 @@ mod tests {
                     vsz_bytes: 0,
                     threads: 1,
                     pss_bytes: None,
+                    uss_bytes: None,
                     processes: 1,
                 }
             })

@@ -1,7 +1,9 @@
-//! PSS of the run's processes (`smaps_rollup`), read on a thread of its own within a CPU
-//! budget and attached to the tree sample taken at the tick it arrived.
+//! PSS and USS of the run's processes (`smaps_rollup`, one read gives both), read on a
+//! thread of its own within a CPU budget and attached to the tree sample taken at the tick
+//! it arrived. Every live member is read each time, so a worker a master forks (or
+//! restarts) during the run is read from the first request after it joined the tree.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use super::{Probe, RunEnd, Tick, TickKind};
@@ -38,12 +40,22 @@ impl PssBudget {
     }
 }
 
-/// The sum of PSS over some processes, read by [`PssReader`].
+/// The sums of PSS and USS over some processes, read by [`PssReader`].
 struct PssResult {
     started: Instant,
     cost: Duration,
     /// `None` when a process's `smaps_rollup` could not be read (not when it exited).
-    pss: Option<u64>,
+    sums: Option<Sums>,
+    /// The processes whose `smaps_rollup` was read.
+    read: Vec<i32>,
+}
+
+/// PSS and USS summed over the processes read at once.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Sums {
+    pss: u64,
+    /// `Private_Clean` + `Private_Dirty`.
+    uss: u64,
 }
 
 /// Reads `smaps_rollup` on its own thread, one request at a time.
@@ -62,18 +74,26 @@ impl PssReader {
             .spawn(move || {
                 while let Ok(pids) = work.recv() {
                     let started = Instant::now();
-                    let mut sum = Some(0u64);
+                    let mut sums = Some(Sums::default());
+                    let mut read = Vec::with_capacity(pids.len());
                     for pid in pids {
                         match proc::read_smaps_rollup(pid) {
-                            Ok(r) => sum = sum.map(|x| x + r.pss),
+                            Ok(r) => {
+                                read.push(pid);
+                                sums = sums.map(|x| Sums {
+                                    pss: x.pss + r.pss,
+                                    uss: x.uss + r.uss,
+                                });
+                            }
                             Err(ProcError::Gone { .. }) => {}
-                            Err(_) => sum = None,
+                            Err(_) => sums = None,
                         }
                     }
                     let r = PssResult {
                         started,
                         cost: started.elapsed(),
-                        pss: sum,
+                        sums,
+                        read,
                     };
                     if done.send(r).is_err() {
                         return;
@@ -106,8 +126,10 @@ impl PssReader {
 pub struct PssProbe {
     budget: PssBudget,
     reader: PssReader,
-    /// Tick time (seconds) → the PSS sum that arrived then (`None`: unreadable).
-    readings: BTreeMap<u64, Option<u64>>,
+    /// Tick time (seconds) → the sums that arrived then (`None`: unreadable).
+    readings: BTreeMap<u64, Option<Sums>>,
+    /// Every process whose `smaps_rollup` was read at least once.
+    pids_read: BTreeSet<i32>,
     pub reads: u64,
     pub time: Duration,
 }
@@ -118,9 +140,17 @@ impl PssProbe {
             budget: PssBudget::new(PSS_CPU_FRACTION),
             reader: PssReader::new(),
             readings: BTreeMap::new(),
+            pids_read: BTreeSet::new(),
             reads: 0,
             time: Duration::ZERO,
         }
+    }
+}
+
+impl PssProbe {
+    /// The processes read so far (each at least once).
+    pub fn pids_read(&self) -> &BTreeSet<i32> {
+        &self.pids_read
     }
 }
 
@@ -144,7 +174,8 @@ impl Probe for PssProbe {
             self.reads += 1;
             self.time += r.cost;
             self.budget.spent(r.started, r.cost);
-            self.readings.insert(tick.t_seconds.to_bits(), r.pss);
+            self.pids_read.extend(r.read);
+            self.readings.insert(tick.t_seconds.to_bits(), r.sums);
         }
         let live: Vec<i32> = tick
             .members
@@ -158,12 +189,16 @@ impl Probe for PssProbe {
     }
 
     fn finish(self: Box<Self>, _end: &RunEnd, record: &mut RunRecord) {
+        let mut peak_uss = None;
         for s in &mut record.samples {
             if let Some(p) = self.readings.get(&s.t_seconds.to_bits()) {
-                s.pss_bytes = *p;
+                s.pss_bytes = p.map(|x| x.pss);
+                s.uss_bytes = p.map(|x| x.uss);
+                peak_uss = peak_uss.max(s.uss_bytes);
             }
         }
         record.peak_pss_bytes = record.samples.iter().filter_map(|s| s.pss_bytes).max();
+        record.peak_uss_bytes = peak_uss;
     }
 }
 
@@ -203,5 +238,94 @@ mod tests {
             record.samples
         );
         assert_eq!(record.peak_pss_bytes, record.samples[1].pss_bytes);
+        let (pss, uss) = (record.peak_pss_bytes.unwrap(), record.peak_uss_bytes);
+        assert!(
+            uss.is_some_and(|u| u > 0 && u <= pss),
+            "USS is read with PSS and never above it: {uss:?} vs {pss}"
+        );
+    }
+
+    /// A worker that the master replaces during the run (a new PID under the same
+    /// parent) is read by the PSS probe and checked by the verifier, like the first one.
+    #[test]
+    fn a_replaced_worker_is_read_and_verified() {
+        use crate::plan::Variant;
+        use crate::record::Verification;
+        // The "master": a shell that restarts its worker (sleep) whenever it dies.
+        let mut master = Command::new("sh")
+            .args(["-c", "while :; do sleep 30; done"])
+            .env("MEMTRIAL_FORK_TEST", "1")
+            .spawn()
+            .unwrap();
+        let master_pid = master.id() as i32;
+        // The master's descendants only: other tests of this binary start processes too.
+        let mut tree = TreeProbe::new(Membership::DescendantsOf(master_pid));
+        let variant = Variant {
+            name: "v".into(),
+            env: vec![("MEMTRIAL_FORK_TEST".into(), "1".into())],
+            preload: None,
+            preload_spec: None,
+            origin: crate::plan::VariantOrigin::Custom,
+        };
+        let mut verifier = crate::probe::Verifier::new(&variant);
+        let mut pss = PssProbe::new();
+        let worker = |tree: &TreeProbe| {
+            tree.members()
+                .find(|m| m.ppid == master_pid && m.comm == "sleep")
+                .map(|m| m.pid)
+        };
+        // Samples until `until` holds or 5 s pass; every probe observes each one.
+        let mut t = 0.0;
+        let mut run = |tree: &mut TreeProbe,
+                       verifier: &mut crate::probe::Verifier,
+                       pss: &mut PssProbe,
+                       until: &dyn Fn(&TreeProbe, &PssProbe) -> bool| {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            loop {
+                tree.sample(t);
+                let members: Vec<_> = tree.members().cloned().collect();
+                let tick = Tick {
+                    t_seconds: t,
+                    kind: TickKind::Sample,
+                    members: &members,
+                };
+                verifier.observe(&tick);
+                pss.budget = PssBudget::new(1.0);
+                pss.observe(&tick);
+                t += 0.05;
+                if until(tree, pss) || Instant::now() > deadline {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        };
+        run(&mut tree, &mut verifier, &mut pss, &|tr, p| {
+            worker(tr).is_some_and(|w| p.pids_read().contains(&w))
+        });
+        let first = worker(&tree);
+        if let Some(w) = first {
+            let _ = Command::new("kill").arg(w.to_string()).status();
+        }
+        run(&mut tree, &mut verifier, &mut pss, &|tr, p| {
+            worker(tr).is_some_and(|w| Some(w) != first && p.pids_read().contains(&w))
+        });
+        let second = worker(&tree);
+        let _ = master.kill();
+        let _ = master.wait();
+        if let Some(w) = second {
+            let _ = Command::new("kill").arg(w.to_string()).status();
+        }
+        let (first, second) = (first.expect("a first worker"), second.expect("a worker"));
+        assert_ne!(first, second, "the worker was replaced");
+        assert!(pss.pids_read().contains(&first), "{:?}", pss.pids_read());
+        assert!(pss.pids_read().contains(&second), "{:?}", pss.pids_read());
+        let checked = verifier.checked_pids();
+        assert!(
+            checked.contains(&(first, true)) && checked.contains(&(second, true)),
+            "both workers verified: {checked:?}"
+        );
+        let (v, detail, _) = verifier.finish();
+        assert_eq!(v, Verification::Verified, "{detail}");
+        assert!(detail.starts_with("2 processes carry it: "), "{detail}");
     }
 }

@@ -145,6 +145,7 @@ impl TreeProbe {
             vsz_bytes: 0,
             threads: 0,
             pss_bytes: None,
+            uss_bytes: None,
             processes: 0,
         };
         for m in self.members.values() {
@@ -425,6 +426,7 @@ mod tests {
             vsz_bytes: 0,
             threads: 1,
             pss_bytes: None,
+            uss_bytes: None,
             processes: 1,
         }
     }

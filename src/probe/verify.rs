@@ -197,6 +197,19 @@ impl Verifier {
         Ok((Check::Effective(reasons_ok.join(", ")), allocator))
     }
 
+    /// Every process checked so far (each exec of it counts once): its PID and whether
+    /// it carried the variant (`false`: not effective or not decided yet).
+    pub fn checked_pids(&self) -> Vec<(i32, bool)> {
+        let mut v: Vec<(i32, bool)> = self
+            .checked
+            .iter()
+            .map(|(k, c)| (k.0, matches!(c.check, Check::Effective(_))))
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
     /// The verdict over every process checked, with a detail line, and the
     /// allocator of the process with the largest RSS.
     pub fn finish(&self) -> (Verification, String, String) {
@@ -243,10 +256,22 @@ impl Verifier {
                 allocator,
             )
         } else {
+            // Several processes (a forking server's master and workers, each worker a
+            // master restarted): say how many carry it, then the first three checks (a
+            // process checked before and after an exec is one process).
+            let processes: std::collections::HashSet<(i32, u64)> = self
+                .checked
+                .iter()
+                .filter(|(_, c)| matches!(c.check, Check::Effective(_)))
+                .map(|(k, _)| (k.0, k.1))
+                .collect();
             let n = effective.len();
             let mut detail = effective.into_iter().take(3).collect::<Vec<_>>().join("; ");
             if n > 3 {
                 detail.push_str(&format!("; and {} more processes", n - 3));
+            }
+            if processes.len() > 1 {
+                detail = format!("{} processes carry it: {detail}", processes.len());
             }
             (Verification::Verified, detail, allocator)
         }

@@ -28,6 +28,9 @@ pub struct TreeSample {
     pub threads: u64,
     /// Summed PSS, where it was read at this sample (see [`PssBudget`]).
     pub pss_bytes: Option<u64>,
+    /// Summed USS (`Private_Clean` + `Private_Dirty`), read with PSS.
+    #[serde(default)]
+    pub uss_bytes: Option<u64>,
     pub processes: u32,
 }
 
@@ -161,7 +164,13 @@ pub struct RunRecord {
     pub peak_rss_source: PeakSource,
     pub mean_rss_bytes: u64,
     pub final_rss_bytes: u64,
+    /// The highest PSS sum over the tree (shared pages divided among the processes that
+    /// map them), among the samples at which PSS was read.
     pub peak_pss_bytes: Option<u64>,
+    /// The highest USS sum over the tree (`Private_Clean` + `Private_Dirty`: pages no other
+    /// process maps), read with PSS.
+    #[serde(default)]
+    pub peak_uss_bytes: Option<u64>,
     pub peak_vsz_bytes: u64,
     pub threads_peak: u64,
     pub minor_faults: u64,
@@ -242,6 +251,7 @@ impl RunRecord {
             mean_rss_bytes: 0,
             final_rss_bytes: 0,
             peak_pss_bytes: None,
+            peak_uss_bytes: None,
             peak_vsz_bytes: 0,
             threads_peak: 0,
             minor_faults: 0,
@@ -264,6 +274,11 @@ impl RunRecord {
     /// The figures of this run count in the statistics.
     pub fn counts(&self) -> bool {
         !self.warmup && self.status == RunStatus::Ok
+    }
+
+    /// The most processes the run had alive at one sample.
+    pub fn processes_at_once(&self) -> u32 {
+        self.samples.iter().map(|s| s.processes).max().unwrap_or(0)
     }
 }
 

@@ -4,7 +4,7 @@ use super::{ExportError, Exporter, Report};
 use crate::record::Experiment;
 
 /// The column names, in order.
-pub const COLUMNS: [&str; 32] = [
+pub const COLUMNS: [&str; 33] = [
     "experiment_id",
     "variant",
     "block",
@@ -37,6 +37,7 @@ pub const COLUMNS: [&str; 32] = [
     "held_over_live",
     "why",
     "why_detail",
+    "peak_uss_bytes",
 ];
 
 /// `--csv`: one row per run.
@@ -130,6 +131,7 @@ fn runs_csv(e: &Experiment) -> Result<Vec<u8>, csv::Error> {
                 .map(|v| format!("{v:.4}"))),
             why.name().to_string(),
             why.sentence(),
+            opt(r.peak_uss_bytes.map(|v| v.to_string())),
         ];
         w.write_record(fixed.into_iter().chain(driver))?;
     }
@@ -156,6 +158,7 @@ fn samples_csv(e: &Experiment) -> Result<Vec<u8>, csv::Error> {
         "pss_bytes",
         "threads",
         "processes",
+        "uss_bytes",
     ])?;
     for (i, r) in e.runs.iter().enumerate() {
         let run = e.seqs.get(i).copied().unwrap_or(i as u32).to_string();
@@ -171,6 +174,7 @@ fn samples_csv(e: &Experiment) -> Result<Vec<u8>, csv::Error> {
                 s.pss_bytes.map(|v| v.to_string()).unwrap_or_default(),
                 s.threads.to_string(),
                 s.processes.to_string(),
+                s.uss_bytes.map(|v| v.to_string()).unwrap_or_default(),
             ])?;
         }
     }

@@ -92,6 +92,7 @@ fn run(variant: &str, block: u32, peak_mib: f64, wall: f64, status: RunStatus) -
                 vsz_bytes: peak * 3,
                 threads: 17,
                 pss_bytes: (i % 10 == 0).then_some(rss - 4096),
+                uss_bytes: None,
                 processes: 1,
             }
         })
@@ -112,6 +113,7 @@ fn run(variant: &str, block: u32, peak_mib: f64, wall: f64, status: RunStatus) -
         mean_rss_bytes: peak * 3 / 5,
         final_rss_bytes: peak,
         peak_pss_bytes: Some(peak - 4096),
+        peak_uss_bytes: Some(peak - 8192),
         peak_vsz_bytes: peak * 3,
         threads_peak: 17,
         minor_faults: 1000 + block as u64,

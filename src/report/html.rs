@@ -71,7 +71,7 @@ fn verdict_block(rec: &Recommendation, speed: Figure) -> Markup {
             ul { @for t in tradeoffs(rec) { li { (t) } } }
         }
         p.small {
-            "Pareto front (peak RSS vs " (crate::analysis::recommend::label(speed)) ", variants whose runs all succeeded): "
+            "Pareto front (" (crate::analysis::recommend::label(rec.memory_figure)) " vs " (crate::analysis::recommend::label(speed)) ", variants whose runs all succeeded): "
             @if rec.pareto_front.is_empty() { "none" } @else { (rec.pareto_front.join(", ")) }
             @if !rec.excluded.is_empty() {
                 br; "Left out: " (rec.excluded.join("; "))
@@ -213,6 +213,9 @@ fn figures_section(
         p.small {
             "Median over the runs that finished ok, its 95% bootstrap interval, and the ratio to the baseline's median with its 95% interval. "
             "* = significant: the interval excludes 1 and both sides have at least 3 ok runs."
+        }
+        @if let Some(legend) = super::multi_process_legend(a) {
+            p.small { (legend) }
         }
         @let problems = super::table::problem_lines(e, a);
         @if !problems.is_empty() {
@@ -384,7 +387,7 @@ fn runs_table(e: &Experiment) -> Markup {
     html! {
         h3 { "Runs" }
         table {
-            tr { th { "#" } th.l { "variant" } th.l { "status" } th { "wall" } th { "CPU" } th { "peak RSS" } th.l { "source" } th { "mean RSS" } th { "peak PSS" } th { "threads" } th.l { "allocator" } }
+            tr { th { "#" } th.l { "variant" } th.l { "status" } th { "wall" } th { "CPU" } th { "peak RSS" } th.l { "source" } th { "mean RSS" } th { "peak PSS" } th { "peak USS" } th { "threads" } th.l { "allocator" } }
             @for (i, r) in e.runs.iter().enumerate() {
                 tr {
                     td { (e.seqs.get(i).copied().unwrap_or(i as u32) + 1) }
@@ -399,6 +402,7 @@ fn runs_table(e: &Experiment) -> Markup {
                     td.l { (r.peak_rss_source.as_str()) }
                     td { (format_bytes(r.mean_rss_bytes as f64)) }
                     td { @if let Some(p) = r.peak_pss_bytes { (format_bytes(p as f64)) } @else { "—" } }
+                    td { @if let Some(p) = r.peak_uss_bytes { (format_bytes(p as f64)) } @else { "—" } }
                     td { (r.threads_peak) }
                     td.l { (r.allocator_detected) }
                 }

@@ -77,6 +77,7 @@ struct RunJson<'a> {
     mean_rss_bytes: u64,
     final_rss_bytes: u64,
     peak_pss_bytes: Option<u64>,
+    peak_uss_bytes: Option<u64>,
     peak_vsz_bytes: u64,
     threads_peak: u64,
     minor_faults: u64,
@@ -112,6 +113,8 @@ struct SampleJson {
     threads: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pss_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    uss_bytes: Option<u64>,
     processes: u32,
 }
 
@@ -139,6 +142,7 @@ fn sample(s: &TreeSample) -> SampleJson {
         vsz_bytes: s.vsz_bytes,
         threads: s.threads,
         pss_bytes: s.pss_bytes,
+        uss_bytes: s.uss_bytes,
         processes: s.processes,
     }
 }
@@ -163,6 +167,7 @@ fn run(r: &RunRecord) -> RunJson<'_> {
         mean_rss_bytes: r.mean_rss_bytes,
         final_rss_bytes: r.final_rss_bytes,
         peak_pss_bytes: r.peak_pss_bytes,
+        peak_uss_bytes: r.peak_uss_bytes,
         peak_vsz_bytes: r.peak_vsz_bytes,
         threads_peak: r.threads_peak,
         minor_faults: r.minor_faults,

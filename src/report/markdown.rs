@@ -99,6 +99,9 @@ pub fn render(e: &Experiment, a: &Analysis, rec: &Recommendation) -> String {
         "\nMedians of {} run(s) per variant; ratio to {} with 95% bootstrap intervals; **bold** = significant.\n",
         e.plan.runs, a.baseline
     ));
+    if let Some(legend) = super::multi_process_legend(a) {
+        out.push_str(&format!("\n{}\n", md(&legend)));
+    }
     let trends = super::table::why_lines(e, a);
     if !trends.is_empty() {
         out.push_str(&format!("\n{}:\n", md(super::table::WHY_HEADING)));

@@ -95,10 +95,16 @@ impl ExportType {
 /// The figures shown as columns: memory, then time for a batch job, throughput and
 /// latency for a server.
 pub fn columns(a: &Analysis) -> Vec<(Figure, &'static str)> {
-    let mut c = vec![
-        (Figure::PeakRssBytes, "peak RSS"),
-        (Figure::MeanRssBytes, "mean RSS"),
-    ];
+    let mut c = vec![(Figure::PeakRssBytes, "peak RSS")];
+    // Several processes at once: the RSS sum counts shared pages once per process; PSS
+    // and USS beside it (see [`multi_process_legend`]).
+    if a.multi_process() {
+        c.extend([
+            (Figure::PeakPssBytes, "peak PSS"),
+            (Figure::PeakUssBytes, "peak USS"),
+        ]);
+    }
+    c.push((Figure::MeanRssBytes, "mean RSS"));
     if a.server {
         c.extend([
             (Figure::ThroughputRps, "throughput"),
@@ -146,6 +152,33 @@ pub fn format_driver_value(v: f64, unit: Option<&str>) -> String {
         Some(u) => format!("{n} {u}"),
         None => n,
     }
+}
+
+/// The legend of the PSS and USS columns, when the runs had several processes at once:
+/// what an RSS sum counts, what PSS and USS count, and which figure the recommendation
+/// weighs. `None` for a single process (its report is unchanged).
+pub fn multi_process_legend(a: &Analysis) -> Option<String> {
+    if !a.multi_process() {
+        return None;
+    }
+    let weighed = crate::analysis::recommend::memory(a);
+    let which = if weighed == Figure::PeakPssBytes {
+        "the recommendation weighs peak PSS".to_string()
+    } else {
+        format!(
+            "the recommendation weighs {} (PSS was not read in every ok run)",
+            crate::analysis::recommend::label(weighed)
+        )
+    };
+    Some(format!(
+        "up to {} processes at once: peak RSS sums RSS over them, counting a page they share \
+(a forked worker's copy-on-write heap) once per process;\n\
+peak PSS divides each shared page among the processes that map it (the tree's own footprint); \
+peak USS counts only pages private to one process;\n\
+PSS and USS are sampled from smaps_rollup within a CPU budget, not kernel high-water marks; \
+{which}; the trend and leak-or-fragmentation lines use the RSS sum.",
+        a.processes_at_once
+    ))
 }
 
 /// A figure's value in its unit.
@@ -251,6 +284,51 @@ mod snapshots {
         assert_eq!(text(ExportType::SamplesCsv), csv::render_samples(&e));
         assert_eq!(text(ExportType::Markdown), markdown::render(&e, &a, &rec));
         assert_eq!(text(ExportType::Html), html::render(&e, &a, &rec));
+    }
+
+    /// Several processes at once: peak PSS and USS beside peak RSS in the table,
+    /// Markdown and HTML, with the legend saying what each counts and which is weighed;
+    /// a single process keeps its columns (the snapshots above).
+    #[test]
+    fn multi_process_reports_show_pss_and_uss_beside_rss() {
+        let mut e = fixture::experiment();
+        assert!(!analyse(&e).multi_process());
+        assert!(!columns(&analyse(&e))
+            .iter()
+            .any(|(f, _)| *f == Figure::PeakPssBytes));
+        for r in e.runs.iter_mut() {
+            for s in r.samples.iter_mut() {
+                s.processes = 3;
+            }
+        }
+        let a = analyse(&e);
+        let rec = crate::analysis::recommend::recommend(&a);
+        let heads: Vec<&str> = columns(&a).iter().map(|(_, h)| *h).collect();
+        assert_eq!(heads[..4], ["peak RSS", "peak PSS", "peak USS", "mean RSS"]);
+        let legend = multi_process_legend(&a).unwrap();
+        assert!(legend.contains("up to 3 processes at once"), "{legend}");
+        assert!(legend.contains("once per process"), "{legend}");
+        assert!(
+            legend.contains("the recommendation weighs peak PSS"),
+            "{legend}"
+        );
+        let table = table::render(&e, &a, false);
+        assert!(
+            table.contains("peak PSS") && table.contains("peak USS"),
+            "{table}"
+        );
+        assert!(table.contains("once per process"), "{table}");
+        let md = markdown::render(&e, &a, &rec);
+        assert!(md.contains("| peak RSS | peak PSS | peak USS |"), "{md}");
+        assert!(md.contains("once per process"), "{md}");
+        let html = html::render(&e, &a, &rec);
+        assert!(html.contains("<th>peak USS</th>"), "a figures column");
+        assert!(html.contains("once per process"));
+        assert!(html.contains("Pareto front (peak PSS vs"));
+        let v: serde_json::Value = serde_json::from_str(&json::render(&e, &a)).unwrap();
+        let summary = &v["variants"][0]["summary"];
+        assert!(summary["peak_pss_bytes"]["median"].is_number(), "{summary}");
+        assert!(summary["peak_uss_bytes"]["median"].is_number(), "{summary}");
     }
 
     #[test]

@@ -127,6 +127,10 @@ pub fn render(e: &Experiment, a: &Analysis, color: bool) -> String {
          * = significant (the interval excludes 1, at least 3 ok runs on both sides).\n\
          peak RSS: a kernel high-water mark (wait4 ru_maxrss or VmHWM); for several processes at once, the sampled tree sum if larger.\n",
     );
+    if let Some(legend) = super::multi_process_legend(a) {
+        out.push_str(&legend);
+        out.push('\n');
+    }
     let trends = why_lines(e, a);
     if !trends.is_empty() {
         out.push_str(&format!("\n{WHY_HEADING}:\n"));

@@ -13,7 +13,7 @@ use crate::record::{
 };
 
 /// The schema version this build writes (SQLite `user_version`).
-pub const SCHEMA_VERSION: i64 = 5;
+pub const SCHEMA_VERSION: i64 = 6;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -101,7 +101,8 @@ CREATE TABLE runs (
     cgroup_json TEXT,
     load_json TEXT,
     inside_json TEXT,
-    driver_json TEXT
+    driver_json TEXT,
+    peak_uss_bytes INTEGER
 );
 CREATE INDEX runs_by_experiment ON runs(experiment_id, seq);
 CREATE TABLE samples (
@@ -111,7 +112,8 @@ CREATE TABLE samples (
     vsz_bytes INTEGER NOT NULL,
     threads INTEGER NOT NULL,
     pss_bytes INTEGER,
-    processes INTEGER NOT NULL
+    processes INTEGER NOT NULL,
+    uss_bytes INTEGER
 );
 CREATE INDEX samples_by_run ON samples(run_id);
 CREATE TABLE events (
@@ -230,7 +232,8 @@ impl Store {
         } else {
             // v2: the kernel's cgroup figures per run; v3: a server trial's load figures;
             // v4: the inside view (allocator and runtime probes); v5: a worker's driven
-            // phase and its driver's figures.
+            // phase and its driver's figures; v6: the tree's peak USS (a column of its own
+            // beside peak_pss_bytes: a figure, not a probe's view).
             let mut steps = String::from("BEGIN;");
             if version < 2 {
                 steps.push_str(" ALTER TABLE runs ADD COLUMN cgroup_json TEXT;");
@@ -243,6 +246,10 @@ impl Store {
             }
             if version < 5 {
                 steps.push_str(" ALTER TABLE runs ADD COLUMN driver_json TEXT;");
+            }
+            if version < 6 {
+                steps.push_str(" ALTER TABLE runs ADD COLUMN peak_uss_bytes INTEGER;");
+                steps.push_str(" ALTER TABLE samples ADD COLUMN uss_bytes INTEGER;");
             }
             steps.push_str(&format!(" PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"));
             if version < SCHEMA_VERSION {
@@ -306,9 +313,9 @@ impl Store {
                 mean_rss_bytes, final_rss_bytes, peak_pss_bytes, peak_vsz_bytes, threads_peak,
                 minor_faults, major_faults, processes_seen, allocator_detected, verification,
                 verification_detail, message, stdout_path, stderr_path, cgroup_json, load_json, inside_json,
-                driver_json)
+                driver_json, peak_uss_bytes)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18,
-                ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32)",
+                ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33)",
             params![
                 experiment,
                 seq,
@@ -344,6 +351,7 @@ impl Store {
                     .then(|| serde_json::to_string(&r.inside).ok())
                     .flatten(),
                 r.driver.as_ref().and_then(|d| serde_json::to_string(d).ok()),
+                r.peak_uss_bytes.map(|v| v as i64),
             ],
         )
         .map_err(err)?;
@@ -351,8 +359,8 @@ impl Store {
         {
             let mut stmt = tx
                 .prepare(
-                    "INSERT INTO samples (run_id, t_seconds, rss_bytes, vsz_bytes, threads, pss_bytes, processes)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                    "INSERT INTO samples (run_id, t_seconds, rss_bytes, vsz_bytes, threads, pss_bytes, processes, uss_bytes)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
                 )
                 .map_err(err)?;
             for s in &r.samples {
@@ -363,7 +371,8 @@ impl Store {
                     s.vsz_bytes as i64,
                     s.threads as i64,
                     s.pss_bytes.map(|v| v as i64),
-                    s.processes
+                    s.processes,
+                    s.uss_bytes.map(|v| v as i64)
                 ])
                 .map_err(err)?;
             }
@@ -531,6 +540,10 @@ impl Store {
                 Some(_) => Some(self.unsigned(r, "peak_pss_bytes")?),
                 None => None,
             },
+            peak_uss_bytes: match self.get::<Option<i64>>(r, "peak_uss_bytes")? {
+                Some(_) => Some(self.unsigned(r, "peak_uss_bytes")?),
+                None => None,
+            },
             peak_vsz_bytes: self.unsigned(r, "peak_vsz_bytes")?,
             threads_peak: self.unsigned(r, "threads_peak")?,
             minor_faults: self.unsigned(r, "minor_faults")?,
@@ -560,6 +573,10 @@ impl Store {
             threads: self.unsigned(r, "threads")?,
             pss_bytes: match self.get::<Option<i64>>(r, "pss_bytes")? {
                 Some(_) => Some(self.unsigned(r, "pss_bytes")?),
+                None => None,
+            },
+            uss_bytes: match self.get::<Option<i64>>(r, "uss_bytes")? {
+                Some(_) => Some(self.unsigned(r, "uss_bytes")?),
                 None => None,
             },
             processes: self.get(r, "processes")?,
@@ -601,7 +618,7 @@ impl Store {
                     mean_rss_bytes, final_rss_bytes, peak_pss_bytes, peak_vsz_bytes, threads_peak,
                     minor_faults, major_faults, processes_seen, allocator_detected, verification,
                     verification_detail, message, stdout_path, stderr_path, cgroup_json, load_json, inside_json,
-                    driver_json
+                    driver_json, peak_uss_bytes
                  FROM runs WHERE experiment_id = ?1 ORDER BY seq, id",
             )
             .map_err(|e| self.err(e))?;
@@ -618,7 +635,7 @@ impl Store {
         let mut sstmt = self
             .conn
             .prepare(
-                "SELECT t_seconds, rss_bytes, vsz_bytes, threads, pss_bytes, processes
+                "SELECT t_seconds, rss_bytes, vsz_bytes, threads, pss_bytes, processes, uss_bytes
                  FROM samples WHERE run_id = ?1 ORDER BY t_seconds, rowid",
             )
             .map_err(|e| self.err(e))?;
@@ -699,6 +716,7 @@ mod tests {
             mean_rss_bytes: 1 << 29,
             final_rss_bytes: 1 << 28,
             peak_pss_bytes: Some(1 << 29),
+            peak_uss_bytes: Some(1 << 28),
             peak_vsz_bytes: 1 << 32,
             threads_peak: 20,
             minor_faults: 1000,
@@ -738,6 +756,7 @@ mod tests {
                     vsz_bytes: 200,
                     threads: 1,
                     pss_bytes: Some(90),
+                    uss_bytes: Some(80),
                     processes: 1,
                 },
                 TreeSample {
@@ -746,6 +765,7 @@ mod tests {
                     vsz_bytes: 300,
                     threads: 20,
                     pss_bytes: None,
+                    uss_bytes: None,
                     processes: 1,
                 },
             ],
@@ -800,13 +820,73 @@ mod tests {
         {
             let c = Connection::open(&path).unwrap();
             let v1 = SCHEMA.replace(
-                ",\n    cgroup_json TEXT,\n    load_json TEXT,\n    inside_json TEXT,\n    driver_json TEXT",
+                ",\n    cgroup_json TEXT,\n    load_json TEXT,\n    inside_json TEXT,\n    driver_json TEXT,\n    peak_uss_bytes INTEGER",
                 "",
-            );
+            )
+            .replace(",\n    uss_bytes INTEGER", "");
+            assert_ne!(v1, SCHEMA);
             c.execute_batch(&format!("{v1} PRAGMA user_version = 1;"))
                 .unwrap();
         }
         let mut s = Store::open(&path).unwrap();
+        let id = s
+            .create_experiment(&plan(), &HostInfo::detect(), 1)
+            .unwrap();
+        s.add_run(id, 0, &run()).unwrap();
+        assert_eq!(s.load(id).unwrap().runs, vec![run()]);
+    }
+
+    /// A v4 database (before driver figures and peak USS) gains the columns; its runs read
+    /// back without them.
+    #[test]
+    fn v4_database_is_migrated() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("v4.db");
+        {
+            let c = Connection::open(&path).unwrap();
+            let v4 = SCHEMA
+                .replace(",\n    peak_uss_bytes INTEGER", "")
+                .replace(",\n    driver_json TEXT", "")
+                .replace(",\n    uss_bytes INTEGER", "");
+            assert_ne!(v4, SCHEMA);
+            c.execute_batch(&format!("{v4} PRAGMA user_version = 4;"))
+                .unwrap();
+        }
+        let old_id;
+        {
+            // A run written by a v4 build: no peak_uss_bytes column.
+            let c = Connection::open(&path).unwrap();
+            c.execute(
+                "INSERT INTO experiments (created_at, status, command_json, plan_json, host_json, runs_planned)
+                 VALUES ('2026-01-01T00:00:00Z', 'complete', '[]', ?1, ?2, 1)",
+                params![
+                    serde_json::to_string(&plan()).unwrap(),
+                    serde_json::to_string(&HostInfo::detect()).unwrap()
+                ],
+            )
+            .unwrap();
+            old_id = c.last_insert_rowid();
+            c.execute(
+                "INSERT INTO runs (experiment_id, seq, variant, block, warmup, started_at, status,
+                    wall_seconds, cpu_user_seconds, cpu_sys_seconds, peak_rss_bytes, peak_rss_source,
+                    mean_rss_bytes, final_rss_bytes, peak_pss_bytes, peak_vsz_bytes, threads_peak,
+                    minor_faults, major_faults, processes_seen, allocator_detected, verification,
+                    verification_detail, stdout_path, stderr_path)
+                 VALUES (?1, 0, 'glibc', 0, 0, 'now', 'ok', 1.0, 0.5, 0.1, 100, 'wait4_maxrss',
+                    50, 40, 90, 200, 1, 0, 0, 1, 'glibc', 'nothing_to_verify', '', '', '')",
+                [old_id],
+            )
+            .unwrap();
+        }
+        let mut s = Store::open(&path).unwrap();
+        let version: i64 = s
+            .conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(version, SCHEMA_VERSION);
+        let old = s.load(old_id).unwrap();
+        assert_eq!(old.runs[0].peak_pss_bytes, Some(90));
+        assert_eq!(old.runs[0].peak_uss_bytes, None);
         let id = s
             .create_experiment(&plan(), &HostInfo::detect(), 1)
             .unwrap();

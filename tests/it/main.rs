@@ -3,6 +3,7 @@
 
 mod bad_input;
 mod common;
+mod forking;
 mod inside;
 mod inspect;
 mod jvm_probe;

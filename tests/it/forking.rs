@@ -1,0 +1,179 @@
+//! Forking servers (issue 11): several processes at once, measured without counting shared
+//! pages once per process. Every worker verified; PSS and USS summed over the tree.
+
+use std::path::Path;
+
+use crate::common::*;
+
+/// Every measured run of every variant (warm-ups left out).
+fn runs<'a>(doc: &'a serde_json::Value, variant: &str) -> Vec<&'a serde_json::Value> {
+    crate::common::variant(doc, variant)["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["warmup"] == false)
+        .collect()
+}
+
+/// The most processes alive at one sample of a run.
+fn processes_at_once(run: &serde_json::Value) -> u64 {
+    run["samples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|s| s["processes"].as_u64())
+        .max()
+        .unwrap_or(0)
+}
+
+/// A parent and three children share 64 MiB copy-on-write for 5 s: the RSS sum counts it four
+/// times, PSS once (each process holds a quarter), USS is only the private pages.
+#[test]
+fn shared_copy_on_write_pages_count_once_in_pss() {
+    if !need_c_compiler() {
+        return;
+    }
+    let cow = fixture("cow");
+    let r = memtrial_in_tmp(&[
+        "run",
+        "--runs",
+        "1",
+        "--variants",
+        "glibc",
+        "--json",
+        "out.json",
+        "--",
+        cow.to_str().unwrap(),
+        "64",
+        "3",
+        "5",
+    ]);
+    assert_eq!(r.code(), 0, "{}", r.explain());
+    let doc = r.json();
+    let run = first_run(&doc, "glibc");
+    assert_eq!(run["status"], "ok", "{run}");
+    assert_eq!(processes_at_once(run), 4, "{run}");
+    let mib = |v: &serde_json::Value| v.as_u64().unwrap() as f64 / (1 << 20) as f64;
+    // The sample at which PSS peaked (PSS is read within a CPU budget: a few reads per
+    // run, each attached to the sample at which it arrived): all four alive, PSS ≈ the
+    // RSS sum / 4, USS only the private pages.
+    let samples = run["samples"].as_array().unwrap();
+    let at_peak = samples
+        .iter()
+        .filter(|s| s["pss_bytes"].is_u64())
+        .max_by_key(|s| s["pss_bytes"].as_u64())
+        .expect("PSS was read");
+    assert_eq!(at_peak["processes"], 4, "{at_peak}");
+    let (rss, pss, uss) = (
+        mib(&at_peak["rss_bytes"]),
+        mib(&at_peak["pss_bytes"]),
+        mib(&at_peak["uss_bytes"]),
+    );
+    assert!(
+        rss > 4.0 * 64.0,
+        "the RSS sum counts the region 4 times: {rss}"
+    );
+    let quarter = rss / 4.0;
+    assert!(
+        pss > 0.9 * quarter && pss < 1.25 * quarter,
+        "PSS {pss:.1} MiB ≈ RSS sum / 4 = {quarter:.1} MiB"
+    );
+    assert!(uss < 16.0, "USS is the private pages only: {uss:.1} MiB");
+    // The peaks: PSS is the region once; USS peaks before the fork, when the parent
+    // alone held the region privately.
+    let (pss, uss) = (mib(&run["peak_pss_bytes"]), mib(&run["peak_uss_bytes"]));
+    assert!((64.0..80.0).contains(&pss), "peak PSS {pss:.1} MiB");
+    assert!(uss <= pss, "peak USS {uss:.1} MiB, at most peak PSS");
+    let summary = &variant(&doc, "glibc")["summary"];
+    assert!(summary["peak_pss_bytes"]["median"].is_number(), "{summary}");
+    assert!(summary["peak_uss_bytes"]["median"].is_number(), "{summary}");
+    // The table shows both beside peak RSS, with the legend.
+    let table = r.stdout() + &r.stderr();
+    assert!(
+        table.contains("peak PSS") && table.contains("peak USS"),
+        "{table}"
+    );
+    assert!(table.contains("once per process"), "{table}");
+}
+
+/// puma in cluster mode (a master and two workers) under glibc and jemalloc: every
+/// process carries the variant, the PSS sum is below the RSS sum, figures reported.
+#[test]
+fn puma_cluster_mode_every_worker_verified_pss_below_rss() {
+    if !(need_program("puma", "puma ruby-rack") && need_allocators(&["jemalloc"])) {
+        return;
+    }
+    let app = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/servers/forking.ru");
+    let r = memtrial_in_tmp(&[
+        "run",
+        "--runs",
+        "1",
+        "--variants",
+        "glibc,jemalloc",
+        "--json",
+        "out.json",
+        "--url",
+        "http://127.0.0.1:{port}/",
+        "--duration",
+        "2s",
+        "--cooldown",
+        "500ms",
+        "--connections",
+        "4",
+        "--ready-timeout",
+        "30s",
+        "--",
+        "puma",
+        "-w",
+        "2",
+        "-t",
+        "2:2",
+        "-b",
+        "tcp://127.0.0.1:{port}",
+        app.to_str().unwrap(),
+    ]);
+    assert_eq!(r.code(), 0, "{}", r.explain());
+    let doc = r.json();
+    for v in ["glibc", "jemalloc"] {
+        for run in runs(&doc, v) {
+            assert_eq!(run["status"], "ok", "{v}: {run}");
+            assert_eq!(run["verified"], true, "{v}: {}", run["verification_detail"]);
+            assert!(run["requests"].as_u64().unwrap() > 10, "{v}: {run}");
+            assert!(run["processes_seen"].as_u64().unwrap() >= 3, "{v}: {run}");
+            assert!(
+                processes_at_once(run) >= 3,
+                "{v}: master + 2 workers: {run}"
+            );
+            let (rss, pss, uss) = (
+                run["peak_rss_bytes"].as_u64().unwrap(),
+                run["peak_pss_bytes"].as_u64().expect("PSS read"),
+                run["peak_uss_bytes"].as_u64().expect("USS read"),
+            );
+            assert!(pss < rss, "{v}: PSS sum {pss} below the RSS sum {rss}");
+            assert!(uss <= pss, "{v}: USS {uss} at most PSS {pss}");
+            eprintln!(
+                "{v}: peak RSS sum {} MiB, peak PSS {} MiB, peak USS {} MiB",
+                rss >> 20,
+                pss >> 20,
+                uss >> 20
+            );
+        }
+        let summary = &variant(&doc, v)["summary"];
+        for f in ["peak_rss_bytes", "peak_pss_bytes", "peak_uss_bytes"] {
+            assert!(summary[f]["median"].is_number(), "{v} {f}: {summary}");
+        }
+    }
+    // jemalloc: every process (master and both workers) has the preload mapped.
+    let je = first_run(&doc, "jemalloc");
+    assert_eq!(je["verification"], "verified", "{je}");
+    let detail = je["verification_detail"].as_str().unwrap();
+    let checked: u32 = detail
+        .split_once(" processes carry it")
+        .and_then(|(n, _)| n.parse().ok())
+        .unwrap_or(1);
+    assert!(checked >= 3, "master and both workers checked: {detail}");
+    assert_eq!(je["allocator_detected"], "jemalloc");
+    assert_eq!(doc["recommendation"]["memory_figure"], "peak_pss_bytes");
+    let table = r.stdout() + &r.stderr();
+    assert!(table.contains("peak PSS"), "{table}");
+}
