@@ -15,6 +15,72 @@ impl<'a> super::Exporter<super::Report<'a>> for MarkdownExporter {
     }
 }
 
+/// A cell: the median, then the ratio to the baseline (bold when significant).
+fn cell(v: &str, baseline: bool, ratio: Option<&crate::analysis::Ratio>) -> String {
+    match (baseline, ratio) {
+        (true, _) => format!(" {v} (baseline) |"),
+        (false, Some(r)) => {
+            let b = if r.significant { "**" } else { "" };
+            format!(
+                " {v} {b}{:.2}× [{:.2}, {:.2}]{b} |",
+                r.value, r.ci95[0], r.ci95[1]
+            )
+        }
+        (false, None) => format!(" {v} |"),
+    }
+}
+
+/// The figures table: a row per variant, the fixed columns then the driver's.
+fn table(a: &Analysis) -> String {
+    let mut out = String::new();
+    let columns = super::columns(a);
+    let driver = super::driver_columns(a);
+    out.push_str("| variant | runs ok |");
+    for (_, h) in &columns {
+        out.push_str(&format!(" {h} |"));
+    }
+    for n in &driver {
+        out.push_str(&format!(" {} |", md(n)));
+    }
+    out.push_str("\n|---|---:|");
+    out.push_str(&"---:|".repeat(columns.len() + driver.len()));
+    out.push('\n');
+    for s in &a.variants {
+        out.push_str(&format!(
+            "| {} | {}/{}{} |",
+            md(&s.name),
+            s.runs_ok,
+            s.runs_total,
+            if s.clean() { "" } else { " ⚠" }
+        ));
+        for &(f, _) in &columns {
+            out.push_str(&match s.figures.get(&f) {
+                Some(est) => cell(
+                    &super::format_value(f, est.median),
+                    s.is_baseline,
+                    s.ratio_to_baseline.get(&f),
+                ),
+                None => " — |".into(),
+            });
+        }
+        for n in &driver {
+            out.push_str(&match s.driver_figures.get(n) {
+                Some(d) => cell(
+                    &md(&super::format_driver_value(
+                        d.estimate.median,
+                        d.unit.as_deref(),
+                    )),
+                    s.is_baseline,
+                    d.ratio_to_baseline.as_ref(),
+                ),
+                None => " — |".into(),
+            });
+        }
+        out.push('\n');
+    }
+    out
+}
+
 pub fn render(e: &Experiment, a: &Analysis, rec: &Recommendation) -> String {
     let mut out = String::new();
     out.push_str(&format!(
@@ -30,71 +96,7 @@ pub fn render(e: &Experiment, a: &Analysis, rec: &Recommendation) -> String {
             out.push('\n');
         }
     }
-    let columns = super::columns(a);
-    out.push_str("| variant | runs ok |");
-    for (_, h) in &columns {
-        out.push_str(&format!(" {h} |"));
-    }
-    let driver = super::driver_columns(a);
-    for n in &driver {
-        out.push_str(&format!(" {} |", md(n)));
-    }
-    out.push_str("\n|---|---:|");
-    for _ in columns.iter().map(|_| ()).chain(driver.iter().map(|_| ())) {
-        out.push_str("---:|");
-    }
-    out.push('\n');
-    for s in &a.variants {
-        out.push_str(&format!(
-            "| {} | {}/{}{} |",
-            md(&s.name),
-            s.runs_ok,
-            s.runs_total,
-            if s.clean() { "" } else { " ⚠" }
-        ));
-        for &(f, _) in &columns {
-            let Some(est) = s.figures.get(&f) else {
-                out.push_str(" — |");
-                continue;
-            };
-            let v = super::format_value(f, est.median);
-            match (s.is_baseline, s.ratio_to_baseline.get(&f)) {
-                (true, _) => out.push_str(&format!(" {v} (baseline) |")),
-                (false, Some(r)) => out.push_str(&format!(
-                    " {v} {}{:.2}× [{:.2}, {:.2}]{} |",
-                    if r.significant { "**" } else { "" },
-                    r.value,
-                    r.ci95[0],
-                    r.ci95[1],
-                    if r.significant { "**" } else { "" }
-                )),
-                (false, None) => out.push_str(&format!(" {v} |")),
-            }
-        }
-        for n in &driver {
-            let Some(d) = s.driver_figures.get(n) else {
-                out.push_str(" — |");
-                continue;
-            };
-            let v = md(&super::format_driver_value(
-                d.estimate.median,
-                d.unit.as_deref(),
-            ));
-            match (s.is_baseline, &d.ratio_to_baseline) {
-                (true, _) => out.push_str(&format!(" {v} (baseline) |")),
-                (false, Some(r)) => out.push_str(&format!(
-                    " {v} {}{:.2}× [{:.2}, {:.2}]{} |",
-                    if r.significant { "**" } else { "" },
-                    r.value,
-                    r.ci95[0],
-                    r.ci95[1],
-                    if r.significant { "**" } else { "" }
-                )),
-                (false, None) => out.push_str(&format!(" {v} |")),
-            }
-        }
-        out.push('\n');
-    }
+    out.push_str(&table(a));
     out.push_str(&format!(
         "\nMedians of {} run(s) per variant; ratio to {} with 95% bootstrap intervals; **bold** = significant.\n",
         e.plan.runs, a.baseline
