@@ -289,20 +289,8 @@ impl Probe for AllocatorProbe {
     }
 
     fn finish(mut self: Box<Self>, end: &RunEnd, record: &mut RunRecord) {
-        let pids = match self.reports.as_mut() {
-            Ok(reports) => {
-                // The last reports (a batch job's exit) come from the processes of the
-                // last sample and any that reported since.
-                reports.read_new();
-                reports.final_pids()
-            }
-            Err(reason) => {
-                record.inside.absent.push(Absence {
-                    probe: NAME.into(),
-                    reason: reason.clone(),
-                });
-                return;
-            }
+        let Some(pids) = super::reports::end_of_run(&mut self.reports, NAME, record) else {
+            return;
         };
         self.point(end.t_seconds, &pids);
         let view = match &self.reports {

@@ -113,6 +113,28 @@ impl<S: ProcessReports> ReportDir<S> {
     }
 }
 
+/// At the end of a run: reads the last reports (a batch job's exit lines) and returns the
+/// processes of the last point; a probe that could not run records why instead.
+pub fn end_of_run<S: ProcessReports>(
+    reports: &mut Result<ReportDir<S>, String>,
+    probe: &str,
+    record: &mut crate::record::RunRecord,
+) -> Option<BTreeSet<i32>> {
+    match reports {
+        Ok(r) => {
+            r.read_new();
+            Some(r.final_pids())
+        }
+        Err(reason) => {
+            record.inside.absent.push(crate::record::Absence {
+                probe: probe.into(),
+                reason: reason.clone(),
+            });
+            None
+        }
+    }
+}
+
 /// Reads the whole new lines of one report file.
 fn read_file<S: ProcessReports>(path: &Path, entry: &mut Entry<S>) {
     let Ok(mut f) = std::fs::File::open(path) else {
