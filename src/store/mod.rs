@@ -13,7 +13,7 @@ use crate::record::{
 };
 
 /// The schema version this build writes (SQLite `user_version`).
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -66,6 +66,7 @@ CREATE TABLE variants (
     preload TEXT,
     preload_spec TEXT,
     origin TEXT NOT NULL,
+    program_json TEXT,
     PRIMARY KEY (experiment_id, idx)
 );
 CREATE TABLE runs (
@@ -228,7 +229,8 @@ impl Store {
             self.conn.execute_batch(&batch).map_err(|e| self.err(e))?;
         } else {
             // v2: the kernel's cgroup figures per run; v3: a server trial's load figures;
-            // v4: the inside view (allocator and runtime probes).
+            // v4: the inside view (allocator and runtime probes); v5: a variant's own
+            // program or command.
             let mut steps = String::from("BEGIN;");
             if version < 2 {
                 steps.push_str(" ALTER TABLE runs ADD COLUMN cgroup_json TEXT;");
@@ -238,6 +240,9 @@ impl Store {
             }
             if version < 4 {
                 steps.push_str(" ALTER TABLE runs ADD COLUMN inside_json TEXT;");
+            }
+            if version < 5 {
+                steps.push_str(" ALTER TABLE variants ADD COLUMN program_json TEXT;");
             }
             steps.push_str(&format!(" PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"));
             if version < SCHEMA_VERSION {
@@ -270,8 +275,8 @@ impl Store {
         for (i, v) in plan.variants.iter().enumerate() {
             let env_json = serde_json::to_string(&v.env).unwrap_or_else(|_| "[]".into());
             tx.execute(
-                "INSERT INTO variants (experiment_id, idx, name, env_json, preload, preload_spec, origin)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                "INSERT INTO variants (experiment_id, idx, name, env_json, preload, preload_spec, origin, program_json)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
                 params![
                     id,
                     i as i64,
@@ -282,7 +287,10 @@ impl Store {
                     match v.origin {
                         crate::plan::VariantOrigin::Catalog => "catalog",
                         crate::plan::VariantOrigin::Custom => "custom",
-                    }
+                    },
+                    v.program
+                        .as_ref()
+                        .and_then(|p| serde_json::to_string(p).ok()),
                 ],
             )
             .map_err(err)?;
@@ -658,6 +666,7 @@ mod tests {
                 preload: None,
                 preload_spec: None,
                 origin: VariantOrigin::Catalog,
+                program: None,
             }],
             baseline: "glibc".into(),
             runs: 1,
@@ -775,10 +784,12 @@ mod tests {
         let path = dir.path().join("old.db");
         {
             let c = Connection::open(&path).unwrap();
-            let v1 = SCHEMA.replace(
-                ",\n    cgroup_json TEXT,\n    load_json TEXT,\n    inside_json TEXT",
-                "",
-            );
+            let v1 = SCHEMA
+                .replace(
+                    ",\n    cgroup_json TEXT,\n    load_json TEXT,\n    inside_json TEXT",
+                    "",
+                )
+                .replace(",\n    program_json TEXT", "");
             c.execute_batch(&format!("{v1} PRAGMA user_version = 1;"))
                 .unwrap();
         }
