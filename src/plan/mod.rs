@@ -1360,9 +1360,9 @@ fn resolve_variant_program(
         Err(PlanError::NotExecutable { .. }) => Err(bad(
             "is not an executable file (a directory, or no x permission: chmod +x it?)".into(),
         )),
-        Err(PlanError::CommandNotFound { path, .. }) if program.contains('/') => Err(bad(format!(
-            "does not exist ({path}); give the path of an executable file"
-        ))),
+        Err(PlanError::CommandNotFound { .. }) if program.contains('/') => Err(bad(
+            "does not exist; give the path of an executable file".into(),
+        )),
         Err(PlanError::CommandNotFound { path, .. }) => Err(bad(format!(
             "is not found in PATH ({path}); give its full path"
         ))),

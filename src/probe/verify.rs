@@ -32,6 +32,9 @@ struct ProcessCheck {
     comm: String,
     check: Check,
     allocator: String,
+    /// The allocator was named after the loader had mapped the program's libraries (before
+    /// that, a linked allocator is not mapped yet and would read as glibc).
+    allocator_final: bool,
     peak_rss: u64,
 }
 
@@ -54,6 +57,8 @@ pub struct Verifier {
     /// Remarks for the detail line, once each (a preload into a program built with an
     /// allocator of its own).
     notes: Vec<String>,
+    /// Whether the loader had finished in the process checked last.
+    loader_done: bool,
 }
 
 /// The executable a variant's processes must run.
@@ -124,6 +129,7 @@ impl Verifier {
             root: None,
             root_generation: None,
             notes: Vec::new(),
+            loader_done: false,
         }
     }
 
@@ -153,7 +159,7 @@ impl Verifier {
             let key = (m.pid, m.starttime_ticks, m.exec_generation);
             if let Some(c) = self.checked.get_mut(&key) {
                 c.peak_rss = c.peak_rss.max(m.peak_rss_bytes);
-                if c.check != Check::Pending {
+                if c.check != Check::Pending && c.allocator_final {
                     continue;
                 }
             }
@@ -162,6 +168,7 @@ impl Verifier {
             }
             let is_root = self.root == Some((m.pid, m.starttime_ticks));
             let root_first = is_root && self.root_generation.is_none_or(|g| g == m.exec_generation);
+            self.loader_done = false;
             let (check, allocator) = match self.check_process(m.pid, root_first) {
                 Ok(r) => r,
                 Err(ProcError::Gone { .. }) => continue,
@@ -171,13 +178,18 @@ impl Verifier {
                 comm: m.comm.clone(),
                 check: Check::Pending,
                 allocator: String::new(),
+                allocator_final: false,
                 peak_rss: 0,
             });
             if root_first && check != Check::Pending {
                 self.root_generation = Some(m.exec_generation);
             }
-            entry.check = check;
+            // A decided check stays; only its allocator is named again, once the loader is done.
+            if entry.check == Check::Pending {
+                entry.check = check;
+            }
             entry.allocator = allocator;
+            entry.allocator_final = self.loader_done;
             entry.peak_rss = entry.peak_rss.max(m.peak_rss_bytes);
         }
     }
@@ -240,7 +252,7 @@ impl Verifier {
             let who = if root_first {
                 how.to_string()
             } else {
-                format!("{how} '{argv0}'")
+                format!("{how} '{argv0}',")
             };
             Ok(ProgramCheck::Wrong(format!(
                 "{who} runs {shown}, not the variant's program {expected}"
@@ -273,6 +285,18 @@ impl Verifier {
             Err(_) => Vec::new(),
         };
         let allocator = detect_allocator(&libs, facts.as_ref().ok(), &linked).to_string();
+        // Before the loader has mapped the program's libraries, only the executable and
+        // ld.so are there (libc comes last; musl's loader is its libc).
+        let loader_done = match &facts {
+            Ok(f) => match &f.linkage {
+                Linkage::Dynamic { interpreter } => {
+                    f.needed.is_empty() || libc_mapped || interpreter.contains("musl")
+                }
+                Linkage::Static => true,
+            },
+            Err(_) => true,
+        };
+        self.loader_done = loader_done;
 
         let mut reasons_ok = Vec::new();
         match self.check_program(pid, root_first)? {
@@ -280,12 +304,7 @@ impl Verifier {
             ProgramCheck::NotChecked => {}
             // Its program, but the loader has not mapped its libraries yet: the allocator
             // cannot be named until it has.
-            ProgramCheck::Runs(_)
-                if !libc_mapped
-                    && matches!(&facts, Ok(f) if matches!(f.linkage, Linkage::Dynamic { .. })) =>
-            {
-                return Ok((Check::Pending, allocator))
-            }
+            ProgramCheck::Runs(_) if !loader_done => return Ok((Check::Pending, allocator)),
             ProgramCheck::Runs(why) => reasons_ok.push(why),
             ProgramCheck::Wrong(why) => return Ok((Check::NotEffective(why), allocator)),
         }
