@@ -8,6 +8,8 @@ cd "$(dirname "$0")/.."
 packages=(
   # Test fixtures: C programs built static and dynamic, Python helpers, process tools.
   gcc libc6-dev python3 procps
+  # Program variants: a C fixture linked with -ljemalloc (jemalloc linked, not preloaded).
+  libjemalloc-dev
   # The HTML report test renders it in a headless browser.
   chromium
   # Server-trial tests: a Rack app on puma; the Ruby probe's tests (GC.stat, YJIT, fork).

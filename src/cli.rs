@@ -94,8 +94,9 @@ pub struct RunArgs {
     /// Comma-separated variants to run [default: every available built-in variant].
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     pub variants: Option<Vec<String>>,
-    /// A custom variant NAME=SPEC: space-separated KEY=VALUE settings and/or preload:LIB
-    /// (a catalog allocator or a path to a .so). Repeatable.
+    /// A custom variant NAME=SPEC: space-separated KEY=VALUE settings, preload:LIB (a catalog
+    /// allocator or a path to a .so), and one program:PATH (another program, same arguments)
+    /// or command:'…' (another command). Repeatable.
     #[arg(long = "variant", value_name = "NAME=SPEC")]
     pub custom: Vec<String>,
     /// The variant ratios are computed against [default: glibc].

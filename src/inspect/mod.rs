@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::analysis::trend::{self, Trend, TrendRules};
-use crate::linux::allocator::detect_allocator;
+use crate::linux::allocator::{detect_allocator, linked_allocators, needed_of_file};
 use crate::linux::elf::{self, Linkage};
 use crate::linux::host;
 use crate::linux::maps::{self, Mapping};
@@ -714,7 +714,10 @@ fn file_name(p: &str) -> &str {
 
 fn allocator_facts(libs: &[String], exe: Option<&ExeFacts>, env: &[(String, String)]) -> Allocator {
     let f = exe.map(|e| &e.elf);
-    let name = detect_allocator(libs, f).to_string();
+    let linked = f.map_or_else(Vec::new, |f| {
+        linked_allocators(f, libs, &mut |p| needed_of_file(p))
+    });
+    let name = detect_allocator(libs, f, &linked).to_string();
     let mut evidence = Vec::new();
     if let Some(f) = f {
         match &f.linkage {
@@ -751,8 +754,19 @@ fn allocator_facts(libs: &[String], exe: Option<&ExeFacts>, env: &[(String, Stri
         .iter()
         .find(|(k, _)| k == "LD_PRELOAD")
         .map(|(_, v)| v.clone());
+    for l in &linked {
+        evidence.push(format!(
+            "the program is built with {}: {l}",
+            l.name.as_str()
+        ));
+    }
     if let Some(pre) = &ld_preload {
         evidence.push(format!("LD_PRELOAD={pre} in the initial environment"));
+        let over = pre
+            .split([' ', ':'])
+            .filter(|s| elf::allocator_of_library(s).is_some())
+            .find_map(|s| crate::linux::allocator::preload_over_linked(s, &linked));
+        evidence.extend(over);
     }
     let preload_alloc = ld_preload.as_deref().and_then(|pre| {
         pre.split([' ', ':'])

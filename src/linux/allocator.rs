@@ -43,8 +43,12 @@ impl From<BundledAllocator> for AllocatorName {
 pub enum How {
     /// glibc's own malloc in a dynamically linked program.
     Libc,
-    /// A shared library that is mapped (preloaded or linked as a dependency).
+    /// A shared library that is mapped and that neither the executable nor the libraries
+    /// it needs name in `DT_NEEDED`: preloaded (or opened at run time).
     SharedLibrary,
+    /// A shared library the executable, or a library it needs, names in `DT_NEEDED`: the
+    /// program is built with it (`-ljemalloc`, Fullstaq Ruby, `ruby --with-jemalloc`).
+    Linked,
     /// Several allocator libraries are mapped at once: all of them, the first answers.
     Several(Vec<AllocatorName>),
     /// Linked into the executable, which defines `malloc`.
@@ -73,14 +77,113 @@ impl fmt::Display for Detected {
                 let names: Vec<&str> = all.iter().map(|a| a.as_str()).collect();
                 write!(f, "{} (several allocators mapped)", names.join("+"))
             }
+            (How::Linked, _) => write!(f, "{name} (linked)"),
             (How::Libc | How::SharedLibrary, _) => f.write_str(name),
         }
     }
 }
 
-/// The allocator that answers `malloc` in a process, from its mapped libraries and its
-/// executable's ELF facts.
-pub fn detect_allocator(libs: &[String], exe: Option<&elf::ElfFacts>) -> Detected {
+/// An allocator library a program is built with: named in `DT_NEEDED` of the executable
+/// or of a library the executable needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LinkedAllocator {
+    pub name: AllocatorName,
+    /// The library's name as `DT_NEEDED` gives it (`libjemalloc.so.2`).
+    pub library: String,
+    /// Who needs it: `None` for the executable, else the library's name (`libruby.so.3.1`).
+    pub via: Option<String>,
+}
+
+impl fmt::Display for LinkedAllocator {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.via {
+            None => write!(f, "{}, DT_NEEDED of the executable", self.library),
+            Some(v) => write!(
+                f,
+                "{}, DT_NEEDED of {v}, which the executable needs",
+                self.library
+            ),
+        }
+    }
+}
+
+/// Libraries every program needs that never bring an allocator: not worth parsing.
+fn is_system_runtime(name: &str) -> bool {
+    [
+        "libc.so",
+        "ld-linux",
+        "libm.so",
+        "libpthread.so",
+        "libdl.so",
+        "librt.so",
+        "libgcc_s.so",
+        "libstdc++.so",
+        "libz.so",
+        "libcrypt.so",
+    ]
+    .iter()
+    .any(|p| name.starts_with(p))
+}
+
+/// The allocator libraries a program is built with: the executable's `DT_NEEDED`, and one
+/// level down, the `DT_NEEDED` of each library it needs (found among `libs`, the mapped
+/// libraries, by file name; read through `needed_of`). A library that is only preloaded
+/// is in neither.
+pub fn linked_allocators(
+    exe: &elf::ElfFacts,
+    libs: &[String],
+    needed_of: &mut dyn FnMut(&str) -> Vec<String>,
+) -> Vec<LinkedAllocator> {
+    let mut out: Vec<LinkedAllocator> = Vec::new();
+    let mut add = |library: &str, via: Option<&str>| {
+        if let Some(b) = elf::allocator_of_library(library) {
+            let name = AllocatorName::from(b);
+            if !out.iter().any(|l| l.name == name) {
+                out.push(LinkedAllocator {
+                    name,
+                    library: library.to_string(),
+                    via: via.map(String::from),
+                });
+            }
+        }
+    };
+    for n in &exe.needed {
+        add(n, None);
+    }
+    for n in &exe.needed {
+        if elf::allocator_of_library(n).is_some() || is_system_runtime(n) {
+            continue;
+        }
+        let Some(path) = libs.iter().find(|l| file_name(l) == n.as_str()) else {
+            continue;
+        };
+        for m in needed_of(path) {
+            add(&m, Some(n));
+        }
+    }
+    out
+}
+
+fn file_name(p: &str) -> &str {
+    let p = p.strip_suffix(" (deleted)").unwrap_or(p);
+    p.rsplit('/').next().unwrap_or(p)
+}
+
+/// The `DT_NEEDED` names of a library on disk; empty when it cannot be read.
+pub fn needed_of_file(path: &str) -> Vec<String> {
+    let path = path.strip_suffix(" (deleted)").unwrap_or(path);
+    elf::inspect_elf(std::path::Path::new(path))
+        .map(|f| f.needed)
+        .unwrap_or_default()
+}
+
+/// The allocator that answers `malloc` in a process, from its mapped libraries, its
+/// executable's ELF facts and the allocators it is built with ([`linked_allocators`]).
+pub fn detect_allocator(
+    libs: &[String],
+    exe: Option<&elf::ElfFacts>,
+    linked: &[LinkedAllocator],
+) -> Detected {
     if let Some(f) = exe {
         // Static first: a static executable's .symtab always defines malloc (glibc's
         // own, linked in), so `defines_malloc` cannot tell a custom one apart there.
@@ -99,6 +202,7 @@ pub fn detect_allocator(libs: &[String], exe: Option<&elf::ElfFacts>) -> Detecte
             };
         }
     }
+    let is_linked = |n: &AllocatorName| linked.iter().any(|l| l.name == *n);
     let mut found: Vec<AllocatorName> = Vec::new();
     for l in libs {
         if let Some(b) = elf::allocator_of_library(l) {
@@ -108,6 +212,8 @@ pub fn detect_allocator(libs: &[String], exe: Option<&elf::ElfFacts>) -> Detecte
             }
         }
     }
+    // A preloaded library comes before the program's own in symbol lookup: it answers.
+    found.sort_by_key(is_linked);
     match found.as_slice() {
         [] => Detected {
             name: AllocatorName::Glibc,
@@ -115,13 +221,43 @@ pub fn detect_allocator(libs: &[String], exe: Option<&elf::ElfFacts>) -> Detecte
         },
         [one] => Detected {
             name: *one,
-            how: How::SharedLibrary,
+            how: if is_linked(one) {
+                How::Linked
+            } else {
+                How::SharedLibrary
+            },
         },
         [first, ..] => Detected {
             name: *first,
             how: How::Several(found.clone()),
         },
     }
+}
+
+/// What preloading `preloaded` into a program built with `linked` does, when it is
+/// worth a word: `None` when the program links no allocator.
+pub fn preload_over_linked(preloaded: &str, linked: &[LinkedAllocator]) -> Option<String> {
+    let first = linked.first()?;
+    let pre_name = file_name(preloaded);
+    let pre = elf::allocator_of_library(pre_name).map(AllocatorName::from);
+    let built = format!(
+        "the program is built with {} ({first})",
+        first.name.as_str()
+    );
+    Some(match pre {
+        Some(p) if p == first.name => format!(
+            "{built}: preloading {pre_name} adds nothing, {} answers malloc either way",
+            p.as_str()
+        ),
+        Some(p) => format!(
+            "{built}: the preloaded {} comes first in symbol lookup and answers malloc; {} stays mapped",
+            p.as_str(),
+            first.name.as_str()
+        ),
+        None => format!(
+            "{built}: the preloaded {pre_name} comes first in symbol lookup; if it defines malloc, it answers"
+        ),
+    })
 }
 
 #[cfg(test)]
@@ -135,9 +271,10 @@ mod detect_tests {
             defines_malloc: true,
             bundled_allocator: None,
             setuid_or_setgid: false,
+            needed: vec![],
         };
         assert_eq!(
-            detect_allocator(&[], Some(&f)).to_string(),
+            detect_allocator(&[], Some(&f), &[]).to_string(),
             "glibc (static executable)"
         );
         let dynamic = elf::ElfFacts {
@@ -147,8 +284,94 @@ mod detect_tests {
             ..f
         };
         assert_eq!(
-            detect_allocator(&[], Some(&dynamic)).to_string(),
+            detect_allocator(&[], Some(&dynamic), &[]).to_string(),
             "custom (the executable defines malloc)"
         );
+    }
+
+    fn dynamic(needed: &[&str]) -> elf::ElfFacts {
+        elf::ElfFacts {
+            linkage: Linkage::Dynamic {
+                interpreter: "/lib64/ld-linux-x86-64.so.2".into(),
+            },
+            defines_malloc: false,
+            bundled_allocator: None,
+            setuid_or_setgid: false,
+            needed: needed.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    /// Mapped libraries of `cc -ljemalloc` and of a Ruby whose libruby needs jemalloc,
+    /// as /proc/PID/maps lists them.
+    const JE: &str = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2";
+    const LIBC: &str = "/usr/lib/x86_64-linux-gnu/libc.so.6";
+    const LIBRUBY: &str = "/opt/ruby/lib/libruby.so.3.3";
+
+    #[test]
+    fn an_allocator_the_executable_needs_is_linked() {
+        let exe = dynamic(&["libjemalloc.so.2", "libc.so.6"]);
+        let libs = vec![JE.to_string(), LIBC.to_string()];
+        let linked = linked_allocators(&exe, &libs, &mut |_| panic!("nothing to read"));
+        assert_eq!(linked.len(), 1);
+        assert_eq!(
+            linked[0].to_string(),
+            "libjemalloc.so.2, DT_NEEDED of the executable"
+        );
+        let d = detect_allocator(&libs, Some(&exe), &linked);
+        assert_eq!(d.how, How::Linked);
+        assert_eq!(d.to_string(), "jemalloc (linked)");
+        // The same library, preloaded into a plain program: not linked.
+        let plain = dynamic(&["libc.so.6"]);
+        let linked = linked_allocators(&plain, &libs, &mut |_| vec![]);
+        assert!(linked.is_empty());
+        assert_eq!(
+            detect_allocator(&libs, Some(&plain), &linked).to_string(),
+            "jemalloc"
+        );
+    }
+
+    #[test]
+    fn an_allocator_a_needed_library_needs_is_linked() {
+        let exe = dynamic(&["libruby.so.3.3", "libc.so.6"]);
+        let libs = vec![LIBRUBY.to_string(), JE.to_string(), LIBC.to_string()];
+        let mut asked = Vec::new();
+        let linked = linked_allocators(&exe, &libs, &mut |p| {
+            asked.push(p.to_string());
+            vec!["libjemalloc.so.2".into(), "libc.so.6".into()]
+        });
+        assert_eq!(asked, vec![LIBRUBY.to_string()], "libc is not read");
+        assert_eq!(
+            linked[0].to_string(),
+            "libjemalloc.so.2, DT_NEEDED of libruby.so.3.3, which the executable needs"
+        );
+        assert_eq!(
+            detect_allocator(&libs, Some(&exe), &linked).to_string(),
+            "jemalloc (linked)"
+        );
+    }
+
+    #[test]
+    fn a_preload_over_a_linked_allocator_answers_and_is_named() {
+        let exe = dynamic(&["libjemalloc.so.2", "libc.so.6"]);
+        let tc = "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4";
+        let libs = vec![JE.to_string(), tc.to_string(), LIBC.to_string()];
+        let linked = linked_allocators(&exe, &libs, &mut |_| vec![]);
+        let d = detect_allocator(&libs, Some(&exe), &linked);
+        assert_eq!(d.name, AllocatorName::Tcmalloc, "the preload answers");
+        assert_eq!(
+            d.to_string(),
+            "tcmalloc+jemalloc (several allocators mapped)"
+        );
+        let note = preload_over_linked(tc, &linked).unwrap();
+        assert!(
+            note.contains("the preloaded tcmalloc comes first"),
+            "{note}"
+        );
+        let same = preload_over_linked(JE, &linked).unwrap();
+        assert!(
+            same.contains("adds nothing, jemalloc answers malloc either way"),
+            "{same}"
+        );
+        assert_eq!(preload_over_linked(JE, &[]), None);
     }
 }

@@ -75,6 +75,8 @@ pub struct ElfFacts {
     /// The set-user-ID or set-group-ID mode bit is set on the file. Always
     /// `false` from [`inspect_elf_bytes`].
     pub setuid_or_setgid: bool,
+    /// The libraries the file names in `DT_NEEDED`, in order (`libjemalloc.so.2`, …).
+    pub needed: Vec<String>,
 }
 
 /// Error returned by [`inspect_elf`] and [`inspect_elf_bytes`].
@@ -197,6 +199,7 @@ fn inspect(bytes: &[u8], path: &Path) -> Result<ElfFacts, ElfError> {
         defines_malloc,
         bundled_allocator,
         setuid_or_setgid: false,
+        needed: elf.libraries.iter().map(|l| l.to_string()).collect(),
     })
 }
 

@@ -33,7 +33,7 @@ pub enum PlanError {
         path: String,
         reason: String,
     },
-    #[error("bad variant definition '{spec}': {reason}. Expected NAME=SPEC where SPEC is space-separated KEY=VALUE settings and/or preload:LIB, e.g. 'je=preload:jemalloc MALLOC_CONF=narenas:2'")]
+    #[error("bad variant definition '{spec}': {reason}. Expected NAME=SPEC where SPEC is space-separated KEY=VALUE settings, preload:LIB and/or one program:PATH or command:'…', e.g. 'je=preload:jemalloc MALLOC_CONF=narenas:2'")]
     BadVariantSpec { spec: String, reason: String },
     #[error("variant '{variant}' sets {key} twice; give each environment key once (in its spec or its env table), or runs would not get what the variant says")]
     DuplicateEnvKey { variant: String, key: String },
@@ -42,6 +42,12 @@ pub enum PlanError {
         variant: String,
         key: String,
         reason: &'static str,
+    },
+    #[error("variant '{variant}': {what} {reason}")]
+    BadVariantProgram {
+        variant: String,
+        what: String,
+        reason: String,
     },
     #[error("variant name '{name}' is used twice")]
     DuplicateVariant { name: String },
@@ -72,6 +78,44 @@ pub struct Variant {
     /// How the preload was asked for (catalog name or path), for display.
     pub preload_spec: Option<String>,
     pub origin: VariantOrigin,
+    /// Another program or command to run instead of the plan's. Absent from plans stored
+    /// before variants could replace the program (which keeps their fingerprint).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub program: Option<VariantProgram>,
+}
+
+/// What a variant runs instead of the plan's program.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum VariantProgram {
+    /// `program:PATH`: the plan's command with its program exec'd from `path` (argv[0]'s
+    /// text stays the user's).
+    Program {
+        /// As given, for display.
+        spec: String,
+        path: PathBuf,
+    },
+    /// `command:'…'`: the whole command replaced; `path` is its resolved program.
+    Command { argv: Vec<String>, path: PathBuf },
+}
+
+impl VariantProgram {
+    /// The executable exec'd.
+    pub fn path(&self) -> &Path {
+        match self {
+            VariantProgram::Program { path, .. } | VariantProgram::Command { path, .. } => path,
+        }
+    }
+
+    /// `program:PATH` or `command:'…'`, as a SPEC word.
+    pub fn describe(&self) -> String {
+        match self {
+            VariantProgram::Program { spec, .. } => format!("program:{spec}"),
+            VariantProgram::Command { argv, .. } => {
+                format!("command:{}", shell_words::quote(&shell_words::join(argv)))
+            }
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -101,6 +145,9 @@ impl Variant {
     /// A one-line description: `MALLOC_ARENA_MAX=2`, `preload jemalloc`, or `unchanged`.
     pub fn describe(&self) -> String {
         let mut parts: Vec<String> = Vec::new();
+        if let Some(p) = &self.program {
+            parts.push(p.describe());
+        }
         if let Some(p) = &self.preload_spec {
             parts.push(format!("preload:{p}"));
         }
@@ -285,6 +332,16 @@ impl Plan {
     }
     pub fn variant(&self, name: &str) -> Option<&Variant> {
         self.variants.iter().find(|v| v.name == name)
+    }
+
+    /// What a variant's runs exec: the program's path and the argv (argv[0] as given, the
+    /// rest before `{port}` is filled in).
+    pub fn launch_command(&self, v: &Variant) -> (PathBuf, Vec<String>) {
+        match &v.program {
+            None => (self.program.clone(), self.command.clone()),
+            Some(VariantProgram::Program { path, .. }) => (path.clone(), self.command.clone()),
+            Some(VariantProgram::Command { argv, path }) => (path.clone(), argv.clone()),
+        }
     }
 }
 
@@ -592,6 +649,8 @@ struct VariantFile {
     #[serde(default)]
     env: BTreeMap<String, String>,
     preload: Option<String>,
+    program: Option<String>,
+    command: Option<CommandField>,
 }
 
 /// Reads a TOML plan file into a [`PlanInput`]. Syntax errors name the line and column.
@@ -627,6 +686,16 @@ pub fn parse_plan_text(text: &str) -> Result<PlanInput, String> {
     let mut custom = Vec::new();
     for v in file.variant {
         let mut parts: Vec<String> = Vec::new();
+        if let Some(p) = v.program {
+            parts.push(shell_words::quote(&format!("program:{p}")).into_owned());
+        }
+        if let Some(c) = v.command {
+            let line = match c {
+                CommandField::Line(s) => s,
+                CommandField::Argv(argv) => shell_words::join(argv),
+            };
+            parts.push(shell_words::quote(&format!("command:{line}")).into_owned());
+        }
         if let Some(p) = v.preload {
             parts.push(shell_words::quote(&format!("preload:{p}")).into_owned());
         }
@@ -754,6 +823,8 @@ pub fn build_plan(input: PlanInput, ctx: &PlanContext) -> Result<BuiltPlan, Plan
         &mut notes,
     )?;
 
+    notes.extend(preloads_over_linked(&chosen, &program));
+
     let seed = input.seed.unwrap_or_else(random_seed);
     Ok(BuiltPlan {
         plan: Plan {
@@ -775,6 +846,29 @@ pub fn build_plan(input: PlanInput, ctx: &PlanContext) -> Result<BuiltPlan, Plan
         },
         notes,
     })
+}
+
+/// A note for each variant that preloads a library into a program built with an
+/// allocator of its own (`DT_NEEDED` of the executable): which one answers `malloc`.
+fn preloads_over_linked(variants: &[Variant], plan_program: &Path) -> Vec<String> {
+    use crate::linux::allocator::{linked_allocators, preload_over_linked};
+    let mut notes = Vec::new();
+    for v in variants {
+        let Some(pre) = &v.preload else { continue };
+        let program = v.program.as_ref().map_or(plan_program, |p| p.path());
+        let Ok(facts) = crate::linux::elf::inspect_elf(program) else {
+            continue;
+        };
+        let linked = linked_allocators(&facts, &[], &mut |_| Vec::new());
+        if let Some(n) = preload_over_linked(&pre.display().to_string(), &linked) {
+            notes.push(format!(
+                "variant '{}' preloads into {}, which links an allocator itself; {n}",
+                v.name,
+                program.display()
+            ));
+        }
+    }
+    notes
 }
 
 /// The inside probes: the allocator probe unless `--no-probes`, plus each `--probe`.
@@ -1334,6 +1428,7 @@ fn catalog_variant(
         preload,
         preload_spec,
         origin: VariantOrigin::Catalog,
+        program: None,
     }))
 }
 
@@ -1382,8 +1477,38 @@ pub fn parse_custom_variant(spec: &str, ctx: &PlanContext) -> Result<Variant, Pl
     let mut env = Vec::new();
     let mut preload = None;
     let mut preload_spec = None;
+    let mut program: Option<VariantProgram> = None;
     for w in words {
-        if let Some(lib) = w.strip_prefix("preload:") {
+        if let Some(p) = w.strip_prefix("program:") {
+            program = Some(variant_program(
+                name,
+                program,
+                VariantProgram::Program {
+                    spec: p.to_string(),
+                    path: resolve_variant_program(name, "program:", p, ctx)?,
+                },
+            )?);
+        } else if let Some(c) = w.strip_prefix("command:") {
+            let argv = shell_words::split(c).map_err(|e| PlanError::BadVariantProgram {
+                variant: name.to_string(),
+                what: format!("command:{c}"),
+                reason: format!("cannot be split like a shell would: {e}"),
+            })?;
+            let Some(first) = argv.first() else {
+                return Err(PlanError::BadVariantProgram {
+                    variant: name.to_string(),
+                    what: "command:".into(),
+                    reason: "is empty; give the whole command, e.g. command:'ruby --yjit job.rb'"
+                        .into(),
+                });
+            };
+            let path = resolve_variant_program(name, "command:", first, ctx)?;
+            program = Some(variant_program(
+                name,
+                program,
+                VariantProgram::Command { argv, path },
+            )?);
+        } else if let Some(lib) = w.strip_prefix("preload:") {
             if preload.is_some() {
                 return Err(bad("more than one preload: (use one library per variant)"));
             }
@@ -1417,7 +1542,9 @@ pub fn parse_custom_variant(spec: &str, ctx: &PlanContext) -> Result<Variant, Pl
             }
             env.push((k.to_string(), v.to_string()));
         } else {
-            return Err(bad(&format!("'{w}' is neither KEY=VALUE nor preload:LIB")));
+            return Err(bad(&format!(
+                "'{w}' is neither KEY=VALUE, preload:LIB, program:PATH nor command:'…'"
+            )));
         }
     }
     Ok(Variant {
@@ -1426,7 +1553,58 @@ pub fn parse_custom_variant(spec: &str, ctx: &PlanContext) -> Result<Variant, Pl
         preload,
         preload_spec,
         origin: VariantOrigin::Custom,
+        program,
     })
+}
+
+/// One `program:` or `command:` per variant.
+fn variant_program(
+    variant: &str,
+    before: Option<VariantProgram>,
+    new: VariantProgram,
+) -> Result<VariantProgram, PlanError> {
+    match before {
+        None => Ok(new),
+        Some(old) => Err(PlanError::BadVariantProgram {
+            variant: variant.to_string(),
+            what: format!("{} and {}", old.describe(), new.describe()),
+            reason: "replace the program twice; give one: program:PATH runs another program \
+                     with the command's arguments, command:'…' replaces the whole command"
+                .into(),
+        }),
+    }
+}
+
+/// The executable a `program:` or `command:` names, found and checked as the command's own.
+fn resolve_variant_program(
+    variant: &str,
+    key: &str,
+    program: &str,
+    ctx: &PlanContext,
+) -> Result<PathBuf, PlanError> {
+    let bad = |reason: String| PlanError::BadVariantProgram {
+        variant: variant.to_string(),
+        what: format!("{key}{program}"),
+        reason,
+    };
+    if program.is_empty() {
+        return Err(bad(
+            "names no program; give a path, e.g. program:/opt/ruby/bin/ruby".into(),
+        ));
+    }
+    match resolve_program(program, &ctx.path_var, &ctx.workdir) {
+        Ok(p) => Ok(p),
+        Err(PlanError::NotExecutable { .. }) => Err(bad(
+            "is not an executable file (a directory, or no x permission: chmod +x it?)".into(),
+        )),
+        Err(PlanError::CommandNotFound { .. }) if program.contains('/') => Err(bad(
+            "does not exist; give the path of an executable file".into(),
+        )),
+        Err(PlanError::CommandNotFound { path, .. }) => Err(bad(format!(
+            "is not found in PATH ({path}); give its full path"
+        ))),
+        Err(e) => Err(e),
+    }
 }
 
 fn resolve_preload(variant: &str, lib: &str, ctx: &PlanContext) -> Result<PathBuf, PlanError> {
@@ -1946,9 +2124,129 @@ env = { RUBYOPT = "--yjit" }
             preload: Some(PathBuf::from("/lib/libjemalloc.so.2")),
             preload_spec: Some("jemalloc".into()),
             origin: VariantOrigin::Catalog,
+            program: None,
         };
         let env = v.workload_env(Some("/other.so"));
         assert_eq!(env[1].1, "/lib/libjemalloc.so.2 /other.so");
         assert_eq!(v.describe(), "preload:jemalloc A=1");
+    }
+
+    fn parse(spec: &str) -> Result<Variant, PlanError> {
+        let (loc, wd) = ctx();
+        parse_custom_variant(
+            spec,
+            &PlanContext {
+                locator: &loc,
+                distro: Distro::Debian,
+                path_var: "/usr/bin:/bin".into(),
+                workdir: wd,
+                online_cpus: 2,
+            },
+        )
+    }
+
+    #[test]
+    fn a_variant_may_replace_the_program_with_settings_beside() {
+        let v = parse("other=program:/bin/sh 'RUBYOPT=--yjit -W0'").unwrap();
+        assert_eq!(v.program.as_ref().unwrap().path(), Path::new("/bin/sh"));
+        assert_eq!(v.env, vec![("RUBYOPT".into(), "--yjit -W0".into())]);
+        assert_eq!(v.describe(), "program:/bin/sh RUBYOPT=--yjit -W0");
+        // Looked up in PATH like the command itself.
+        let v = parse("p=program:sh").unwrap();
+        assert!(v.program.unwrap().path().ends_with("sh"));
+    }
+
+    #[test]
+    fn a_variant_may_replace_the_whole_command() {
+        let v = parse(r#"c=command:'sh -c "sleep 1"' A=1"#).unwrap();
+        match &v.program {
+            Some(VariantProgram::Command { argv, path }) => {
+                assert_eq!(argv, &["sh", "-c", "sleep 1"]);
+                assert!(path.ends_with("sh"));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(v.describe().starts_with("command:") && v.describe().ends_with(" A=1"));
+        // What describe() shows parses back to the same variant.
+        let again = parse(&format!("c={}", v.describe())).unwrap();
+        assert_eq!(again, v);
+        let plan = build(input(&["true"])).unwrap().plan;
+        let (prog, argv) = plan.launch_command(&v);
+        assert!(prog.ends_with("sh"));
+        assert_eq!(argv, ["sh", "-c", "sleep 1"]);
+    }
+
+    #[test]
+    fn bad_program_variants_name_the_variant_and_why() {
+        let e = parse("x=program:/nonexistent/ruby")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("variant 'x': program:/nonexistent/ruby does not exist"),
+            "{e}"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let plain = dir.path().join("not-a-program");
+        std::fs::write(&plain, "data").unwrap();
+        let e = parse(&format!("x=program:{}", plain.display()))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("is not an executable file"), "{e}");
+        let e = parse("x=program:/bin/sh command:true")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("program:/bin/sh and command:true replace the program twice"),
+            "{e}"
+        );
+        let e = parse("x=command:").unwrap_err().to_string();
+        assert!(e.contains("command: is empty"), "{e}");
+        let e = parse(r#"x=command:'a "b'"#).unwrap_err().to_string();
+        assert!(e.contains("cannot be split"), "{e}");
+        let e = parse("x=program:no-such-program-here")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("is not found in PATH"), "{e}");
+    }
+
+    #[test]
+    fn plan_files_give_program_and_command() {
+        let text = r#"command = "true"
+[[variant]]
+name = "a"
+program = "/bin/sh"
+[variant.env]
+X = "1"
+[[variant]]
+name = "b"
+command = ["sh", "-c", "echo 'hi there'"]
+"#;
+        let i = parse_plan_text(text).unwrap();
+        let a = parse(&i.custom[0]).unwrap();
+        assert_eq!(a.program.unwrap().path(), Path::new("/bin/sh"));
+        assert_eq!(a.env, vec![("X".into(), "1".into())]);
+        let b = parse(&i.custom[1]).unwrap();
+        match b.program {
+            Some(VariantProgram::Command { argv, .. }) => {
+                assert_eq!(argv, ["sh", "-c", "echo 'hi there'"])
+            }
+            other => panic!("{other:?}"),
+        }
+        let e =
+            parse_plan_text("command = \"true\"\n[[variant]]\nname = \"a\"\nprograms = \"x\"\n")
+                .unwrap_err();
+        assert!(e.contains("programs"), "{e}");
+    }
+
+    #[test]
+    fn a_stored_plan_without_programs_reads_and_writes_the_same() {
+        let v = parse("a=X=1").unwrap();
+        let json = serde_json::to_string(&v).unwrap();
+        assert!(!json.contains("program"), "{json}");
+        let back: Variant = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, v);
+        let p = parse("p=program:/bin/sh").unwrap();
+        let back: Variant = serde_json::from_str(&serde_json::to_string(&p).unwrap()).unwrap();
+        assert_eq!(back, p);
     }
 }

@@ -266,6 +266,7 @@ mod tests {
             preload: None,
             preload_spec: None,
             origin: crate::plan::VariantOrigin::Custom,
+            program: None,
         };
         let mut verifier = crate::probe::Verifier::new(&variant);
         let mut pss = PssProbe::new();

@@ -1,7 +1,9 @@
 //! Did the variant take effect? Checked on the live processes of a run:
 //! a preloaded allocator must be mapped *and* be the one that answers `malloc`
 //! (a static executable ignores `LD_PRELOAD`; an executable that defines `malloc`
-//! wins over a preload); an environment setting must be in the initial environment.
+//! wins over a preload); an environment setting must be in the initial environment; a
+//! variant's own program must be the executable of the processes that should run it (the
+//! run's root, and every process started under that program's name).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -9,11 +11,11 @@ use std::path::{Path, PathBuf};
 use crate::record::Verification;
 
 use super::{Member, Probe, RunEnd, Tick};
-use crate::linux::allocator::detect_allocator;
+use crate::linux::allocator::{detect_allocator, linked_allocators, preload_over_linked};
 use crate::linux::elf::{self, Linkage};
 use crate::linux::maps;
 use crate::linux::proc::{self, ProcError};
-use crate::plan::Variant;
+use crate::plan::{Plan, Variant};
 use crate::record::RunRecord;
 
 /// The result of checking one process.
@@ -30,6 +32,9 @@ struct ProcessCheck {
     comm: String,
     check: Check,
     allocator: String,
+    /// The allocator was named after the loader had mapped the program's libraries (before
+    /// that, a linked allocator is not mapped yet and would read as glibc).
+    allocator_final: bool,
     peak_rss: u64,
 }
 
@@ -41,6 +46,75 @@ pub struct Verifier {
     checked: HashMap<(i32, u64, u32), ProcessCheck>,
     /// ELF facts by executable identity (device, inode, mtime): parsed once per program.
     elf_cache: HashMap<(u64, u64, i64), Result<elf::ElfFacts, String>>,
+    /// `DT_NEEDED` of libraries by path, to find the allocators a program is built with.
+    needed_cache: HashMap<String, Vec<String>>,
+    /// The variant's own program, when it has one.
+    program: Option<ExpectedProgram>,
+    /// The run's root process (pid, start time), and the exec generation it was first
+    /// judged at: that one must run the variant's program.
+    root: Option<(i32, u64)>,
+    root_generation: Option<u32>,
+    /// Remarks for the detail line, once each (a preload into a program built with an
+    /// allocator of its own).
+    notes: Vec<String>,
+    /// Whether the loader had finished in the process checked last.
+    loader_done: bool,
+}
+
+/// The executable a variant's processes must run.
+#[derive(Debug, Clone)]
+struct ExpectedProgram {
+    /// What the processes must have as `/proc/PID/exe` (a script's interpreter).
+    exe: PathBuf,
+    /// Its identity (device, inode): symlinks and hard links compare equal.
+    id: Option<(u64, u64)>,
+    /// The file names under which a process should be this program: the command's
+    /// argv[0] and the program's own name.
+    names: Vec<String>,
+}
+
+impl ExpectedProgram {
+    fn new(path: &Path, argv0: &str) -> ExpectedProgram {
+        use std::os::unix::fs::MetadataExt;
+        let exe = script_interpreter(path).unwrap_or_else(|| path.to_path_buf());
+        let id = std::fs::metadata(&exe).ok().map(|m| (m.dev(), m.ino()));
+        let mut names = vec![file_name(argv0).to_string()];
+        for p in [path, exe.as_path()] {
+            let n = file_name(&p.to_string_lossy()).to_string();
+            if !names.contains(&n) {
+                names.push(n);
+            }
+        }
+        ExpectedProgram { exe, id, names }
+    }
+}
+
+/// The interpreter a `#!` script runs under (`#!/usr/bin/env NAME` looked up in PATH):
+/// what the kernel shows as its executable.
+fn script_interpreter(path: &Path) -> Option<PathBuf> {
+    use std::io::Read;
+    let mut head = [0u8; 256];
+    let n = std::fs::File::open(path).ok()?.read(&mut head).ok()?;
+    let line = head[..n].strip_prefix(b"#!")?;
+    let line = String::from_utf8_lossy(line.split(|b| *b == b'\n').next()?).into_owned();
+    let mut words = line.split_whitespace();
+    let interp = PathBuf::from(words.next()?);
+    if file_name(&interp.to_string_lossy()) != "env" {
+        return Some(interp);
+    }
+    let name = words.find(|w| !w.starts_with('-'))?;
+    let path_var = std::env::var("PATH").unwrap_or_default();
+    crate::plan::resolve_program(name, &path_var, Path::new("/")).ok()
+}
+
+/// What the executable check made of one process.
+enum ProgramCheck {
+    /// Before its `exec` (still the spawner), or mid-`exec`: look again.
+    Pending,
+    /// Not a process that should run the variant's program.
+    NotChecked,
+    Runs(String),
+    Wrong(String),
 }
 
 impl Verifier {
@@ -50,23 +124,52 @@ impl Verifier {
             env: variant.env.clone(),
             checked: HashMap::new(),
             elf_cache: HashMap::new(),
+            needed_cache: HashMap::new(),
+            program: None,
+            root: None,
+            root_generation: None,
+            notes: Vec::new(),
+            loader_done: false,
         }
+    }
+
+    /// The verifier of one run of `variant` in `plan`: also checks the variant's own
+    /// program, if it has one.
+    pub fn for_run(plan: &Plan, variant: &Variant) -> Self {
+        let mut v = Verifier::new(variant);
+        if let Some(p) = &variant.program {
+            let (_, argv) = plan.launch_command(variant);
+            let argv0 = argv.first().map_or("", String::as_str);
+            v.program = Some(ExpectedProgram::new(p.path(), argv0));
+        }
+        v
     }
 
     /// Checks the members not yet decided. Cheap for decided ones.
     pub fn check<'a>(&mut self, members: impl Iterator<Item = &'a Member>) {
+        let members: Vec<&Member> = members.collect();
+        if self.root.is_none() {
+            // The workload's root is the one whose parent (the spawner) is not in the run.
+            self.root = members
+                .iter()
+                .find(|m| !members.iter().any(|p| p.pid == m.ppid))
+                .map(|m| (m.pid, m.starttime_ticks));
+        }
         for m in members {
             let key = (m.pid, m.starttime_ticks, m.exec_generation);
             if let Some(c) = self.checked.get_mut(&key) {
                 c.peak_rss = c.peak_rss.max(m.peak_rss_bytes);
-                if c.check != Check::Pending {
+                if c.check != Check::Pending && c.allocator_final {
                     continue;
                 }
             }
             if m.state == 'Z' {
                 continue;
             }
-            let (check, allocator) = match self.check_process(m.pid) {
+            let is_root = self.root == Some((m.pid, m.starttime_ticks));
+            let root_first = is_root && self.root_generation.is_none_or(|g| g == m.exec_generation);
+            self.loader_done = false;
+            let (check, allocator) = match self.check_process(m.pid, root_first) {
                 Ok(r) => r,
                 Err(ProcError::Gone { .. }) => continue,
                 Err(e) => (Check::Pending, format!("unknown ({e})")),
@@ -75,10 +178,18 @@ impl Verifier {
                 comm: m.comm.clone(),
                 check: Check::Pending,
                 allocator: String::new(),
+                allocator_final: false,
                 peak_rss: 0,
             });
-            entry.check = check;
+            if root_first && check != Check::Pending {
+                self.root_generation = Some(m.exec_generation);
+            }
+            // A decided check stays; only its allocator is named again, once the loader is done.
+            if entry.check == Check::Pending {
+                entry.check = check;
+            }
             entry.allocator = allocator;
+            entry.allocator_final = self.loader_done;
             entry.peak_rss = entry.peak_rss.max(m.peak_rss_bytes);
         }
     }
@@ -104,7 +215,52 @@ impl Verifier {
         facts
     }
 
-    fn check_process(&mut self, pid: i32) -> Result<(Check, String), ProcError> {
+    /// Does the process run the variant's program? Asked of the root's first program and
+    /// of every process started under the program's name.
+    fn check_program(&self, pid: i32, root_first: bool) -> Result<ProgramCheck, ProcError> {
+        use std::os::unix::fs::MetadataExt;
+        let Some(exp) = &self.program else {
+            return Ok(ProgramCheck::NotChecked);
+        };
+        let link = PathBuf::from(format!("/proc/{pid}/exe"));
+        let gone = |_| ProcError::Gone { pid };
+        let target = std::fs::read_link(&link).map_err(gone)?;
+        let shown = target.to_string_lossy().into_owned();
+        if shown.starts_with("/memfd:memtrial-spawn") || is_memtrial(&target) {
+            // The spawner's child before its exec.
+            return Ok(ProgramCheck::Pending);
+        }
+        let args = proc::read_proc_file(pid, "cmdline")?;
+        if args.is_empty() {
+            return Ok(ProgramCheck::Pending);
+        }
+        let argv0 =
+            String::from_utf8_lossy(args.split(|b| *b == 0).next().unwrap_or(&[])).into_owned();
+        if !root_first && !exp.names.iter().any(|n| n == file_name(&argv0)) {
+            return Ok(ProgramCheck::NotChecked);
+        }
+        let meta = std::fs::metadata(&link).map_err(gone)?;
+        let expected = exp.exe.display();
+        if exp.id == Some((meta.dev(), meta.ino())) {
+            Ok(ProgramCheck::Runs(format!("runs {expected}")))
+        } else {
+            let how = if root_first {
+                "the run's root process"
+            } else {
+                "started as"
+            };
+            let who = if root_first {
+                how.to_string()
+            } else {
+                format!("{how} '{argv0}',")
+            };
+            Ok(ProgramCheck::Wrong(format!(
+                "{who} runs {shown}, not the variant's program {expected}"
+            )))
+        }
+    }
+
+    fn check_process(&mut self, pid: i32, root_first: bool) -> Result<(Check, String), ProcError> {
         let maps_text = proc::read_maps_text(pid)?;
         if maps_text.is_empty() {
             return Err(ProcError::Gone { pid });
@@ -116,9 +272,42 @@ impl Verifier {
         let libs = maps::mapped_libraries(&mappings);
         let libc_mapped = libs.iter().any(|l| file_name(l).starts_with("libc.so"));
         let facts = self.exe_facts(pid);
-        let allocator = detect_allocator(&libs, facts.as_ref().ok()).to_string();
+        let linked = match &facts {
+            Ok(f) => {
+                let cache = &mut self.needed_cache;
+                linked_allocators(f, &libs, &mut |p| {
+                    cache
+                        .entry(p.to_string())
+                        .or_insert_with(|| crate::linux::allocator::needed_of_file(p))
+                        .clone()
+                })
+            }
+            Err(_) => Vec::new(),
+        };
+        let allocator = detect_allocator(&libs, facts.as_ref().ok(), &linked).to_string();
+        // Before the loader has mapped the program's libraries, only the executable and
+        // ld.so are there (libc comes last; musl's loader is its libc).
+        let loader_done = match &facts {
+            Ok(f) => match &f.linkage {
+                Linkage::Dynamic { interpreter } => {
+                    f.needed.is_empty() || libc_mapped || interpreter.contains("musl")
+                }
+                Linkage::Static => true,
+            },
+            Err(_) => true,
+        };
+        self.loader_done = loader_done;
 
         let mut reasons_ok = Vec::new();
+        match self.check_program(pid, root_first)? {
+            ProgramCheck::Pending => return Ok((Check::Pending, allocator)),
+            ProgramCheck::NotChecked => {}
+            // Its program, but the loader has not mapped its libraries yet: the allocator
+            // cannot be named until it has.
+            ProgramCheck::Runs(_) if !loader_done => return Ok((Check::Pending, allocator)),
+            ProgramCheck::Runs(why) => reasons_ok.push(why),
+            ProgramCheck::Wrong(why) => return Ok((Check::NotEffective(why), allocator)),
+        }
         // Environment settings: the initial environment must carry them.
         if !self.env.is_empty() {
             let env = match proc::read_environ(pid)? {
@@ -193,6 +382,11 @@ impl Verifier {
                 }
             }
             reasons_ok.push(format!("{} mapped", file_name(&pre.display().to_string())));
+            if let Some(note) = preload_over_linked(&pre.display().to_string(), &linked) {
+                if !self.notes.contains(&note) {
+                    self.notes.push(note);
+                }
+            }
         }
         Ok((Check::Effective(reasons_ok.join(", ")), allocator))
     }
@@ -213,13 +407,22 @@ impl Verifier {
     /// The verdict over every process checked, with a detail line, and the
     /// allocator of the process with the largest RSS.
     pub fn finish(&self) -> (Verification, String, String) {
+        let (verification, mut detail, allocator) = self.verdict();
+        for n in &self.notes {
+            detail.push_str("; note: ");
+            detail.push_str(n);
+        }
+        (verification, detail, allocator)
+    }
+
+    fn verdict(&self) -> (Verification, String, String) {
         let allocator = self
             .checked
             .values()
             .max_by_key(|c| c.peak_rss)
             .map(|c| c.allocator.clone())
             .unwrap_or_else(|| "unknown (exited before it could be inspected)".into());
-        let nothing = self.preload.is_none() && self.env.is_empty();
+        let nothing = self.preload.is_none() && self.env.is_empty() && self.program.is_none();
         if let Some((key, c)) = self
             .checked
             .iter()
@@ -372,6 +575,11 @@ fn has_address_space(pid: i32) -> bool {
                 .and_then(|v| v.parse::<u64>().ok())
         })
         .is_some_and(|size| size > 0)
+}
+
+/// The file is memtrial itself (the spawner falls back to it when built without one).
+fn is_memtrial(target: &Path) -> bool {
+    std::env::current_exe().is_ok_and(|me| me == target)
 }
 
 fn file_name(p: &str) -> &str {

@@ -18,6 +18,7 @@ fn variant(name: &str, env: &[(&str, &str)], preload: Option<&str>) -> Variant {
         preload: preload.map(|p| format!("/usr/lib/x86_64-linux-gnu/lib{p}.so.2").into()),
         preload_spec: preload.map(String::from),
         origin: VariantOrigin::Catalog,
+        program: None,
     }
 }
 

@@ -53,6 +53,10 @@ struct VariantJson<'a> {
     preload: Option<String>,
     preload_spec: Option<&'a str>,
     origin: crate::plan::VariantOrigin,
+    /// The executable the variant runs instead of the plan's program (null: the plan's).
+    program: Option<String>,
+    /// The whole command the variant runs instead of the plan's (null: the plan's).
+    command: Option<&'a [String]>,
     runs: Vec<RunJson<'a>>,
     summary: SummaryJson<'a>,
 }
@@ -247,6 +251,11 @@ fn doc<'a>(e: &'a Experiment, a: &'a Analysis) -> Doc<'a> {
                 preload: v.preload.as_ref().map(|p| p.display().to_string()),
                 preload_spec: v.preload_spec.as_deref(),
                 origin: v.origin,
+                program: v.program.as_ref().map(|p| p.path().display().to_string()),
+                command: match &v.program {
+                    Some(crate::plan::VariantProgram::Command { argv, .. }) => Some(argv),
+                    _ => None,
+                },
                 runs: e
                     .runs
                     .iter()

@@ -13,7 +13,7 @@ use crate::record::{
 };
 
 /// The schema version this build writes (SQLite `user_version`).
-pub const SCHEMA_VERSION: i64 = 6;
+pub const SCHEMA_VERSION: i64 = 7;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -66,6 +66,7 @@ CREATE TABLE variants (
     preload TEXT,
     preload_spec TEXT,
     origin TEXT NOT NULL,
+    program_json TEXT,
     PRIMARY KEY (experiment_id, idx)
 );
 CREATE TABLE runs (
@@ -233,7 +234,8 @@ impl Store {
             // v2: the kernel's cgroup figures per run; v3: a server trial's load figures;
             // v4: the inside view (allocator and runtime probes); v5: a worker's driven
             // phase and its driver's figures; v6: the tree's peak USS (a column of its own
-            // beside peak_pss_bytes: a figure, not a probe's view).
+            // beside peak_pss_bytes: a figure, not a probe's view); v7: a variant's own
+            // program or command.
             let mut steps = String::from("BEGIN;");
             if version < 2 {
                 steps.push_str(" ALTER TABLE runs ADD COLUMN cgroup_json TEXT;");
@@ -250,6 +252,9 @@ impl Store {
             if version < 6 {
                 steps.push_str(" ALTER TABLE runs ADD COLUMN peak_uss_bytes INTEGER;");
                 steps.push_str(" ALTER TABLE samples ADD COLUMN uss_bytes INTEGER;");
+            }
+            if version < 7 {
+                steps.push_str(" ALTER TABLE variants ADD COLUMN program_json TEXT;");
             }
             steps.push_str(&format!(" PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"));
             if version < SCHEMA_VERSION {
@@ -282,8 +287,8 @@ impl Store {
         for (i, v) in plan.variants.iter().enumerate() {
             let env_json = serde_json::to_string(&v.env).unwrap_or_else(|_| "[]".into());
             tx.execute(
-                "INSERT INTO variants (experiment_id, idx, name, env_json, preload, preload_spec, origin)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                "INSERT INTO variants (experiment_id, idx, name, env_json, preload, preload_spec, origin, program_json)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
                 params![
                     id,
                     i as i64,
@@ -294,7 +299,10 @@ impl Store {
                     match v.origin {
                         crate::plan::VariantOrigin::Catalog => "catalog",
                         crate::plan::VariantOrigin::Custom => "custom",
-                    }
+                    },
+                    v.program
+                        .as_ref()
+                        .and_then(|p| serde_json::to_string(p).ok()),
                 ],
             )
             .map_err(err)?;
@@ -684,6 +692,7 @@ mod tests {
                 preload: None,
                 preload_spec: None,
                 origin: VariantOrigin::Catalog,
+                program: None,
             }],
             baseline: "glibc".into(),
             runs: 1,
@@ -819,11 +828,13 @@ mod tests {
         let path = dir.path().join("old.db");
         {
             let c = Connection::open(&path).unwrap();
-            let v1 = SCHEMA.replace(
-                ",\n    cgroup_json TEXT,\n    load_json TEXT,\n    inside_json TEXT,\n    driver_json TEXT,\n    peak_uss_bytes INTEGER",
-                "",
-            )
-            .replace(",\n    uss_bytes INTEGER", "");
+            let v1 = SCHEMA
+                .replace(
+                    ",\n    cgroup_json TEXT,\n    load_json TEXT,\n    inside_json TEXT,\n    driver_json TEXT,\n    peak_uss_bytes INTEGER",
+                    "",
+                )
+                .replace(",\n    uss_bytes INTEGER", "")
+                .replace(",\n    program_json TEXT", "");
             assert_ne!(v1, SCHEMA);
             c.execute_batch(&format!("{v1} PRAGMA user_version = 1;"))
                 .unwrap();
@@ -847,7 +858,8 @@ mod tests {
             let v4 = SCHEMA
                 .replace(",\n    peak_uss_bytes INTEGER", "")
                 .replace(",\n    driver_json TEXT", "")
-                .replace(",\n    uss_bytes INTEGER", "");
+                .replace(",\n    uss_bytes INTEGER", "")
+                .replace(",\n    program_json TEXT", "");
             assert_ne!(v4, SCHEMA);
             c.execute_batch(&format!("{v4} PRAGMA user_version = 4;"))
                 .unwrap();

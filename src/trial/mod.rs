@@ -70,8 +70,10 @@ pub struct Live {
 /// the backend's own probes are added by the trial), then the plan's probes inside the
 /// workload, which report into `<log_stem>.probe/`.
 pub fn default_probes(plan: &Plan, variant: &Variant, log_stem: &Path) -> Vec<Box<dyn Probe>> {
-    let mut probes: Vec<Box<dyn Probe>> =
-        vec![Box::new(PssProbe::new()), Box::new(Verifier::new(variant))];
+    let mut probes: Vec<Box<dyn Probe>> = vec![
+        Box::new(PssProbe::new()),
+        Box::new(Verifier::for_run(plan, variant)),
+    ];
     let dir = log_stem.with_extension("probe");
     for kind in &plan.probes.kinds {
         match kind {
@@ -317,10 +319,14 @@ fn prepare(
     for p in probes.iter_mut() {
         p.launching(&env);
     }
+    // The variant's own program or command, if it has one; argv[0] as given.
+    let (program, command) = plan.launch_command(spec.variant);
     let launch = LaunchSpec {
-        program: plan.program.clone(),
-        argv: std::iter::once(plan.command[0].clone())
-            .chain(plan.command[1..].iter().map(|a| sub(a)))
+        program,
+        argv: command
+            .iter()
+            .enumerate()
+            .map(|(i, a)| if i == 0 { a.clone() } else { sub(a) })
             .collect(),
         env,
         workdir: plan.workdir.clone(),

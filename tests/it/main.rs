@@ -9,6 +9,7 @@ mod inspect;
 mod jvm_probe;
 mod load;
 mod output;
+mod program_variants;
 mod props;
 mod reports;
 mod ruby_probe;
