@@ -260,6 +260,49 @@ impl Verifier {
         }
     }
 
+    /// The variant's environment settings against the process's initial environment:
+    /// `Some(verdict)` when that decides the check (missing, wrong, not readable yet),
+    /// else the settings found are added to `reasons_ok`.
+    fn check_env(
+        &self,
+        pid: i32,
+        reasons_ok: &mut Vec<String>,
+    ) -> Result<Option<Check>, ProcError> {
+        if self.env.is_empty() {
+            return Ok(None);
+        }
+        let env = match proc::read_environ(pid)? {
+            env if !env.is_empty() => env,
+            _ => match empty_environment(pid) {
+                EmptyEnvironment::Exiting => return Err(ProcError::Gone { pid }),
+                EmptyEnvironment::MidExec => return Ok(Some(Check::Pending)),
+                EmptyEnvironment::StartedWithNone => {
+                    let keys: Vec<&str> = self.env.iter().map(|(k, _)| k.as_str()).collect();
+                    return Ok(Some(Check::NotEffective(format!(
+                        "{} missing: its environment is empty (started without one, e.g. env -i)",
+                        keys.join(", ")
+                    ))));
+                }
+            },
+        };
+        for (k, v) in &self.env {
+            match env.iter().find(|(ek, _)| ek == k) {
+                Some((_, ev)) if ev == v => reasons_ok.push(format!("{k}={v} in environ")),
+                Some((_, ev)) => {
+                    return Ok(Some(Check::NotEffective(format!(
+                        "{k}={ev} in its environment, not {v}"
+                    ))))
+                }
+                None => {
+                    return Ok(Some(Check::NotEffective(format!(
+                        "{k} missing from its environment"
+                    ))))
+                }
+            }
+        }
+        Ok(None)
+    }
+
     fn check_process(&mut self, pid: i32, root_first: bool) -> Result<(Check, String), ProcError> {
         let maps_text = proc::read_maps_text(pid)?;
         if maps_text.is_empty() {
@@ -309,42 +352,8 @@ impl Verifier {
             ProgramCheck::Wrong(why) => return Ok((Check::NotEffective(why), allocator)),
         }
         // Environment settings: the initial environment must carry them.
-        if !self.env.is_empty() {
-            let env = match proc::read_environ(pid)? {
-                env if !env.is_empty() => env,
-                _ => match empty_environment(pid) {
-                    EmptyEnvironment::Exiting => return Err(ProcError::Gone { pid }),
-                    EmptyEnvironment::MidExec => return Ok((Check::Pending, allocator)),
-                    EmptyEnvironment::StartedWithNone => {
-                        let keys: Vec<&str> = self.env.iter().map(|(k, _)| k.as_str()).collect();
-                        return Ok((
-                            Check::NotEffective(format!(
-                                "{} missing: its environment is empty (started without \
-                                     one, e.g. env -i)",
-                                keys.join(", ")
-                            )),
-                            allocator,
-                        ));
-                    }
-                },
-            };
-            for (k, v) in &self.env {
-                match env.iter().find(|(ek, _)| ek == k) {
-                    Some((_, ev)) if ev == v => reasons_ok.push(format!("{k}={v} in environ")),
-                    Some((_, ev)) => {
-                        return Ok((
-                            Check::NotEffective(format!("{k}={ev} in its environment, not {v}")),
-                            allocator,
-                        ))
-                    }
-                    None => {
-                        return Ok((
-                            Check::NotEffective(format!("{k} missing from its environment")),
-                            allocator,
-                        ))
-                    }
-                }
-            }
+        if let Some(verdict) = self.check_env(pid, &mut reasons_ok)? {
+            return Ok((verdict, allocator));
         }
         if let Some(pre) = &self.preload {
             if let Ok(f) = &facts {
