@@ -161,15 +161,11 @@ impl AllocatorProbe {
     /// Adds a point from the latest lines of the processes in `pids`, if any of them
     /// reported since the last point.
     fn point(&mut self, t_seconds: f64, pids: &BTreeSet<i32>) {
-        let Ok(reports) = self.reports.as_mut() else {
-            return;
-        };
-        let Some(states) = reports.take_point(pids) else {
-            return;
-        };
-        let lines: Vec<Line> = states.iter().filter_map(|f| f.latest).collect();
-        self.at_exit.push(states.iter().all(|f| f.exited));
-        self.series.push(sum(&lines, t_seconds));
+        if let Ok(reports) = self.reports.as_mut() {
+            if let Some(states) = reports.take_point(pids) {
+                add_point(&mut self.series, &mut self.at_exit, &states, t_seconds);
+            }
+        }
     }
 
     fn view(
@@ -237,6 +233,19 @@ fn at_peak(series: &[AllocatorPoint], at_exit: &[bool]) -> Option<AllocatorPoint
         .cloned()
 }
 
+/// Adds a point summing the processes' latest reports (marked when all of them are the
+/// reports written at exit).
+fn add_point(
+    series: &mut Vec<AllocatorPoint>,
+    at_exit: &mut Vec<bool>,
+    states: &[&ProcessFile],
+    t_seconds: f64,
+) {
+    let lines: Vec<Line> = states.iter().filter_map(|f| f.latest).collect();
+    at_exit.push(states.iter().all(|f| f.exited));
+    series.push(sum(&lines, t_seconds));
+}
+
 /// Why no process reported: the kernel-side facts of the run say which case it is.
 fn why_no_reports(record: &RunRecord) -> String {
     if record.allocator_detected.contains("static") {
@@ -277,14 +286,10 @@ impl Probe for AllocatorProbe {
         if tick.kind != TickKind::Sample {
             return;
         }
-        let Ok(reports) = self.reports.as_mut() else {
-            return;
-        };
-        reports.read_new();
-        let pids: BTreeSet<i32> = tick.members.iter().map(|m| m.pid).collect();
-        self.point(tick.t_seconds, &pids);
         if let Ok(reports) = self.reports.as_mut() {
-            reports.sampled(pids);
+            if let Some(states) = reports.sample(tick.members) {
+                add_point(&mut self.series, &mut self.at_exit, &states, tick.t_seconds);
+            }
         }
     }
 

@@ -99,6 +99,16 @@ impl<S: ProcessReports> ReportDir<S> {
         self.last_members = pids;
     }
 
+    /// A sample of the run with its processes `members`: reads the new reports and returns
+    /// the states of the members if any of them reported since the last point.
+    pub fn sample(&mut self, members: &[super::Member]) -> Option<Vec<&S>> {
+        self.read_new();
+        let pids: BTreeSet<i32> = members.iter().map(|m| m.pid).collect();
+        self.sampled(pids);
+        let pids = self.last_members.clone();
+        self.take_point(&pids)
+    }
+
     /// At the end: the processes of the last sample and any that reported since (a batch
     /// job's exit reports).
     pub fn final_pids(&mut self) -> BTreeSet<i32> {

@@ -188,24 +188,10 @@ impl RubyProbe {
     /// Adds a point at `t_seconds` from the latest lines of the processes in `pids`, if any
     /// of them reported since the last point.
     fn point(&mut self, t_seconds: f64, pids: &BTreeSet<i32>) {
-        let Ok(reports) = self.reports.as_mut() else {
-            return;
-        };
-        let Some(states) = reports.take_point(pids) else {
-            return;
-        };
-        let lines: Vec<&[(String, u64)]> =
-            states.iter().filter_map(|f| f.latest.as_deref()).collect();
-        for (name, v) in sum(lines) {
-            let i = match self.series.iter().position(|(n, _)| n == name) {
-                Some(i) => i,
-                None if self.series.len() < MAX_FIGURES => {
-                    self.series.push((name.to_string(), Vec::new()));
-                    self.series.len() - 1
-                }
-                None => continue,
-            };
-            self.series[i].1.push([t_seconds, v as f64]);
+        if let Ok(reports) = self.reports.as_mut() {
+            if let Some(states) = reports.take_point(pids) {
+                add_point(&mut self.series, &states, t_seconds);
+            }
         }
     }
 
@@ -302,6 +288,23 @@ impl RubyProbe {
     }
 }
 
+/// Adds a point at `t_seconds`: each figure summed over the processes' latest reports, at
+/// most [`MAX_FIGURES`] distinct figures.
+fn add_point(series: &mut Vec<(String, Vec<[f64; 2]>)>, states: &[&ProcessFile], t_seconds: f64) {
+    let lines: Vec<&[(String, u64)]> = states.iter().filter_map(|f| f.latest.as_deref()).collect();
+    for (name, v) in sum(lines) {
+        let i = match series.iter().position(|(n, _)| n == name) {
+            Some(i) => i,
+            None if series.len() < MAX_FIGURES => {
+                series.push((name.to_string(), Vec::new()));
+                series.len() - 1
+            }
+            None => continue,
+        };
+        series[i].1.push([t_seconds, v as f64]);
+    }
+}
+
 /// Why no process reported: what the run's processes were says which case it is.
 fn why_no_reports(record: &RunRecord, executables: &BTreeSet<String>) -> String {
     let ruby: Vec<&str> = executables
@@ -365,12 +368,9 @@ impl Probe for RubyProbe {
             return;
         }
         if let Ok(reports) = self.reports.as_mut() {
-            reports.read_new();
-        }
-        let pids: BTreeSet<i32> = tick.members.iter().map(|m| m.pid).collect();
-        self.point(tick.t_seconds, &pids);
-        if let Ok(reports) = self.reports.as_mut() {
-            reports.sampled(pids);
+            if let Some(states) = reports.sample(tick.members) {
+                add_point(&mut self.series, &states, tick.t_seconds);
+            }
         }
     }
 
