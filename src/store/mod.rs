@@ -182,6 +182,34 @@ fn host_id(tx: &Connection, h: &HostInfo) -> rusqlite::Result<i64> {
     )
 }
 
+/// `host`, or the experiment's own host when that is this machine recorded before its
+/// cgroup limits were (an experiment of an older memtrial, resumed here): one host, not two.
+fn same_host_as_recorded(
+    tx: &Connection,
+    experiment: i64,
+    host: &HostInfo,
+) -> rusqlite::Result<HostInfo> {
+    let own: Option<String> = tx
+        .query_row(
+            "SELECT host_json FROM experiments WHERE id = ?1",
+            [experiment],
+            |r| r.get(0),
+        )
+        .or_else(|e| match e {
+            rusqlite::Error::QueryReturnedNoRows => Ok(None),
+            e => Err(e),
+        })?;
+    let own: Option<HostInfo> = own.and_then(|j| serde_json::from_str(&j).ok());
+    let without_limits = HostInfo {
+        container: None,
+        ..host.clone()
+    };
+    Ok(match own {
+        Some(own) if own.container.is_none() && own == without_limits => own,
+        _ => host.clone(),
+    })
+}
+
 /// Inserts an experiment and its variants; its id.
 fn insert_experiment(
     tx: &Connection,
@@ -525,9 +553,10 @@ impl Store {
         r: &RunRecord,
         host: &HostInfo,
     ) -> Result<i64, StoreError> {
-        let identity = import::run_identity(&crate::report::json::run_value(r), host);
         let err = sqlite_err(&self.path);
         let tx = self.conn.transaction().map_err(err)?;
+        let host = &same_host_as_recorded(&tx, experiment, host).map_err(err)?;
+        let identity = import::run_identity(&crate::report::json::run_value(r), host);
         let h = host_id(&tx, host).map_err(err)?;
         let run_id = insert_run(&tx, experiment, seq, r, h, &identity).map_err(err)?;
         tx.commit().map_err(err)?;
@@ -1113,7 +1142,11 @@ mod tests {
     fn v7_database_is_migrated_to_8() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("v7.db");
-        let host = HostInfo::detect();
+        // Recorded by an older memtrial: no cgroup limits.
+        let host = HostInfo {
+            container: None,
+            ..HostInfo::detect()
+        };
         {
             let c = Connection::open(&path).unwrap();
             c.execute_batch(&format!("{SCHEMA} PRAGMA user_version = 7;"))
@@ -1153,13 +1186,20 @@ mod tests {
         assert_eq!(old.hosts, vec![host.clone()]);
         assert_eq!(old.run_hosts, vec![0]);
         assert_eq!(s.list().unwrap()[0].hosts, 1);
+        // The same machine, now with its cgroup limits recorded, is still the same host.
+        let mut limited = host.clone();
+        limited.container = Some(crate::linux::host::HostLimits::default());
+        let mut second = run();
+        second.started_at = "later".into();
+        s.add_run(1, 2, &second, &limited).unwrap();
+        assert_eq!(s.load(1).unwrap().hosts, vec![host.clone()]);
         // A run from another host joins it as a second host.
         let mut other = host.clone();
         other.hostname = "node-b".into();
         s.add_run(1, 1, &run(), &other).unwrap();
         let e = s.load(1).unwrap();
         assert_eq!(e.hosts, vec![host, other]);
-        assert_eq!(e.run_hosts, vec![0, 1]);
+        assert_eq!(e.run_hosts, vec![0, 1, 0]);
         assert!(e.several_hosts());
     }
 
