@@ -48,7 +48,7 @@ pub enum ImportError {
     Newer { source_name: String, found: u64 },
     #[error("{source_name}: schema_version {found} is older than this memtrial reads (versions {OLDEST_VERSION} to {JSON_SCHEMA_VERSION}); write it again with `memtrial report --json FILE` from a newer memtrial")]
     Older { source_name: String, found: u64 },
-    #[error("{source_name}: does not match the experiment record schema (version {version}) at {pointer}: {reason}")]
+    #[error("{source_name}: does not match the experiment record schema (version {version}) at {pointer}: {reason}; import records as `memtrial run --json FILE` wrote them")]
     Invalid {
         source_name: String,
         version: u64,
@@ -56,7 +56,7 @@ pub enum ImportError {
         pointer: String,
         reason: String,
     },
-    #[error("{source_name}: {reason}")]
+    #[error("{source_name}: {reason}; import records as `memtrial run --json FILE` wrote them")]
     Inconsistent { source_name: String, reason: String },
     #[error("the embedded JSON Schema of version {version} does not compile: {reason}")]
     Schema { version: u32, reason: String },
@@ -844,6 +844,28 @@ mod tests {
         assert_eq!((again[0].new_runs, again[0].present_runs), (0, 9));
         let v3 = import(&mut s, &one("new.json", record(&e))).unwrap();
         assert_eq!(v3[0].experiment, out[0].experiment);
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+        /// Any byte of a valid record changed, or the record cut anywhere: an error or an
+        /// import, never a panic; and an error writes nothing.
+        #[test]
+        fn damaged_records_never_panic(at in 0usize..100_000, byte in 0u8..128, cut in proptest::bool::ANY) {
+            let good = record(&fixture::two_host_experiment());
+            let mut bytes = good.into_bytes();
+            let at = at % bytes.len();
+            if cut {
+                bytes.truncate(at);
+            } else {
+                bytes[at] = byte;
+            }
+            let text = String::from_utf8_lossy(&bytes).into_owned();
+            let (_d, mut s) = store();
+            if import(&mut s, &one("x.json", text)).is_err() {
+                proptest::prop_assert!(s.list().unwrap().is_empty());
+            }
+        }
     }
 
     #[test]
