@@ -9,8 +9,8 @@ use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::cli::{
-    Cli, ColorChoice, Command, DemoArgs, FragmentArgs, InspectArgs, OutputArgs, ReportArgs,
-    RunArgs, WorkloadCommand,
+    Cli, ColorChoice, Command, DemoArgs, FragmentArgs, GroupBy, ImportArgs, InspectArgs,
+    OutputArgs, ReportArgs, RunArgs, WorkloadCommand,
 };
 use memtrial::analysis::recommend::recommend;
 use memtrial::analysis::{analyse, any_failed};
@@ -20,7 +20,7 @@ use memtrial::plan::catalog::{CatalogKind, Distro, LibraryLocator, CATALOG};
 use memtrial::plan::{build_plan, read_plan_file, PlanContext, PlanInput};
 use memtrial::record::{Experiment, ExperimentStatus, RunStatus};
 use memtrial::report::printer::{ColorMode, OutputTarget, Printer};
-use memtrial::report::{self, escape, ExportType, Report};
+use memtrial::report::{self, escape, ExportType, Grouping, Report};
 use memtrial::runner::{run_experiment, Event, Start};
 use memtrial::store::Store;
 use memtrial::trial::Isolation;
@@ -83,6 +83,7 @@ pub fn dispatch(cli: Cli) -> Result<Outcome> {
         Command::Variants => variants_cmd(&ui),
         Command::List => list_cmd(&cli.db, &ui),
         Command::Report(args) => report_cmd(&cli.db, args, &ui),
+        Command::Import(args) => import_cmd(&cli.db, args, &ui),
         Command::Recommend(args) => recommend_cmd(&cli.db, args.id, &ui),
         Command::Workload(WorkloadCommand::Fragment(args)) => fragment_cmd(args, &ui),
         Command::Inspect(args) => inspect_cmd(args, &ui),
@@ -409,6 +410,7 @@ fn resume(db: &Path, id: Option<i64>, output: &OutputArgs, ui: &Ui) -> Result<Ou
         Start::Resume {
             experiment: id,
             done: &done,
+            host: &HostInfo::detect(),
         },
         &isolation,
         output,
@@ -548,7 +550,7 @@ fn run_and_present(
     )?;
     progress.finish();
     let exp = store.load(outcome.experiment)?;
-    let result = present(&exp, output, ui)?;
+    let result = present(&exp, output, Grouping::Pooled, ui)?;
     if outcome.interrupted {
         ui.note(&format!(
             "interrupted: {} completed run(s) are kept in {} (experiment {}).",
@@ -593,8 +595,9 @@ fn with_loader_complaints(exp: &Experiment) -> Experiment {
     exp
 }
 
-/// Prints the table, writes JSON/CSV, shows the output of failed runs.
-fn present(exp: &Experiment, output: &OutputArgs, ui: &Ui) -> Result<Outcome> {
+/// Prints the table (pooled, or one per host), writes JSON/CSV, shows the output of
+/// failed runs.
+fn present(exp: &Experiment, output: &OutputArgs, grouping: Grouping, ui: &Ui) -> Result<Outcome> {
     let exp = &with_loader_complaints(exp);
     let analysis = analyse(exp);
     let rec = recommend(&analysis);
@@ -604,7 +607,15 @@ fn present(exp: &Experiment, output: &OutputArgs, ui: &Ui) -> Result<Outcome> {
         recommendation: &rec,
     };
     let outputs = outputs(output);
-    let table = ExportType::Table { color: ui.color() }.serialize(&report)?;
+    let table = match grouping {
+        Grouping::Pooled => {
+            if let Some(w) = report::hosts::pooled_warning(exp) {
+                ui.note(&w);
+            }
+            ExportType::Table { color: ui.color() }.serialize(&report)?
+        }
+        Grouping::ByHost => report::hosts::render(exp, ui.color()).into_bytes(),
+    };
     let stdout_taken = outputs.iter().any(|(_, t)| t.is_stdout());
     ui.human(&String::from_utf8_lossy(&table), stdout_taken)?;
     show_failures(exp, ui);
@@ -673,14 +684,71 @@ fn tail_lines(path: &Path, n: usize) -> Vec<String> {
 }
 
 fn report_cmd(db: &Path, args: &ReportArgs, ui: &Ui) -> Result<Outcome> {
-    check_outputs(&args.output)?;
+    let ReportArgs { id, by, output } = args;
+    check_outputs(output)?;
     let store = Store::open_existing(db)?;
-    let id = match args.id {
-        Some(id) => id,
+    let id = match id {
+        Some(id) => *id,
         None => store.latest_id()?,
     };
     let exp = store.load(id)?;
-    present(&exp, &args.output, ui)?;
+    let grouping = match by {
+        None => Grouping::Pooled,
+        Some(GroupBy::Host) => Grouping::ByHost,
+    };
+    present(&exp, output, grouping, ui)?;
+    Ok(Outcome::Ok)
+}
+
+/// `memtrial import FILE…`: every record, or none, into the store.
+fn import_cmd(db: &Path, args: &ImportArgs, ui: &Ui) -> Result<Outcome> {
+    let ImportArgs { files } = args;
+    let mut records = Vec::new();
+    for f in files {
+        let text = std::fs::read_to_string(f).with_context(|| {
+            format!(
+                "cannot read {} (give files written by `memtrial run --json FILE`); nothing was imported",
+                f.display()
+            )
+        })?;
+        records.push((f.display().to_string(), text));
+    }
+    let mut store = Store::open(db)?;
+    let outcomes = memtrial::store::import::import(&mut store, &records)
+        .with_context(|| format!("nothing was imported into {}", db.display()))?;
+    let mut text = String::new();
+    for o in &outcomes {
+        text.push_str(&format!(
+            "{}: {} experiment {} (plan {}): {} new run(s), {} already present{}\n",
+            o.source,
+            if o.created { "new" } else { "joined" },
+            o.experiment,
+            memtrial::store::import::short(&o.fingerprint),
+            o.new_runs,
+            o.present_runs,
+            if o.hosts.is_empty() {
+                String::new()
+            } else {
+                format!("; host {}", o.hosts.join(", "))
+            }
+        ));
+        for n in &o.notes {
+            text.push_str(&format!("  note: {n}\n"));
+        }
+    }
+    let mut ids: Vec<i64> = outcomes.iter().map(|o| o.experiment).collect();
+    ids.dedup();
+    if let [id] = ids[..] {
+        text.push_str(&format!(
+            "see it with: memtrial report --by host {id}{}\n",
+            if db == Path::new("memtrial.db") {
+                String::new()
+            } else {
+                format!(" --db {}", escape::shell_word(&db.display().to_string()))
+            }
+        ));
+    }
+    ui.result(&escape::terminal_lines(&text))?;
     Ok(Outcome::Ok)
 }
 

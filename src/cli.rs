@@ -49,6 +49,10 @@ pub enum Command {
     List,
     /// Show a stored experiment again (the latest by default).
     Report(ReportArgs),
+    /// Add experiment records written by `memtrial run --json FILE` on other machines or
+    /// pods: a record of the same plan (fingerprint) joins its experiment, each run with
+    /// its host; all files are imported or none.
+    Import(ImportArgs),
     /// What to run with, and how to apply it (the latest experiment by default).
     Recommend(RecommendArgs),
     /// Built-in reference workloads.
@@ -239,8 +243,26 @@ pub struct ServerArgs {
 pub struct ReportArgs {
     /// Experiment id (see `memtrial list`) [default: the latest].
     pub id: Option<i64>,
+    /// Compare within each host: one table per host, each variant against the baseline
+    /// on the same host, and what differs between the hosts.
+    #[arg(long, value_enum, value_name = "FACTOR")]
+    pub by: Option<GroupBy>,
     #[command(flatten)]
     pub output: OutputArgs,
+}
+
+/// What a report is split by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum GroupBy {
+    /// The machine (or `MEMTRIAL_HOST`) each run ran on.
+    Host,
+}
+
+#[derive(Debug, Args)]
+pub struct ImportArgs {
+    /// JSON records (schema_version 2 or 3), e.g. node-a.json node-b.json.
+    #[arg(required = true, value_name = "FILE")]
+    pub files: Vec<PathBuf>,
 }
 
 #[derive(Debug, Args)]

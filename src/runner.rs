@@ -79,8 +79,12 @@ pub enum Start<'a> {
         host: &'a HostInfo,
         notes: &'a [String],
     },
-    /// Resume: the slots whose runs are already stored are skipped.
-    Resume { experiment: i64, done: &'a [u32] },
+    /// Resume on `host`: the slots whose runs are already stored are skipped.
+    Resume {
+        experiment: i64,
+        done: &'a [u32],
+        host: &'a HostInfo,
+    },
 }
 
 /// Runs every trial of the plan, committing each run as it ends. Stops early,
@@ -94,25 +98,31 @@ pub fn run_experiment(
     observer: &mut dyn FnMut(Event),
 ) -> Result<Outcome, RunError> {
     let all = schedule(plan.variants.len(), plan.warmup, plan.runs, plan.seed);
-    let (experiment, slots) = match start {
+    let (experiment, slots, host) = match start {
         Start::New { host, notes } => {
             let id = store.create_experiment(plan, host, all.len())?;
             for n in notes {
                 store.add_event(id, "note", n)?;
             }
-            (id, all)
+            (id, all, host)
         }
-        Start::Resume { experiment, done } => {
+        Start::Resume {
+            experiment,
+            done,
+            host,
+        } => {
             let rest: Vec<Slot> = all.into_iter().filter(|s| !done.contains(&s.seq)).collect();
             store.add_event(
                 experiment,
                 "resumed",
                 &format!("resumed: {} run(s) left", rest.len()),
             )?;
-            (experiment, rest)
+            (experiment, rest, host)
         }
     };
-    match run_slots(store, plan, experiment, slots, backend, stop, observer) {
+    match run_slots(
+        store, plan, experiment, host, slots, backend, stop, observer,
+    ) {
         Ok(interrupted) => finish(store, experiment, interrupted),
         Err(e) => {
             // Nothing stays `running` for ever: the experiment ends interrupted, with the
@@ -125,10 +135,12 @@ pub fn run_experiment(
 }
 
 /// Runs the slots in order; whether an interrupt stopped them.
+#[allow(clippy::too_many_arguments)]
 fn run_slots(
     store: &mut Store,
     plan: &Plan,
     experiment: i64,
+    host: &HostInfo,
     slots: Vec<Slot>,
     backend: &dyn Backend,
     stop: &AtomicBool,
@@ -179,7 +191,7 @@ fn run_slots(
         let record = run_trial(&spec, backend, probes, stop, &mut |live| {
             observer(Event::Sample { slot, live })
         })?;
-        store.add_run(experiment, slot.seq, &record)?;
+        store.add_run(experiment, slot.seq, &record, host)?;
         observer(Event::TrialEnd {
             slot,
             index,

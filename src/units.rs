@@ -140,6 +140,17 @@ pub fn format_seconds(s: f64) -> String {
     }
 }
 
+/// The hex SHA-256 of `bytes` (identities: plan fingerprints, hosts, runs).
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(bytes);
+    let mut out = String::with_capacity(64);
+    for b in digest {
+        out.push_str(&format!("{b:02x}"));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

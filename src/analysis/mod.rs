@@ -1,6 +1,7 @@
 //! Pure functions over stored runs: per-variant medians with intervals and
 //! ratios against the baseline.
 
+pub mod hosts;
 pub mod recommend;
 pub mod stats;
 pub mod trend;

@@ -345,6 +345,74 @@ impl Plan {
     }
 }
 
+/// What makes runs comparable, in a fixed order: the plan's fingerprint is the hash of
+/// its JSON. Not the seed, run counts, sampling, timeouts, paths resolved on one machine
+/// (program, workdir, a catalog library's location) or the host.
+#[derive(Serialize)]
+struct Comparable<'a> {
+    /// Bumped when what is hashed changes.
+    fingerprint_version: u32,
+    command: &'a [String],
+    variants: Vec<ComparableVariant<'a>>,
+    limits: &'a Limits,
+    server: Option<&'a ServerPlan>,
+    worker: Option<&'a WorkerPlan>,
+    probes: &'a ProbePlan,
+}
+
+#[derive(Serialize)]
+struct ComparableVariant<'a> {
+    name: &'a str,
+    /// Sorted: the order settings were given in does not matter (each key is set once).
+    env: Vec<&'a (String, String)>,
+    /// As asked for (`jemalloc`, a path): a catalog library lives elsewhere on another distro.
+    preload: Option<String>,
+    /// `program:SPEC` or the replacing command's words.
+    program: Option<String>,
+    command: Option<&'a [String]>,
+}
+
+impl Plan {
+    /// A stable hex hash of what makes runs comparable (see [`Comparable`]): records of
+    /// the same plan from several machines share it, and join one experiment on import.
+    pub fn fingerprint(&self) -> String {
+        let c = Comparable {
+            fingerprint_version: 1,
+            command: &self.command,
+            variants: self
+                .variants
+                .iter()
+                .map(|v| ComparableVariant {
+                    name: &v.name,
+                    env: {
+                        let mut env: Vec<&(String, String)> = v.env.iter().collect();
+                        env.sort();
+                        env
+                    },
+                    preload: v
+                        .preload_spec
+                        .clone()
+                        .or_else(|| v.preload.as_ref().map(|p| p.display().to_string())),
+                    program: match &v.program {
+                        Some(VariantProgram::Program { spec, .. }) => Some(spec.clone()),
+                        _ => None,
+                    },
+                    command: match &v.program {
+                        Some(VariantProgram::Command { argv, .. }) => Some(argv),
+                        _ => None,
+                    },
+                })
+                .collect(),
+            limits: &self.limits,
+            server: self.server.as_ref(),
+            worker: self.worker.as_ref(),
+            probes: &self.probes,
+        };
+        let json = serde_json::to_string(&c).unwrap_or_default();
+        crate::units::sha256_hex(json.as_bytes())
+    }
+}
+
 /// What the user asked for, before validation: CLI flags and plan file alike.
 /// `None` means "not given here".
 #[derive(Debug, Clone, Default)]
@@ -1692,6 +1760,65 @@ pub fn resolve_program(cmd: &str, path_var: &str, workdir: &Path) -> Result<Path
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fingerprint_is_stable_and_ignores_what_does_not_make_runs_differ() {
+        let p = crate::report::fixture::experiment().plan;
+        let f = p.fingerprint();
+        assert_eq!(f.len(), 64);
+        assert!(f.chars().all(|c| c.is_ascii_hexdigit()));
+        assert_eq!(p.clone().fingerprint(), f);
+        let mut q = p.clone();
+        q.seed = 1;
+        q.runs = 50;
+        q.warmup = 2;
+        q.interval_ms = 250;
+        q.timeout_ms = Some(1000);
+        q.grace_ms = 1;
+        q.baseline = "arena2".into();
+        q.workdir = "/elsewhere".into();
+        q.program = "/opt/ruby/bin/ruby".into();
+        q.variants[2].preload = Some("/usr/lib64/libjemalloc.so.2".into());
+        assert_eq!(q.fingerprint(), f);
+        // The order settings were given in does not matter either.
+        let mut r = p.clone();
+        r.variants[1].env = vec![("A".into(), "1".into()), ("B".into(), "2".into())];
+        let mut r2 = r.clone();
+        r2.variants[1].env.reverse();
+        assert_eq!(r.fingerprint(), r2.fingerprint());
+    }
+
+    #[test]
+    fn fingerprint_changes_with_what_runs() {
+        let p = crate::report::fixture::experiment().plan;
+        let f = p.fingerprint();
+        let changed = |edit: &dyn Fn(&mut Plan)| {
+            let mut q = p.clone();
+            edit(&mut q);
+            q.fingerprint()
+        };
+        assert_ne!(
+            changed(&|q| q.variants[1].env[0].1 = "4".into()),
+            f,
+            "a variant's environment"
+        );
+        assert_ne!(changed(&|q| q.variants[1].name = "a2".into()), f);
+        assert_ne!(
+            changed(&|q| q.variants[2].preload_spec = Some("tcmalloc".into())),
+            f
+        );
+        assert_ne!(changed(&|q| q.command.push("--fast".into())), f);
+        assert_ne!(changed(&|q| q.limits.memory_max = Some(1 << 30)), f);
+        assert_ne!(changed(&|q| q.probes.kinds.push(ProbeKind::Ruby)), f);
+        assert_ne!(
+            changed(&|q| q.variants[0].program = Some(VariantProgram::Program {
+                spec: "ruby3.3".into(),
+                path: "/usr/bin/ruby3.3".into()
+            })),
+            f
+        );
+        assert_ne!(changed(&|q| q.variants.pop().map(|_| ()).unwrap_or(())), f);
+    }
 
     fn ctx() -> (LibraryLocator, PathBuf) {
         (LibraryLocator::in_dirs(vec![]), std::env::temp_dir())

@@ -319,6 +319,8 @@ pub struct ExperimentSummary {
     pub variants: Vec<String>,
     pub runs_done: i64,
     pub runs_planned: i64,
+    /// How many hosts its runs ran on.
+    pub hosts: i64,
 }
 
 /// A stored experiment with all its runs (samples included).
@@ -331,7 +333,27 @@ pub struct Experiment {
     pub finished_at: Option<String>,
     pub status: ExperimentStatus,
     pub plan: Plan,
+    /// The host the experiment was created on (an imported one: the record's).
     pub host: HostInfo,
     pub runs: Vec<RunRecord>,
     pub notes: Vec<String>,
+    /// The hosts the runs ran on, in the order they were first stored.
+    pub hosts: Vec<HostInfo>,
+    /// Each run's host, an index into `hosts`, parallel to `runs`.
+    pub run_hosts: Vec<usize>,
+}
+
+impl Experiment {
+    /// The host run `i` ran on.
+    pub fn host_of(&self, i: usize) -> &HostInfo {
+        self.run_hosts
+            .get(i)
+            .and_then(|h| self.hosts.get(*h))
+            .unwrap_or(&self.host)
+    }
+
+    /// Runs from more than one host.
+    pub fn several_hosts(&self) -> bool {
+        self.hosts.len() > 1
+    }
 }

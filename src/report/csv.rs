@@ -4,7 +4,7 @@ use super::{ExportError, Exporter, Report};
 use crate::record::Experiment;
 
 /// The column names, in order.
-pub const COLUMNS: [&str; 33] = [
+pub const COLUMNS: [&str; 34] = [
     "experiment_id",
     "variant",
     "block",
@@ -38,6 +38,7 @@ pub const COLUMNS: [&str; 33] = [
     "why",
     "why_detail",
     "peak_uss_bytes",
+    "host",
 ];
 
 /// `--csv`: one row per run.
@@ -85,7 +86,7 @@ fn runs_csv(e: &Experiment) -> Result<Vec<u8>, csv::Error> {
             .map(|c| c.to_string())
             .chain(names.iter().map(|n| format!("driver_{n}"))),
     )?;
-    for r in &e.runs {
+    for (i, r) in e.runs.iter().enumerate() {
         let al = r.inside.allocator.as_ref();
         let at = al.and_then(|a| a.at_peak.as_ref());
         let why = crate::analysis::why::run_why(r);
@@ -132,6 +133,7 @@ fn runs_csv(e: &Experiment) -> Result<Vec<u8>, csv::Error> {
             why.name().to_string(),
             why.sentence(),
             opt(r.peak_uss_bytes.map(|v| v.to_string())),
+            e.host_of(i).hostname.clone(),
         ];
         w.write_record(fixed.into_iter().chain(driver))?;
     }

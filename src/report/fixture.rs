@@ -185,17 +185,56 @@ pub fn experiment() -> Experiment {
             worker: None,
             seed: 1234,
         },
-        host: HostInfo {
-            hostname: "build-1".into(),
-            cpus: 2,
-            memory_bytes: 24 << 30,
-            kernel: "6.1.0-fixture".into(),
-            glibc: "2.36".into(),
-        },
+        host: host("build-1"),
+        hosts: vec![host("build-1")],
+        run_hosts: vec![0; runs.len()],
         runs,
         notes: vec![
             "skipping tcmalloc: not installed here (apt-get install -y libtcmalloc-minimal4)"
                 .into(),
         ],
     }
+}
+
+fn host(name: &str) -> HostInfo {
+    HostInfo {
+        hostname: name.into(),
+        cpus: 2,
+        memory_bytes: 24 << 30,
+        kernel: "6.1.0-fixture".into(),
+        glibc: "2.36".into(),
+        container: None,
+    }
+}
+
+/// The three-variant experiment run again on a second host, `node-b`, whose own cgroup
+/// has a CPU quota of one CPU and where every run took twice as long and used less memory.
+pub fn two_host_experiment() -> Experiment {
+    let mut e = experiment();
+    let mut b = host("node-b");
+    b.container = Some(crate::linux::host::HostLimits {
+        cpu_quota_us: Some(100_000),
+        cpu_period_us: Some(100_000),
+        ..Default::default()
+    });
+    let mut a = host("node-a");
+    a.container = Some(crate::linux::host::HostLimits::default());
+    e.host = a.clone();
+    e.hosts = vec![a, b];
+    let more: Vec<RunRecord> = e
+        .runs
+        .iter()
+        .map(|r| {
+            let mut r = r.clone();
+            r.wall_seconds *= 2.0;
+            r.cpu_user_seconds *= 2.0;
+            r.peak_rss_bytes = r.peak_rss_bytes / 4 * 3;
+            r
+        })
+        .collect();
+    let n = e.runs.len();
+    e.runs.extend(more);
+    e.seqs = (0..e.runs.len() as u32).collect();
+    e.run_hosts = (0..e.runs.len()).map(|i| usize::from(i >= n)).collect();
+    e
 }

@@ -1,7 +1,9 @@
 //! The JSON record of an experiment (`--json FILE`). Versioned: `schema_version`
 //! changes when a name changes meaning or disappears; the JSON Schema lives in
-//! `docs/schema/experiment-v2.schema.json` (v2 added the probes inside the
-//! workload: `experiment.probes`, each run's `inside`, each summary's `why`).
+//! `docs/schema/experiment-v3.schema.json` (v2 added the probes inside the
+//! workload: `experiment.probes`, each run's `inside`, each summary's `why`; v3 what
+//! `memtrial import` needs: the plan's fingerprint, the whole plan, the hosts and each
+//! run's host).
 
 use std::collections::BTreeMap;
 
@@ -13,7 +15,19 @@ use crate::linux::cgroup::{CgroupFigures, Limits};
 use crate::linux::host::HostInfo;
 use crate::record::{Experiment, RunRecord, TreeSample};
 
-pub const JSON_SCHEMA_VERSION: u32 = 2;
+pub const JSON_SCHEMA_VERSION: u32 = 3;
+
+/// The JSON Schemas of the versions `memtrial import` reads, by version.
+pub const SCHEMAS: [(u32, &str); 2] = [
+    (
+        2,
+        include_str!("../../docs/schema/experiment-v2.schema.json"),
+    ),
+    (
+        3,
+        include_str!("../../docs/schema/experiment-v3.schema.json"),
+    ),
+];
 
 #[derive(Serialize)]
 struct Doc<'a> {
@@ -44,6 +58,12 @@ struct ExperimentJson<'a> {
     worker: Option<&'a crate::plan::WorkerPlan>,
     probes: &'a crate::plan::ProbePlan,
     host: &'a HostInfo,
+    /// The plan's fingerprint: records with the same one join one experiment on import.
+    fingerprint: String,
+    /// The whole plan as stored.
+    plan: &'a crate::plan::Plan,
+    /// Every host a run ran on; each run's `host` indexes this list.
+    hosts: Vec<&'a HostInfo>,
 }
 
 #[derive(Serialize)]
@@ -107,6 +127,9 @@ struct RunJson<'a> {
     #[serde(skip_serializing_if = "crate::record::InsideView::is_empty")]
     inside: &'a crate::record::InsideView,
     samples: Vec<SampleJson>,
+    /// The run's host: an index into `experiment.hosts` (left out of a run's identity).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    host: Option<usize>,
 }
 
 #[derive(Serialize)]
@@ -193,7 +216,13 @@ fn run(r: &RunRecord) -> RunJson<'_> {
         driver: r.driver.as_ref(),
         inside: &r.inside,
         samples: r.samples.iter().map(sample).collect(),
+        host: None,
     }
+}
+
+/// A run as the JSON record has it, without its host: what its identity is made of.
+pub fn run_value(r: &RunRecord) -> serde_json::Value {
+    serde_json::to_value(run(r)).unwrap_or(serde_json::Value::Null)
 }
 
 fn summary(s: &VariantSummary) -> SummaryJson<'_> {
@@ -259,8 +288,12 @@ fn doc<'a>(e: &'a Experiment, a: &'a Analysis) -> Doc<'a> {
                 runs: e
                     .runs
                     .iter()
-                    .filter(|r| r.variant == v.name)
-                    .map(run)
+                    .enumerate()
+                    .filter(|(_, r)| r.variant == v.name)
+                    .map(|(i, r)| RunJson {
+                        host: Some(e.run_hosts.get(i).copied().unwrap_or(0)),
+                        ..run(r)
+                    })
                     .collect(),
                 summary: summary(s),
             })
@@ -285,6 +318,13 @@ fn doc<'a>(e: &'a Experiment, a: &'a Analysis) -> Doc<'a> {
             worker: e.plan.worker.as_ref(),
             probes: &e.plan.probes,
             host: &e.host,
+            fingerprint: e.plan.fingerprint(),
+            plan: &e.plan,
+            hosts: if e.hosts.is_empty() {
+                vec![&e.host]
+            } else {
+                e.hosts.iter().collect()
+            },
         },
         baseline: &a.baseline,
         variants,

@@ -5,6 +5,7 @@
 pub mod charts;
 pub mod csv;
 pub mod escape;
+pub mod hosts;
 pub mod html;
 pub mod inside_charts;
 pub mod json;
@@ -37,6 +38,15 @@ pub struct Report<'a> {
     pub experiment: &'a Experiment,
     pub analysis: &'a Analysis,
     pub recommendation: &'a Recommendation,
+}
+
+/// How the runs of an experiment are put together in the terminal report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Grouping {
+    /// Every run of a variant together, whatever host it ran on.
+    Pooled,
+    /// One block per host, ratios within the host (`--by host`).
+    ByHost,
 }
 
 /// Every format an experiment can be reported in.
@@ -214,6 +224,49 @@ mod snapshots {
     fn table_snapshot() {
         let e = fixture::experiment();
         insta::assert_snapshot!(table::render(&e, &analyse(&e), false));
+    }
+
+    #[test]
+    fn by_host_table_snapshot() {
+        let e = fixture::two_host_experiment();
+        insta::assert_snapshot!(hosts::render(&e, false));
+    }
+
+    #[test]
+    fn pooled_report_of_two_hosts_warns() {
+        let e = fixture::two_host_experiment();
+        let w = hosts::pooled_warning(&e).unwrap_or_default();
+        assert!(w.contains("2 hosts (node-a, node-b)"), "{w}");
+        assert!(w.contains("memtrial report --by host 7"), "{w}");
+        assert!(hosts::pooled_warning(&fixture::experiment()).is_none());
+    }
+
+    #[test]
+    fn csv_has_the_host_of_each_run() {
+        let text = csv::render(&fixture::two_host_experiment());
+        let mut lines = text.lines();
+        assert!(lines.next().unwrap_or("").ends_with(",host"));
+        let hosts: Vec<&str> = lines.filter_map(|l| l.rsplit(',').next()).collect();
+        assert_eq!(hosts.len(), 18);
+        assert_eq!(hosts.iter().filter(|h| **h == "node-b").count(), 9);
+    }
+
+    #[test]
+    fn json_v3_matches_its_schema() {
+        let e = fixture::two_host_experiment();
+        let v: serde_json::Value =
+            serde_json::from_str(&json::render(&e, &analyse(&e))).expect("valid JSON");
+        let schema: serde_json::Value = serde_json::from_str(json::SCHEMAS[1].1).expect("schema");
+        let validator = jsonschema::validator_for(&schema).expect("schema compiles");
+        let errors: Vec<String> = validator
+            .iter_errors(&v)
+            .map(|e| format!("{e} at {}", e.instance_path))
+            .collect();
+        assert!(errors.is_empty(), "{errors:?}");
+        assert_eq!(v["schema_version"], 3);
+        assert_eq!(v["experiment"]["hosts"][1]["hostname"], "node-b");
+        assert_eq!(v["experiment"]["fingerprint"], e.plan.fingerprint());
+        assert_eq!(v["variants"][0]["runs"][3]["host"], 1);
     }
 
     #[test]

@@ -75,13 +75,16 @@ pub fn experiment_list(db: &Path, list: &[ExperimentSummary]) -> String {
     }
     let mut t = comfy_table::Table::new();
     t.load_preset(comfy_table::presets::UTF8_FULL_CONDENSED);
-    t.set_header(["id", "started", "status", "runs", "variants", "command"]);
+    t.set_header([
+        "id", "started", "status", "runs", "hosts", "variants", "command",
+    ]);
     for e in list {
         t.add_row([
             e.id.to_string(),
             terminal(&e.created_at),
             e.status.as_str().to_string(),
             format!("{}/{}", e.runs_done, e.runs_planned),
+            e.hosts.to_string(),
             terminal(&e.variants.join(",")),
             super::table::shell_line(&e.command),
         ]);
@@ -165,6 +168,7 @@ mod tests {
             variants: vec!["glibc".into()],
             runs_done: 1,
             runs_planned: 1,
+            hosts: 1,
         }];
         let t = experiment_list(Path::new("m.db"), &list);
         assert!(!t.contains('\x1b') && !t.contains('\u{202E}'), "{t}");

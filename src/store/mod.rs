@@ -1,5 +1,8 @@
 //! The SQLite store: experiments, variants, runs, samples and events.
 //! Each run is committed as soon as it ends, so a crash loses at most the run in flight.
+//! [`import`] adds the records of other machines, all files in one transaction.
+
+pub mod import;
 
 use std::path::{Path, PathBuf};
 
@@ -13,7 +16,7 @@ use crate::record::{
 };
 
 /// The schema version this build writes (SQLite `user_version`).
-pub const SCHEMA_VERSION: i64 = 7;
+pub const SCHEMA_VERSION: i64 = 8;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -125,6 +128,250 @@ CREATE TABLE events (
 );
 "#;
 
+/// Schema 8: the hosts runs ran on (each run references one), each experiment's plan
+/// fingerprint (imports join by it), each run's identity (an import adds a run once).
+/// A fresh database is [`SCHEMA`] followed by this step, as a migrated one is.
+const V8_STEP: &str = r#"
+CREATE TABLE hosts (
+    id INTEGER PRIMARY KEY,
+    identity TEXT NOT NULL UNIQUE,
+    hostname TEXT NOT NULL,
+    cpus INTEGER NOT NULL,
+    memory_bytes INTEGER NOT NULL,
+    kernel TEXT NOT NULL,
+    glibc TEXT NOT NULL,
+    cpu_quota_us INTEGER,
+    cpu_period_us INTEGER,
+    memory_limit_bytes INTEGER,
+    cpuset TEXT,
+    host_json TEXT NOT NULL
+);
+ALTER TABLE experiments ADD COLUMN fingerprint TEXT;
+CREATE INDEX experiments_by_fingerprint ON experiments(fingerprint);
+ALTER TABLE runs ADD COLUMN host_id INTEGER REFERENCES hosts(id);
+ALTER TABLE runs ADD COLUMN identity TEXT;
+CREATE UNIQUE INDEX runs_by_identity ON runs(identity);
+"#;
+
+/// The host's row (added if new); its id.
+fn host_id(tx: &Connection, h: &HostInfo) -> rusqlite::Result<i64> {
+    let identity = h.identity();
+    let limits = h.container.clone().unwrap_or_default();
+    tx.execute(
+        "INSERT OR IGNORE INTO hosts (identity, hostname, cpus, memory_bytes, kernel, glibc,
+            cpu_quota_us, cpu_period_us, memory_limit_bytes, cpuset, host_json)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+        params![
+            identity,
+            h.hostname,
+            h.cpus,
+            h.memory_bytes as i64,
+            h.kernel,
+            h.glibc,
+            limits.cpu_quota_us.map(|v| v as i64),
+            limits.cpu_period_us.map(|v| v as i64),
+            limits.memory_limit_bytes.map(|v| v as i64),
+            limits.cpuset,
+            serde_json::to_string(h).unwrap_or_default(),
+        ],
+    )?;
+    tx.query_row(
+        "SELECT id FROM hosts WHERE identity = ?1",
+        [&identity],
+        |r| r.get(0),
+    )
+}
+
+/// `host`, or the experiment's own host when that is this machine recorded before its
+/// cgroup limits were (an experiment of an older memtrial, resumed here): one host, not two.
+fn same_host_as_recorded(
+    tx: &Connection,
+    experiment: i64,
+    host: &HostInfo,
+) -> rusqlite::Result<HostInfo> {
+    let own: Option<String> = tx
+        .query_row(
+            "SELECT host_json FROM experiments WHERE id = ?1",
+            [experiment],
+            |r| r.get(0),
+        )
+        .or_else(|e| match e {
+            rusqlite::Error::QueryReturnedNoRows => Ok(None),
+            e => Err(e),
+        })?;
+    let own: Option<HostInfo> = own.and_then(|j| serde_json::from_str(&j).ok());
+    let without_limits = HostInfo {
+        container: None,
+        ..host.clone()
+    };
+    Ok(match own {
+        Some(own) if own.container.is_none() && own == without_limits => own,
+        _ => host.clone(),
+    })
+}
+
+/// Inserts an experiment and its variants; its id.
+fn insert_experiment(
+    tx: &Connection,
+    plan: &Plan,
+    host: &HostInfo,
+    runs_planned: usize,
+    status: ExperimentStatus,
+    created_at: &str,
+    finished_at: Option<&str>,
+) -> rusqlite::Result<i64> {
+    let json = |v: Result<String, serde_json::Error>| {
+        v.map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))
+    };
+    let plan_json = json(serde_json::to_string(plan))?;
+    let host_json = json(serde_json::to_string(host))?;
+    let command_json = json(serde_json::to_string(&plan.command))?;
+    tx.execute(
+        "INSERT INTO experiments (created_at, finished_at, status, command_json, plan_json, host_json,
+            runs_planned, fingerprint)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        params![
+            created_at,
+            finished_at,
+            status.as_str(),
+            command_json,
+            plan_json,
+            host_json,
+            runs_planned as i64,
+            plan.fingerprint()
+        ],
+    )?;
+    let id = tx.last_insert_rowid();
+    host_id(tx, host)?;
+    for (i, v) in plan.variants.iter().enumerate() {
+        let env_json = serde_json::to_string(&v.env).unwrap_or_else(|_| "[]".into());
+        tx.execute(
+            "INSERT INTO variants (experiment_id, idx, name, env_json, preload, preload_spec, origin, program_json)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            params![
+                id,
+                i as i64,
+                v.name,
+                env_json,
+                v.preload.as_ref().map(|p| p.display().to_string()),
+                v.preload_spec,
+                match v.origin {
+                    crate::plan::VariantOrigin::Catalog => "catalog",
+                    crate::plan::VariantOrigin::Custom => "custom",
+                },
+                v.program
+                    .as_ref()
+                    .and_then(|p| serde_json::to_string(p).ok()),
+            ],
+        )?;
+    }
+    Ok(id)
+}
+
+/// Inserts one run with its samples; its row id.
+fn insert_run(
+    tx: &Connection,
+    experiment: i64,
+    seq: u32,
+    r: &RunRecord,
+    host: i64,
+    identity: &str,
+) -> rusqlite::Result<i64> {
+    tx.execute(
+        "INSERT INTO runs (experiment_id, seq, variant, block, warmup, started_at, status, exit_code,
+            signal, wall_seconds, cpu_user_seconds, cpu_sys_seconds, peak_rss_bytes, peak_rss_source,
+            mean_rss_bytes, final_rss_bytes, peak_pss_bytes, peak_vsz_bytes, threads_peak,
+            minor_faults, major_faults, processes_seen, allocator_detected, verification,
+            verification_detail, message, stdout_path, stderr_path, cgroup_json, load_json, inside_json,
+            driver_json, peak_uss_bytes, host_id, identity)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18,
+            ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33, ?34, ?35)",
+        params![
+            experiment,
+            seq,
+            r.variant,
+            r.block,
+            r.warmup,
+            r.started_at,
+            r.status.as_str(),
+            r.exit_code,
+            r.signal,
+            r.wall_seconds,
+            r.cpu_user_seconds,
+            r.cpu_sys_seconds,
+            r.peak_rss_bytes as i64,
+            r.peak_rss_source.as_str(),
+            r.mean_rss_bytes as i64,
+            r.final_rss_bytes as i64,
+            r.peak_pss_bytes.map(|v| v as i64),
+            r.peak_vsz_bytes as i64,
+            r.threads_peak as i64,
+            r.minor_faults as i64,
+            r.major_faults as i64,
+            r.processes_seen,
+            r.allocator_detected,
+            r.verification.as_str(),
+            r.verification_detail,
+            r.message,
+            r.stdout_path.display().to_string(),
+            r.stderr_path.display().to_string(),
+            r.cgroup.as_ref().and_then(|c| serde_json::to_string(c).ok()),
+            r.load.as_ref().and_then(|l| serde_json::to_string(l).ok()),
+            (!r.inside.is_empty())
+                .then(|| serde_json::to_string(&r.inside).ok())
+                .flatten(),
+            r.driver.as_ref().and_then(|d| serde_json::to_string(d).ok()),
+            r.peak_uss_bytes.map(|v| v as i64),
+            host,
+            identity,
+        ],
+    )?;
+    let run_id = tx.last_insert_rowid();
+    let mut stmt = tx.prepare(
+        "INSERT INTO samples (run_id, t_seconds, rss_bytes, vsz_bytes, threads, pss_bytes, processes, uss_bytes)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+    )?;
+    for s in &r.samples {
+        stmt.execute(params![
+            run_id,
+            s.t_seconds,
+            s.rss_bytes as i64,
+            s.vsz_bytes as i64,
+            s.threads as i64,
+            s.pss_bytes.map(|v| v as i64),
+            s.processes,
+            s.uss_bytes.map(|v| v as i64)
+        ])?;
+    }
+    Ok(run_id)
+}
+
+/// Fills what schema 8 added for experiments stored before it: each experiment's
+/// fingerprint and host, its runs' host. A plan or host that does not read is left as it
+/// is (the experiment then reads as corrupt, as it did before).
+fn backfill_v8(conn: &Connection) -> rusqlite::Result<()> {
+    let mut stmt = conn.prepare("SELECT id, plan_json, host_json FROM experiments")?;
+    let rows: Vec<(i64, String, String)> = stmt
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+        .collect::<rusqlite::Result<_>>()?;
+    for (id, plan_json, host_json) in rows {
+        if let Ok(plan) = serde_json::from_str::<Plan>(&plan_json) {
+            conn.execute(
+                "UPDATE experiments SET fingerprint = ?2 WHERE id = ?1",
+                params![id, plan.fingerprint()],
+            )?;
+        }
+        if let Ok(host) = serde_json::from_str::<HostInfo>(&host_json) {
+            let h = host_id(conn, &host)?;
+            conn.execute(
+                "UPDATE runs SET host_id = ?2 WHERE experiment_id = ?1 AND host_id IS NULL",
+                params![id, h],
+            )?;
+        }
+    }
+    Ok(())
+}
+
 /// SQLite's message without the repetitions: the extended message when there is one
 /// (it already says what the code means), else the code's description.
 fn sqlite_message(e: &rusqlite::Error) -> String {
@@ -228,14 +475,16 @@ impl Store {
             });
         }
         if version == 0 {
-            let batch = format!("BEGIN; {SCHEMA} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;");
+            let batch = format!(
+                "BEGIN; {SCHEMA} {V8_STEP} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
+            );
             self.conn.execute_batch(&batch).map_err(|e| self.err(e))?;
         } else {
             // v2: the kernel's cgroup figures per run; v3: a server trial's load figures;
             // v4: the inside view (allocator and runtime probes); v5: a worker's driven
             // phase and its driver's figures; v6: the tree's peak USS (a column of its own
             // beside peak_pss_bytes: a figure, not a probe's view); v7: a variant's own
-            // program or command.
+            // program or command; v8: hosts, fingerprints, run identities (see V8_STEP).
             let mut steps = String::from("BEGIN;");
             if version < 2 {
                 steps.push_str(" ALTER TABLE runs ADD COLUMN cgroup_json TEXT;");
@@ -256,9 +505,18 @@ impl Store {
             if version < 7 {
                 steps.push_str(" ALTER TABLE variants ADD COLUMN program_json TEXT;");
             }
-            steps.push_str(&format!(" PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"));
+            if version < 8 {
+                steps.push_str(V8_STEP);
+            }
             if version < SCHEMA_VERSION {
                 self.conn.execute_batch(&steps).map_err(|e| self.err(e))?;
+                // An error leaves the transaction open: closing the connection rolls it back.
+                if version < 8 {
+                    backfill_v8(&self.conn).map_err(|e| self.err(e))?;
+                }
+                self.conn
+                    .execute_batch(&format!("PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"))
+                    .map_err(|e| self.err(e))?;
             }
         }
         Ok(())
@@ -271,120 +529,36 @@ impl Store {
         host: &HostInfo,
         runs_planned: usize,
     ) -> Result<i64, StoreError> {
-        let plan_json = serde_json::to_string(plan).map_err(|e| self.corrupt("plan", e))?;
-        let host_json = serde_json::to_string(host).map_err(|e| self.corrupt("host", e))?;
-        let command_json =
-            serde_json::to_string(&plan.command).map_err(|e| self.corrupt("command", e))?;
         let err = sqlite_err(&self.path);
         let tx = self.conn.transaction().map_err(err)?;
-        tx.execute(
-            "INSERT INTO experiments (created_at, status, command_json, plan_json, host_json, runs_planned)
-             VALUES (?1, 'running', ?2, ?3, ?4, ?5)",
-            params![now(), command_json, plan_json, host_json, runs_planned as i64],
+        let id = insert_experiment(
+            &tx,
+            plan,
+            host,
+            runs_planned,
+            ExperimentStatus::Running,
+            &now(),
+            None,
         )
         .map_err(err)?;
-        let id = tx.last_insert_rowid();
-        for (i, v) in plan.variants.iter().enumerate() {
-            let env_json = serde_json::to_string(&v.env).unwrap_or_else(|_| "[]".into());
-            tx.execute(
-                "INSERT INTO variants (experiment_id, idx, name, env_json, preload, preload_spec, origin, program_json)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-                params![
-                    id,
-                    i as i64,
-                    v.name,
-                    env_json,
-                    v.preload.as_ref().map(|p| p.display().to_string()),
-                    v.preload_spec,
-                    match v.origin {
-                        crate::plan::VariantOrigin::Catalog => "catalog",
-                        crate::plan::VariantOrigin::Custom => "custom",
-                    },
-                    v.program
-                        .as_ref()
-                        .and_then(|p| serde_json::to_string(p).ok()),
-                ],
-            )
-            .map_err(err)?;
-        }
         tx.commit().map_err(err)?;
         Ok(id)
     }
 
-    /// Stores one finished run with its samples, in one transaction.
-    pub fn add_run(&mut self, experiment: i64, seq: u32, r: &RunRecord) -> Result<i64, StoreError> {
+    /// Stores one finished run on `host` with its samples, in one transaction.
+    pub fn add_run(
+        &mut self,
+        experiment: i64,
+        seq: u32,
+        r: &RunRecord,
+        host: &HostInfo,
+    ) -> Result<i64, StoreError> {
         let err = sqlite_err(&self.path);
         let tx = self.conn.transaction().map_err(err)?;
-        tx.execute(
-            "INSERT INTO runs (experiment_id, seq, variant, block, warmup, started_at, status, exit_code,
-                signal, wall_seconds, cpu_user_seconds, cpu_sys_seconds, peak_rss_bytes, peak_rss_source,
-                mean_rss_bytes, final_rss_bytes, peak_pss_bytes, peak_vsz_bytes, threads_peak,
-                minor_faults, major_faults, processes_seen, allocator_detected, verification,
-                verification_detail, message, stdout_path, stderr_path, cgroup_json, load_json, inside_json,
-                driver_json, peak_uss_bytes)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18,
-                ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33)",
-            params![
-                experiment,
-                seq,
-                r.variant,
-                r.block,
-                r.warmup,
-                r.started_at,
-                r.status.as_str(),
-                r.exit_code,
-                r.signal,
-                r.wall_seconds,
-                r.cpu_user_seconds,
-                r.cpu_sys_seconds,
-                r.peak_rss_bytes as i64,
-                r.peak_rss_source.as_str(),
-                r.mean_rss_bytes as i64,
-                r.final_rss_bytes as i64,
-                r.peak_pss_bytes.map(|v| v as i64),
-                r.peak_vsz_bytes as i64,
-                r.threads_peak as i64,
-                r.minor_faults as i64,
-                r.major_faults as i64,
-                r.processes_seen,
-                r.allocator_detected,
-                r.verification.as_str(),
-                r.verification_detail,
-                r.message,
-                r.stdout_path.display().to_string(),
-                r.stderr_path.display().to_string(),
-                r.cgroup.as_ref().and_then(|c| serde_json::to_string(c).ok()),
-                r.load.as_ref().and_then(|l| serde_json::to_string(l).ok()),
-                (!r.inside.is_empty())
-                    .then(|| serde_json::to_string(&r.inside).ok())
-                    .flatten(),
-                r.driver.as_ref().and_then(|d| serde_json::to_string(d).ok()),
-                r.peak_uss_bytes.map(|v| v as i64),
-            ],
-        )
-        .map_err(err)?;
-        let run_id = tx.last_insert_rowid();
-        {
-            let mut stmt = tx
-                .prepare(
-                    "INSERT INTO samples (run_id, t_seconds, rss_bytes, vsz_bytes, threads, pss_bytes, processes, uss_bytes)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-                )
-                .map_err(err)?;
-            for s in &r.samples {
-                stmt.execute(params![
-                    run_id,
-                    s.t_seconds,
-                    s.rss_bytes as i64,
-                    s.vsz_bytes as i64,
-                    s.threads as i64,
-                    s.pss_bytes.map(|v| v as i64),
-                    s.processes,
-                    s.uss_bytes.map(|v| v as i64)
-                ])
-                .map_err(err)?;
-            }
-        }
+        let host = &same_host_as_recorded(&tx, experiment, host).map_err(err)?;
+        let identity = import::run_identity(&crate::report::json::run_value(r), host);
+        let h = host_id(&tx, host).map_err(err)?;
+        let run_id = insert_run(&tx, experiment, seq, r, h, &identity).map_err(err)?;
         tx.commit().map_err(err)?;
         Ok(run_id)
     }
@@ -499,6 +673,7 @@ impl Store {
             .prepare(
                 "SELECT e.id, e.created_at, e.status, e.command_json, e.runs_planned,
                         (SELECT count(*) FROM runs r WHERE r.experiment_id = e.id) AS runs_done,
+                        (SELECT count(DISTINCT host_id) FROM runs r WHERE r.experiment_id = e.id) AS hosts,
                         (SELECT group_concat(name, ',') FROM (SELECT name FROM variants v
                             WHERE v.experiment_id = e.id ORDER BY idx)) AS variant_names
                  FROM experiments e ORDER BY e.id",
@@ -523,6 +698,7 @@ impl Store {
                     .collect(),
                 runs_done: self.get(r, "runs_done")?,
                 runs_planned: self.get(r, "runs_planned")?,
+                hosts: self.get(r, "hosts")?,
             });
         }
         Ok(out)
@@ -626,20 +802,23 @@ impl Store {
                     mean_rss_bytes, final_rss_bytes, peak_pss_bytes, peak_vsz_bytes, threads_peak,
                     minor_faults, major_faults, processes_seen, allocator_detected, verification,
                     verification_detail, message, stdout_path, stderr_path, cgroup_json, load_json, inside_json,
-                    driver_json, peak_uss_bytes
+                    driver_json, peak_uss_bytes, host_id
                  FROM runs WHERE experiment_id = ?1 ORDER BY seq, id",
             )
             .map_err(|e| self.err(e))?;
         let mut rows = stmt.query([id]).map_err(|e| self.err(e))?;
         let mut runs: Vec<(i64, RunRecord)> = Vec::new();
         let mut seqs: Vec<u32> = Vec::new();
+        let mut host_ids: Vec<Option<i64>> = Vec::new();
         while let Some(r) = rows.next().map_err(|e| self.err(e))? {
             let record = self.run_record(r)?;
             seqs.push(self.get(r, "seq")?);
+            host_ids.push(self.get(r, "host_id")?);
             runs.push((self.get(r, "id")?, record));
         }
         drop(rows);
         drop(stmt);
+        let (hosts, run_hosts) = self.run_hosts(&host, &host_ids)?;
         let mut sstmt = self
             .conn
             .prepare(
@@ -672,7 +851,58 @@ impl Store {
             host,
             runs: runs.into_iter().map(|(_, r)| r).collect(),
             notes,
+            hosts,
+            run_hosts,
         })
+    }
+
+    /// The distinct hosts of the runs (in the order of their ids; a run without one ran
+    /// on the experiment's own host) and each run's index among them.
+    fn run_hosts(
+        &self,
+        own: &HostInfo,
+        ids: &[Option<i64>],
+    ) -> Result<(Vec<HostInfo>, Vec<usize>), StoreError> {
+        let mut distinct: Vec<Option<i64>> = ids.to_vec();
+        distinct.sort();
+        distinct.dedup();
+        let mut hosts = Vec::new();
+        let mut keys = Vec::new();
+        for id in distinct {
+            let h = match id {
+                Some(id) => {
+                    let json: String = self
+                        .conn
+                        .query_row("SELECT host_json FROM hosts WHERE id = ?1", [id], |r| {
+                            r.get(0)
+                        })
+                        .map_err(|e| self.err(e))?;
+                    serde_json::from_str(&json).map_err(|e| self.corrupt("host", e))?
+                }
+                None => own.clone(),
+            };
+            keys.push(id);
+            hosts.push(h);
+        }
+        if hosts.is_empty() {
+            hosts.push(own.clone());
+        }
+        let run_hosts = ids
+            .iter()
+            .map(|id| keys.iter().position(|k| k == id).unwrap_or(0))
+            .collect();
+        Ok((hosts, run_hosts))
+    }
+
+    /// The newest experiment with this plan fingerprint.
+    pub fn find_by_fingerprint(&self, fingerprint: &str) -> Result<Option<i64>, StoreError> {
+        self.conn
+            .query_row(
+                "SELECT max(id) FROM experiments WHERE fingerprint = ?1",
+                [fingerprint],
+                |r| r.get(0),
+            )
+            .map_err(|e| self.err(e))
     }
 }
 
@@ -788,7 +1018,7 @@ mod tests {
         let mut s = Store::open(&path).unwrap();
         let host = HostInfo::detect();
         let id = s.create_experiment(&plan(), &host, 1).unwrap();
-        s.add_run(id, 0, &run()).unwrap();
+        s.add_run(id, 0, &run(), &HostInfo::detect()).unwrap();
         s.add_event(id, "note", "hello").unwrap();
         s.finish_experiment(id, ExperimentStatus::Complete).unwrap();
         drop(s);
@@ -843,7 +1073,7 @@ mod tests {
         let id = s
             .create_experiment(&plan(), &HostInfo::detect(), 1)
             .unwrap();
-        s.add_run(id, 0, &run()).unwrap();
+        s.add_run(id, 0, &run(), &HostInfo::detect()).unwrap();
         assert_eq!(s.load(id).unwrap().runs, vec![run()]);
     }
 
@@ -902,8 +1132,75 @@ mod tests {
         let id = s
             .create_experiment(&plan(), &HostInfo::detect(), 1)
             .unwrap();
-        s.add_run(id, 0, &run()).unwrap();
+        s.add_run(id, 0, &run(), &HostInfo::detect()).unwrap();
         assert_eq!(s.load(id).unwrap().runs, vec![run()]);
+    }
+
+    /// A v7 database gains hosts, fingerprints and run identities: its experiments get
+    /// their plan's fingerprint, their runs the experiment's host.
+    #[test]
+    fn v7_database_is_migrated_to_8() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("v7.db");
+        // Recorded by an older memtrial: no cgroup limits.
+        let host = HostInfo {
+            container: None,
+            ..HostInfo::detect()
+        };
+        {
+            let c = Connection::open(&path).unwrap();
+            c.execute_batch(&format!("{SCHEMA} PRAGMA user_version = 7;"))
+                .unwrap();
+            c.execute(
+                "INSERT INTO experiments (created_at, status, command_json, plan_json, host_json, runs_planned)
+                 VALUES ('2026-01-01T00:00:00Z', 'complete', '[]', ?1, ?2, 1)",
+                params![
+                    serde_json::to_string(&plan()).unwrap(),
+                    serde_json::to_string(&host).unwrap()
+                ],
+            )
+            .unwrap();
+            c.execute(
+                "INSERT INTO runs (experiment_id, seq, variant, block, warmup, started_at, status,
+                    wall_seconds, cpu_user_seconds, cpu_sys_seconds, peak_rss_bytes, peak_rss_source,
+                    mean_rss_bytes, final_rss_bytes, peak_pss_bytes, peak_vsz_bytes, threads_peak,
+                    minor_faults, major_faults, processes_seen, allocator_detected, verification,
+                    verification_detail, stdout_path, stderr_path)
+                 VALUES (1, 0, 'glibc', 0, 0, 'now', 'ok', 1.0, 0.5, 0.1, 100, 'wait4_maxrss',
+                    50, 40, 90, 200, 1, 0, 0, 1, 'glibc', 'nothing_to_verify', '', '', '')",
+                [],
+            )
+            .unwrap();
+        }
+        let mut s = Store::open(&path).unwrap();
+        let version: i64 = s
+            .conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(version, 8);
+        assert_eq!(
+            s.find_by_fingerprint(&plan().fingerprint()).unwrap(),
+            Some(1)
+        );
+        let old = s.load(1).unwrap();
+        assert_eq!(old.hosts, vec![host.clone()]);
+        assert_eq!(old.run_hosts, vec![0]);
+        assert_eq!(s.list().unwrap()[0].hosts, 1);
+        // The same machine, now with its cgroup limits recorded, is still the same host.
+        let mut limited = host.clone();
+        limited.container = Some(crate::linux::host::HostLimits::default());
+        let mut second = run();
+        second.started_at = "later".into();
+        s.add_run(1, 2, &second, &limited).unwrap();
+        assert_eq!(s.load(1).unwrap().hosts, vec![host.clone()]);
+        // A run from another host joins it as a second host.
+        let mut other = host.clone();
+        other.hostname = "node-b".into();
+        s.add_run(1, 1, &run(), &other).unwrap();
+        let e = s.load(1).unwrap();
+        assert_eq!(e.hosts, vec![host, other]);
+        assert_eq!(e.run_hosts, vec![0, 1, 0]);
+        assert!(e.several_hosts());
     }
 
     #[test]
@@ -913,10 +1210,10 @@ mod tests {
         let id = s
             .create_experiment(&plan(), &HostInfo::detect(), 2)
             .unwrap();
-        s.add_run(id, 0, &run()).unwrap();
+        s.add_run(id, 0, &run(), &HostInfo::detect()).unwrap();
         let mut r = run();
         r.status = RunStatus::Interrupted;
-        s.add_run(id, 1, &r).unwrap();
+        s.add_run(id, 1, &r, &HostInfo::detect()).unwrap();
         s.finish_experiment(id, ExperimentStatus::Interrupted)
             .unwrap();
         assert_eq!(s.delete_interrupted(id).unwrap(), 1);
@@ -949,7 +1246,7 @@ mod tests {
         let id = s
             .create_experiment(&plan(), &HostInfo::detect(), 1)
             .unwrap();
-        s.add_run(id, 0, &run()).unwrap();
+        s.add_run(id, 0, &run(), &HostInfo::detect()).unwrap();
         s.conn
             .execute("UPDATE experiments SET status = 'paused'", [])
             .unwrap();
@@ -998,16 +1295,14 @@ mod tests {
                 "    block INTEGER NOT NULL,\n    variant TEXT NOT NULL,",
             );
             assert_ne!(shuffled, SCHEMA);
-            c.execute_batch(&format!(
-                "{shuffled} PRAGMA user_version = {SCHEMA_VERSION};"
-            ))
-            .unwrap();
+            c.execute_batch(&format!("{shuffled} PRAGMA user_version = 7;"))
+                .unwrap();
         }
         let mut s = Store::open(&path).unwrap();
         let id = s
             .create_experiment(&plan(), &HostInfo::detect(), 1)
             .unwrap();
-        s.add_run(id, 0, &run()).unwrap();
+        s.add_run(id, 0, &run(), &HostInfo::detect()).unwrap();
         assert_eq!(s.load(id).unwrap().runs, vec![run()]);
     }
 

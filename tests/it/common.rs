@@ -54,7 +54,7 @@ impl Run {
             )
         });
         let v: Value = serde_json::from_str(&text).expect("valid JSON");
-        validate_schema(&v, "experiment-v2.schema.json");
+        validate_schema(&v, "experiment-v3.schema.json");
         v
     }
 }
@@ -298,7 +298,86 @@ pub fn stop_signal_keeps_runs_and_leaves_nothing(sig: i32, seconds: &str) {
         .output()
         .unwrap();
     let doc: Value = serde_json::from_slice(&report.stdout).unwrap();
-    validate_schema(&doc, "experiment-v2.schema.json");
+    validate_schema(&doc, "experiment-v3.schema.json");
     assert_eq!(doc["experiment"]["status"], "interrupted");
     assert_eq!(first_run(&doc, "glibc")["status"], "interrupted");
+}
+
+// ───────────── several hosts on this machine (import) ─────────────
+
+/// A v1 `cpu` cgroup of the tests' own, with a CPU quota, removed (with what memtrial
+/// made inside it) when dropped.
+pub struct QuotaGroup {
+    pub dir: PathBuf,
+}
+
+impl QuotaGroup {
+    /// `/sys/fs/cgroup/cpu/memtrial-it-<name>-<pid>` with `cpu.cfs_quota_us` = `quota_us`
+    /// (period 100 ms); `None` (skipped, or a failure when strict) without root or a v1
+    /// cpu hierarchy.
+    pub fn new(name: &str, quota_us: u64) -> Option<QuotaGroup> {
+        if !need_root("a cgroup with a CPU quota for the second host") {
+            return None;
+        }
+        let root = Path::new("/sys/fs/cgroup/cpu");
+        if !require(
+            "a cgroup v1 cpu hierarchy",
+            "mount the v1 cpu controller at /sys/fs/cgroup/cpu",
+            || root.join("cpu.cfs_quota_us").exists(),
+        ) {
+            return None;
+        }
+        let dir = root.join(format!("memtrial-it-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("create the test cgroup");
+        let g = QuotaGroup { dir };
+        std::fs::write(g.dir.join("cpu.cfs_period_us"), "100000").expect("set the period");
+        std::fs::write(g.dir.join("cpu.cfs_quota_us"), quota_us.to_string())
+            .expect("set the quota");
+        Some(g)
+    }
+}
+
+impl Drop for QuotaGroup {
+    fn drop(&mut self) {
+        // Deepest groups first: memtrial's own groups live inside this one.
+        let mut dirs = Vec::new();
+        let mut stack = vec![self.dir.clone()];
+        while let Some(d) = stack.pop() {
+            if let Ok(rd) = std::fs::read_dir(&d) {
+                for e in rd.flatten() {
+                    if e.file_type().is_ok_and(|t| t.is_dir()) {
+                        stack.push(e.path());
+                    }
+                }
+            }
+            dirs.push(d);
+        }
+        for d in dirs.iter().rev() {
+            for _ in 0..50 {
+                if std::fs::remove_dir(d).is_ok() || !d.exists() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+}
+
+/// `memtrial ARGS` in `dir`, as another machine: in a UTS namespace whose hostname is
+/// `hostname`, inside `group` (its CPU quota is the host's own limit).
+pub fn memtrial_as_host(dir: &Path, hostname: &str, group: &QuotaGroup, args: &[&str]) -> Output {
+    Command::new("sh")
+        .arg("-c")
+        .arg(
+            "echo $$ > \"$0/cgroup.procs\" && exec unshare --uts sh -c 'hostname \"$0\" && exec \"$@\"' \"$@\"",
+        )
+        .arg(&group.dir)
+        .arg(hostname)
+        .arg(memtrial())
+        .args(args)
+        .current_dir(dir)
+        .env("NO_COLOR", "1")
+        .env_remove("MEMTRIAL_HOST")
+        .output()
+        .expect("run memtrial in a UTS namespace")
 }

@@ -4,6 +4,7 @@
 mod bad_input;
 mod common;
 mod forking;
+mod import;
 mod inside;
 mod inspect;
 mod jvm_probe;
