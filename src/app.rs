@@ -614,13 +614,19 @@ fn present(exp: &Experiment, output: &OutputArgs, grouping: Grouping, ui: &Ui) -
             }
             ExportType::Table { color: ui.color() }.serialize(&report)?
         }
-        Grouping::ByHost => report::hosts::render(exp, ui.color()).into_bytes(),
+        Grouping::ByHost => {
+            report::hosts::serialize(ExportType::Table { color: ui.color() }, &report)?
+        }
     };
     let stdout_taken = outputs.iter().any(|(_, t)| t.is_stdout());
     ui.human(&String::from_utf8_lossy(&table), stdout_taken)?;
     show_failures(exp, ui);
     for (format, target) in &outputs {
-        ui.write_output(target, &format.serialize(&report)?, format.flag())?;
+        let bytes = match grouping {
+            Grouping::Pooled => format.serialize(&report)?,
+            Grouping::ByHost => report::hosts::serialize(*format, &report)?,
+        };
+        ui.write_output(target, &bytes, format.flag())?;
     }
     Ok(if any_failed(exp) {
         Outcome::RunsFailed
