@@ -766,6 +766,9 @@ fn recommend_cmd(db: &Path, id: Option<i64>, ui: &Ui) -> Result<Outcome> {
         None => store.latest_id()?,
     };
     let exp = store.load(id)?;
+    if let Some(w) = report::hosts::pooled_warning(&exp) {
+        ui.note(&w);
+    }
     let analysis = analyse(&exp);
     let rec = recommend(&analysis);
     let text = report::text::RecommendationExporter.serialize(&Report {

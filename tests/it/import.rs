@@ -185,6 +185,10 @@ fn records_of_two_hosts_join_one_experiment_and_report_per_host() {
     assert_eq!(csv.lines().filter(|l| l.ends_with(",node-b")).count(), 4);
     assert_eq!(csv.lines().filter(|l| l.ends_with(",node-a")).count(), 4);
 
+    let rec = in_dir(dir, &["recommend", "--db", "c.db"]);
+    let (_, err) = text(&rec);
+    assert!(rec.status.success() && err.contains("pooled here"), "{err}");
+
     // Again: nothing new.
     let again = ok(
         &in_dir(dir, &["import", "--db", "c.db", "a.json", "b.json"]),
