@@ -614,13 +614,19 @@ fn present(exp: &Experiment, output: &OutputArgs, grouping: Grouping, ui: &Ui) -
             }
             ExportType::Table { color: ui.color() }.serialize(&report)?
         }
-        Grouping::ByHost => report::hosts::render(exp, ui.color()).into_bytes(),
+        Grouping::ByHost => {
+            report::hosts::serialize(ExportType::Table { color: ui.color() }, &report)?
+        }
     };
     let stdout_taken = outputs.iter().any(|(_, t)| t.is_stdout());
     ui.human(&String::from_utf8_lossy(&table), stdout_taken)?;
     show_failures(exp, ui);
     for (format, target) in &outputs {
-        ui.write_output(target, &format.serialize(&report)?, format.flag())?;
+        let bytes = match grouping {
+            Grouping::Pooled => format.serialize(&report)?,
+            Grouping::ByHost => report::hosts::serialize(*format, &report)?,
+        };
+        ui.write_output(target, &bytes, format.flag())?;
     }
     Ok(if any_failed(exp) {
         Outcome::RunsFailed
@@ -760,6 +766,9 @@ fn recommend_cmd(db: &Path, id: Option<i64>, ui: &Ui) -> Result<Outcome> {
         None => store.latest_id()?,
     };
     let exp = store.load(id)?;
+    if let Some(w) = report::hosts::pooled_warning(&exp) {
+        ui.note(&w);
+    }
     let analysis = analyse(&exp);
     let rec = recommend(&analysis);
     let text = report::text::RecommendationExporter.serialize(&Report {

@@ -59,6 +59,44 @@ pub fn render_groups(b: &ByHost, color: bool) -> String {
     out
 }
 
+/// `report --by host --markdown`: the per-host summaries, one section per host.
+pub fn render_markdown(e: &Experiment) -> String {
+    use super::escape::markdown_text as md;
+    let b = by_host(e);
+    let mut out = format!(
+        "### memtrial per host: {} host(s), each variant against the baseline on the same host\n\n",
+        b.groups.len()
+    );
+    if let Some(s) = difference_sentence(&b) {
+        out.push_str(&format!("**{}**\n\n", md(&s)));
+    }
+    for g in &b.groups {
+        out.push_str(&format!(
+            "#### {}\n\n",
+            md(&host_title(&g.label, &g.host, g.experiment.runs.len()))
+        ));
+        let rec = crate::analysis::recommend::recommend(&g.analysis);
+        out.push_str(&super::markdown::render(&g.experiment, &g.analysis, &rec));
+        out.push('\n');
+    }
+    out
+}
+
+/// A report in `format`, split by host where the format has a per-host form (the table,
+/// Markdown, JSON); the others list every run with its host already.
+pub fn serialize(
+    format: super::ExportType,
+    report: &super::Report<'_>,
+) -> Result<Vec<u8>, super::ExportError> {
+    use super::ExportType;
+    Ok(match format {
+        ExportType::Table { color } => render(report.experiment, color).into_bytes(),
+        ExportType::Markdown => render_markdown(report.experiment).into_bytes(),
+        ExportType::Json => super::json::render_by_host(report.experiment)?,
+        ExportType::Csv | ExportType::SamplesCsv | ExportType::Html => format.serialize(report)?,
+    })
+}
+
 /// The warning of a pooled report whose runs come from several hosts; `None` for one.
 pub fn pooled_warning(e: &Experiment) -> Option<String> {
     if !e.several_hosts() {

@@ -38,6 +38,24 @@ struct Doc<'a> {
     variants: Vec<VariantJson<'a>>,
     recommendation: Recommendation,
     notes: &'a [String],
+    /// `report --by host --json`: each host's summaries, against the baseline on that host.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    by_host: Option<Vec<HostGroupJson>>,
+}
+
+#[derive(Serialize)]
+struct HostGroupJson {
+    /// An index into `experiment.hosts`.
+    host: usize,
+    label: String,
+    runs: usize,
+    variants: Vec<HostVariantJson>,
+}
+
+#[derive(Serialize)]
+struct HostVariantJson {
+    name: String,
+    summary: serde_json::Value,
 }
 
 #[derive(Serialize)]
@@ -255,6 +273,33 @@ impl<'a> super::Exporter<super::Report<'a>> for JsonExporter {
     }
 }
 
+/// `report --by host --json`: the record with each host's summaries (`by_host`).
+pub fn render_by_host(e: &Experiment) -> Result<Vec<u8>, serde_json::Error> {
+    let a = crate::analysis::analyse(e);
+    let groups = crate::analysis::hosts::by_host(e);
+    let mut by_host = Vec::new();
+    for (i, g) in groups.groups.iter().enumerate() {
+        let mut variants = Vec::new();
+        for v in &g.analysis.variants {
+            variants.push(HostVariantJson {
+                name: v.name.clone(),
+                summary: serde_json::to_value(summary(v))?,
+            });
+        }
+        by_host.push(HostGroupJson {
+            host: i,
+            label: g.label.clone(),
+            runs: g.experiment.runs.len(),
+            variants,
+        });
+    }
+    let mut d = doc(e, &a);
+    d.by_host = Some(by_host);
+    let mut b = serde_json::to_vec_pretty(&d)?;
+    b.push(b'\n');
+    Ok(b)
+}
+
 /// Renders the experiment as pretty JSON.
 pub fn render(e: &Experiment, a: &Analysis) -> String {
     let mut s = serde_json::to_string_pretty(&doc(e, a))
@@ -330,5 +375,6 @@ fn doc<'a>(e: &'a Experiment, a: &'a Analysis) -> Doc<'a> {
         variants,
         recommendation: crate::analysis::recommend::recommend(a),
         notes: &e.notes,
+        by_host: None,
     }
 }

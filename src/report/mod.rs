@@ -233,6 +233,32 @@ mod snapshots {
     }
 
     #[test]
+    fn by_host_markdown_and_json() {
+        let e = fixture::two_host_experiment();
+        let md = hosts::render_markdown(&e);
+        assert!(md.contains("**hosts differ in CPU quota"), "{md}");
+        assert_eq!(md.matches("#### host ").count(), 2, "{md}");
+        assert!(
+            md.contains("#### host node-b · 2 CPUs · CPU quota 1.00"),
+            "{md}"
+        );
+        let v: serde_json::Value =
+            serde_json::from_slice(&json::render_by_host(&e).expect("JSON")).expect("valid");
+        let schema: serde_json::Value = serde_json::from_str(json::SCHEMAS[1].1).expect("schema");
+        let validator = jsonschema::validator_for(&schema).expect("schema compiles");
+        assert!(validator.is_valid(&v));
+        let b = &v["by_host"];
+        assert_eq!(b[1]["label"], "node-b");
+        assert_eq!(b[1]["runs"], 9);
+        // Within node-b, arena2's wall ratio is node-a's (every node-b run took twice as long).
+        let r = |h: usize| {
+            b[h]["variants"][1]["summary"]["ratio_to_baseline"]["wall_seconds"]["value"].as_f64()
+        };
+        assert!(r(0).is_some());
+        assert!((r(0).unwrap_or(0.0) - r(1).unwrap_or(1.0)).abs() < 1e-9);
+    }
+
+    #[test]
     fn pooled_report_of_two_hosts_warns() {
         let e = fixture::two_host_experiment();
         let w = hosts::pooled_warning(&e).unwrap_or_default();

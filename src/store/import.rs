@@ -749,6 +749,37 @@ mod tests {
         assert_ne!(out[0].experiment, local);
     }
 
+    /// A pod that ran one variant of the plan: its record lists every variant, with runs
+    /// for one; the pods' records join one experiment.
+    #[test]
+    fn records_with_runs_for_one_variant_each_join() {
+        let (_d, mut s) = store();
+        let e = fixture::experiment();
+        let only = |name: &str, host: &str| {
+            let mut x = fixture::experiment();
+            x.runs.retain(|r| r.variant == name);
+            x.seqs = (0..x.runs.len() as u32).collect();
+            x.run_hosts = vec![0; x.runs.len()];
+            x.host.hostname = host.into();
+            x.hosts = vec![x.host.clone()];
+            record(&x)
+        };
+        let out = import(
+            &mut s,
+            &[
+                ("glibc.json".into(), only("glibc", "job-glibc")),
+                ("arena2.json".into(), only("arena2", "job-arena2")),
+            ],
+        )
+        .unwrap();
+        assert_eq!(out[0].experiment, out[1].experiment);
+        assert_eq!((out[0].new_runs, out[1].new_runs), (3, 3));
+        let got = s.load(out[0].experiment).unwrap();
+        assert_eq!(got.plan.variants, e.plan.variants);
+        assert_eq!(got.hosts.len(), 2);
+        assert_eq!(got.runs.len(), 6);
+    }
+
     #[test]
     fn a_newer_record_is_refused_and_nothing_is_written() {
         let (_d, mut s) = store();

@@ -139,6 +139,40 @@ fn records_of_two_hosts_join_one_experiment_and_report_per_host() {
     assert_eq!(rep.matches("variant ┆ runs ok").count(), 2, "{rep}");
     assert_eq!(rep.matches("│ glibc ").count(), 2, "{rep}");
 
+    // The same per host in JSON and Markdown.
+    let by = dir.join("by.json");
+    ok(
+        &in_dir(
+            dir,
+            &[
+                "report",
+                "--db",
+                "c.db",
+                "--by",
+                "host",
+                "--json",
+                &by.display().to_string(),
+            ],
+        ),
+        "report --by host --json",
+    );
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&by).unwrap()).unwrap();
+    validate_schema(&doc, "experiment-v3.schema.json");
+    assert_eq!(doc["by_host"][0]["label"], "node-a");
+    assert_eq!(doc["by_host"][1]["label"], "node-b");
+    assert_eq!(doc["by_host"][1]["runs"], 4);
+    let md = ok(
+        &in_dir(
+            dir,
+            &["report", "--db", "c.db", "--by", "host", "--markdown", "-"],
+        ),
+        "report --by host --markdown -",
+    );
+    assert!(
+        md.contains("#### host node-b · ") && md.contains("CPU quota 1.00"),
+        "{md}"
+    );
+
     // Pooled: a warning naming the hosts and pointing to --by host.
     let pooled = in_dir(dir, &["report", "--db", "c.db", "--csv", "-"]);
     let (csv, err) = text(&pooled);
@@ -150,6 +184,10 @@ fn records_of_two_hosts_join_one_experiment_and_report_per_host() {
     assert!(csv.lines().next().unwrap_or("").ends_with(",host"), "{csv}");
     assert_eq!(csv.lines().filter(|l| l.ends_with(",node-b")).count(), 4);
     assert_eq!(csv.lines().filter(|l| l.ends_with(",node-a")).count(), 4);
+
+    let rec = in_dir(dir, &["recommend", "--db", "c.db"]);
+    let (_, err) = text(&rec);
+    assert!(rec.status.success() && err.contains("pooled here"), "{err}");
 
     // Again: nothing new.
     let again = ok(
