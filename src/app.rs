@@ -381,6 +381,13 @@ fn resume(db: &Path, id: Option<i64>, output: &OutputArgs, ui: &Ui) -> Result<Ou
         bail!("experiment {id} is complete; nothing to resume (memtrial report {id} shows it)");
     }
     let plan = exp.plan.clone();
+    if !plan.workdir.is_dir() {
+        bail!(
+            "cannot resume experiment {id}: it runs its command in {}, which does not exist \
+             here; create that directory (with what the command needs) and resume again",
+            plan.workdir.display()
+        );
+    }
     memtrial::plan::resolve_program(
         &plan.command[0],
         &std::env::var("PATH").unwrap_or_default(),

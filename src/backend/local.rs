@@ -78,6 +78,12 @@ impl Backend for LocalBackend {
         let started = Instant::now();
         let child = match cmd.spawn() {
             Ok(c) => c,
+            Err(e) if !spec.workdir.is_dir() => {
+                return Ok(Launch::NotStarted(format!(
+                    "the working directory {} does not exist ({e})",
+                    spec.workdir.display()
+                )))
+            }
             Err(e) => {
                 return Ok(Launch::NotStarted(format!(
                     "could not start memtrial's spawner: {e}"

@@ -304,7 +304,22 @@ fn a_database_from_the_previous_release_opens_reports_and_resumes() {
     assert_eq!(first_run(&doc, "glibc")["status"], "ok");
     // An experiment stored before probes existed resumes without them: its runs stay alike.
     assert_eq!(doc["experiment"]["probes"]["kinds"], serde_json::json!([]));
+    // The stored experiment ran in /tmp/v3: resuming where that directory is missing is
+    // refused up front, naming it (before, every resumed run failed with "could not start
+    // memtrial's spawner: No such file or directory").
+    let workdir = std::path::Path::new("/tmp/v3");
+    let created = !workdir.exists();
+    if created {
+        let refused = run(&["run", "--resume", "2", "--quiet"]);
+        let err = String::from_utf8_lossy(&refused.stderr);
+        assert_eq!(refused.status.code(), Some(2), "{err}");
+        assert!(err.contains("/tmp/v3, which does not exist"), "{err}");
+        std::fs::create_dir_all(workdir).unwrap();
+    }
     let resumed = run(&["run", "--resume", "2", "--quiet"]);
+    if created {
+        let _ = std::fs::remove_dir(workdir);
+    }
     assert!(
         resumed.status.success(),
         "{}",
