@@ -231,12 +231,15 @@ fn canonical(v: &Value) -> String {
     }
 }
 
-/// A run's identity: the hash of its JSON object (without its `host` index) and its
-/// host's identity. The same run read from the same record twice has the same one.
+/// A run's identity: the hash of its JSON object (without its `host` index, and without
+/// `verification_detail`, which a report may enrich with ld.so's complaint when it shows
+/// the run) and its host's identity. The same run read from the same record twice, or
+/// from a record written again later, has the same one.
 pub fn run_identity(run: &Value, host: &HostInfo) -> String {
     let mut run = run.clone();
     if let Value::Object(m) = &mut run {
         m.remove("host");
+        m.remove("verification_detail");
     }
     let text = format!("{}\n{}", canonical(&run), host.identity());
     crate::units::sha256_hex(text.as_bytes())
@@ -577,9 +580,13 @@ pub fn import(
             .map(|h| host_id(&tx, h))
             .collect::<rusqlite::Result<_>>()
             .map_err(err)?;
+        // Imported runs are numbered after every slot of the stored schedule, so that a
+        // `run --resume` of a joined experiment never takes one of them for its own slot.
         let mut seq: u32 = tx
             .query_row(
-                "SELECT coalesce(max(seq) + 1, 0) FROM runs WHERE experiment_id = ?1",
+                "SELECT max(coalesce(max(r.seq) + 1, 0), e.runs_planned)
+                 FROM experiments e LEFT JOIN runs r ON r.experiment_id = e.id
+                 WHERE e.id = ?1",
                 [experiment],
                 |r| r.get(0),
             )
@@ -741,6 +748,12 @@ mod tests {
         let got = s.load(local).unwrap();
         assert_eq!(got.hosts.len(), 1);
         assert_eq!(got.hosts[0].hostname, "node-b");
+        // Numbered after the stored schedule's 9 slots: a resume never takes them for its own.
+        assert!(
+            !got.seqs.is_empty() && got.seqs.iter().all(|&q| q >= 9),
+            "{:?}",
+            got.seqs
+        );
         // Another variant definition is another plan.
         let mut changed = fixture::experiment();
         changed.plan.variants[1].env = vec![("MALLOC_ARENA_MAX".into(), "4".into())];
@@ -913,5 +926,12 @@ mod tests {
         let mut other = h.clone();
         other.hostname = "node-b".into();
         assert_ne!(run_identity(&a, &h), run_identity(&a, &other));
+        // A report that adds ld.so's complaint to the detail exports the same run.
+        let mut explained = a.clone();
+        explained["verification_detail"] = "jemalloc not mapped: file too short".into();
+        assert_eq!(run_identity(&a, &h), run_identity(&explained, &h));
+        let mut changed = a.clone();
+        changed["peak_rss_bytes"] = 1.into();
+        assert_ne!(run_identity(&a, &h), run_identity(&changed, &h));
     }
 }
