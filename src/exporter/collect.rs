@@ -190,8 +190,12 @@ impl Collector {
                 start: m.start,
                 ..Cached::default()
             });
+            // An allocator not yet known although the maps were read: the loader had not
+            // mapped the libraries yet (just after exec); read again.
+            let unsettled =
+                c.allocator.is_none() && c.costly.as_ref().is_some_and(|k| k.problem.is_none());
             match &c.costly {
-                Some(k) if now.duration_since(k.at) < self.settings.max_age => {
+                Some(k) if !unsettled && now.duration_since(k.at) < self.settings.max_age => {
                     self.figures.cached_reads += 1;
                 }
                 k => due.push((k.as_ref().map(|k| k.at), m)),
@@ -307,7 +311,7 @@ fn read_costly(pid: i32, c: &mut Cached, online_cpus: u32, page: u64) {
         .filter(|m| !m.is_empty());
     if c.allocator.is_none() {
         if let Some(maps) = &maps {
-            c.allocator = Some(allocator_of(pid, maps));
+            c.allocator = allocator_of(pid, maps);
         }
     }
     if c.env.is_none() {
@@ -340,8 +344,11 @@ fn read_costly(pid: i32, c: &mut Cached, online_cpus: u32, page: u64) {
     });
 }
 
-/// The allocator answering `malloc`, from the mapped libraries and the executable.
-fn allocator_of(pid: i32, maps: &[maps::Mapping]) -> AllocatorLabel {
+/// The allocator answering `malloc`, from the mapped libraries and the executable;
+/// `None` while a dynamically linked program's loader has not mapped libc yet (just after
+/// `execve`: the preloaded and needed libraries are not all there, so it would read as
+/// glibc).
+fn allocator_of(pid: i32, maps: &[maps::Mapping]) -> Option<AllocatorLabel> {
     let libs = maps::mapped_libraries(maps);
     let link = std::fs::read_link(format!("/proc/{pid}/exe"))
         .ok()
@@ -352,10 +359,20 @@ fn allocator_of(pid: i32, maps: &[maps::Mapping]) -> AllocatorLabel {
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(format!("/proc/{pid}/exe")));
     let exe = elf::inspect_elf(&path).ok();
+    let dynamic = exe
+        .as_ref()
+        .is_none_or(|f| matches!(f.linkage, elf::Linkage::Dynamic { .. }));
+    if dynamic && !libs.iter().any(|l| crate::inspect::glibc::is_libc(l)) {
+        return None;
+    }
     let linked = exe.as_ref().map_or_else(Vec::new, |f| {
         linked_allocators(f, &libs, &mut |p| needed_of_file(p))
     });
-    AllocatorLabel::from(&detect_allocator(&libs, exe.as_ref(), &linked))
+    Some(AllocatorLabel::from(&detect_allocator(
+        &libs,
+        exe.as_ref(),
+        &linked,
+    )))
 }
 
 /// The probe's latest report, when the process carries memtrial's allocator probe: its

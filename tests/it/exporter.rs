@@ -596,3 +596,92 @@ fn promtool_accepts_the_exposition_and_the_alert_rules() {
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(said.contains("SUCCESS: 2 rules found"), "{said}");
 }
+
+/// A workload of `memtrial run` carries the allocator probe: the exporter reads its
+/// report (live and held bytes, the allocator's own counters) and names its allocator
+/// (jemalloc, preloaded).
+#[test]
+fn exporter_reads_the_probe_of_a_memtrial_run() {
+    if !(need_c_compiler() && need_allocators(&["jemalloc"])) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let name = format!("mtl{}", std::process::id());
+    let program = dir.path().join(&name);
+    std::fs::copy(fixture("live"), &program).unwrap();
+    // 48 MiB live in 4096-byte blocks, held for 60 s.
+    let run = Killed(
+        Command::new(memtrial())
+            .args([
+                "run",
+                "--runs",
+                "1",
+                "--warmup",
+                "0",
+                "--variants",
+                "jemalloc",
+                // Else the glibc baseline runs first.
+                "--baseline",
+                "jemalloc",
+                "--probe-interval",
+                "100ms",
+                "--",
+            ])
+            .arg(&program)
+            .args(["48", "60"])
+            .current_dir(dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let exporter = start_exporter(&memtrial(), &["--match", &format!("^{name}$")], &[]);
+    let g = format!("{{group=\"{name}\"}}");
+    let mut text = String::new();
+    let live = wait_for("the probe's live bytes", 30, || {
+        text = http_get(exporter.addr, "/metrics").ok()?.1;
+        series(&text, &format!("memtrial_group_allocator_live_bytes{g}"))
+            .filter(|v| *v >= 48.0 * 1048576.0)
+    });
+    // The process may first be seen mid-exec, before the loader mapped jemalloc: the
+    // allocator is read again until it is known, never cached as glibc.
+    let expected = 48.0 * 1048576.0 + 96.0 * 1024.0;
+    assert!(
+        (live / expected - 1.0).abs() < 0.02,
+        "live {live} vs {expected}:\n{text}"
+    );
+    let held = series(&text, &format!("memtrial_group_allocator_held_bytes{g}")).unwrap();
+    assert!(held >= live, "held {held} < live {live}");
+    assert_eq!(
+        series(&text, &format!("memtrial_group_probed_processes{g}")),
+        Some(1.0)
+    );
+    assert_eq!(
+        series(
+            &text,
+            &format!(
+                "memtrial_group_allocator_info{{group=\"{name}\",allocator=\"jemalloc\",how=\"preloaded\"}}"
+            )
+        ),
+        Some(1.0),
+        "{text}"
+    );
+    // jemalloc has no glibc arenas.
+    assert_eq!(
+        series(&text, &format!("memtrial_group_glibc_arenas{g}")),
+        None
+    );
+    drop(exporter);
+    // SIGINT: memtrial stops the run and removes its workload.
+    // SAFETY: a signal to our own child.
+    unsafe {
+        libc::kill(run.pid(), libc::SIGINT);
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut run = run;
+    while run.0.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "memtrial run did not stop");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(no_process_matching(&name), "the workload is gone");
+}
