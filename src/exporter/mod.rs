@@ -165,6 +165,25 @@ mod tests {
         assert!(parse_match("(?:[a-z]{1,100}){1,100}x{1000}").is_err());
     }
 
+    proptest::proptest! {
+        #[test]
+        fn flags_never_panic(text in "\\PC{0,60}|[0-9a-f:.\\[\\]]{0,40}") {
+            let _ = parse_listen(&text);
+            let _ = parse_match(&text);
+        }
+
+        /// Any process name (a comm may hold any byte but NUL) gives a valid exposition.
+        #[test]
+        fn any_group_name_encodes(name in "\\PC{0,15}|[\"\\\\\n{}=,]{0,15}") {
+            let mut p = figures::tests::process(1, &name);
+            p.probe = None;
+            let s = figures::Snapshot { processes: vec![p], ..figures::Snapshot::default() };
+            let text = metrics::encode(&s).unwrap();
+            proptest::prop_assert!(text.ends_with("# EOF\n"));
+            proptest::prop_assert_eq!(text.matches("memtrial_group_processes{").count(), 1);
+        }
+    }
+
     #[test]
     fn a_port_in_use_is_named() {
         let taken = TcpListener::bind("127.0.0.1:0").unwrap();

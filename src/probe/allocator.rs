@@ -396,6 +396,22 @@ mod tests {
         assert!(latest_of(b"", b"1\t2", false).is_none());
     }
 
+    proptest::proptest! {
+        #[test]
+        fn latest_of_never_panics(
+            head in proptest::collection::vec(proptest::num::u8::ANY, 0..300),
+            tail in proptest::collection::vec(proptest::num::u8::ANY, 0..300),
+            cut in proptest::bool::ANY,
+        ) {
+            let _ = latest_of(&head, &tail, cut);
+        }
+
+        #[test]
+        fn latest_of_text_never_panics(text in "[#0-9\t\n -]{0,200}|\\PC{0,120}") {
+            let _ = latest_of(text.as_bytes(), text.as_bytes(), true);
+        }
+    }
+
     #[test]
     fn latest_report_reads_a_real_file_from_its_end() {
         let dir = tempfile::tempdir().unwrap();
