@@ -175,6 +175,9 @@ pub struct GroupFigures {
     /// Arenas summed over its glibc processes, and the highest limit among them.
     pub glibc_arenas: Option<u64>,
     pub glibc_arena_limit: Option<u64>,
+    /// glibc processes whose arena count is an estimate from the maps (`/proc/PID/mem`
+    /// refused): an upper bound.
+    pub glibc_arenas_estimated: u64,
     /// Processes with the arena pitfall.
     pub pitfall_processes: u64,
     /// The smallest CPU quota among its processes.
@@ -226,6 +229,7 @@ pub fn group(processes: &[ProcessFigures]) -> BTreeMap<String, GroupFigures> {
             if a.is_glibc() {
                 g.glibc_arenas = add(g.glibc_arenas, Some(ar.count));
                 g.glibc_arena_limit = g.glibc_arena_limit.max(Some(ar.limit));
+                g.glibc_arenas_estimated += u64::from(!ar.exact);
             }
         }
         if p.pitfall() {
@@ -357,6 +361,7 @@ pub(crate) mod tests {
         assert_eq!(puma.costly_age_seconds, Some(3.0));
         assert_eq!(puma.glibc_arenas, Some(7));
         assert_eq!(puma.glibc_arena_limit, Some(16));
+        assert_eq!(puma.glibc_arenas_estimated, 0);
         assert_eq!(puma.pitfall_processes, 1);
         assert_eq!(puma.cpu_quota_cpus, Some(0.5));
         assert_eq!(puma.memory_limit_bytes, Some(256 << 20));

@@ -84,6 +84,7 @@ struct Groups {
     threads: Family<GroupLabel, IntGauge>,
     arenas: Family<GroupLabel, IntGauge>,
     arena_limit: Family<GroupLabel, IntGauge>,
+    estimated: Family<GroupLabel, IntGauge>,
     pitfall: Family<GroupLabel, IntGauge>,
     quota: Family<GroupLabel, RealGauge>,
     visible: Family<GroupLabel, IntGauge>,
@@ -107,6 +108,7 @@ impl Groups {
             threads: family(reg, "memtrial_group_threads", "Summed Threads (/proc/PID/status)."),
             arenas: family(reg, "memtrial_group_glibc_arenas", "glibc malloc arenas summed over the group's glibc processes (heap headers read through /proc/PID/mem, or estimated from the maps), cached."),
             arena_limit: family(reg, "memtrial_group_glibc_arena_limit", "The highest glibc arena limit among the group's glibc processes (MALLOC_ARENA_MAX, glibc.malloc.arena_max, else 8 x online CPUs)."),
+            estimated: family(reg, "memtrial_group_glibc_arenas_estimated_processes", "glibc processes whose arena count is estimated from the maps (/proc/PID/mem refused): an upper bound."),
             pitfall: family(reg, "memtrial_group_arena_pitfall", "1 when a glibc process of the group has an arena limit at least 2 x 8 x ceil(CPU quota): glibc sized its arenas from the host's CPUs, not the quota."),
             quota: family(reg, "memtrial_group_cpu_quota_cpus", "The smallest cgroup CPU quota among the group's processes, in CPUs (absent: no quota)."),
             visible: family(reg, "memtrial_group_visible_cpus", "CPUs the processes see (online CPUs): what glibc sizes its arena limit from."),
@@ -211,6 +213,7 @@ pub fn encode(s: &Snapshot) -> Result<String, std::fmt::Error> {
         }
         if let Some(a) = f.glibc_arena_limit {
             g.arena_limit.get_or_create(&l).set(a);
+            g.estimated.get_or_create(&l).set(f.glibc_arenas_estimated);
         }
         g.pitfall
             .get_or_create(&l)

@@ -244,6 +244,14 @@ fn prometheus_scrapes_the_exporter_and_the_figures_match_proc() {
     assert_eq!(
         query(
             prom_addr,
+            &format!("memtrial_group_glibc_arenas_estimated_processes{g}")
+        ),
+        Some(0.0),
+        "counted from the heap headers"
+    );
+    assert_eq!(
+        query(
+            prom_addr,
             &format!(
                 "memtrial_group_allocator_info{{group=\"{name}\",allocator=\"glibc\",how=\"default\"}}"
             )
