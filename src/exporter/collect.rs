@@ -203,12 +203,9 @@ impl Collector {
         }
         // Never read first, then the oldest.
         due.sort_by_key(|(at, _)| *at);
-        for (at, m) in due {
+        for (_, m) in due {
             if began.elapsed() >= self.settings.budget {
                 self.figures.deferred_reads += 1;
-                if at.is_some() {
-                    self.figures.cached_reads += 1;
-                }
                 continue;
             }
             self.figures.costly_reads += 1;

@@ -257,9 +257,11 @@ pub struct ExporterFigures {
     pub scrapes: u64,
     /// Costly reads (smaps_rollup + maps + arenas of one process) done since the start.
     pub costly_reads: u64,
-    /// Times a cached costly figure was served instead, since the start.
+    /// Times a cached costly figure younger than `--max-age` was served instead.
     pub cached_reads: u64,
-    /// Times a stale figure was served because the scrape's budget was spent.
+    /// Times a due read was put off because the scrape's budget was spent (the older
+    /// figure, if any, is shown). Each matched process counts once per scrape in one of
+    /// the three.
     pub deferred_reads: u64,
     /// How long collecting this scrape's figures took.
     pub collect_seconds: f64,

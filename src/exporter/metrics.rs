@@ -314,7 +314,7 @@ fn exporter_families(reg: &mut Registry, s: &Snapshot) {
     let reads: Family<OutcomeLabel, Counter> = family(
         reg,
         "memtrial_exporter_costly_reads",
-        "Costly per-process reads (smaps_rollup, maps, arena headers): read afresh, served from the cache, or deferred (stale, the scrape's budget spent).",
+        "Costly per-process reads (smaps_rollup, maps, arena headers), one per matched process and scrape: read afresh, served from the cache (younger than --max-age), or deferred (due, but the scrape's budget was spent: the older figure, if any, is shown).",
     );
     for (outcome, n) in [
         ("read", e.costly_reads),
