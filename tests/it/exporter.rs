@@ -693,3 +693,29 @@ fn exporter_reads_the_probe_of_a_memtrial_run() {
     }
     assert!(no_process_matching(&name), "the workload is gone");
 }
+
+/// SIGTERM and SIGINT stop the exporter at once with exit 0; other paths are a 404.
+#[test]
+fn exporter_stops_gracefully_on_sigterm_and_sigint() {
+    for sig in [libc::SIGTERM, libc::SIGINT] {
+        let mut e = start_exporter(&memtrial(), &["--match", "^no-such-process-x$"], &[]);
+        let (code, body) = http_get(e.addr, "/metrics").unwrap();
+        assert_eq!(code, 200);
+        assert!(body.contains("memtrial_exporter_scrapes_total 1"), "{body}");
+        assert_eq!(http_get(e.addr, "/nothing").unwrap().0, 404);
+        // SAFETY: a signal to our own child.
+        unsafe {
+            libc::kill(e.child.pid(), sig);
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let status = loop {
+            if let Some(s) = e.child.0.try_wait().unwrap() {
+                break s;
+            }
+            assert!(Instant::now() < deadline, "signal {sig}: still running");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert_eq!(status.code(), Some(0), "signal {sig}");
+        assert!(TcpListener::bind(e.addr).is_ok(), "the port is free again");
+    }
+}
