@@ -50,6 +50,9 @@ struct Costly {
 struct Cached {
     /// Field 22 of `stat`: a PID reused by another process starts afresh.
     start: u64,
+    /// The name: a process that execs another program (same PID and start time, a new
+    /// name) starts afresh too.
+    comm: String,
     /// The initial environment (it never changes); `None` until read.
     env: Option<Vec<(String, String)>>,
     /// The allocator (from the maps and the executable), read once.
@@ -122,10 +125,15 @@ impl Collector {
     pub fn scrape(&mut self) -> Snapshot {
         let began = Instant::now();
         let matched = self.matching();
-        // Forget processes that are gone (or no longer match).
-        let live: HashMap<i32, u64> = matched.iter().map(|m| (m.pid, m.start)).collect();
-        self.cache
-            .retain(|pid, c| live.get(pid).is_some_and(|s| *s == c.start));
+        // Forget processes that are gone, no longer match, or exec'd another program.
+        let live: HashMap<i32, (u64, &str)> = matched
+            .iter()
+            .map(|m| (m.pid, (m.start, m.comm.as_str())))
+            .collect();
+        self.cache.retain(|pid, c| {
+            live.get(pid)
+                .is_some_and(|(s, comm)| *s == c.start && *comm == c.comm)
+        });
         self.refresh_costly(&matched, began);
         let mut processes = Vec::with_capacity(matched.len());
         let mut unreadable: BTreeMap<Unreadable, u64> = BTreeMap::new();
@@ -188,6 +196,7 @@ impl Collector {
         for m in matched {
             let c = self.cache.entry(m.pid).or_insert_with(|| Cached {
                 start: m.start,
+                comm: m.comm.clone(),
                 ..Cached::default()
             });
             // An allocator not yet known although the maps were read: the loader had not

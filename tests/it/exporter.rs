@@ -719,3 +719,63 @@ fn exporter_stops_gracefully_on_sigterm_and_sigint() {
         assert!(TcpListener::bind(e.addr).is_ok(), "the port is free again");
     }
 }
+
+/// A process that execs another program keeps its PID and start time: its cached figures
+/// (allocator, environment, arenas) are those of the old program and are dropped when
+/// its name changes.
+#[test]
+fn a_process_that_execs_is_read_afresh() {
+    if !need_c_compiler() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let name = format!("mte{}", std::process::id());
+    let program = named_arenas(dir.path(), &name);
+    let exporter = start_exporter(&memtrial(), &["--match", &name], &[]);
+    // sh matches by its command line first; then it becomes the fixture.
+    let script = format!("read go; exec '{}' 3 120", program.display());
+    let mut child = Command::new("/bin/sh")
+        .args(["-c", &script])
+        .env("MALLOC_ARENA_MAX", "3")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut go = child.stdin.take().unwrap();
+    let out = child.stdout.take().unwrap();
+    let sh = Killed(child);
+    let before = wait_for("the shell's group", 10, || {
+        let (_, text) = http_get(exporter.addr, "/metrics").ok()?;
+        series(&text, "memtrial_group_glibc_arenas{group=\"sh\"}")
+    });
+    assert_eq!(before, 1.0, "the shell has only the main arena");
+    writeln!(go, "go").unwrap();
+    let mut arenas = None;
+    for line in BufReader::new(out).lines() {
+        let line = line.unwrap();
+        if let Some(n) = line.strip_prefix("arenas ") {
+            arenas = n.trim().parse::<f64>().ok();
+        }
+        if line == "ready" {
+            break;
+        }
+    }
+    let arenas = arenas.expect("the fixture printed its arena count");
+    assert_eq!(arenas, 3.0, "3 threads, MALLOC_ARENA_MAX=3");
+    let (_, text) = http_get(exporter.addr, "/metrics").unwrap();
+    let g = format!("{{group=\"{name}\"}}");
+    assert_eq!(
+        series(&text, &format!("memtrial_group_glibc_arenas{g}")),
+        Some(arenas),
+        "{text}"
+    );
+    assert_eq!(
+        series(&text, &format!("memtrial_group_threads{g}")),
+        Some(4.0)
+    );
+    assert_eq!(
+        series(&text, "memtrial_group_processes{group=\"sh\"}"),
+        None
+    );
+    drop(sh);
+}
