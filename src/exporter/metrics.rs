@@ -90,6 +90,7 @@ struct Groups {
     visible: Family<GroupLabel, IntGauge>,
     mem_limit: Family<GroupLabel, IntGauge>,
     allocator: Family<GroupAllocatorLabels, IntGauge>,
+    allocator_processes: Family<GroupAllocatorLabels, IntGauge>,
     probed: Family<GroupLabel, IntGauge>,
     live: Family<GroupLabel, IntGauge>,
     held: Family<GroupLabel, IntGauge>,
@@ -113,7 +114,8 @@ impl Groups {
             quota: family(reg, "memtrial_group_cpu_quota_cpus", "The smallest cgroup CPU quota among the group's processes, in CPUs (absent: no quota)."),
             visible: family(reg, "memtrial_group_visible_cpus", "CPUs the processes see (online CPUs): what glibc sizes its arena limit from."),
             mem_limit: family(reg, "memtrial_group_memory_limit_bytes", "The smallest cgroup memory limit among the group's processes (absent: no limit)."),
-            allocator: family(reg, "memtrial_group_allocator_info", "Processes of the group per allocator answering malloc and how it got there (default, preloaded, linked, executable, static, several)."),
+            allocator: family(reg, "memtrial_group_allocator_info", "An allocator answering malloc in the group's processes and how it got there (default, preloaded, linked, executable, static, several); value 1."),
+            allocator_processes: family(reg, "memtrial_group_allocator_processes", "Processes of the group per allocator and how it got there."),
             probed: family(reg, "memtrial_group_probed_processes", "Processes carrying memtrial's allocator probe that reported."),
             live: family(reg, "memtrial_group_allocator_live_bytes", "Bytes allocated and not freed, from the allocator's own counters (memtrial's probe), summed over probed processes."),
             held: family(reg, "memtrial_group_allocator_held_bytes", "Bytes the allocator holds from the OS (memtrial's probe), summed over probed processes."),
@@ -226,13 +228,13 @@ pub fn encode(s: &Snapshot) -> Result<String, std::fmt::Error> {
             g.mem_limit.get_or_create(&l).set(m);
         }
         for (a, n) in &f.allocators {
-            g.allocator
-                .get_or_create(&GroupAllocatorLabels {
-                    group: name.clone(),
-                    allocator: a.name.into(),
-                    how: a.how.as_str().into(),
-                })
-                .set(*n);
+            let labels = GroupAllocatorLabels {
+                group: name.clone(),
+                allocator: a.name.into(),
+                how: a.how.as_str().into(),
+            };
+            g.allocator.get_or_create(&labels).set(1);
+            g.allocator_processes.get_or_create(&labels).set(*n);
         }
         g.probed.get_or_create(&l).set(f.probed_processes);
         if let Some(v) = f.live_bytes {

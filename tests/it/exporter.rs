@@ -259,6 +259,15 @@ fn prometheus_scrapes_the_exporter_and_the_figures_match_proc() {
         Some(1.0)
     );
     assert_eq!(
+        query(
+            prom_addr,
+            &format!(
+                "memtrial_group_allocator_processes{{group=\"{name}\",allocator=\"glibc\",how=\"default\"}}"
+            )
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
         query(prom_addr, &format!("memtrial_group_arena_pitfall{g}")),
         Some(0.0)
     );
