@@ -18,6 +18,8 @@ packages=(
   redis-server ruby-sidekiq
   # JVM probe tests: java, javac and jcmd (Native Memory Tracking).
   openjdk-17-jdk-headless
+  # Exporter tests: a real Prometheus scraping `memtrial exporter`, promtool checks.
+  prometheus
 )
 missing=()
 for p in "${packages[@]}"; do

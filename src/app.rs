@@ -9,8 +9,8 @@ use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::cli::{
-    Cli, ColorChoice, Command, DemoArgs, FragmentArgs, GroupBy, ImportArgs, InspectArgs,
-    OutputArgs, ReportArgs, RunArgs, WorkloadCommand,
+    Cli, ColorChoice, Command, DemoArgs, ExporterArgs, FragmentArgs, GroupBy, ImportArgs,
+    InspectArgs, OutputArgs, ReportArgs, RunArgs, WorkloadCommand,
 };
 use memtrial::analysis::recommend::recommend;
 use memtrial::analysis::{analyse, any_failed};
@@ -88,6 +88,7 @@ pub fn dispatch(cli: Cli) -> Result<Outcome> {
         Command::Workload(WorkloadCommand::Fragment(args)) => fragment_cmd(args, &ui),
         Command::Inspect(args) => inspect_cmd(args, &ui),
         Command::Load(args) => load_cmd(args, &ui),
+        Command::Exporter(args) => exporter_cmd(args, &ui),
     }
 }
 
@@ -956,6 +957,41 @@ fn inspect_cmd(args: &InspectArgs, ui: &Ui) -> Result<Outcome> {
     if let Some(t) = &json {
         ui.write_output(t, &InspectExport::Json.serialize(&ins)?, "--json")?;
     }
+    Ok(Outcome::Ok)
+}
+
+// ---- memtrial exporter --------------------------------------------------------
+
+/// Validates every flag (exit 2 with the flag, the value and what to do), binds the
+/// address, then serves until SIGINT or SIGTERM, which end it with exit 0.
+fn exporter_cmd(args: &ExporterArgs, ui: &Ui) -> Result<Outcome> {
+    use memtrial::exporter::{self, Collector, Settings};
+    use memtrial::plan::settings as ranges;
+    let ExporterArgs {
+        listen,
+        matcher,
+        per_process,
+        budget,
+        max_age,
+    } = args;
+    let addr = exporter::parse_listen(listen)?;
+    let matcher = exporter::parse_match(matcher)?;
+    let budget = ranges::duration("--budget", budget, ranges::EXPORTER_BUDGET)?;
+    let max_age = ranges::duration("--max-age", max_age, ranges::EXPORTER_MAX_AGE)?;
+    let listener = exporter::bind(addr, listen)?;
+    let stop = stop_flag()?;
+    let shown = listener.local_addr().map_or(addr, |a| a);
+    ui.note(&format!(
+        "serving http://{shown}/metrics for processes matching {} (stop with Ctrl-C)",
+        matcher.as_str()
+    ));
+    let collector = Collector::new(Settings {
+        matcher,
+        per_process: *per_process,
+        budget,
+        max_age,
+    });
+    exporter::serve(listener, collector, &stop)?;
     Ok(Outcome::Ok)
 }
 

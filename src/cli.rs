@@ -66,6 +66,9 @@ pub enum Command {
     /// HTTP load only, like wrk: closed loop, or --rate for an open loop without
     /// coordinated omission; from one URL, a targets file or a replayed access log.
     Load(LoadArgs),
+    /// Serve Prometheus metrics for the processes matching a regex: RSS, PSS, USS, swap,
+    /// threads, allocator, glibc arenas against their limit, CPU quota, the arena pitfall.
+    Exporter(ExporterArgs),
 }
 
 #[derive(Debug, Args)]
@@ -404,6 +407,28 @@ pub struct LoadArgs {
     /// Write the result as JSON to FILE ('-' for standard output).
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
+}
+
+/// `memtrial exporter`.
+#[derive(Debug, Args)]
+pub struct ExporterArgs {
+    /// Where to serve /metrics: IP:PORT (0.0.0.0:9464 for every interface).
+    #[arg(long, default_value = "127.0.0.1:9464", value_name = "IP:PORT")]
+    pub listen: String,
+    /// The processes to export: a regex (Rust syntax) matched against the process name
+    /// (comm) and the command line; one group per distinct comm.
+    #[arg(long = "match", value_name = "REGEX")]
+    pub matcher: String,
+    /// Also one series per process, labelled with its PID (high cardinality: PIDs churn).
+    #[arg(long)]
+    pub per_process: bool,
+    /// Time per scrape for the costly reads (smaps_rollup, maps, arena headers), 1ms to 60s.
+    #[arg(long, default_value = "200ms", value_name = "DURATION")]
+    pub budget: String,
+    /// Read a process's costly figures again once they are this old (0s to 1 day);
+    /// until then the cached ones are served.
+    #[arg(long, default_value = "30s", value_name = "DURATION")]
+    pub max_age: String,
 }
 
 /// What `inspect --top` ranks by.

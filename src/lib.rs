@@ -6,6 +6,7 @@
 
 pub mod analysis;
 pub mod backend;
+pub mod exporter;
 pub mod inspect;
 pub mod linux;
 pub mod load;

@@ -69,6 +69,11 @@ pub const INSPECT_INTERVAL: DurationRange = DurationRange::new(millis(10), secs(
 /// `inspect --watch`.
 pub const INSPECT_WATCH: DurationRange = DurationRange::new(millis(1), secs(7 * DAY));
 
+/// `exporter --budget`: time per scrape for the costly reads (smaps_rollup, arenas).
+pub const EXPORTER_BUDGET: DurationRange = DurationRange::new(millis(1), secs(60));
+/// `exporter --max-age`: how old a cached costly figure may be before it is read again.
+pub const EXPORTER_MAX_AGE: DurationRange = DurationRange::up_to(secs(DAY));
+
 /// `workload fragment --threads`.
 pub const FRAGMENT_THREADS: (usize, usize) = (1, 1024);
 /// `workload fragment --seconds`.

@@ -246,6 +246,67 @@ fn add_point(
     series.push(sum(&lines, t_seconds));
 }
 
+/// The latest report of one process, as the exporter shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LatestReport {
+    /// The allocator the probe found answering `malloc` (`glibc`, `jemalloc`, …).
+    pub allocator: String,
+    /// Bytes the program has allocated and not freed (allocator's own counter).
+    pub live_bytes: Option<u64>,
+    /// Bytes the allocator holds from the OS for it.
+    pub held_bytes: Option<u64>,
+}
+
+/// At most this much of a report file's end is read: the latest lines are there.
+const TAIL: u64 = 8192;
+
+/// The latest report in one process's file (`<MEMTRIAL_PROBE_DIR>/<pid>`): its header
+/// (the file's first line) and its last whole figures line, read from the file's end
+/// only, so a file that grew for days costs two small reads. `None` when the file holds
+/// no figures yet.
+pub fn latest_report(path: &std::path::Path) -> std::io::Result<Option<LatestReport>> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = std::fs::File::open(path)?;
+    let mut head = [0u8; 1024];
+    let n = f.read(&mut head)?;
+    let len = f.metadata()?.len();
+    let from = len.saturating_sub(TAIL);
+    f.seek(SeekFrom::Start(from))?;
+    let mut tail = Vec::with_capacity(TAIL as usize);
+    f.take(TAIL).read_to_end(&mut tail)?;
+    Ok(latest_of(&head[..n], &tail, from > 0))
+}
+
+/// The latest report from a file's first bytes and its last bytes (`cut`: the tail starts
+/// mid-file, so its first line may be partial). Whole lines only.
+fn latest_of(head: &[u8], tail: &[u8], cut: bool) -> Option<LatestReport> {
+    let mut state = ProcessFile::default();
+    if let Some(end) = head.iter().position(|b| *b == b'\n') {
+        state.line(&String::from_utf8_lossy(&head[..end]));
+    }
+    let whole = match tail.iter().rposition(|b| *b == b'\n') {
+        Some(end) => &tail[..end],
+        None => return None,
+    };
+    let mut lines = whole.split(|b| *b == b'\n');
+    if cut {
+        lines.next();
+    }
+    for l in lines {
+        state.line(&String::from_utf8_lossy(l));
+    }
+    let latest = state.latest?;
+    Some(LatestReport {
+        allocator: if state.allocator.is_empty() {
+            "unknown".into()
+        } else {
+            state.allocator
+        },
+        live_bytes: latest.live,
+        held_bytes: latest.held,
+    })
+}
+
 /// Why no process reported: the kernel-side facts of the run say which case it is.
 fn why_no_reports(record: &RunRecord) -> String {
     if record.allocator_detected.contains("static") {
@@ -315,6 +376,60 @@ impl Probe for AllocatorProbe {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn latest_report_takes_the_header_and_the_last_whole_line() {
+        let file = "# memtrial-probe 1 42 jemalloc /usr/lib/libjemalloc.so.2\n\
+                    1\t100\t200\t-\t-\t-\t-\t-\t-\t-\n\
+                    2\t150\t300\t-\t-\t-\t-\t-\t-\t-\n\
+                    3\t99";
+        let r = latest_of(file.as_bytes(), file.as_bytes(), false).unwrap();
+        assert_eq!(r.allocator, "jemalloc");
+        assert_eq!((r.live_bytes, r.held_bytes), (Some(150), Some(300)));
+        // A tail cut mid-line skips the partial first line.
+        let tail = &file.as_bytes()[70..];
+        let r = latest_of(file.as_bytes(), tail, true).unwrap();
+        assert_eq!((r.live_bytes, r.held_bytes), (Some(150), Some(300)));
+        // A header only, or nothing whole: no report.
+        let header = "# memtrial-probe 1 42 glibc -\n";
+        assert!(latest_of(header.as_bytes(), header.as_bytes(), false).is_none());
+        assert!(latest_of(b"", b"1\t2", false).is_none());
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn latest_of_never_panics(
+            head in proptest::collection::vec(proptest::num::u8::ANY, 0..300),
+            tail in proptest::collection::vec(proptest::num::u8::ANY, 0..300),
+            cut in proptest::bool::ANY,
+        ) {
+            let _ = latest_of(&head, &tail, cut);
+        }
+
+        #[test]
+        fn latest_of_text_never_panics(text in "[#0-9\t\n -]{0,200}|\\PC{0,120}") {
+            let _ = latest_of(text.as_bytes(), text.as_bytes(), true);
+        }
+    }
+
+    #[test]
+    fn latest_report_reads_a_real_file_from_its_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("7");
+        let mut text = String::from("# memtrial-probe 1 7 glibc -\n");
+        for i in 0..2000u64 {
+            text.push_str(&format!(
+                "{i}\t{}\t{}\t-\t-\t-\t-\t-\t1\t-\n",
+                i * 10,
+                i * 20
+            ));
+        }
+        std::fs::write(&p, &text).unwrap();
+        let r = latest_report(&p).unwrap().unwrap();
+        assert_eq!(r.allocator, "glibc");
+        assert_eq!((r.live_bytes, r.held_bytes), (Some(19990), Some(39980)));
+        assert!(latest_report(&dir.path().join("8")).is_err());
+    }
 
     #[test]
     fn lines_parse_with_absent_figures() {

@@ -3,6 +3,7 @@
 
 mod bad_input;
 mod common;
+mod exporter;
 mod forking;
 mod import;
 mod inside;

@@ -1,0 +1,485 @@
+//! One scrape's reads: which processes match, their cheap figures (`stat`, `status`,
+//! `cgroup`, the probe's report) every scrape, their costly figures (`smaps_rollup`, the
+//! maps, the arena headers through `/proc/PID/mem`, the executable's ELF) within a time
+//! budget, cached between scrapes per process (PID plus start time).
+//!
+//! A process that cannot be read — permission refused, gone mid-read — is counted by
+//! reason and shown with what could be read; it never fails the scrape.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use regex::Regex;
+
+use super::figures::{
+    AllocatorLabel, ArenaFigures, ExporterFigures, ProbeFigures, ProcessFigures, Snapshot,
+    Unreadable,
+};
+use crate::inspect::{arenas, container};
+use crate::linux::allocator::{detect_allocator, linked_allocators, needed_of_file};
+use crate::linux::elf;
+use crate::linux::maps;
+use crate::linux::proc::{self, ProcError};
+
+/// What the collector needs to know, validated.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Matched against `comm` and against the command line (arguments joined by spaces).
+    pub matcher: Regex,
+    pub per_process: bool,
+    /// Time per scrape for costly reads.
+    pub budget: Duration,
+    /// A cached costly figure older than this is read again (when the budget allows).
+    pub max_age: Duration,
+}
+
+/// The costly figures of one process, as last read.
+#[derive(Debug, Clone)]
+struct Costly {
+    at: Instant,
+    pss_bytes: Option<u64>,
+    uss_bytes: Option<u64>,
+    arenas: Option<ArenaFigures>,
+    /// Why part of it could not be read, if so.
+    problem: Option<Unreadable>,
+}
+
+/// What is kept of one process between scrapes.
+#[derive(Debug, Default)]
+struct Cached {
+    /// Field 22 of `stat`: a PID reused by another process starts afresh.
+    start: u64,
+    /// The name: a process that execs another program (same PID and start time, a new
+    /// name) starts afresh too.
+    comm: String,
+    /// The initial environment (it never changes); `None` until read.
+    env: Option<Vec<(String, String)>>,
+    /// The allocator (from the maps and the executable), read once.
+    allocator: Option<AllocatorLabel>,
+    costly: Option<Costly>,
+}
+
+/// Reasons one process could not be read at this scrape.
+#[derive(Debug, Default)]
+struct Problems(BTreeSet<Unreadable>);
+
+impl Problems {
+    fn note(&mut self, e: &ProcError) {
+        self.0.insert(reason(e));
+    }
+}
+
+fn reason(e: &ProcError) -> Unreadable {
+    match e {
+        ProcError::Gone { .. } => Unreadable::Vanished,
+        ProcError::PermissionDenied { .. } => Unreadable::PermissionDenied,
+        ProcError::Io { source, .. } if source.kind() == std::io::ErrorKind::PermissionDenied => {
+            Unreadable::PermissionDenied
+        }
+        _ => Unreadable::Error,
+    }
+}
+
+fn io_reason(e: &std::io::Error) -> Unreadable {
+    match e.raw_os_error() {
+        Some(libc::ENOENT) | Some(libc::ESRCH) => Unreadable::Vanished,
+        Some(libc::EACCES) | Some(libc::EPERM) => Unreadable::PermissionDenied,
+        _ => Unreadable::Error,
+    }
+}
+
+/// The collector: settings, the cache and the running counters.
+pub struct Collector {
+    settings: Settings,
+    online_cpus: u32,
+    page: u64,
+    cache: HashMap<i32, Cached>,
+    figures: ExporterFigures,
+}
+
+/// A matched process at this scrape, before its costly reads.
+struct Matched {
+    pid: i32,
+    comm: String,
+    start: u64,
+}
+
+impl Collector {
+    pub fn new(settings: Settings) -> Collector {
+        let figures = ExporterFigures {
+            budget_seconds: settings.budget.as_secs_f64(),
+            max_age_seconds: settings.max_age.as_secs_f64(),
+            ..ExporterFigures::default()
+        };
+        Collector {
+            settings,
+            online_cpus: crate::linux::host::online_cpus(),
+            page: proc::page_size(),
+            cache: HashMap::new(),
+            figures,
+        }
+    }
+
+    /// One scrape: every matched process's figures.
+    pub fn scrape(&mut self) -> Snapshot {
+        let began = Instant::now();
+        let matched = self.matching();
+        // Forget processes that are gone, no longer match, or exec'd another program.
+        let live: HashMap<i32, (u64, &str)> = matched
+            .iter()
+            .map(|m| (m.pid, (m.start, m.comm.as_str())))
+            .collect();
+        self.cache.retain(|pid, c| {
+            live.get(pid)
+                .is_some_and(|(s, comm)| *s == c.start && *comm == c.comm)
+        });
+        self.refresh_costly(&matched, began);
+        let mut processes = Vec::with_capacity(matched.len());
+        let mut unreadable: BTreeMap<Unreadable, u64> = BTreeMap::new();
+        let mut cgroups: HashMap<String, container::Container> = HashMap::new();
+        for m in &matched {
+            let mut problems = Problems::default();
+            if let Some(p) = self.cheap(m, &mut cgroups, &mut problems) {
+                processes.push(p);
+            }
+            for r in problems.0 {
+                *unreadable.entry(r).or_default() += 1;
+            }
+        }
+        self.figures.scrapes += 1;
+        self.figures.collect_seconds = began.elapsed().as_secs_f64();
+        Snapshot {
+            processes,
+            unreadable,
+            exporter: self.figures.clone(),
+            per_process: self.settings.per_process,
+        }
+    }
+
+    /// The processes whose `comm` or command line the regex matches (no kernel threads,
+    /// no zombies).
+    fn matching(&self) -> Vec<Matched> {
+        let Ok(pids) = proc::list_pids() else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for pid in pids {
+            let Ok(stat) = proc::read_stat(pid) else {
+                continue; // gone before it could be named: it was never matched
+            };
+            // Kernel threads are kthreadd (PID 2) and its children.
+            if stat.state == 'Z' || stat.pid == 2 || stat.ppid == 2 {
+                continue;
+            }
+            let hit = self.settings.matcher.is_match(&stat.comm)
+                || proc::read_proc_file(pid, "cmdline").is_ok_and(|b| {
+                    let line = String::from_utf8_lossy(&b).replace('\0', " ");
+                    self.settings.matcher.is_match(line.trim_end())
+                });
+            if hit {
+                out.push(Matched {
+                    pid,
+                    comm: stat.comm,
+                    start: stat.starttime_ticks,
+                });
+            }
+        }
+        out
+    }
+
+    /// Reads the costly figures of the processes whose cache is missing or older than
+    /// `--max-age`, the oldest first, while the scrape's budget lasts.
+    fn refresh_costly(&mut self, matched: &[Matched], began: Instant) {
+        let now = Instant::now();
+        let mut due: Vec<(Option<Instant>, &Matched)> = Vec::new();
+        for m in matched {
+            let c = self.cache.entry(m.pid).or_insert_with(|| Cached {
+                start: m.start,
+                comm: m.comm.clone(),
+                ..Cached::default()
+            });
+            // An allocator not yet known although the maps were read: the loader had not
+            // mapped the libraries yet (just after exec); read again.
+            let unsettled =
+                c.allocator.is_none() && c.costly.as_ref().is_some_and(|k| k.problem.is_none());
+            match &c.costly {
+                Some(k) if !unsettled && now.duration_since(k.at) < self.settings.max_age => {
+                    self.figures.cached_reads += 1;
+                }
+                k => due.push((k.as_ref().map(|k| k.at), m)),
+            }
+        }
+        // Never read first, then the oldest.
+        due.sort_by_key(|(at, _)| *at);
+        for (_, m) in due {
+            if began.elapsed() >= self.settings.budget {
+                self.figures.deferred_reads += 1;
+                continue;
+            }
+            self.figures.costly_reads += 1;
+            let online = self.online_cpus;
+            let page = self.page;
+            if let Some(c) = self.cache.get_mut(&m.pid) {
+                read_costly(m.pid, c, online, page);
+            }
+        }
+    }
+
+    /// The cheap figures of one process (every scrape), with its cached costly ones.
+    fn cheap(
+        &mut self,
+        m: &Matched,
+        cgroups: &mut HashMap<String, container::Container>,
+        problems: &mut Problems,
+    ) -> Option<ProcessFigures> {
+        let status_text = match proc::read_proc_file(m.pid, "status") {
+            Ok(b) if !b.is_empty() => String::from_utf8_lossy(&b).into_owned(),
+            Ok(_) => {
+                problems.0.insert(Unreadable::Vanished);
+                return None;
+            }
+            Err(e) => {
+                problems.note(&e);
+                return None;
+            }
+        };
+        let status = match proc::parse_status(&status_text) {
+            Ok(s) => s,
+            Err(e) => {
+                problems.note(&e);
+                return None;
+            }
+        };
+        let c = self.cache.entry(m.pid).or_default();
+        if c.env.is_none() {
+            match proc::read_environ(m.pid) {
+                // Empty: mid-execve, or a process that cleared it; try again next time.
+                Ok(env) if env.is_empty() => {}
+                Ok(env) => c.env = Some(env),
+                Err(e) => problems.note(&e),
+            }
+        }
+        if let Some(r) = c.costly.as_ref().and_then(|k| k.problem) {
+            problems.0.insert(r);
+        }
+        let probe = c.env.as_deref().and_then(|env| probe_of(m.pid, env));
+        let cont = match proc::read_proc_file(m.pid, "cgroup") {
+            Ok(b) => {
+                let text = String::from_utf8_lossy(&b).into_owned();
+                let online = self.online_cpus;
+                Some(
+                    cgroups
+                        .entry(text.clone())
+                        .or_insert_with(|| {
+                            container::read_container(m.pid, &text, &status_text, online)
+                        })
+                        .clone(),
+                )
+            }
+            Err(e) => {
+                problems.note(&e);
+                None
+            }
+        };
+        let costly = c.costly.as_ref();
+        Some(ProcessFigures {
+            pid: m.pid,
+            group: m.comm.clone(),
+            rss_bytes: status.vm_rss,
+            swap_bytes: status.vm_swap,
+            threads: status.threads,
+            pss_bytes: costly.and_then(|k| k.pss_bytes),
+            uss_bytes: costly.and_then(|k| k.uss_bytes),
+            costly_age_seconds: costly.map(|k| k.at.elapsed().as_secs_f64()),
+            allocator: c.allocator,
+            arenas: costly.and_then(|k| k.arenas),
+            cpu_quota_cpus: cont.as_ref().and_then(|c| c.cpu_quota_cpus),
+            visible_cpus: cont.as_ref().map_or(self.online_cpus, |c| c.visible_cpus),
+            memory_limit_bytes: cont.as_ref().and_then(|c| c.memory_limit_bytes),
+            probe,
+        })
+    }
+}
+
+/// The costly reads of one process into its cache entry: `smaps_rollup`, the maps, the
+/// allocator (once), the arenas of a glibc process.
+fn read_costly(pid: i32, c: &mut Cached, online_cpus: u32, page: u64) {
+    let mut problem = None;
+    let mut note = |e: &ProcError| {
+        problem.get_or_insert(reason(e));
+    };
+    let rollup = proc::read_smaps_rollup(pid).map_err(|e| note(&e)).ok();
+    let maps = proc::read_maps_text(pid)
+        .map_err(|e| note(&e))
+        .ok()
+        .and_then(|t| maps::parse_maps(&t).ok())
+        .filter(|m| !m.is_empty());
+    if c.allocator.is_none() {
+        if let Some(maps) = &maps {
+            c.allocator = allocator_of(pid, maps);
+        }
+    }
+    if c.env.is_none() {
+        c.env = proc::read_environ(pid).ok().filter(|e| !e.is_empty());
+    }
+    let arenas = match (&maps, c.allocator) {
+        (Some(maps), Some(a)) if a.is_glibc() => {
+            let count = match arenas::ProcMem::open(pid) {
+                Ok(mut mem) => arenas::count_from_headers(maps, &mut mem, page),
+                Err(e) => {
+                    problem.get_or_insert(io_reason(&e));
+                    arenas::estimate(maps)
+                }
+            };
+            let env = c.env.as_deref().unwrap_or_default();
+            Some(ArenaFigures {
+                count: count.arenas,
+                exact: count.method == arenas::Method::HeapHeaders,
+                limit: arenas::arena_limit(env, online_cpus).limit,
+            })
+        }
+        _ => None,
+    };
+    c.costly = Some(Costly {
+        at: Instant::now(),
+        pss_bytes: rollup.as_ref().map(|r| r.pss),
+        uss_bytes: rollup.as_ref().map(|r| r.uss),
+        arenas,
+        problem,
+    });
+}
+
+/// The allocator answering `malloc`, from the mapped libraries and the executable;
+/// `None` while a dynamically linked program's loader has not mapped libc yet (just after
+/// `execve`: the preloaded and needed libraries are not all there, so it would read as
+/// glibc).
+fn allocator_of(pid: i32, maps: &[maps::Mapping]) -> Option<AllocatorLabel> {
+    let libs = maps::mapped_libraries(maps);
+    let link = std::fs::read_link(format!("/proc/{pid}/exe"))
+        .ok()
+        .map(|p| p.display().to_string());
+    // By its path where the file still exists, else through the link.
+    let path = link
+        .filter(|t| !t.ends_with(" (deleted)") && Path::new(t).exists())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(format!("/proc/{pid}/exe")));
+    let exe = elf::inspect_elf(&path).ok();
+    let dynamic = exe
+        .as_ref()
+        .is_none_or(|f| matches!(f.linkage, elf::Linkage::Dynamic { .. }));
+    if dynamic && !libs.iter().any(|l| crate::inspect::glibc::is_libc(l)) {
+        return None;
+    }
+    let linked = exe.as_ref().map_or_else(Vec::new, |f| {
+        linked_allocators(f, &libs, &mut |p| needed_of_file(p))
+    });
+    Some(AllocatorLabel::from(&detect_allocator(
+        &libs,
+        exe.as_ref(),
+        &linked,
+    )))
+}
+
+/// The probe's latest report, when the process carries memtrial's allocator probe: its
+/// environment names `MEMTRIAL_PROBE_DIR`, read through `/proc/PID/root` so that a
+/// process in another mount namespace (a container) is found too.
+fn probe_of(pid: i32, env: &[(String, String)]) -> Option<ProbeFigures> {
+    let dir = env
+        .iter()
+        .find(|(k, _)| k == "MEMTRIAL_PROBE_DIR")
+        .map(|(_, v)| v)?;
+    let rel = dir.trim_start_matches('/');
+    let path = PathBuf::from(format!("/proc/{pid}/root"))
+        .join(rel)
+        .join(pid.to_string());
+    let report = crate::probe::allocator::latest_report(&path)
+        .map_err(|e| io_reason(&e))
+        .ok()??;
+    Some(ProbeFigures {
+        live_bytes: report.live_bytes,
+        held_bytes: report.held_bytes,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(re: &str) -> Settings {
+        Settings {
+            matcher: Regex::new(re).unwrap(),
+            per_process: false,
+            budget: Duration::from_millis(500),
+            max_age: Duration::from_secs(30),
+        }
+    }
+
+    #[test]
+    fn reasons_of_proc_errors() {
+        assert_eq!(reason(&ProcError::Gone { pid: 1 }), Unreadable::Vanished);
+        assert_eq!(
+            reason(&ProcError::PermissionDenied {
+                path: "/proc/1/mem".into()
+            }),
+            Unreadable::PermissionDenied
+        );
+        assert_eq!(
+            io_reason(&std::io::Error::from_raw_os_error(libc::ESRCH)),
+            Unreadable::Vanished
+        );
+        assert_eq!(
+            io_reason(&std::io::Error::from_raw_os_error(libc::EIO)),
+            Unreadable::Error
+        );
+    }
+
+    /// This test process, found by its own command line, with every figure read.
+    #[test]
+    fn scrape_finds_this_process_and_caches_its_costly_figures() {
+        let me = std::process::id() as i32;
+        let comm = proc::read_stat(me).unwrap().comm;
+        let mut c = Collector::new(settings(&format!("^{}$", regex::escape(&comm))));
+        let s = c.scrape();
+        let p = s
+            .processes
+            .iter()
+            .find(|p| p.pid == me)
+            .expect("this process matches");
+        assert_eq!(p.group, comm);
+        assert!(p.rss_bytes > 0 && p.threads >= 1);
+        assert!(p.pss_bytes.is_some(), "own smaps_rollup is readable");
+        assert_eq!(p.allocator.map(|a| a.name), Some("glibc"));
+        assert!(p.arenas.is_some_and(|a| a.count >= 1 && a.exact));
+        assert_eq!(s.exporter.scrapes, 1);
+        let read = s.exporter.costly_reads;
+        assert!(read >= 1);
+        // The second scrape serves the cached costly figures.
+        let s = c.scrape();
+        assert_eq!(s.exporter.costly_reads, read);
+        assert!(s.exporter.cached_reads >= 1);
+        assert_eq!(s.exporter.scrapes, 2);
+    }
+
+    #[test]
+    fn a_spent_budget_defers_costly_reads() {
+        let me = std::process::id() as i32;
+        let comm = proc::read_stat(me).unwrap().comm;
+        let mut st = settings(&format!("^{}$", regex::escape(&comm)));
+        st.budget = Duration::ZERO;
+        let mut c = Collector::new(st);
+        let s = c.scrape();
+        let p = s.processes.iter().find(|p| p.pid == me).unwrap();
+        assert_eq!(p.pss_bytes, None);
+        assert_eq!(s.exporter.costly_reads, 0);
+        assert!(s.exporter.deferred_reads >= 1);
+    }
+
+    #[test]
+    fn nothing_matches_nothing() {
+        let mut c = Collector::new(settings("^no-such-process-name-here-x$"));
+        let s = c.scrape();
+        // This test's own command line does not contain it either.
+        assert!(s.processes.is_empty());
+    }
+}

@@ -1,0 +1,481 @@
+//! The exposition: a [`Snapshot`] in, the text of `/metrics` out, through the official
+//! Prometheus client (`prometheus-client`, OpenMetrics text format). A fresh registry per
+//! scrape: a process or group that is gone leaves no stale series behind.
+//!
+//! Cardinality: the `memtrial_group_*` series carry `group` only (one group per distinct
+//! `comm` of the matched processes), so PID churn does not create series. The
+//! `memtrial_process_*` series carry `pid` and appear only with `--per-process`.
+
+use std::sync::atomic::AtomicU64;
+
+use prometheus_client::encoding::{text, EncodeLabelSet};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+use super::figures::{group, Snapshot};
+
+type IntGauge = Gauge<u64, AtomicU64>;
+type RealGauge = Gauge<f64, AtomicU64>;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct GroupLabel {
+    group: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ProcessLabels {
+    group: String,
+    pid: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct GroupAllocatorLabels {
+    group: String,
+    allocator: String,
+    how: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ProcessAllocatorLabels {
+    group: String,
+    pid: String,
+    allocator: String,
+    how: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabel {
+    reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabel {
+    outcome: String,
+}
+
+/// Registers a family under `name` and returns a handle to fill it.
+fn family<L, M>(reg: &mut Registry, name: &str, help: &str) -> Family<L, M>
+where
+    L: Clone + std::hash::Hash + Eq + EncodeLabelSet + std::fmt::Debug + Send + Sync + 'static,
+    M: prometheus_client::metrics::TypedMetric
+        + prometheus_client::encoding::EncodeMetric
+        + Default
+        + Send
+        + Sync
+        + std::fmt::Debug
+        + 'static,
+{
+    let f = Family::<L, M>::default();
+    // The client ends every help text with a full stop itself.
+    reg.register(name, help.trim_end_matches('.'), f.clone());
+    f
+}
+
+/// Group-level families.
+struct Groups {
+    processes: Family<GroupLabel, IntGauge>,
+    rss: Family<GroupLabel, IntGauge>,
+    pss: Family<GroupLabel, IntGauge>,
+    uss: Family<GroupLabel, IntGauge>,
+    pss_processes: Family<GroupLabel, IntGauge>,
+    swap: Family<GroupLabel, IntGauge>,
+    threads: Family<GroupLabel, IntGauge>,
+    arenas: Family<GroupLabel, IntGauge>,
+    arena_limit: Family<GroupLabel, IntGauge>,
+    estimated: Family<GroupLabel, IntGauge>,
+    pitfall: Family<GroupLabel, IntGauge>,
+    quota: Family<GroupLabel, RealGauge>,
+    visible: Family<GroupLabel, IntGauge>,
+    mem_limit: Family<GroupLabel, IntGauge>,
+    allocator: Family<GroupAllocatorLabels, IntGauge>,
+    allocator_processes: Family<GroupAllocatorLabels, IntGauge>,
+    probed: Family<GroupLabel, IntGauge>,
+    live: Family<GroupLabel, IntGauge>,
+    held: Family<GroupLabel, IntGauge>,
+    age: Family<GroupLabel, RealGauge>,
+}
+
+impl Groups {
+    fn register(reg: &mut Registry) -> Groups {
+        Groups {
+            processes: family(reg, "memtrial_group_processes", "Matched processes in the group."),
+            rss: family(reg, "memtrial_group_resident_bytes", "Summed VmRSS (/proc/PID/status), read every scrape; double-counts pages shared between processes."),
+            pss: family(reg, "memtrial_group_proportional_bytes", "Summed Pss (/proc/PID/smaps_rollup), cached; covers memtrial_group_pss_processes processes."),
+            uss: family(reg, "memtrial_group_unique_bytes", "Summed USS, the private pages (/proc/PID/smaps_rollup), cached."),
+            pss_processes: family(reg, "memtrial_group_pss_processes", "Processes whose smaps_rollup has been read (the PSS and USS sums cover these)."),
+            swap: family(reg, "memtrial_group_swap_bytes", "Summed VmSwap (/proc/PID/status)."),
+            threads: family(reg, "memtrial_group_threads", "Summed Threads (/proc/PID/status)."),
+            arenas: family(reg, "memtrial_group_glibc_arenas", "glibc malloc arenas summed over the group's glibc processes (heap headers read through /proc/PID/mem, or estimated from the maps), cached."),
+            arena_limit: family(reg, "memtrial_group_glibc_arena_limit", "The highest glibc arena limit among the group's glibc processes (MALLOC_ARENA_MAX, glibc.malloc.arena_max, else 8 x online CPUs)."),
+            estimated: family(reg, "memtrial_group_glibc_arenas_estimated_processes", "glibc processes whose arena count is estimated from the maps (/proc/PID/mem refused): an upper bound."),
+            pitfall: family(reg, "memtrial_group_arena_pitfall", "1 when a glibc process of the group has an arena limit at least 2 x 8 x ceil(CPU quota): glibc sized its arenas from the host's CPUs, not the quota."),
+            quota: family(reg, "memtrial_group_cpu_quota_cpus", "The smallest cgroup CPU quota among the group's processes, in CPUs (absent: no quota)."),
+            visible: family(reg, "memtrial_group_visible_cpus", "CPUs the processes see (online CPUs): what glibc sizes its arena limit from."),
+            mem_limit: family(reg, "memtrial_group_memory_limit_bytes", "The smallest cgroup memory limit among the group's processes (absent: no limit)."),
+            allocator: family(reg, "memtrial_group_allocator_info", "An allocator answering malloc in the group's processes and how it got there (default, preloaded, linked, executable, static, several); value 1."),
+            allocator_processes: family(reg, "memtrial_group_allocator_processes", "Processes of the group per allocator and how it got there."),
+            probed: family(reg, "memtrial_group_probed_processes", "Processes carrying memtrial's allocator probe that reported."),
+            live: family(reg, "memtrial_group_allocator_live_bytes", "Bytes allocated and not freed, from the allocator's own counters (memtrial's probe), summed over probed processes."),
+            held: family(reg, "memtrial_group_allocator_held_bytes", "Bytes the allocator holds from the OS (memtrial's probe), summed over probed processes."),
+            age: family(reg, "memtrial_group_stale_seconds", "Age of the oldest cached costly figure (PSS, USS, arenas) in the group."),
+        }
+    }
+}
+
+/// Per-process families (`--per-process`).
+struct Processes {
+    rss: Family<ProcessLabels, IntGauge>,
+    pss: Family<ProcessLabels, IntGauge>,
+    uss: Family<ProcessLabels, IntGauge>,
+    swap: Family<ProcessLabels, IntGauge>,
+    threads: Family<ProcessLabels, IntGauge>,
+    arenas: Family<ProcessLabels, IntGauge>,
+    arena_limit: Family<ProcessLabels, IntGauge>,
+    pitfall: Family<ProcessLabels, IntGauge>,
+    allocator: Family<ProcessAllocatorLabels, IntGauge>,
+    live: Family<ProcessLabels, IntGauge>,
+    held: Family<ProcessLabels, IntGauge>,
+}
+
+impl Processes {
+    fn register(reg: &mut Registry) -> Processes {
+        Processes {
+            rss: family(
+                reg,
+                "memtrial_process_resident_bytes",
+                "VmRSS of one process (high cardinality: --per-process).",
+            ),
+            pss: family(
+                reg,
+                "memtrial_process_proportional_bytes",
+                "Pss of one process, cached.",
+            ),
+            uss: family(
+                reg,
+                "memtrial_process_unique_bytes",
+                "USS of one process, cached.",
+            ),
+            swap: family(reg, "memtrial_process_swap_bytes", "VmSwap of one process."),
+            threads: family(reg, "memtrial_process_threads", "Threads of one process."),
+            arenas: family(
+                reg,
+                "memtrial_process_glibc_arenas",
+                "glibc arenas of one process, cached.",
+            ),
+            arena_limit: family(
+                reg,
+                "memtrial_process_glibc_arena_limit",
+                "glibc arena limit of one process.",
+            ),
+            pitfall: family(
+                reg,
+                "memtrial_process_arena_pitfall",
+                "1 when the process's glibc arena limit is at least 2 x 8 x ceil(CPU quota).",
+            ),
+            allocator: family(
+                reg,
+                "memtrial_process_allocator_info",
+                "The allocator answering malloc in one process (value 1).",
+            ),
+            live: family(
+                reg,
+                "memtrial_process_allocator_live_bytes",
+                "Live bytes from memtrial's probe in one process.",
+            ),
+            held: family(
+                reg,
+                "memtrial_process_allocator_held_bytes",
+                "Held bytes from memtrial's probe in one process.",
+            ),
+        }
+    }
+}
+
+/// The text of `/metrics` for one snapshot (OpenMetrics text, ending in `# EOF`).
+pub fn encode(s: &Snapshot) -> Result<String, std::fmt::Error> {
+    let mut reg = Registry::default();
+    let g = Groups::register(&mut reg);
+    for (name, f) in group(&s.processes) {
+        let l = GroupLabel {
+            group: name.clone(),
+        };
+        g.processes.get_or_create(&l).set(f.processes);
+        g.rss.get_or_create(&l).set(f.rss_bytes);
+        g.swap.get_or_create(&l).set(f.swap_bytes);
+        g.threads.get_or_create(&l).set(f.threads);
+        g.pss_processes.get_or_create(&l).set(f.pss_processes);
+        if f.pss_processes > 0 {
+            g.pss.get_or_create(&l).set(f.pss_bytes);
+            g.uss.get_or_create(&l).set(f.uss_bytes);
+        }
+        if let Some(a) = f.glibc_arenas {
+            g.arenas.get_or_create(&l).set(a);
+        }
+        if let Some(a) = f.glibc_arena_limit {
+            g.arena_limit.get_or_create(&l).set(a);
+            g.estimated.get_or_create(&l).set(f.glibc_arenas_estimated);
+        }
+        g.pitfall
+            .get_or_create(&l)
+            .set(u64::from(f.pitfall_processes > 0));
+        if let Some(q) = f.cpu_quota_cpus {
+            g.quota.get_or_create(&l).set(q);
+        }
+        g.visible.get_or_create(&l).set(u64::from(f.visible_cpus));
+        if let Some(m) = f.memory_limit_bytes {
+            g.mem_limit.get_or_create(&l).set(m);
+        }
+        for (a, n) in &f.allocators {
+            let labels = GroupAllocatorLabels {
+                group: name.clone(),
+                allocator: a.name.into(),
+                how: a.how.as_str().into(),
+            };
+            g.allocator.get_or_create(&labels).set(1);
+            g.allocator_processes.get_or_create(&labels).set(*n);
+        }
+        g.probed.get_or_create(&l).set(f.probed_processes);
+        if let Some(v) = f.live_bytes {
+            g.live.get_or_create(&l).set(v);
+        }
+        if let Some(v) = f.held_bytes {
+            g.held.get_or_create(&l).set(v);
+        }
+        if let Some(a) = f.costly_age_seconds {
+            g.age.get_or_create(&l).set(a);
+        }
+    }
+    if s.per_process {
+        let p = Processes::register(&mut reg);
+        for f in &s.processes {
+            let l = ProcessLabels {
+                group: f.group.clone(),
+                pid: f.pid.to_string(),
+            };
+            p.rss.get_or_create(&l).set(f.rss_bytes);
+            p.swap.get_or_create(&l).set(f.swap_bytes);
+            p.threads.get_or_create(&l).set(f.threads);
+            if let Some(v) = f.pss_bytes {
+                p.pss.get_or_create(&l).set(v);
+            }
+            if let Some(v) = f.uss_bytes {
+                p.uss.get_or_create(&l).set(v);
+            }
+            if let (Some(a), true) = (f.arenas, f.allocator.is_some_and(|a| a.is_glibc())) {
+                p.arenas.get_or_create(&l).set(a.count);
+                p.arena_limit.get_or_create(&l).set(a.limit);
+            }
+            p.pitfall.get_or_create(&l).set(u64::from(f.pitfall()));
+            if let Some(a) = f.allocator {
+                p.allocator
+                    .get_or_create(&ProcessAllocatorLabels {
+                        group: f.group.clone(),
+                        pid: l.pid.clone(),
+                        allocator: a.name.into(),
+                        how: a.how.as_str().into(),
+                    })
+                    .set(1);
+            }
+            if let Some(pr) = f.probe {
+                if let Some(v) = pr.live_bytes {
+                    p.live.get_or_create(&l).set(v);
+                }
+                if let Some(v) = pr.held_bytes {
+                    p.held.get_or_create(&l).set(v);
+                }
+            }
+        }
+    }
+    exporter_families(&mut reg, s);
+    let mut out = String::new();
+    text::encode(&mut out, &reg)?;
+    Ok(out)
+}
+
+/// The exporter's own figures: unreadable processes, cost, cache.
+fn exporter_families(reg: &mut Registry, s: &Snapshot) {
+    let unreadable: Family<ReasonLabel, IntGauge> = family(
+        reg,
+        "memtrial_unreadable_processes",
+        "Matched processes not (fully) readable at this scrape, by reason (permission_denied, vanished, error); a process counts once per reason.",
+    );
+    for r in [
+        super::figures::Unreadable::PermissionDenied,
+        super::figures::Unreadable::Vanished,
+        super::figures::Unreadable::Error,
+    ] {
+        unreadable
+            .get_or_create(&ReasonLabel {
+                reason: r.as_str().into(),
+            })
+            .set(s.unreadable.get(&r).copied().unwrap_or(0));
+    }
+    let e = &s.exporter;
+    let reads: Family<OutcomeLabel, Counter> = family(
+        reg,
+        "memtrial_exporter_costly_reads",
+        "Costly per-process reads (smaps_rollup, maps, arena headers), one per matched process and scrape: read afresh, served from the cache (younger than --max-age), or deferred (due, but the scrape's budget was spent: the older figure, if any, is shown).",
+    );
+    for (outcome, n) in [
+        ("read", e.costly_reads),
+        ("cached", e.cached_reads),
+        ("deferred", e.deferred_reads),
+    ] {
+        reads
+            .get_or_create(&OutcomeLabel {
+                outcome: outcome.into(),
+            })
+            .inc_by(n);
+    }
+    let scrapes = Counter::<u64>::default();
+    scrapes.inc_by(e.scrapes);
+    reg.register("memtrial_exporter_scrapes", "Scrapes served", scrapes);
+    for (name, help, v) in [
+        (
+            "memtrial_exporter_collect_seconds",
+            "Time spent collecting this scrape's figures.",
+            e.collect_seconds,
+        ),
+        (
+            "memtrial_exporter_budget_seconds",
+            "Time per scrape allowed for costly reads (--budget).",
+            e.budget_seconds,
+        ),
+        (
+            "memtrial_exporter_max_age_seconds",
+            "Age at which a cached costly figure is read again (--max-age).",
+            e.max_age_seconds,
+        ),
+    ] {
+        let gauge = RealGauge::default();
+        gauge.set(v);
+        reg.register(name, help.trim_end_matches('.'), gauge);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::figures::*;
+    use super::*;
+
+    fn snapshot(per_process: bool) -> Snapshot {
+        let glibc = AllocatorLabel {
+            name: "glibc",
+            how: HowLabel::Default,
+        };
+        let base = ProcessFigures {
+            pid: 100,
+            group: "puma".into(),
+            rss_bytes: 300 << 20,
+            swap_bytes: 0,
+            threads: 12,
+            pss_bytes: Some(200 << 20),
+            uss_bytes: Some(180 << 20),
+            costly_age_seconds: Some(4.5),
+            allocator: Some(glibc),
+            arenas: Some(ArenaFigures {
+                count: 13,
+                exact: true,
+                limit: 16,
+            }),
+            cpu_quota_cpus: Some(1.0),
+            visible_cpus: 2,
+            memory_limit_bytes: Some(1 << 30),
+            probe: None,
+        };
+        let worker = ProcessFigures {
+            pid: 101,
+            probe: Some(ProbeFigures {
+                live_bytes: Some(90 << 20),
+                held_bytes: Some(150 << 20),
+            }),
+            ..base.clone()
+        };
+        let java = ProcessFigures {
+            pid: 200,
+            group: "java".into(),
+            rss_bytes: 1 << 30,
+            threads: 40,
+            pss_bytes: None,
+            uss_bytes: None,
+            costly_age_seconds: None,
+            allocator: Some(AllocatorLabel {
+                name: "jemalloc",
+                how: HowLabel::Preloaded,
+            }),
+            arenas: None,
+            cpu_quota_cpus: None,
+            memory_limit_bytes: None,
+            ..base.clone()
+        };
+        Snapshot {
+            processes: vec![base, worker, java],
+            unreadable: [(Unreadable::PermissionDenied, 2)].into_iter().collect(),
+            exporter: ExporterFigures {
+                scrapes: 3,
+                costly_reads: 5,
+                cached_reads: 4,
+                deferred_reads: 1,
+                collect_seconds: 0.25,
+                budget_seconds: 0.2,
+                max_age_seconds: 30.0,
+            },
+            per_process,
+        }
+    }
+
+    /// The exposition with each family's samples sorted: the client keeps a family's
+    /// series in a hash map, so their order varies from run to run.
+    fn sorted(text: &str) -> String {
+        let mut out = Vec::new();
+        let mut samples: Vec<&str> = Vec::new();
+        for line in text.lines() {
+            if line.starts_with('#') {
+                samples.sort_unstable();
+                out.append(&mut samples);
+                out.push(line);
+            } else {
+                samples.push(line);
+            }
+        }
+        samples.sort_unstable();
+        out.append(&mut samples);
+        out.join("\n")
+    }
+
+    #[test]
+    fn exposition_of_fixed_figures() {
+        insta::assert_snapshot!(
+            "exposition_groups",
+            sorted(&encode(&snapshot(false)).unwrap())
+        );
+    }
+
+    #[test]
+    fn exposition_per_process() {
+        let text = encode(&snapshot(true)).unwrap();
+        insta::assert_snapshot!("exposition_per_process", sorted(&text));
+    }
+
+    #[test]
+    fn group_series_carry_no_pid() {
+        let text = encode(&snapshot(false)).unwrap();
+        assert!(!text.contains("pid="), "{text}");
+        assert!(text.contains("memtrial_group_arena_pitfall{group=\"puma\"} 1"));
+        assert!(text.contains("memtrial_group_arena_pitfall{group=\"java\"} 0"));
+        assert!(text.ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn a_hostile_comm_is_escaped() {
+        let mut s = snapshot(false);
+        s.processes[0].group = "a\"b\\c\nd".into();
+        let text = encode(&s).unwrap();
+        assert!(
+            text.contains("memtrial_group_processes{group=\"a\\\"b\\\\c\\nd\"} 1"),
+            "{text}"
+        );
+    }
+}
