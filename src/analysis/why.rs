@@ -25,6 +25,23 @@ use crate::units::format_bytes;
 /// Held bytes at least this many times the live bytes count as fragmentation/retention.
 pub const FRAGMENTED: f64 = 1.25;
 
+/// Why the allocator's figures at its sampled peak cannot stand for the run's peak: a run
+/// shorter than two probe intervals has a sample at its start and one at its exit, and
+/// the peak fell between them (a 0.5 s job sampled every second showed 1.2 KiB live
+/// beside a 217 MiB RSS peak).
+fn too_few_samples(r: &RunRecord, a: &crate::record::AllocatorView) -> Option<String> {
+    let interval = a.interval_ms as f64 / 1000.0;
+    if interval <= 0.0 || r.wall_seconds >= 2.0 * interval {
+        return None;
+    }
+    let suggest_ms = ((r.wall_seconds * 1000.0 / 5.0).floor() as u64).max(10);
+    Some(format!(
+        "the run took {:.2} s, under two allocator samples ({} ms apart), so they cannot \
+         show its peak; use --probe-interval {suggest_ms}ms",
+        r.wall_seconds, a.interval_ms
+    ))
+}
+
 /// The verdict on one run.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "verdict", rename_all = "snake_case")]
@@ -234,6 +251,19 @@ fn missing_reason(r: &RunRecord) -> String {
 pub fn run_why(r: &RunRecord) -> Why {
     let rules = TrendRules::default();
     let Some(window) = steady_window(r) else {
+        if let Some(reason) = r
+            .inside
+            .allocator
+            .as_ref()
+            .and_then(|a| too_few_samples(r, a))
+        {
+            return Why::AtPeak {
+                live_bytes: None,
+                held_bytes: None,
+                rss_bytes: r.peak_rss_bytes,
+                missing: Some(reason),
+            };
+        }
         let at = r.inside.allocator.as_ref().and_then(|a| a.at_peak.as_ref());
         let live = at.and_then(|p| p.live_bytes);
         let held = at.and_then(|p| p.held_bytes);
@@ -456,7 +486,8 @@ mod tests {
 
     #[test]
     fn a_batch_job_gets_its_state_at_the_peak() {
-        let w = run(vec![(1.0, 100 * MB, 200 * MB)], |_| 210 * MB, false);
+        let mut w = run(vec![(1.0, 100 * MB, 200 * MB)], |_| 210 * MB, false);
+        w.wall_seconds = 3.0;
         let why = run_why(&w);
         assert_eq!(why.name(), "at_peak");
         assert!(
@@ -464,6 +495,34 @@ mod tests {
             "{}",
             why.sentence()
         );
+    }
+
+    #[test]
+    fn a_batch_job_shorter_than_two_probe_intervals_gets_no_allocator_figures() {
+        let mut w = run(vec![(0.0, 1200, 132 * 1024)], |_| 217 * MB, false);
+        w.wall_seconds = 0.55;
+        if let Some(a) = w.inside.allocator.as_mut() {
+            a.interval_ms = 1000;
+        }
+        let why = run_why(&w);
+        match &why {
+            Why::AtPeak {
+                live_bytes: None,
+                held_bytes: None,
+                missing: Some(m),
+                ..
+            } => assert!(m.contains("--probe-interval 110ms"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+        // Long enough for samples between start and exit: the figures stand.
+        w.wall_seconds = 2.5;
+        assert!(matches!(
+            run_why(&w),
+            Why::AtPeak {
+                live_bytes: Some(1200),
+                ..
+            }
+        ));
     }
 
     #[test]
