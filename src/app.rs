@@ -46,7 +46,7 @@ impl Outcome {
 }
 
 /// Everything a user sees goes through the one printer.
-type Ui = Printer;
+pub(crate) type Ui = Printer;
 
 fn printer(cli: &Cli) -> Ui {
     Printer::stdio(
@@ -61,7 +61,7 @@ fn printer(cli: &Cli) -> Ui {
 
 /// A flag set by SIGINT, SIGTERM, SIGHUP and SIGQUIT: memtrial then stops what it runs, cleans
 /// up, keeps what it measured, and exits with 130.
-fn stop_flag() -> Result<Arc<AtomicBool>> {
+pub(crate) fn stop_flag() -> Result<Arc<AtomicBool>> {
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [
         signal_hook::consts::SIGINT,
@@ -90,7 +90,7 @@ pub fn dispatch(cli: Cli) -> Result<Outcome> {
     }
 }
 
-fn plan_context(locator: &LibraryLocator) -> Result<PlanContext<'_>> {
+pub(crate) fn plan_context(locator: &LibraryLocator) -> Result<PlanContext<'_>> {
     Ok(PlanContext {
         locator,
         distro: Distro::detect(),
@@ -103,7 +103,7 @@ fn plan_context(locator: &LibraryLocator) -> Result<PlanContext<'_>> {
 /// The one place flags meet the plan file: every field of the parsed arguments is taken
 /// apart by name (no `..`), so a new flag cannot be dropped on the way to the plan.
 /// Defaults and validation follow once, in [`build_plan`].
-fn run_input(args: &RunArgs) -> Result<PlanInput> {
+pub(crate) fn run_input(args: &RunArgs) -> Result<PlanInput> {
     let RunArgs {
         runs,
         warmup,
@@ -121,7 +121,9 @@ fn run_input(args: &RunArgs) -> Result<PlanInput> {
         probes,
         no_probes,
         probe_interval,
-        resume: _, // handled before: a resumed experiment keeps its stored plan
+        resume: _,       // handled before: a resumed experiment keeps its stored plan
+        in_container: _, // handled before: where the run happens, not what runs
+        index: _,
         server,
         worker,
         output: _, // where reports go, not what runs
@@ -194,7 +196,7 @@ fn run_input(args: &RunArgs) -> Result<PlanInput> {
 }
 
 /// Makes room in the open-file limit for a load's connections (exit 2 when they cannot fit).
-fn fit_fd_limit(connections: usize, threads: usize, ui: &Ui) -> Result<()> {
+pub(crate) fn fit_fd_limit(connections: usize, threads: usize, ui: &Ui) -> Result<()> {
     let note = memtrial::load::ensure_fd_limit(connections, threads)
         .map_err(|e| anyhow::anyhow!("--connections {connections}: {e}"))?;
     if let Some(n) = note {
@@ -206,6 +208,9 @@ fn fit_fd_limit(connections: usize, threads: usize, ui: &Ui) -> Result<()> {
 fn run_cmd(db: &Path, args: &RunArgs, ui: &Ui) -> Result<Outcome> {
     if let Some(id) = args.resume {
         return resume(db, id, &args.output, ui);
+    }
+    if let (true, Some(index)) = (args.in_container, args.index) {
+        return crate::app_kube::in_container_cmd(db, args, index, ui);
     }
     let input = run_input(args)?;
     execute(db, input, &args.output, ui)
@@ -279,7 +284,7 @@ fn check_output(path: &Option<PathBuf>, flag: &str) -> Result<()> {
 }
 
 /// The report files asked for, with the format of each.
-fn outputs(o: &OutputArgs) -> Vec<(ExportType, OutputTarget)> {
+pub(crate) fn outputs(o: &OutputArgs) -> Vec<(ExportType, OutputTarget)> {
     [
         (ExportType::Json, &o.json),
         (ExportType::Csv, &o.csv),
@@ -292,7 +297,7 @@ fn outputs(o: &OutputArgs) -> Vec<(ExportType, OutputTarget)> {
     .collect()
 }
 
-fn check_outputs(o: &OutputArgs) -> Result<()> {
+pub(crate) fn check_outputs(o: &OutputArgs) -> Result<()> {
     let outputs = outputs(o);
     for (t, target) in &outputs {
         target.check(t.flag())?;
@@ -418,14 +423,14 @@ fn resume(db: &Path, id: Option<i64>, output: &OutputArgs, ui: &Ui) -> Result<Ou
 
 #[allow(clippy::too_many_arguments)]
 /// What a user sees while an experiment runs: notes, and a progress bar on a terminal.
-struct Progress<'a> {
+pub(crate) struct Progress<'a> {
     plan: &'a memtrial::plan::Plan,
     ui: &'a Ui,
     bar: Option<ProgressBar>,
 }
 
 impl<'a> Progress<'a> {
-    fn new(plan: &'a memtrial::plan::Plan, ui: &'a Ui) -> Self {
+    pub(crate) fn new(plan: &'a memtrial::plan::Plan, ui: &'a Ui) -> Self {
         let bar = ui.live_progress().then(|| {
             let b = ProgressBar::new(0);
             b.set_style(
@@ -439,13 +444,13 @@ impl<'a> Progress<'a> {
         Progress { plan, ui, bar }
     }
 
-    fn finish(&self) {
+    pub(crate) fn finish(&self) {
         if let Some(b) = &self.bar {
             b.finish_and_clear();
         }
     }
 
-    fn event(&self, ev: Event) {
+    pub(crate) fn event(&self, ev: Event) {
         let (plan, ui, bar) = (self.plan, self.ui, &self.bar);
         match ev {
             Event::Started {
@@ -619,7 +624,7 @@ fn present(exp: &Experiment, output: &OutputArgs, ui: &Ui) -> Result<Outcome> {
 }
 
 /// For each variant, the last lines of the first failed run's stderr.
-fn show_failures(exp: &Experiment, ui: &Ui) {
+pub(crate) fn show_failures(exp: &Experiment, ui: &Ui) {
     let mut shown = std::collections::HashSet::new();
     for r in exp
         .runs

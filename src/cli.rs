@@ -146,8 +146,18 @@ pub struct RunArgs {
     pub probe_interval: Option<String>,
     /// Finish an interrupted experiment (the latest, or ID): runs only what is missing,
     /// with the same plan and seed.
-    #[arg(long, value_name = "ID", num_args = 0..=1, conflicts_with_all = ["command", "plan", "url", "duration", "before", "driver", "rate", "targets", "replay", "variants", "custom", "runs", "warmup", "baseline", "seed", "memory_limit", "cpus", "cpuset", "pids_limit", "interval", "timeout", "probes", "no_probes", "probe_interval"])]
+    #[arg(long, value_name = "ID", num_args = 0..=1, conflicts_with_all = ["in_container", "command", "plan", "url", "duration", "before", "driver", "rate", "targets", "replay", "variants", "custom", "runs", "warmup", "baseline", "seed", "memory_limit", "cpus", "cpuset", "pids_limit", "interval", "timeout", "probes", "no_probes", "probe_interval"])]
     pub resume: Option<Option<i64>>,
+    /// Run one slot of the plan's schedule inside the container memtrial is in (a
+    /// Kubernetes pod, see `memtrial kube`): no cgroup is made, the container's own limits
+    /// are the run's and are recorded, and the JSON record is printed on standard output as
+    /// one line `memtrial-record: {…}`. Needs --index and a fixed seed; refuses limit flags.
+    #[arg(long, requires = "index")]
+    pub in_container: bool,
+    /// With --in-container: the slot to run, from 0, in the plan's seeded schedule (warm-up
+    /// slots included, first), e.g. $JOB_COMPLETION_INDEX.
+    #[arg(long, value_name = "N", requires = "in_container")]
+    pub index: Option<u32>,
     #[command(flatten)]
     pub server: ServerArgs,
     #[command(flatten)]

@@ -7,6 +7,7 @@
 pub mod analysis;
 pub mod backend;
 pub mod inspect;
+pub mod kube;
 pub mod linux;
 pub mod load;
 pub mod plan;

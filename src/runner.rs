@@ -19,6 +19,8 @@ pub enum RunError {
     Trial(#[from] TrialError),
     #[error("cannot read the requests: {0}")]
     Source(String),
+    #[error("the plan's schedule has {total} slot(s) (0 to {last}); there is no slot {seq}", last = total.saturating_sub(1))]
+    NoSlot { seq: u32, total: usize },
     #[error("cannot create the log directory {path}: {source}")]
     LogDir {
         path: PathBuf,
@@ -81,6 +83,13 @@ pub enum Start<'a> {
     },
     /// Resume: the slots whose runs are already stored are skipped.
     Resume { experiment: i64, done: &'a [u32] },
+    /// A new experiment that runs only the slot `seq` of the plan's schedule (in-container
+    /// mode: each pod of a Kubernetes Job runs one slot).
+    Slot {
+        host: &'a HostInfo,
+        notes: &'a [String],
+        seq: u32,
+    },
 }
 
 /// Runs every trial of the plan, committing each run as it ends. Stops early,
@@ -101,6 +110,17 @@ pub fn run_experiment(
                 store.add_event(id, "note", n)?;
             }
             (id, all)
+        }
+        Start::Slot { host, notes, seq } => {
+            let total = all.len();
+            let Some(slot) = all.into_iter().find(|s| s.seq == seq) else {
+                return Err(RunError::NoSlot { seq, total });
+            };
+            let id = store.create_experiment(plan, host, 1)?;
+            for n in notes {
+                store.add_event(id, "note", n)?;
+            }
+            (id, vec![slot])
         }
         Start::Resume { experiment, done } => {
             let rest: Vec<Slot> = all.into_iter().filter(|s| !done.contains(&s.seq)).collect();

@@ -7,6 +7,7 @@ mod forking;
 mod inside;
 mod inspect;
 mod jvm_probe;
+mod kube;
 mod load;
 mod output;
 mod program_variants;

@@ -1,0 +1,352 @@
+//! The Kubernetes flow without a cluster: `run --in-container` inside a real cgroup the
+//! test makes (as a user that may not change its limits), `memtrial kube` rendering, and
+//! `kube collect` against a stand-in `kubectl` that serves logs of real in-container runs.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+use serde_json::Value;
+
+use crate::common::*;
+
+const MEMORY_LIMIT: u64 = 512 << 20;
+const CPU_QUOTA_US: u64 = 50_000;
+const CPU_PERIOD_US: u64 = 100_000;
+const SEED: u64 = 11;
+const VARIANTS: [&str; 3] = ["glibc", "jemalloc", "arena2"];
+
+/// A cgroup the test made with a memory limit and a CPU quota (v1: a group in the `memory`
+/// and one in the `cpu` hierarchy; v2: one group with `memory.max` and `cpu.max`),
+/// removed when dropped.
+struct TestGroup {
+    /// The directories made, with the `cgroup.procs` a process is moved in through.
+    dirs: Vec<PathBuf>,
+    /// (file, content) of every limit, to see they are unchanged afterwards.
+    limit_files: Vec<(PathBuf, String)>,
+}
+
+impl TestGroup {
+    fn make(h: &memtrial::linux::cgroup::Hierarchy) -> TestGroup {
+        use memtrial::linux::cgroup::{Controller, Hierarchy};
+        let name = format!("kube-test-{}", std::process::id());
+        let mut g = TestGroup {
+            dirs: Vec::new(),
+            limit_files: Vec::new(),
+        };
+        let write = |p: &Path, v: &str| {
+            std::fs::write(p, v).unwrap_or_else(|e| panic!("write {v} to {}: {e}", p.display()))
+        };
+        match h {
+            Hierarchy::V1 { bases } => {
+                for c in [Controller::Memory, Controller::Cpu] {
+                    let base = bases.get(&c).expect("a v1 hierarchy with memory and cpu");
+                    let dir = base.join(&name);
+                    std::fs::create_dir_all(&dir).expect("make the test cgroup");
+                    g.dirs.push(dir);
+                }
+                write(
+                    &g.dirs[0].join("memory.limit_in_bytes"),
+                    &MEMORY_LIMIT.to_string(),
+                );
+                write(
+                    &g.dirs[1].join("cpu.cfs_period_us"),
+                    &CPU_PERIOD_US.to_string(),
+                );
+                write(
+                    &g.dirs[1].join("cpu.cfs_quota_us"),
+                    &CPU_QUOTA_US.to_string(),
+                );
+                g.watch(&g.dirs[0].join("memory.limit_in_bytes"));
+                g.watch(&g.dirs[1].join("cpu.cfs_quota_us"));
+                g.watch(&g.dirs[1].join("cpu.cfs_period_us"));
+            }
+            Hierarchy::V2 { mount, base } => {
+                let _ = std::fs::write(mount.join("cgroup.subtree_control"), "+memory +cpu");
+                std::fs::create_dir_all(base).expect("make memtrial's base group");
+                write(&base.join("cgroup.subtree_control"), "+memory +cpu");
+                let dir = base.join(&name);
+                std::fs::create_dir_all(&dir).expect("make the test cgroup");
+                write(&dir.join("memory.max"), &MEMORY_LIMIT.to_string());
+                write(
+                    &dir.join("cpu.max"),
+                    &format!("{CPU_QUOTA_US} {CPU_PERIOD_US}"),
+                );
+                g.dirs.push(dir.clone());
+                g.watch(&dir.join("memory.max"));
+                g.watch(&dir.join("cpu.max"));
+            }
+        }
+        g
+    }
+
+    fn watch(&mut self, p: &Path) {
+        let text = std::fs::read_to_string(p).expect("read a limit file");
+        self.limit_files.push((p.to_path_buf(), text));
+    }
+
+    /// `echo $$ > …/cgroup.procs` for every directory: a shell moves itself in.
+    fn join_script(&self) -> String {
+        self.dirs
+            .iter()
+            .map(|d| format!("echo $$ > '{}'", d.join("cgroup.procs").display()))
+            .collect::<Vec<_>>()
+            .join(" && ")
+    }
+
+    fn subgroups(&self) -> Vec<PathBuf> {
+        self.dirs
+            .iter()
+            .flat_map(|d| std::fs::read_dir(d).into_iter().flatten().flatten())
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+            .map(|e| e.path())
+            .collect()
+    }
+}
+
+impl Drop for TestGroup {
+    fn drop(&mut self) {
+        for d in &self.dirs {
+            let procs = std::fs::read_to_string(d.join("cgroup.procs")).unwrap_or_default();
+            for p in procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+                // SAFETY: kill has no memory-safety preconditions.
+                unsafe {
+                    libc::kill(p, libc::SIGKILL);
+                }
+            }
+            for _ in 0..100 {
+                if std::fs::remove_dir(d).is_ok() || !d.exists() {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+        }
+    }
+}
+
+/// A directory anyone may use, with a copy of memtrial that nobody may run.
+struct Sandbox {
+    dir: tempfile::TempDir,
+}
+
+impl Sandbox {
+    fn new() -> Sandbox {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let bin = dir.path().join("memtrial");
+        std::fs::copy(memtrial(), &bin).expect("copy memtrial");
+        std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777))
+            .expect("chmod");
+        Sandbox { dir }
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn bin(&self) -> PathBuf {
+        self.path().join("memtrial")
+    }
+
+    /// A plan running memtrial's fragmentation workload briefly under three variants.
+    fn plan(&self) -> PathBuf {
+        let p = self.path().join("plan.toml");
+        let text = format!(
+            "command = [\"{}\", \"workload\", \"fragment\", \"--threads\", \"2\", \"--seconds\", \"0.3\", \"--seed\", \"7\"]\n\
+             variants = [\"glibc\", \"jemalloc\", \"arena2\"]\n\
+             runs = 1\nseed = {SEED}\n",
+            self.bin().display()
+        );
+        std::fs::write(&p, text).expect("write the plan");
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        p
+    }
+}
+
+/// Runs `memtrial ARGS` in the group as nobody (a user that may not change its limits).
+fn run_in_group(g: &TestGroup, sb: &Sandbox, args: &[&str]) -> Output {
+    let quoted: Vec<String> = args.iter().map(|a| format!("'{a}'")).collect();
+    let script = format!(
+        "{} && exec setpriv --reuid=nobody --regid=nogroup --clear-groups -- '{}' --db '{}' {}",
+        g.join_script(),
+        sb.bin().display(),
+        sb.path().join("memtrial.db").display(),
+        quoted.join(" ")
+    );
+    Command::new("sh")
+        .args(["-c", &script])
+        .current_dir(sb.path())
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("run sh")
+}
+
+/// The slot of the plan's seeded schedule that runs `variant`.
+fn slot_of(variant: &str) -> usize {
+    let i = VARIANTS.iter().position(|v| *v == variant).expect("known");
+    memtrial::schedule::schedule(VARIANTS.len(), 0, 1, SEED)
+        .iter()
+        .position(|s| s.variant == i)
+        .expect("every variant has a slot")
+}
+
+fn need_in_container_setup() -> Option<memtrial::linux::cgroup::Hierarchy> {
+    let h = need_cgroups()?;
+    (need_file("/usr/bin/setpriv", "util-linux") && need_allocators(&["jemalloc"])).then_some(h)
+}
+
+/// The pod logs of real in-container runs, one per slot, made once for the tests that need
+/// them (the in-container test and collect's): (slot, the whole stdout + stderr).
+fn pod_logs() -> Option<&'static Vec<(usize, String)>> {
+    static LOGS: OnceLock<Option<Vec<(usize, String)>>> = OnceLock::new();
+    LOGS.get_or_init(|| {
+        let h = need_in_container_setup()?;
+        let sb = Sandbox::new();
+        let plan = sb.plan();
+        let g = TestGroup::make(&h);
+        let mut logs = Vec::new();
+        for index in 0..VARIANTS.len() {
+            let out = run_in_group(
+                &g,
+                &sb,
+                &[
+                    "run",
+                    "--in-container",
+                    "--plan",
+                    &plan.display().to_string(),
+                    "--index",
+                    &index.to_string(),
+                ],
+            );
+            assert_eq!(
+                out.status.code(),
+                Some(0),
+                "slot {index}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            // What a pod's log holds: memtrial's stderr lines and the record line.
+            let log = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stderr),
+                String::from_utf8_lossy(&out.stdout)
+            );
+            logs.push((index, log));
+        }
+        // Nothing was written to the group: its limits are as the test set them, and no
+        // group was made inside it.
+        for (file, before) in &g.limit_files {
+            let now = std::fs::read_to_string(file).expect("read a limit file");
+            assert_eq!(&now, before, "{} changed", file.display());
+        }
+        assert_eq!(g.subgroups(), Vec::<PathBuf>::new(), "a cgroup was made");
+        // A limit flag is refused, with the flag named.
+        let refused = run_in_group(
+            &g,
+            &sb,
+            &[
+                "run",
+                "--in-container",
+                "--plan",
+                &plan.display().to_string(),
+                "--index",
+                "0",
+                "--memory-limit",
+                "1G",
+            ],
+        );
+        let err = String::from_utf8_lossy(&refused.stderr);
+        assert_eq!(refused.status.code(), Some(2), "{err}");
+        assert!(
+            err.contains("--memory-limit 1G") && err.contains("container's own limits"),
+            "{err}"
+        );
+        Some(logs)
+    })
+    .as_ref()
+}
+
+#[test]
+fn in_container_records_the_containers_limits_and_changes_nothing() {
+    let Some(logs) = pod_logs() else { return };
+    for variant in ["jemalloc", "arena2", "glibc"] {
+        let (_, log) = &logs[slot_of(variant)];
+        let doc = memtrial::kube::find_record(log).expect("a record in the log");
+        validate_schema(&doc, "experiment-v2.schema.json");
+        let limits = &doc["experiment"]["limits"];
+        assert_eq!(limits["memory_max"], MEMORY_LIMIT, "{log}");
+        assert_eq!(
+            limits["cpus"].as_f64(),
+            Some(CPU_QUOTA_US as f64 / CPU_PERIOD_US as f64),
+            "{log}"
+        );
+        assert_eq!(limits["cpuset"], Value::Null);
+        assert_eq!(limits["pids_max"], Value::Null);
+        // Exactly one run, of the slot's variant, ok and verified.
+        let runs: Vec<(&str, &Value)> = doc["variants"]
+            .as_array()
+            .expect("variants")
+            .iter()
+            .flat_map(|v| {
+                v["runs"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(move |r| (v["name"].as_str().unwrap_or(""), r))
+            })
+            .collect();
+        assert_eq!(runs.len(), 1, "{log}");
+        let (name, run) = runs[0];
+        assert_eq!(name, variant, "{log}");
+        assert_eq!(run["status"], "ok", "{log}");
+        assert_eq!(run["verified"], true, "{log}");
+        // The record says where its limits came from.
+        let notes = doc["notes"].to_string();
+        assert!(
+            notes.contains("no cgroup made") && notes.contains("limits read from"),
+            "{notes}"
+        );
+    }
+}
+
+#[test]
+fn in_container_refuses_a_plans_limits_and_a_missing_seed_and_a_bad_index() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let plan = dir.path().join("plan.toml");
+    let run = |text: &str, index: &str| {
+        std::fs::write(&plan, text).expect("write");
+        Command::new(memtrial())
+            .args(["run", "--in-container", "--index", index, "--plan"])
+            .arg(&plan)
+            .current_dir(dir.path())
+            .output()
+            .expect("run memtrial")
+    };
+    let out = run(
+        "command = \"/bin/true\"\nvariants = [\"glibc\"]\nseed = 1\nmemory_limit = \"1G\"\n",
+        "0",
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("memory_limit = \"1G\""), "{err}");
+    let out = run("command = \"/bin/true\"\nvariants = [\"glibc\"]\n", "0");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("fixed seed"), "{err}");
+    let out = run(
+        "command = \"/bin/true\"\nvariants = [\"glibc\"]\nruns = 2\nseed = 1\n",
+        "2",
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("--index 2") && err.contains("2 slots"),
+        "{err}"
+    );
+    // Without --in-container, --index means nothing: clap refuses it.
+    let out = Command::new(memtrial())
+        .args(["run", "--index", "0", "--", "/bin/true"])
+        .output()
+        .expect("run memtrial");
+    assert_eq!(out.status.code(), Some(2));
+}
