@@ -87,6 +87,7 @@ pub fn dispatch(cli: Cli) -> Result<Outcome> {
         Command::Workload(WorkloadCommand::Fragment(args)) => fragment_cmd(args, &ui),
         Command::Inspect(args) => inspect_cmd(args, &ui),
         Command::Load(args) => load_cmd(args, &ui),
+        Command::Kube(args) => crate::app_kube::kube_cmd(args, &ui),
     }
 }
 

@@ -191,3 +191,105 @@ fn describe_limits(l: &memtrial::plan::Limits) -> String {
     }
     parts.join(", ")
 }
+
+/// `memtrial kube …`: renders the Job, or collects its records.
+pub fn kube_cmd(args: &crate::cli::KubeArgs, ui: &Ui) -> Result<Outcome> {
+    let crate::cli::KubeArgs {
+        command,
+        plan,
+        image,
+        cpu,
+        memory,
+        parallelism,
+        name,
+        memtrial_image,
+    } = args;
+    if let Some(crate::cli::KubeCommand::Collect(c)) = command {
+        return collect_cmd(c, ui);
+    }
+    // clap requires these without a subcommand.
+    let (Some(plan), Some(image), Some(cpu), Some(memory)) = (plan, image, cpu, memory) else {
+        bail!("memtrial kube needs PLAN, --image, --cpu and --memory (see memtrial kube --help)");
+    };
+    use memtrial::kube::render::{self, KubeJob, Seed};
+    let text = std::fs::read_to_string(plan)
+        .with_context(|| format!("cannot read the plan {}", plan.display()))?;
+    let input = memtrial::plan::parse_plan_text(&text)
+        .map_err(|m| anyhow::anyhow!("plan {}: {m}", plan.display()))?;
+    if let Some((_, key, value)) = limits_given(&input).first() {
+        bail!(
+            "plan {}: it sets {key} = {value:?}: under memtrial kube the pod's --cpu and --memory \
+             are the limits (each pod records its container's); remove {key} from the plan",
+            plan.display()
+        );
+    }
+    let (variants, slots) =
+        render::plan_slots(&input).map_err(|e| anyhow::anyhow!("plan {}: {e}", plan.display()))?;
+    let name = match name {
+        Some(n) => n.clone(),
+        None => format!(
+            "memtrial-{}",
+            plan.file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        ),
+    };
+    if let Err(why) = memtrial::kube::dns1123_label(&name) {
+        let flag = if args.name.is_some() {
+            "--name"
+        } else {
+            "the Job's name (from the plan file's name; give --name)"
+        };
+        bail!("{flag} {name:?}: not a DNS-1123 label: {why}");
+    }
+    // The Job's pods are named NAME-INDEX-XXXXX; the ConfigMap NAME-plan.
+    if name.len() > 52 {
+        bail!(
+            "--name {name:?}: {} characters; at most 52, so that the ConfigMap ({name}-plan) and \
+             the pods' names (NAME-INDEX-XXXXX) stay within Kubernetes' 63",
+            name.len()
+        );
+    }
+    if !(1..=10_000).contains(parallelism) {
+        bail!("--parallelism {parallelism}: must be from 1 to 10000");
+    }
+    let seed = match input.seed {
+        Some(s) => {
+            memtrial::plan::settings::count("seed", s, memtrial::plan::settings::SEED)?;
+            Seed::InPlan(s)
+        }
+        None => {
+            let s = rand::random::<u64>() & ((1 << 53) - 1);
+            ui.note(&format!(
+                "note: the plan sets no seed: every pod gets --seed {s}, so that all compute the same schedule"
+            ));
+            Seed::Chosen(s)
+        }
+    };
+    if input.warmup.is_some_and(|w| w > 0) {
+        ui.note("note: the plan has warm-up runs: each is a slot of its own, in a pod of its own, and warms only that pod (and its node's page cache)");
+    }
+    let job = KubeJob {
+        name,
+        plan_text: text,
+        variants,
+        slots,
+        seed,
+        image: image.clone(),
+        memtrial_image: memtrial_image
+            .clone()
+            .unwrap_or_else(render::default_memtrial_image),
+        cpu: render::cpu_quantity(cpu)?,
+        memory: render::memory_quantity(memory)?,
+        parallelism: *parallelism,
+    };
+    if job.image.trim().is_empty() || job.memtrial_image.trim().is_empty() {
+        bail!("--image and --memtrial-image must name an image");
+    }
+    ui.result(&render::render(&job)?)?;
+    Ok(Outcome::Ok)
+}
+
+fn collect_cmd(_args: &crate::cli::CollectArgs, _ui: &Ui) -> Result<Outcome> {
+    bail!("memtrial kube collect: not written yet")
+}

@@ -350,3 +350,211 @@ fn in_container_refuses_a_plans_limits_and_a_missing_seed_and_a_bad_index() {
         .expect("run memtrial");
     assert_eq!(out.status.code(), Some(2));
 }
+
+// ───────────── memtrial kube: the Job ─────────────
+
+fn kube(args: &[&str]) -> Output {
+    Command::new(memtrial())
+        .arg("kube")
+        .args(args)
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("run memtrial kube")
+}
+
+fn web_plan() -> String {
+    fixture_path("kube/web.toml")
+}
+
+fn fixture_path(rel: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(rel)
+        .display()
+        .to_string()
+}
+
+fn render_web() -> String {
+    let out = kube(&[
+        &web_plan(),
+        "--image",
+        "registry.example/app:1.4",
+        "--cpu",
+        "8",
+        "--memory",
+        "8Gi",
+        "--parallelism",
+        "2",
+        "--name",
+        "web-trial",
+        "--memtrial-image",
+        "registry.example/memtrial:0.1.0",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("UTF-8 YAML")
+}
+
+/// The YAML documents of a stream, parsed.
+fn documents(yaml: &str) -> Vec<serde_yaml_ng::Value> {
+    use serde::Deserialize;
+    serde_yaml_ng::Deserializer::from_str(yaml)
+        .map(|d| serde_yaml_ng::Value::deserialize(d).expect("a YAML document"))
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+#[test]
+fn kube_renders_an_indexed_job_and_its_plan() {
+    let yaml = render_web();
+    insta::assert_snapshot!("kube_web_job", yaml);
+    let docs = documents(&yaml);
+    assert_eq!(docs.len(), 2, "{yaml}");
+    // The Job round-trips through the typed API struct, unchanged.
+    let job: k8s_openapi::api::batch::v1::Job =
+        serde_yaml_ng::from_value(docs[1].clone()).expect("a batch/v1 Job");
+    assert_eq!(
+        serde_yaml_ng::to_value(&job).expect("serialize"),
+        docs[1],
+        "the Job does not round-trip"
+    );
+    let spec = job.spec.expect("spec");
+    assert_eq!(spec.completion_mode.as_deref(), Some("Indexed"));
+    // 3 variants × 2 runs.
+    assert_eq!(spec.completions, Some(6));
+    assert_eq!(spec.parallelism, Some(2));
+    let pod = spec.template.spec.expect("pod spec");
+    let main = &pod.containers[0];
+    let args = main.args.clone().unwrap_or_default().join(" ");
+    assert!(
+        args.contains("--in-container") && args.contains("--index $(JOB_COMPLETION_INDEX)"),
+        "{args}"
+    );
+    let cm: k8s_openapi::api::core::v1::ConfigMap =
+        serde_yaml_ng::from_value(docs[0].clone()).expect("a v1 ConfigMap");
+    let plan = std::fs::read_to_string(web_plan()).expect("read the plan");
+    assert_eq!(
+        cm.data.and_then(|d| d.get("plan.toml").cloned()),
+        Some(plan),
+        "the ConfigMap carries the plan as it is"
+    );
+}
+
+/// Checks the YAML against the Kubernetes JSON schemas (strict: no unknown fields) with
+/// PyPI's kubernetes-validate, installed by scripts/setup-tests.sh.
+#[test]
+fn kube_yaml_passes_the_kubernetes_schema() {
+    let validator = Path::new("/opt/memtrial-test-venv/bin/kubernetes-validate");
+    if !require(
+        "kubernetes-validate",
+        "run scripts/setup-tests.sh (a venv in /opt/memtrial-test-venv)",
+        || validator.exists(),
+    ) {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let check = |name: &str, yaml: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, yaml).expect("write");
+        Command::new(validator)
+            .args(["--strict", "--kubernetes-version", "1.33.0"])
+            .arg(&p)
+            .output()
+            .expect("run kubernetes-validate")
+    };
+    let yaml = render_web();
+    let out = check("job.yaml", &yaml);
+    let said =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{said}");
+    assert!(
+        said.contains("passed for resource job/web-trial")
+            && said.contains("passed for resource configmap/web-trial-plan"),
+        "{said}"
+    );
+    // The validator does fail a Job with a field Kubernetes does not know.
+    let broken = yaml.replace(
+        "completionMode: Indexed",
+        "completionMode: Indexed\n  bogus: 1",
+    );
+    assert_ne!(broken, yaml);
+    assert!(!check("broken.yaml", &broken).status.success());
+}
+
+#[test]
+fn kube_refuses_bad_input_naming_the_flag() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let write = |name: &str, text: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, text).expect("write");
+        p.display().to_string()
+    };
+    let plan = web_plan();
+    let base = |extra: &[&str], plan: &str| {
+        let mut a = vec![plan, "--image", "app:1", "--cpu", "2", "--memory", "1Gi"];
+        // A later flag of the same name replaces the default one here.
+        for pair in extra.chunks(2) {
+            if let Some(i) = a.iter().position(|x| *x == pair[0]) {
+                a[i + 1] = pair[1];
+            } else {
+                a.extend_from_slice(pair);
+            }
+        }
+        kube(&a)
+    };
+    let cases: Vec<(Vec<&str>, String, &str)> = vec![
+        (vec!["--cpu", "0"], plan.clone(), "--cpu \"0\""),
+        (vec!["--cpu", "eight"], plan.clone(), "--cpu \"eight\""),
+        (vec!["--memory", "8Q"], plan.clone(), "--memory \"8Q\""),
+        (vec!["--memory", "1M"], plan.clone(), "--memory \"1M\""),
+        (
+            vec!["--name", "Web_Trial"],
+            plan.clone(),
+            "--name \"Web_Trial\"",
+        ),
+        (vec!["--parallelism", "0"], plan.clone(), "--parallelism 0"),
+        (
+            vec![],
+            write("broken.toml", "variants = [\n"),
+            "broken.toml: line 2",
+        ),
+        (
+            vec![],
+            write(
+                "limits.toml",
+                "command = \"x\"\nvariants = [\"glibc\"]\ncpus = 2\n",
+            ),
+            "cpus = \"2\"",
+        ),
+        (
+            vec![],
+            write("implicit.toml", "command = \"x\"\n"),
+            "does not name its variants",
+        ),
+        (
+            vec![],
+            write("Bad Name.toml", "command = \"x\"\nvariants = [\"glibc\"]\n"),
+            "give --name",
+        ),
+    ];
+    for (extra, plan, says) in cases {
+        let out = base(&extra, &plan);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{extra:?} {plan}: {err}");
+        assert!(err.contains(says), "{extra:?} {plan}: {err}");
+        assert!(out.stdout.is_empty(), "no YAML on bad input");
+    }
+    // No seed in the plan: one is chosen and every pod gets it.
+    let out = base(
+        &[],
+        &write("noseed.toml", "command = \"x\"\nvariants = [\"glibc\"]\n"),
+    );
+    assert_eq!(out.status.code(), Some(0));
+    let yaml = String::from_utf8_lossy(&out.stdout);
+    assert!(yaml.contains("- --seed"), "{yaml}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("sets no seed"));
+}
