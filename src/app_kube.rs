@@ -290,6 +290,95 @@ pub fn kube_cmd(args: &crate::cli::KubeArgs, ui: &Ui) -> Result<Outcome> {
     Ok(Outcome::Ok)
 }
 
-fn collect_cmd(_args: &crate::cli::CollectArgs, _ui: &Ui) -> Result<Outcome> {
-    bail!("memtrial kube collect: not written yet")
+/// `memtrial kube collect NAME`: every index's record into --out, then the hand-over to
+/// the import.
+fn collect_cmd(args: &crate::cli::CollectArgs, ui: &Ui) -> Result<Outcome> {
+    use memtrial::kube::collect::{collect, IndexOutcome, KubectlProgram};
+    let crate::cli::CollectArgs {
+        name,
+        namespace,
+        kubectl,
+        out,
+    } = args;
+    if let Err(why) = memtrial::kube::dns1123_label(name) {
+        bail!("NAME {name:?}: not a Job's name: {why}");
+    }
+    let out = out
+        .clone()
+        .unwrap_or_else(|| std::path::PathBuf::from(format!("{name}-records")));
+    let k = KubectlProgram {
+        program: kubectl.clone(),
+        namespace: namespace.clone(),
+    };
+    let c = collect(&k, name, &out)?;
+    let mut missing = Vec::new();
+    for (index, o) in &c.indexes {
+        let line = match o {
+            IndexOutcome::Collected {
+                pod,
+                file,
+                run_status,
+            } => format!(
+                "index {index}: {run_status} (pod {pod}) → {}",
+                file.display()
+            ),
+            IndexOutcome::NoRecord { pod, why } => {
+                format!("index {index}: NO RECORD: pod {pod} succeeded but {why}")
+            }
+            IndexOutcome::Failed { pods } => format!(
+                "index {index}: FAILED: {}",
+                pods.iter()
+                    .map(|(p, r)| format!("{p} ({})", r.as_deref().unwrap_or("no reason given")))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            IndexOutcome::Unfinished { pod, phase } => {
+                format!("index {index}: NOT FINISHED: pod {pod} is {phase:?}")
+            }
+            IndexOutcome::Missing => format!("index {index}: MISSING: no pod of this index"),
+        };
+        if !matches!(o, IndexOutcome::Collected { .. }) {
+            missing.push(*index);
+        }
+        ui.note(&line);
+    }
+    let files = c.files();
+    ui.note(&format!(
+        "collected {} of {} record(s) of Job {name} into {}",
+        files.len(),
+        c.completions,
+        out.display()
+    ));
+    if !missing.is_empty() {
+        ui.note(&format!(
+            "not collected: index(es) {} (see `kubectl describe job {name}` and `kubectl logs` of their pods; run collect again when they are done)",
+            missing
+                .iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    hand_over(&out, name, &files, ui)?;
+    Ok(if c.complete() {
+        Outcome::Ok
+    } else {
+        Outcome::RunsFailed
+    })
+}
+
+/// The collected records go to the import. The import (schema check, joining by plan
+/// fingerprint, dedup) is not on this branch yet: until it is, the command that imports
+/// them is printed on standard output.
+fn hand_over(out: &Path, name: &str, files: &[std::path::PathBuf], ui: &Ui) -> Result<()> {
+    if files.is_empty() {
+        return Ok(());
+    }
+    // The name is a DNS-1123 label: nothing in it needs quoting, and the glob stays one.
+    ui.note("import them into the store with:");
+    ui.result(&format!(
+        "memtrial import {}/{name}-*.json\n",
+        memtrial::report::escape::shell_word(&out.display().to_string())
+    ))?;
+    Ok(())
 }

@@ -558,3 +558,173 @@ fn kube_refuses_bad_input_naming_the_flag() {
     assert!(yaml.contains("- --seed"), "{yaml}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("sets no seed"));
 }
+
+// ───────────── memtrial kube collect, against a stand-in kubectl ─────────────
+
+/// A stand-in `kubectl` (there is no cluster here): a script answering `get job`, `get
+/// pods` and `logs POD` from files in `dir`, noting every call in `dir/asked`.
+fn fake_kubectl(dir: &Path) -> PathBuf {
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(bin.join("..").join("logs")).expect("mkdir");
+    std::fs::create_dir_all(&bin).expect("mkdir");
+    let d = dir.display();
+    let script = format!(
+        r#"#!/bin/sh
+echo "$*" >> "{d}/asked"
+if [ "$1" = "--namespace" ]; then shift 2; fi
+case "$1 $2" in
+  "get job") cat "{d}/job.json" ;;
+  "get pods") cat "{d}/pods.json" ;;
+  "logs "*) cat "{d}/logs/$2.log" 2>/dev/null || {{ echo "Error from server (NotFound): pods \"$2\" not found" >&2; exit 1; }} ;;
+  *) echo "unexpected: $*" >&2; exit 1 ;;
+esac
+"#
+    );
+    let p = bin.join("kubectl");
+    std::fs::write(&p, script).expect("write kubectl");
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    bin
+}
+
+fn pod_json(name: &str, index: usize, phase: &str, at: &str, reason: Option<&str>) -> Value {
+    let state = match reason {
+        Some(r) => serde_json::json!({"terminated": {"reason": r, "exitCode": 137}}),
+        None => serde_json::json!({"terminated": {"reason": "Completed", "exitCode": 0}}),
+    };
+    serde_json::json!({
+        "metadata": {
+            "name": name,
+            "creationTimestamp": at,
+            "labels": {"job-name": "web-trial", "batch.kubernetes.io/job-completion-index": index.to_string()},
+            "annotations": {"batch.kubernetes.io/job-completion-index": index.to_string()}
+        },
+        "status": {"phase": phase, "containerStatuses": [{"name": "workload", "state": state}]}
+    })
+}
+
+#[test]
+fn collect_gathers_one_record_per_index_and_says_what_is_missing() {
+    let Some(logs) = pod_logs() else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bin = fake_kubectl(dir.path());
+    // Index 1 failed once (the pod was OOM-killed) and succeeded on its retry.
+    let mut pods = vec![pod_json(
+        "web-trial-1-old",
+        1,
+        "Failed",
+        "2026-01-01T00:00:00Z",
+        Some("OOMKilled"),
+    )];
+    for (index, log) in logs {
+        let name = format!("web-trial-{index}-x");
+        std::fs::write(dir.path().join(format!("logs/{name}.log")), log).expect("write a log");
+        pods.push(pod_json(
+            &name,
+            *index,
+            "Succeeded",
+            "2026-01-01T00:05:00Z",
+            None,
+        ));
+    }
+    let write_job = |completions: usize, pods: &[Value]| {
+        std::fs::write(
+            dir.path().join("job.json"),
+            serde_json::json!({"spec": {"completionMode": "Indexed", "completions": completions}})
+                .to_string(),
+        )
+        .expect("write");
+        std::fs::write(
+            dir.path().join("pods.json"),
+            serde_json::json!({ "items": pods }).to_string(),
+        )
+        .expect("write");
+    };
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let collect = |out: &Path| {
+        Command::new(memtrial())
+            .args([
+                "kube",
+                "collect",
+                "web-trial",
+                "--namespace",
+                "perf",
+                "--out",
+            ])
+            .arg(out)
+            .env("PATH", &path)
+            .env("NO_COLOR", "1")
+            .output()
+            .expect("run memtrial kube collect")
+    };
+
+    write_job(logs.len(), &pods);
+    let out_dir = dir.path().join("records");
+    let out = collect(&out_dir);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let mut limits = Vec::new();
+    for (index, log) in logs {
+        let file = out_dir.join(format!("web-trial-{index}.json"));
+        let saved: Value =
+            serde_json::from_str(&std::fs::read_to_string(&file).expect("a record per index"))
+                .expect("JSON");
+        assert_eq!(saved, memtrial::kube::find_record(log).expect("record"));
+        validate_schema(&saved, "experiment-v2.schema.json");
+        limits.push(saved["experiment"]["limits"].clone());
+    }
+    // All pods of one Job record the same limits.
+    assert!(limits.windows(2).all(|w| w[0] == w[1]), "{limits:?}");
+    assert!(err.contains("collected 3 of 3 record(s)"), "{err}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        stdout.trim(),
+        format!("memtrial import {}/web-trial-*.json", out_dir.display())
+    );
+    let asked = std::fs::read_to_string(dir.path().join("asked")).expect("kubectl was asked");
+    assert!(
+        asked.contains("--namespace perf get pods -l job-name=web-trial -o json"),
+        "{asked}"
+    );
+    // The failed first pod of index 1 was not asked for its log: its retry was.
+    assert!(!asked.contains("logs web-trial-1-old"), "{asked}");
+    assert!(asked.contains("logs web-trial-1-x -c workload"), "{asked}");
+
+    // A fourth index whose only pod was OOM-killed, and a fifth never started.
+    pods.push(pod_json(
+        "web-trial-3-x",
+        3,
+        "Failed",
+        "2026-01-01T00:09:00Z",
+        Some("OOMKilled"),
+    ));
+    write_job(logs.len() + 2, &pods);
+    let out = collect(&dir.path().join("records2"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("index 3: FAILED: web-trial-3-x (OOMKilled, exit 137)"),
+        "{err}"
+    );
+    assert!(err.contains("index 4: MISSING"), "{err}");
+    assert!(err.contains("collected 3 of 5 record(s)"), "{err}");
+    assert!(err.contains("not collected: index(es) 3, 4"), "{err}");
+
+    // kubectl itself failing is memtrial's error, with kubectl's words.
+    let out = Command::new(memtrial())
+        .args([
+            "kube",
+            "collect",
+            "web-trial",
+            "--kubectl",
+            "/nonexistent/kubectl",
+        ])
+        .output()
+        .expect("run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("/nonexistent/kubectl (--kubectl)"), "{err}");
+}
