@@ -176,7 +176,10 @@ pub fn in_container_cmd(db: &Path, args: &RunArgs, index: u32, ui: &Ui) -> Resul
 fn describe_limits(l: &memtrial::plan::Limits) -> String {
     let mut parts = Vec::new();
     match l.memory_max {
-        Some(m) => parts.push(format!("memory {m} bytes")),
+        Some(m) => parts.push(format!(
+            "memory {}",
+            memtrial::units::format_bytes(m as f64)
+        )),
         None => parts.push("no memory limit".into()),
     }
     match l.cpus {

@@ -64,10 +64,14 @@ pub fn limits_of(
     let mut sources = Vec::new();
     let mut problems = c.notes.clone();
     if let Some(m) = &c.memory {
-        sources.push(format!("memory: {} (cgroup {:?})", m.path, m.version));
+        sources.push(format!(
+            "memory: {} (cgroup {})",
+            m.path,
+            version(m.version)
+        ));
     }
     if let Some(q) = &c.cpu {
-        sources.push(format!("cpu: {} (cgroup {:?})", q.path, q.version));
+        sources.push(format!("cpu: {} (cgroup {})", q.path, version(q.version)));
     }
     // A cpuset is a limit only when it leaves out some of the online CPUs.
     let cpuset = c
@@ -100,6 +104,13 @@ pub fn limits_of(
         visible_cpus: c.visible_cpus,
         sources,
         problems,
+    }
+}
+
+fn version(v: crate::inspect::container::Version) -> &'static str {
+    match v {
+        crate::inspect::container::Version::V1 => "v1",
+        crate::inspect::container::Version::V2 => "v2",
     }
 }
 
