@@ -210,11 +210,25 @@ fn run_cmd(db: &Path, args: &RunArgs, ui: &Ui) -> Result<Outcome> {
     if let Some(id) = args.resume {
         return resume(db, id, &args.output, ui);
     }
-    if let (true, Some(index)) = (args.in_container, args.index) {
-        return crate::app_kube::in_container_cmd(db, args, index, ui);
+    match placement(args) {
+        Placement::InContainer { index } => crate::app_kube::in_container_cmd(db, args, index, ui),
+        Placement::Local => execute(db, run_input(args)?, &args.output, ui),
     }
-    let input = run_input(args)?;
-    execute(db, input, &args.output, ui)
+}
+
+/// Where `memtrial run` runs: here, each run in a cgroup of its own, or one slot inside
+/// the container memtrial is in.
+enum Placement {
+    Local,
+    InContainer { index: u32 },
+}
+
+fn placement(args: &RunArgs) -> Placement {
+    match (args.in_container, args.index) {
+        // clap requires --index with --in-container.
+        (true, Some(index)) => Placement::InContainer { index },
+        _ => Placement::Local,
+    }
 }
 
 /// Decides where runs are isolated: a fresh cgroup per run as root, else none — and

@@ -151,17 +151,42 @@ pub fn plan_slots(input: &PlanInput) -> Result<(Vec<String>, u32), RenderError> 
         chosen.push(n.to_string());
         Ok(())
     };
+    let custom: Vec<&str> = input
+        .custom
+        .iter()
+        .map(|c| c.split_once('=').map_or(c.as_str(), |(n, _)| n).trim())
+        .collect();
+    // A misspelt variant would fail every pod: it is caught here.
+    let known =
+        |n: &str| crate::plan::catalog::CATALOG.iter().any(|e| e.name == n) || custom.contains(&n);
+    let unknown = |n: &str| {
+        let mut names: Vec<&str> = crate::plan::catalog::CATALOG
+            .iter()
+            .map(|e| e.name)
+            .collect();
+        names.extend(custom.iter().copied());
+        plan_err(format!(
+            "the plan names the variant '{n}', which is neither in the catalog nor one of its \
+             [[variant]]s; known: {}",
+            names.join(", ")
+        ))
+    };
     for n in names.iter().map(|n| n.trim()).filter(|n| !n.is_empty()) {
+        if !known(n) {
+            return Err(unknown(n));
+        }
         add(n)?;
     }
     // Custom variants always run, after the named ones; the baseline comes first.
-    for c in &input.custom {
-        let name = c.split_once('=').map_or(c.as_str(), |(n, _)| n).trim();
+    for name in &custom {
         if !chosen.iter().any(|x| x == name) {
             chosen.push(name.to_string());
         }
     }
     let baseline = input.baseline.as_deref().unwrap_or("glibc");
+    if !known(baseline) {
+        return Err(unknown(baseline));
+    }
     if !chosen.iter().any(|x| x == baseline) {
         chosen.insert(0, baseline.to_string());
     }
@@ -414,6 +439,9 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("twice"));
+        let typo = parse_plan_text("command = \"x\"\nvariants = [\"jemaloc\"]\n").unwrap();
+        let e = plan_slots(&typo).unwrap_err().to_string();
+        assert!(e.contains("'jemaloc'") && e.contains("known: glibc"), "{e}");
         let zero = parse_plan_text("command = \"x\"\nvariants = [\"glibc\"]\nruns = 0\n").unwrap();
         assert!(plan_slots(&zero).is_err());
     }
