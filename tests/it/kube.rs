@@ -178,6 +178,8 @@ fn run_in_group(g: &TestGroup, sb: &Sandbox, args: &[&str]) -> Output {
         .args(["-c", &script])
         .current_dir(sb.path())
         .env("NO_COLOR", "1")
+        // What the Job passes through the downward API.
+        .env("MEMTRIAL_NODE", "node-a")
         .output()
         .expect("run sh")
 }
@@ -303,7 +305,9 @@ fn in_container_records_the_containers_limits_and_changes_nothing() {
         // The record says where its limits came from.
         let notes = doc["notes"].to_string();
         assert!(
-            notes.contains("no cgroup made") && notes.contains("limits read from"),
+            notes.contains("no cgroup made")
+                && notes.contains("limits read from")
+                && notes.contains("in-container: node node-a"),
             "{notes}"
         );
     }
