@@ -278,6 +278,62 @@ mod tests {
         );
     }
 
+    /// In-container mode: a new experiment holding exactly the one slot asked for.
+    #[test]
+    fn a_slot_start_runs_that_slot_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(&dir.path().join("t.db")).unwrap();
+        let mut plan = crate::report::fixture::experiment().plan;
+        plan.server = None;
+        let all = schedule(plan.variants.len(), plan.warmup, plan.runs, plan.seed);
+        assert!(all.len() > 2);
+        let want = all[2];
+        let backend = FakeBackend::new(Script::default());
+        let host = HostInfo::detect();
+        let stop = AtomicBool::new(false);
+        let mut seen = Vec::new();
+        let out = run_experiment(
+            &mut store,
+            &plan,
+            Start::Slot {
+                host: &host,
+                notes: &["in-container: slot 2".to_string()],
+                seq: 2,
+            },
+            &backend,
+            &stop,
+            &mut |ev| {
+                if let Event::TrialStart { slot, .. } = ev {
+                    seen.push(slot);
+                }
+            },
+        )
+        .unwrap();
+        assert_eq!(seen, [want]);
+        let exp = store.load(out.experiment).unwrap();
+        assert_eq!(exp.seqs, [2]);
+        assert_eq!(exp.runs.len(), 1);
+        assert_eq!(exp.runs[0].variant, plan.variants[want.variant].name);
+        assert!(exp.notes.iter().any(|n| n.contains("in-container: slot 2")));
+        // A slot past the schedule's end is an error naming the range, and no experiment.
+        let past = all.len() as u32;
+        let e = run_experiment(
+            &mut store,
+            &plan,
+            Start::Slot {
+                host: &host,
+                notes: &[],
+                seq: past,
+            },
+            &backend,
+            &stop,
+            &mut |_| {},
+        )
+        .unwrap_err();
+        assert!(matches!(e, RunError::NoSlot { seq, total } if seq == past && total == all.len()));
+        assert_eq!(store.latest_id().unwrap(), out.experiment);
+    }
+
     #[test]
     fn log_dir_beside_the_database() {
         assert_eq!(
