@@ -35,4 +35,18 @@ if ((${#missing[@]})); then
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+# `memtrial kube`'s YAML is checked offline against the Kubernetes JSON schemas that PyPI's
+# kubernetes-validate bundles (tests/it/kube.rs), in a venv of its own.
+venv=/opt/memtrial-test-venv
+kv_version=1.37.0
+if ! "$venv/bin/kubernetes-validate" --version 2>/dev/null | grep -q "$kv_version"; then
+  if ! /usr/bin/python3 -c 'import venv, ensurepip' 2>/dev/null; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends python3-venv >/dev/null
+  fi
+  echo "setup-tests: installing kubernetes-validate $kv_version in $venv" >&2
+  /usr/bin/python3 -m venv "$venv"
+  "$venv/bin/pip" install -q "kubernetes-validate==$kv_version"
+fi
 echo "setup-tests: ready for cargo test" >&2

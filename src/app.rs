@@ -46,7 +46,7 @@ impl Outcome {
 }
 
 /// Everything a user sees goes through the one printer.
-type Ui = Printer;
+pub(crate) type Ui = Printer;
 
 fn printer(cli: &Cli) -> Ui {
     Printer::stdio(
@@ -61,7 +61,7 @@ fn printer(cli: &Cli) -> Ui {
 
 /// A flag set by SIGINT, SIGTERM, SIGHUP and SIGQUIT: memtrial then stops what it runs, cleans
 /// up, keeps what it measured, and exits with 130.
-fn stop_flag() -> Result<Arc<AtomicBool>> {
+pub(crate) fn stop_flag() -> Result<Arc<AtomicBool>> {
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [
         signal_hook::consts::SIGINT,
@@ -89,10 +89,11 @@ pub fn dispatch(cli: Cli) -> Result<Outcome> {
         Command::Inspect(args) => inspect_cmd(args, &ui),
         Command::Load(args) => load_cmd(args, &ui),
         Command::Exporter(args) => exporter_cmd(args, &ui),
+        Command::Kube(args) => crate::app_kube::kube_cmd(args, &ui),
     }
 }
 
-fn plan_context(locator: &LibraryLocator) -> Result<PlanContext<'_>> {
+pub(crate) fn plan_context(locator: &LibraryLocator) -> Result<PlanContext<'_>> {
     Ok(PlanContext {
         locator,
         distro: Distro::detect(),
@@ -105,7 +106,7 @@ fn plan_context(locator: &LibraryLocator) -> Result<PlanContext<'_>> {
 /// The one place flags meet the plan file: every field of the parsed arguments is taken
 /// apart by name (no `..`), so a new flag cannot be dropped on the way to the plan.
 /// Defaults and validation follow once, in [`build_plan`].
-fn run_input(args: &RunArgs) -> Result<PlanInput> {
+pub(crate) fn run_input(args: &RunArgs) -> Result<PlanInput> {
     let RunArgs {
         runs,
         warmup,
@@ -123,7 +124,9 @@ fn run_input(args: &RunArgs) -> Result<PlanInput> {
         probes,
         no_probes,
         probe_interval,
-        resume: _, // handled before: a resumed experiment keeps its stored plan
+        resume: _,       // handled before: a resumed experiment keeps its stored plan
+        in_container: _, // handled before: where the run happens, not what runs
+        index: _,
         server,
         worker,
         output: _, // where reports go, not what runs
@@ -196,7 +199,7 @@ fn run_input(args: &RunArgs) -> Result<PlanInput> {
 }
 
 /// Makes room in the open-file limit for a load's connections (exit 2 when they cannot fit).
-fn fit_fd_limit(connections: usize, threads: usize, ui: &Ui) -> Result<()> {
+pub(crate) fn fit_fd_limit(connections: usize, threads: usize, ui: &Ui) -> Result<()> {
     let note = memtrial::load::ensure_fd_limit(connections, threads)
         .map_err(|e| anyhow::anyhow!("--connections {connections}: {e}"))?;
     if let Some(n) = note {
@@ -209,8 +212,25 @@ fn run_cmd(db: &Path, args: &RunArgs, ui: &Ui) -> Result<Outcome> {
     if let Some(id) = args.resume {
         return resume(db, id, &args.output, ui);
     }
-    let input = run_input(args)?;
-    execute(db, input, &args.output, ui)
+    match placement(args) {
+        Placement::InContainer { index } => crate::app_kube::in_container_cmd(db, args, index, ui),
+        Placement::Local => execute(db, run_input(args)?, &args.output, ui),
+    }
+}
+
+/// Where `memtrial run` runs: here, each run in a cgroup of its own, or one slot inside
+/// the container memtrial is in.
+enum Placement {
+    Local,
+    InContainer { index: u32 },
+}
+
+fn placement(args: &RunArgs) -> Placement {
+    match (args.in_container, args.index) {
+        // clap requires --index with --in-container.
+        (true, Some(index)) => Placement::InContainer { index },
+        _ => Placement::Local,
+    }
 }
 
 /// Decides where runs are isolated: a fresh cgroup per run as root, else none — and
@@ -281,7 +301,7 @@ fn check_output(path: &Option<PathBuf>, flag: &str) -> Result<()> {
 }
 
 /// The report files asked for, with the format of each.
-fn outputs(o: &OutputArgs) -> Vec<(ExportType, OutputTarget)> {
+pub(crate) fn outputs(o: &OutputArgs) -> Vec<(ExportType, OutputTarget)> {
     [
         (ExportType::Json, &o.json),
         (ExportType::Csv, &o.csv),
@@ -294,7 +314,7 @@ fn outputs(o: &OutputArgs) -> Vec<(ExportType, OutputTarget)> {
     .collect()
 }
 
-fn check_outputs(o: &OutputArgs) -> Result<()> {
+pub(crate) fn check_outputs(o: &OutputArgs) -> Result<()> {
     let outputs = outputs(o);
     for (t, target) in &outputs {
         target.check(t.flag())?;
@@ -428,14 +448,14 @@ fn resume(db: &Path, id: Option<i64>, output: &OutputArgs, ui: &Ui) -> Result<Ou
 
 #[allow(clippy::too_many_arguments)]
 /// What a user sees while an experiment runs: notes, and a progress bar on a terminal.
-struct Progress<'a> {
+pub(crate) struct Progress<'a> {
     plan: &'a memtrial::plan::Plan,
     ui: &'a Ui,
     bar: Option<ProgressBar>,
 }
 
 impl<'a> Progress<'a> {
-    fn new(plan: &'a memtrial::plan::Plan, ui: &'a Ui) -> Self {
+    pub(crate) fn new(plan: &'a memtrial::plan::Plan, ui: &'a Ui) -> Self {
         let bar = ui.live_progress().then(|| {
             let b = ProgressBar::new(0);
             b.set_style(
@@ -449,13 +469,13 @@ impl<'a> Progress<'a> {
         Progress { plan, ui, bar }
     }
 
-    fn finish(&self) {
+    pub(crate) fn finish(&self) {
         if let Some(b) = &self.bar {
             b.finish_and_clear();
         }
     }
 
-    fn event(&self, ev: Event) {
+    pub(crate) fn event(&self, ev: Event) {
         let (plan, ui, bar) = (self.plan, self.ui, &self.bar);
         match ev {
             Event::Started {
@@ -644,7 +664,7 @@ fn present(exp: &Experiment, output: &OutputArgs, grouping: Grouping, ui: &Ui) -
 }
 
 /// For each variant, the last lines of the first failed run's stderr.
-fn show_failures(exp: &Experiment, ui: &Ui) {
+pub(crate) fn show_failures(exp: &Experiment, ui: &Ui) {
     let mut shown = std::collections::HashSet::new();
     for r in exp
         .runs

@@ -69,6 +69,63 @@ pub enum Command {
     /// Serve Prometheus metrics for the processes matching a regex: RSS, PSS, USS, swap,
     /// threads, allocator, glibc arenas against their limit, CPU quota, the arena pitfall.
     Exporter(ExporterArgs),
+    /// The plan as a Kubernetes Indexed Job, one pod per run under the production pod's
+    /// limits (YAML on standard output); `kube collect NAME` gathers the pods' records.
+    Kube(KubeArgs),
+}
+
+/// `memtrial kube PLAN --image IMG --cpu N --memory SIZE` or `memtrial kube collect NAME`.
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+pub struct KubeArgs {
+    #[command(subcommand)]
+    pub command: Option<KubeCommand>,
+    /// The TOML plan file (it must name its variants and set no limits).
+    #[arg(value_name = "PLAN", required = true)]
+    pub plan: Option<PathBuf>,
+    /// The application's image: the pods run the plan's command in it.
+    #[arg(long, value_name = "IMAGE", required = true)]
+    pub image: Option<String>,
+    /// CPUs of the production pod, its request and limit (e.g. 8, 0.5, 500m; 10m to 4096).
+    #[arg(long, value_name = "N", required = true)]
+    pub cpu: Option<String>,
+    /// Memory of the production pod, its request and limit (e.g. 8Gi, 512Mi; binary units,
+    /// 8G = 8Gi; 4Mi to 64Ti).
+    #[arg(long, value_name = "SIZE", required = true)]
+    pub memory: Option<String>,
+    /// Pods running at once, 1 to 10000 (each on whatever node the scheduler picks).
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub parallelism: u32,
+    /// The Job's name (a DNS-1123 label) [default: memtrial-<the plan file's stem>].
+    #[arg(long, value_name = "NAME")]
+    pub name: Option<String>,
+    /// The image the init container copies memtrial and the allocator libraries from
+    /// (built from docker/Dockerfile) [default: memtrial/memtrial:<this version>].
+    #[arg(long, value_name = "IMAGE")]
+    pub memtrial_image: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum KubeCommand {
+    /// Gather each index's record from the Job's pods through kubectl, into --out, and
+    /// say which indexes are missing or failed.
+    Collect(CollectArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CollectArgs {
+    /// The Job's name, as `memtrial kube` rendered it.
+    #[arg(value_name = "NAME")]
+    pub name: String,
+    /// The namespace of the Job [default: kubectl's current one].
+    #[arg(long, short = 'n', value_name = "NS")]
+    pub namespace: Option<String>,
+    /// The kubectl to run (its context and credentials are used as they are).
+    #[arg(long, value_name = "PATH", default_value = "kubectl")]
+    pub kubectl: PathBuf,
+    /// Where the records go, one NAME-INDEX.json per index [default: NAME-records].
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -153,8 +210,18 @@ pub struct RunArgs {
     pub probe_interval: Option<String>,
     /// Finish an interrupted experiment (the latest, or ID): runs only what is missing,
     /// with the same plan and seed.
-    #[arg(long, value_name = "ID", num_args = 0..=1, conflicts_with_all = ["command", "plan", "url", "duration", "before", "driver", "rate", "targets", "replay", "variants", "custom", "runs", "warmup", "baseline", "seed", "memory_limit", "cpus", "cpuset", "pids_limit", "interval", "timeout", "probes", "no_probes", "probe_interval"])]
+    #[arg(long, value_name = "ID", num_args = 0..=1, conflicts_with_all = ["in_container", "command", "plan", "url", "duration", "before", "driver", "rate", "targets", "replay", "variants", "custom", "runs", "warmup", "baseline", "seed", "memory_limit", "cpus", "cpuset", "pids_limit", "interval", "timeout", "probes", "no_probes", "probe_interval"])]
     pub resume: Option<Option<i64>>,
+    /// Run one slot of the plan's schedule inside the container memtrial is in (a
+    /// Kubernetes pod, see `memtrial kube`): no cgroup is made, the container's own limits
+    /// are the run's and are recorded, and the JSON record is printed on standard output as
+    /// one line `memtrial-record: {…}`. Needs --index and a fixed seed; refuses limit flags.
+    #[arg(long, requires = "index")]
+    pub in_container: bool,
+    /// With --in-container: the slot to run, from 0, in the plan's seeded schedule (warm-up
+    /// slots included, first), e.g. $JOB_COMPLETION_INDEX.
+    #[arg(long, value_name = "N", requires = "in_container")]
+    pub index: Option<u32>,
     #[command(flatten)]
     pub server: ServerArgs,
     #[command(flatten)]

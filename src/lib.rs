@@ -8,6 +8,7 @@ pub mod analysis;
 pub mod backend;
 pub mod exporter;
 pub mod inspect;
+pub mod kube;
 pub mod linux;
 pub mod load;
 pub mod plan;

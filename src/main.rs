@@ -1,6 +1,7 @@
 //! memtrial's entry point: parse, dispatch, print the error once, map to an exit code.
 
 mod app;
+mod app_kube;
 mod cli;
 
 use std::process::ExitCode;

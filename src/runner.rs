@@ -19,6 +19,8 @@ pub enum RunError {
     Trial(#[from] TrialError),
     #[error("cannot read the requests: {0}")]
     Source(String),
+    #[error("the plan's schedule has {total} slot(s) (0 to {last}); there is no slot {seq}", last = total.saturating_sub(1))]
+    NoSlot { seq: u32, total: usize },
     #[error("cannot create the log directory {path}: {source}")]
     LogDir {
         path: PathBuf,
@@ -85,6 +87,13 @@ pub enum Start<'a> {
         done: &'a [u32],
         host: &'a HostInfo,
     },
+    /// A new experiment that runs only the slot `seq` of the plan's schedule (in-container
+    /// mode: each pod of a Kubernetes Job runs one slot).
+    Slot {
+        host: &'a HostInfo,
+        notes: &'a [String],
+        seq: u32,
+    },
 }
 
 /// Runs every trial of the plan, committing each run as it ends. Stops early,
@@ -105,6 +114,17 @@ pub fn run_experiment(
                 store.add_event(id, "note", n)?;
             }
             (id, all, host)
+        }
+        Start::Slot { host, notes, seq } => {
+            let total = all.len();
+            let Some(slot) = all.into_iter().find(|s| s.seq == seq) else {
+                return Err(RunError::NoSlot { seq, total });
+            };
+            let id = store.create_experiment(plan, host, 1)?;
+            for n in notes {
+                store.add_event(id, "note", n)?;
+            }
+            (id, vec![slot], host)
         }
         Start::Resume {
             experiment,
@@ -268,6 +288,62 @@ mod tests {
             "{:?}",
             exp.notes
         );
+    }
+
+    /// In-container mode: a new experiment holding exactly the one slot asked for.
+    #[test]
+    fn a_slot_start_runs_that_slot_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(&dir.path().join("t.db")).unwrap();
+        let mut plan = crate::report::fixture::experiment().plan;
+        plan.server = None;
+        let all = schedule(plan.variants.len(), plan.warmup, plan.runs, plan.seed);
+        assert!(all.len() > 2);
+        let want = all[2];
+        let backend = FakeBackend::new(Script::default());
+        let host = HostInfo::detect();
+        let stop = AtomicBool::new(false);
+        let mut seen = Vec::new();
+        let out = run_experiment(
+            &mut store,
+            &plan,
+            Start::Slot {
+                host: &host,
+                notes: &["in-container: slot 2".to_string()],
+                seq: 2,
+            },
+            &backend,
+            &stop,
+            &mut |ev| {
+                if let Event::TrialStart { slot, .. } = ev {
+                    seen.push(slot);
+                }
+            },
+        )
+        .unwrap();
+        assert_eq!(seen, [want]);
+        let exp = store.load(out.experiment).unwrap();
+        assert_eq!(exp.seqs, [2]);
+        assert_eq!(exp.runs.len(), 1);
+        assert_eq!(exp.runs[0].variant, plan.variants[want.variant].name);
+        assert!(exp.notes.iter().any(|n| n.contains("in-container: slot 2")));
+        // A slot past the schedule's end is an error naming the range, and no experiment.
+        let past = all.len() as u32;
+        let e = run_experiment(
+            &mut store,
+            &plan,
+            Start::Slot {
+                host: &host,
+                notes: &[],
+                seq: past,
+            },
+            &backend,
+            &stop,
+            &mut |_| {},
+        )
+        .unwrap_err();
+        assert!(matches!(e, RunError::NoSlot { seq, total } if seq == past && total == all.len()));
+        assert_eq!(store.latest_id().unwrap(), out.experiment);
     }
 
     #[test]

@@ -96,13 +96,13 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         .map_err(|_| format!("'{t}' is not a size; use e.g. 4096, 64K, 512M, 2G"))?;
     let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1,
-        "k" | "kb" | "kib" => 1 << 10,
-        "m" | "mb" | "mib" => 1 << 20,
-        "g" | "gb" | "gib" => 1 << 30,
-        "t" | "tb" | "tib" => 1 << 40,
+        "k" | "kb" | "ki" | "kib" => 1 << 10,
+        "m" | "mb" | "mi" | "mib" => 1 << 20,
+        "g" | "gb" | "gi" | "gib" => 1 << 30,
+        "t" | "tb" | "ti" | "tib" => 1 << 40,
         other => {
             return Err(format!(
-                "'{t}': unknown size unit '{other}'; use K, M, G or T (binary, 1K = 1024)"
+                "'{t}': unknown size unit '{other}'; use K, M, G or T (binary, 1K = 1Ki = 1024)"
             ))
         }
     };
@@ -172,6 +172,9 @@ mod tests {
         assert_eq!(parse_size("64K").unwrap(), 65536);
         assert_eq!(parse_size("512MiB").unwrap(), 512 << 20);
         assert_eq!(parse_size("1.5G").unwrap(), 3 << 29);
+        // Kubernetes spells binary units Ki, Mi, Gi, Ti.
+        assert_eq!(parse_size("8Gi").unwrap(), 8 << 30);
+        assert_eq!(parse_size("512Mi").unwrap(), 512 << 20);
         assert!(parse_size("12 parsecs").is_err());
         assert!(parse_size("M").is_err());
     }

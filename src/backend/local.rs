@@ -30,102 +30,105 @@ pub struct LocalBackend {
 
 impl Backend for LocalBackend {
     fn launch(&self, spec: LaunchSpec) -> Result<Launch, BackendError> {
-        become_subreaper();
-        let (reports, report_w) = report_pipe().map_err(BackendError::Thread)?;
-        let report_fd = report_w.as_raw_fd();
-        // memtrial itself, started again as the spawner (see [`super::spawn`]).
-        let mut cmd = Command::new(spawn::spawner_program());
-        cmd.arg0("memtrial")
-            .args(spawn::spawner_args(
-                report_fd,
-                &spec.env,
-                spec.program.as_os_str(),
-                &spec.argv,
-            ))
-            .current_dir(&spec.workdir)
-            .stdin(Stdio::null())
-            .stdout(spec.stdout)
-            .stderr(spec.stderr)
-            .process_group(0);
-        let fds = match &self.isolation {
-            Isolation::Cgroup(h) => {
-                let cg = RunCgroup::create(h, &spec.name, &spec.limits)?;
-                let fds = cg.open_procs_files()?;
-                Some((cg, fds))
-            }
+        let cgroup = match &self.isolation {
+            Isolation::Cgroup(h) => Some(RunCgroup::create(h, &spec.name, &spec.limits)?),
             Isolation::None { .. } => None,
         };
-        let (cgroup, fds) = match fds {
-            Some((cg, fds)) => (Some(cg), fds),
-            None => (None, Vec::new()),
-        };
-        // The workload gets the open-file limit memtrial started with, even when memtrial
-        // raised its own for the load's connections.
-        let nofile = crate::load::original_nofile();
-        // SAFETY: the hook only calls setrlimit(2), fcntl(2) and write(2) on data and
-        // descriptors prepared beforehand.
-        unsafe {
-            cmd.pre_exec(move || {
-                if let Some(r) = &nofile {
-                    libc::setrlimit(libc::RLIMIT_NOFILE, r);
-                }
-                if libc::fcntl(report_fd, libc::F_SETFD, 0) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                cgroup::join_self(&fds)
-            });
-        }
-        let started = Instant::now();
-        let child = match cmd.spawn() {
-            Ok(c) => c,
-            Err(e) if !spec.workdir.is_dir() => {
-                return Ok(Launch::NotStarted(format!(
-                    "the working directory {} does not exist ({e})",
-                    spec.workdir.display()
-                )))
-            }
-            Err(e) => {
-                return Ok(Launch::NotStarted(format!(
-                    "could not start memtrial's spawner: {e}"
-                )))
-            }
-        };
-        let pid = child.id() as i32;
-        // The spawner is reaped by wait4 below, never by std.
-        drop(child);
-        drop(report_w);
-        let mut reports = spawn::Reports::new(reports);
-        let workload = match reports.next_report() {
-            Some(Report::Started(workload)) => workload,
-            first => {
-                let _ = wait_for(pid, None);
-                let why = match first {
-                    Some(Report::ExecFailed(e)) => std::io::Error::from_raw_os_error(e).to_string(),
-                    _ => "the spawner ended before it could start it".into(),
-                };
-                return Ok(Launch::NotStarted(format!(
-                    "could not start {}: {why}",
-                    spec.program.display()
-                )));
-            }
-        };
-        let (tx, exits) = mpsc::channel::<Exit>();
-        std::thread::Builder::new()
-            .name("memtrial-wait4".into())
-            .spawn(move || {
-                if let Some(e) = wait_for(pid, Some(reports)) {
-                    let _ = tx.send(e);
-                }
-            })
-            .map_err(BackendError::Thread)?;
-        Ok(Launch::Started(Box::new(LocalRun {
-            spawner: pid,
-            workload,
-            started,
-            exits,
-            cgroup,
-        })))
+        start(spec, cgroup)
     }
+}
+
+/// Starts `spec`'s command through the spawner, in `cgroup` when there is one; without
+/// one the run's processes are memtrial's descendants (memtrial is a child subreaper, so
+/// the workload's orphans stay among them). Shared with [`super::container`].
+pub(super) fn start(spec: LaunchSpec, cgroup: Option<RunCgroup>) -> Result<Launch, BackendError> {
+    become_subreaper();
+    let (reports, report_w) = report_pipe().map_err(BackendError::Thread)?;
+    let report_fd = report_w.as_raw_fd();
+    // memtrial itself, started again as the spawner (see [`super::spawn`]).
+    let mut cmd = Command::new(spawn::spawner_program());
+    cmd.arg0("memtrial")
+        .args(spawn::spawner_args(
+            report_fd,
+            &spec.env,
+            spec.program.as_os_str(),
+            &spec.argv,
+        ))
+        .current_dir(&spec.workdir)
+        .stdin(Stdio::null())
+        .stdout(spec.stdout)
+        .stderr(spec.stderr)
+        .process_group(0);
+    let fds = match &cgroup {
+        Some(cg) => cg.open_procs_files()?,
+        None => Vec::new(),
+    };
+    // The workload gets the open-file limit memtrial started with, even when memtrial
+    // raised its own for the load's connections.
+    let nofile = crate::load::original_nofile();
+    // SAFETY: the hook only calls setrlimit(2), fcntl(2) and write(2) on data and
+    // descriptors prepared beforehand.
+    unsafe {
+        cmd.pre_exec(move || {
+            if let Some(r) = &nofile {
+                libc::setrlimit(libc::RLIMIT_NOFILE, r);
+            }
+            if libc::fcntl(report_fd, libc::F_SETFD, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            cgroup::join_self(&fds)
+        });
+    }
+    let started = Instant::now();
+    let child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) if !spec.workdir.is_dir() => {
+            return Ok(Launch::NotStarted(format!(
+                "the working directory {} does not exist ({e})",
+                spec.workdir.display()
+            )))
+        }
+        Err(e) => {
+            return Ok(Launch::NotStarted(format!(
+                "could not start memtrial's spawner: {e}"
+            )))
+        }
+    };
+    let pid = child.id() as i32;
+    // The spawner is reaped by wait4 below, never by std.
+    drop(child);
+    drop(report_w);
+    let mut reports = spawn::Reports::new(reports);
+    let workload = match reports.next_report() {
+        Some(Report::Started(workload)) => workload,
+        first => {
+            let _ = wait_for(pid, None);
+            let why = match first {
+                Some(Report::ExecFailed(e)) => std::io::Error::from_raw_os_error(e).to_string(),
+                _ => "the spawner ended before it could start it".into(),
+            };
+            return Ok(Launch::NotStarted(format!(
+                "could not start {}: {why}",
+                spec.program.display()
+            )));
+        }
+    };
+    let (tx, exits) = mpsc::channel::<Exit>();
+    std::thread::Builder::new()
+        .name("memtrial-wait4".into())
+        .spawn(move || {
+            if let Some(e) = wait_for(pid, Some(reports)) {
+                let _ = tx.send(e);
+            }
+        })
+        .map_err(BackendError::Thread)?;
+    Ok(Launch::Started(Box::new(LocalRun {
+        spawner: pid,
+        workload,
+        started,
+        exits,
+        cgroup,
+    })))
 }
 
 /// A pipe for the spawner's reports: (read end, write end), both close-on-exec.

@@ -4,10 +4,12 @@
 //! [`RunHandle`]: how to find the run's processes, how to signal them, the root's exit
 //! with its resource usage, and the probes only the backend can offer (its cgroup).
 //! [`local::LocalBackend`] forks and execs into a fresh cgroup on this machine;
-//! [`fake::FakeBackend`] plays a scripted run so the orchestration and the status
-//! decision are tested without root or a real process. A backend for a container that
-//! already has its limits (a Kubernetes pod) plugs in here.
+//! [`container::ContainerBackend`] starts the workload the same way inside a container
+//! that already has its limits (a Kubernetes pod), creating no cgroup and recording the
+//! container's limits as the run's; [`fake::FakeBackend`] plays a scripted run so the
+//! orchestration and the status decision are tested without root or a real process.
 
+pub mod container;
 pub mod fake;
 pub mod helper;
 pub mod local;

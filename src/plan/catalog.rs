@@ -176,6 +176,8 @@ pub struct LibraryLocator {
     cache: Vec<(String, PathBuf)>,
     /// Directories searched after the cache.
     dirs: Vec<PathBuf>,
+    /// A directory searched before the cache.
+    first: Option<PathBuf>,
 }
 
 const SEARCH_DIRS: &[&str] = &[
@@ -206,6 +208,7 @@ impl LibraryLocator {
         LibraryLocator {
             cache,
             dirs: SEARCH_DIRS.iter().map(PathBuf::from).collect(),
+            first: None,
         }
     }
 
@@ -214,11 +217,29 @@ impl LibraryLocator {
         LibraryLocator {
             cache: Vec::new(),
             dirs,
+            first: None,
         }
+    }
+
+    /// Looks in `dir` before anywhere else (`MEMTRIAL_LIB_DIR` in a pod: the catalog's
+    /// libraries copied there by `memtrial kube`'s init container).
+    pub fn preferring(mut self, dir: PathBuf) -> Self {
+        self.first = Some(dir);
+        self
     }
 
     /// The path of the allocator library, if installed.
     pub fn locate(&self, lib: LibAllocator) -> Option<PathBuf> {
+        if let Some(dir) = &self.first {
+            if let Some(p) = lib
+                .sonames()
+                .iter()
+                .map(|s| dir.join(s))
+                .find(|p| p.exists())
+            {
+                return Some(p);
+            }
+        }
         for soname in lib.sonames() {
             if let Some((_, p)) = self
                 .cache
@@ -276,6 +297,30 @@ pub fn parse_ldconfig_cache(text: &str) -> Vec<(String, PathBuf)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_preferred_directory_is_searched_first() {
+        let first = tempfile::tempdir().unwrap();
+        let later = tempfile::tempdir().unwrap();
+        std::fs::write(later.path().join("libjemalloc.so.2"), b"").unwrap();
+        let l = LibraryLocator::in_dirs(vec![later.path().to_path_buf()]);
+        assert_eq!(
+            l.locate(LibAllocator::Jemalloc),
+            Some(later.path().join("libjemalloc.so.2"))
+        );
+        // A library the preferred directory lacks is still found elsewhere.
+        let l = l.preferring(first.path().to_path_buf());
+        assert_eq!(
+            l.locate(LibAllocator::Jemalloc),
+            Some(later.path().join("libjemalloc.so.2"))
+        );
+        std::fs::write(first.path().join("libjemalloc.so.2"), b"").unwrap();
+        assert_eq!(
+            l.locate(LibAllocator::Jemalloc),
+            Some(first.path().join("libjemalloc.so.2"))
+        );
+        assert_eq!(l.locate(LibAllocator::Mimalloc), None);
+    }
 
     #[test]
     fn parses_ldconfig_lines() {

@@ -9,6 +9,7 @@ mod import;
 mod inside;
 mod inspect;
 mod jvm_probe;
+mod kube;
 mod load;
 mod output;
 mod program_variants;

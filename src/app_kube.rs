@@ -1,0 +1,387 @@
+//! The command-line edge of the Kubernetes flow: `memtrial run --in-container` (one slot
+//! of a plan in the container memtrial is in), `memtrial kube` (the Job) and
+//! `memtrial kube collect` (the records back from the pods' logs).
+
+use std::path::Path;
+
+use anyhow::{bail, Context, Result};
+
+use crate::app::{self, Outcome, Ui};
+use crate::cli::RunArgs;
+use memtrial::backend::container::{own_limits, ContainerBackend};
+use memtrial::linux::host::HostInfo;
+use memtrial::plan::build_plan;
+use memtrial::plan::catalog::LibraryLocator;
+use memtrial::record::RunStatus;
+use memtrial::report::{ExportType, Report};
+use memtrial::runner::{run_experiment, Start};
+use memtrial::schedule::schedule;
+use memtrial::store::Store;
+
+/// Where a run's limits would come from, refused in a container.
+const LIMIT_FLAGS: [(&str, &str); 4] = [
+    ("--memory-limit", "memory_limit"),
+    ("--cpus", "cpus"),
+    ("--cpuset", "cpuset"),
+    ("--pids-limit", "pids_limit"),
+];
+
+/// The limit flags and plan keys given, as (flag, plan key, value).
+fn limits_given(input: &memtrial::plan::PlanInput) -> Vec<(&'static str, &'static str, String)> {
+    let values = [
+        input.memory_limit.clone(),
+        input.cpus.clone(),
+        input.cpuset.clone(),
+        input.pids_limit.map(|p| p.to_string()),
+    ];
+    LIMIT_FLAGS
+        .iter()
+        .zip(values)
+        .filter_map(|((flag, key), v)| Some((*flag, *key, v?)))
+        .collect()
+}
+
+/// `memtrial run --in-container --index N`: runs slot N of the plan's schedule here,
+/// under the container's own limits, and prints the record as one `memtrial-record:` line.
+pub fn in_container_cmd(db: &Path, args: &RunArgs, index: u32, ui: &Ui) -> Result<Outcome> {
+    app::check_outputs(&args.output)?;
+    let input = app::run_input(args)?;
+    // A limit given as a flag is named as a flag; one from the plan file by its key.
+    let flags = memtrial::plan::PlanInput {
+        memory_limit: args.memory_limit.clone(),
+        cpus: args.cpus.clone(),
+        cpuset: args.cpuset.clone(),
+        pids_limit: args.pids_limit,
+        ..Default::default()
+    };
+    if let Some((flag, _, value)) = limits_given(&flags).first() {
+        bail!(
+            "{flag} {value}: not with --in-container: the container's own limits are the run's \
+             limits (set them in the pod's resources.limits, or with `memtrial kube --cpu/--memory`); \
+             drop {flag}"
+        );
+    }
+    if let Some((_, key, value)) = limits_given(&input).first() {
+        bail!(
+            "the plan sets {key} = {value:?}: not with --in-container: the container's own \
+             limits are the run's limits (set them in the pod's resources.limits, or with \
+             `memtrial kube --cpu/--memory`); remove {key} from the plan"
+        );
+    }
+    if input.seed.is_none() {
+        bail!(
+            "--in-container needs a fixed seed: every pod of a Job must compute the same \
+             schedule to know what slot --index {index} is (set seed = N in the plan, or --seed N)"
+        );
+    }
+    let container = own_limits();
+    let mut locator = LibraryLocator::new();
+    if let Some(dir) = std::env::var_os(memtrial::kube::LIB_DIR_ENV) {
+        locator = locator.preferring(dir.into());
+    }
+    let ctx = app::plan_context(&locator)?;
+    let built = build_plan(input, &ctx)?;
+    let mut plan = built.plan;
+    plan.limits = container.limits.clone();
+    let slots = schedule(plan.variants.len(), plan.warmup, plan.runs, plan.seed);
+    let Some(slot) = slots.get(index as usize).copied() else {
+        bail!(
+            "--index {index}: the plan's schedule has {} slots (0 to {}): {} variant(s) × ({} \
+             warm-up + {} measured) run(s); give an index in that range",
+            slots.len(),
+            slots.len().saturating_sub(1),
+            plan.variants.len(),
+            plan.warmup,
+            plan.runs
+        );
+    };
+    if let Some(s) = &plan.server {
+        app::fit_fd_limit(s.connections, s.threads, ui)?;
+    }
+    let mut notes = built.notes.clone();
+    for n in &notes {
+        ui.note(&format!("note: {n}"));
+    }
+    let variant = &plan.variants[slot.variant];
+    notes.push(format!(
+        "in-container: slot {index} of {} (variant {}, block {}{}); no cgroup made: the \
+         container's limits are the run's ({}; {} visible CPUs)",
+        slots.len(),
+        variant.name,
+        slot.block,
+        if slot.warmup { ", warm-up" } else { "" },
+        describe_limits(&plan.limits),
+        container.visible_cpus,
+    ));
+    if !container.sources.is_empty() {
+        notes.push(format!(
+            "in-container: limits read from {}",
+            container.sources.join("; ")
+        ));
+    }
+    for p in &container.problems {
+        notes.push(format!("in-container: could not read a limit: {p}"));
+    }
+    if let Some(node) = std::env::var(memtrial::kube::NODE_ENV)
+        .ok()
+        .filter(|n| !n.is_empty())
+    {
+        notes.push(format!("in-container: node {node}"));
+    }
+    for n in &notes[built.notes.len()..] {
+        ui.note(&format!("note: {n}"));
+    }
+    let mut store = Store::open(db)?;
+    let host = HostInfo::detect();
+    let stop = app::stop_flag()?;
+    let progress = app::Progress::new(&plan, ui);
+    let outcome = run_experiment(
+        &mut store,
+        &plan,
+        Start::Slot {
+            host: &host,
+            notes: &notes,
+            seq: index,
+        },
+        &ContainerBackend::new(plan.limits.clone()),
+        &stop,
+        &mut |ev| progress.event(ev),
+    )?;
+    progress.finish();
+    let exp = store.load(outcome.experiment)?;
+    let analysis = memtrial::analysis::analyse(&exp);
+    let rec = memtrial::analysis::recommend::recommend(&analysis);
+    let report = Report {
+        experiment: &exp,
+        analysis: &analysis,
+        recommendation: &rec,
+    };
+    // One run is no comparison: no table; the run's line was shown, and a failed run's
+    // stderr is. Standard output carries the record.
+    app::show_failures(&exp, ui);
+    for (format, target) in app::outputs(&args.output) {
+        ui.write_output(&target, &format.serialize(&report)?, format.flag())?;
+    }
+    let json = ExportType::Json.serialize(&report)?;
+    let line = memtrial::kube::record_line(&json).context("cannot make the record line")?;
+    ui.result(&line)?;
+    if outcome.interrupted || exp.runs.iter().any(|r| r.status == RunStatus::Interrupted) {
+        return Ok(Outcome::Interrupted);
+    }
+    // A run that failed, was OOM-killed or timed out is a result, recorded as such: the
+    // pod succeeds so that the Job does not run the slot again.
+    Ok(Outcome::Ok)
+}
+
+fn describe_limits(l: &memtrial::plan::Limits) -> String {
+    let mut parts = Vec::new();
+    match l.memory_max {
+        Some(m) => parts.push(format!(
+            "memory {}",
+            memtrial::units::format_bytes(m as f64)
+        )),
+        None => parts.push("no memory limit".into()),
+    }
+    match l.cpus {
+        Some(c) => parts.push(format!("{c} CPUs of quota")),
+        None => parts.push("no CPU quota".into()),
+    }
+    if let Some(s) = &l.cpuset {
+        parts.push(format!("cpuset {s}"));
+    }
+    if let Some(p) = l.pids_max {
+        parts.push(format!("{p} pids"));
+    }
+    parts.join(", ")
+}
+
+/// `memtrial kube …`: renders the Job, or collects its records.
+pub fn kube_cmd(args: &crate::cli::KubeArgs, ui: &Ui) -> Result<Outcome> {
+    let crate::cli::KubeArgs {
+        command,
+        plan,
+        image,
+        cpu,
+        memory,
+        parallelism,
+        name,
+        memtrial_image,
+    } = args;
+    if let Some(crate::cli::KubeCommand::Collect(c)) = command {
+        return collect_cmd(c, ui);
+    }
+    // clap requires these without a subcommand.
+    let (Some(plan), Some(image), Some(cpu), Some(memory)) = (plan, image, cpu, memory) else {
+        bail!("memtrial kube needs PLAN, --image, --cpu and --memory (see memtrial kube --help)");
+    };
+    use memtrial::kube::render::{self, KubeJob, Seed};
+    let text = std::fs::read_to_string(plan)
+        .with_context(|| format!("cannot read the plan {}", plan.display()))?;
+    let input = memtrial::plan::parse_plan_text(&text)
+        .map_err(|m| anyhow::anyhow!("plan {}: {m}", plan.display()))?;
+    if let Some((_, key, value)) = limits_given(&input).first() {
+        bail!(
+            "plan {}: it sets {key} = {value:?}: under memtrial kube the pod's --cpu and --memory \
+             are the limits (each pod records its container's); remove {key} from the plan",
+            plan.display()
+        );
+    }
+    let (variants, slots) =
+        render::plan_slots(&input).map_err(|e| anyhow::anyhow!("plan {}: {e}", plan.display()))?;
+    let name = match name {
+        Some(n) => n.clone(),
+        None => format!(
+            "memtrial-{}",
+            plan.file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        ),
+    };
+    if let Err(why) = memtrial::kube::dns1123_label(&name) {
+        let flag = if args.name.is_some() {
+            "--name"
+        } else {
+            "the Job's name (from the plan file's name; give --name)"
+        };
+        bail!("{flag} {name:?}: not a DNS-1123 label: {why}");
+    }
+    // The Job's pods are named NAME-INDEX-XXXXX; the ConfigMap NAME-plan.
+    if name.len() > 52 {
+        bail!(
+            "--name {name:?}: {} characters; at most 52, so that the ConfigMap ({name}-plan) and \
+             the pods' names (NAME-INDEX-XXXXX) stay within Kubernetes' 63",
+            name.len()
+        );
+    }
+    if !(1..=10_000).contains(parallelism) {
+        bail!("--parallelism {parallelism}: must be from 1 to 10000");
+    }
+    let seed = match input.seed {
+        Some(s) => {
+            memtrial::plan::settings::count("seed", s, memtrial::plan::settings::SEED)?;
+            Seed::InPlan(s)
+        }
+        None => {
+            let s = rand::random::<u64>() & ((1 << 53) - 1);
+            ui.note(&format!(
+                "note: the plan sets no seed: every pod gets --seed {s}, so that all compute the same schedule"
+            ));
+            Seed::Chosen(s)
+        }
+    };
+    if input.warmup.is_some_and(|w| w > 0) {
+        ui.note("note: the plan has warm-up runs: each is a slot of its own, in a pod of its own, and warms only that pod (and its node's page cache)");
+    }
+    let job = KubeJob {
+        name,
+        plan_text: text,
+        variants,
+        slots,
+        seed,
+        image: image.clone(),
+        memtrial_image: memtrial_image
+            .clone()
+            .unwrap_or_else(render::default_memtrial_image),
+        cpu: render::cpu_quantity(cpu)?,
+        memory: render::memory_quantity(memory)?,
+        parallelism: *parallelism,
+    };
+    if job.image.trim().is_empty() || job.memtrial_image.trim().is_empty() {
+        bail!("--image and --memtrial-image must name an image");
+    }
+    ui.result(&render::render(&job)?)?;
+    Ok(Outcome::Ok)
+}
+
+/// `memtrial kube collect NAME`: every index's record into --out, then the hand-over to
+/// the import.
+fn collect_cmd(args: &crate::cli::CollectArgs, ui: &Ui) -> Result<Outcome> {
+    use memtrial::kube::collect::{collect, IndexOutcome, KubectlProgram};
+    let crate::cli::CollectArgs {
+        name,
+        namespace,
+        kubectl,
+        out,
+    } = args;
+    if let Err(why) = memtrial::kube::dns1123_label(name) {
+        bail!("NAME {name:?}: not a Job's name: {why}");
+    }
+    let out = out
+        .clone()
+        .unwrap_or_else(|| std::path::PathBuf::from(format!("{name}-records")));
+    let k = KubectlProgram {
+        program: kubectl.clone(),
+        namespace: namespace.clone(),
+    };
+    let c = collect(&k, name, &out)?;
+    let mut missing = Vec::new();
+    for (index, o) in &c.indexes {
+        let line = match o {
+            IndexOutcome::Collected {
+                pod,
+                file,
+                run_status,
+            } => format!(
+                "index {index}: {run_status} (pod {pod}) → {}",
+                file.display()
+            ),
+            IndexOutcome::NoRecord { pod, why } => {
+                format!("index {index}: NO RECORD: pod {pod} succeeded but {why}")
+            }
+            IndexOutcome::Failed { pods } => format!(
+                "index {index}: FAILED: {}",
+                pods.iter()
+                    .map(|(p, r)| format!("{p} ({})", r.as_deref().unwrap_or("no reason given")))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            IndexOutcome::Unfinished { pod, phase } => {
+                format!("index {index}: NOT FINISHED: pod {pod} is {phase:?}")
+            }
+            IndexOutcome::Missing => format!("index {index}: MISSING: no pod of this index"),
+        };
+        if !matches!(o, IndexOutcome::Collected { .. }) {
+            missing.push(*index);
+        }
+        ui.note(&line);
+    }
+    let files = c.files();
+    ui.note(&format!(
+        "collected {} of {} record(s) of Job {name} into {}",
+        files.len(),
+        c.completions,
+        out.display()
+    ));
+    if !missing.is_empty() {
+        ui.note(&format!(
+            "not collected: index(es) {} (see `kubectl describe job {name}` and `kubectl logs` of their pods; run collect again when they are done)",
+            missing
+                .iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    hand_over(&out, name, &files, ui)?;
+    Ok(if c.complete() {
+        Outcome::Ok
+    } else {
+        Outcome::RunsFailed
+    })
+}
+
+/// The collected records go to the import. The import (schema check, joining by plan
+/// fingerprint, dedup) is not on this branch yet: until it is, the command that imports
+/// them is printed on standard output.
+fn hand_over(out: &Path, name: &str, files: &[std::path::PathBuf], ui: &Ui) -> Result<()> {
+    if files.is_empty() {
+        return Ok(());
+    }
+    // The name is a DNS-1123 label: nothing in it needs quoting, and the glob stays one.
+    ui.note("import them into the store with:");
+    ui.result(&format!(
+        "memtrial import {}/{name}-*.json\n",
+        memtrial::report::escape::shell_word(&out.display().to_string())
+    ))?;
+    Ok(())
+}

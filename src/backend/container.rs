@@ -1,0 +1,226 @@
+//! The in-container backend: memtrial runs inside the container whose limits are to be
+//! measured (a Kubernetes pod), where it may not create cgroups and must not change the
+//! limits it lives under.
+//!
+//! The workload starts through the spawner exactly as [`super::local`] starts it, but in
+//! no cgroup of its own: it shares memtrial's container. Its processes are memtrial's
+//! descendants (memtrial is a child subreaper, so orphans stay among them; the spawner
+//! and hooks are hidden). The run's limits are the container's own, read once from its
+//! cgroup files ([`own_limits`]) and recorded as the plan's [`Limits`]; nothing is written.
+//! The container's cgroup figures (its peak, its OOM-kill count) also count memtrial
+//! itself and whatever ran before, so no cgroup probe is offered: an OOM-killed workload
+//! shows as killed by SIGKILL.
+
+use std::path::Path;
+
+use super::{Backend, BackendError, Launch, LaunchSpec};
+use crate::inspect::container::{
+    group_dir, parse_limit, parse_mountinfo, parse_proc_cgroup, read_container, Container,
+};
+use crate::linux::cgroup::Limits;
+
+/// The limits of the container memtrial runs in, as its cgroup files state them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ContainerLimits {
+    /// What the runs are recorded with: memory limit, CPU quota, a cpuset that leaves
+    /// out some online CPUs, the pids limit.
+    pub limits: Limits,
+    /// The CPUs the container sees (online CPUs: a quota does not hide any).
+    pub visible_cpus: u32,
+    /// Where each figure came from (the cgroup file's directory), for the record's notes.
+    pub sources: Vec<String>,
+    /// Files that could not be read or parsed.
+    pub problems: Vec<String>,
+}
+
+/// Reads the limits of the container this process is in: `/proc/self/cgroup`, the
+/// mounts of `/proc/self/mountinfo` and the group's limit files (v1 and v2).
+pub fn own_limits() -> ContainerLimits {
+    let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
+    let cgroup_text = read("/proc/self/cgroup");
+    let status_text = read("/proc/self/status");
+    let mountinfo = read("/proc/self/mountinfo");
+    let online = crate::linux::host::online_cpus();
+    let c = read_container(
+        std::process::id() as i32,
+        &cgroup_text,
+        &status_text,
+        online,
+    );
+    limits_of(&c, &cgroup_text, &mountinfo, online, &|p| {
+        std::fs::read_to_string(p).ok()
+    })
+}
+
+/// The container's limits from what [`read_container`] found, plus the pids limit
+/// (`pids.max`, read through `read_file`).
+pub fn limits_of(
+    c: &Container,
+    cgroup_text: &str,
+    mountinfo: &str,
+    online_cpus: u32,
+    read_file: &dyn Fn(&Path) -> Option<String>,
+) -> ContainerLimits {
+    let mut sources = Vec::new();
+    let mut problems = c.notes.clone();
+    if let Some(m) = &c.memory {
+        sources.push(format!(
+            "memory: {} (cgroup {})",
+            m.path,
+            version(m.version)
+        ));
+    }
+    if let Some(q) = &c.cpu {
+        sources.push(format!("cpu: {} (cgroup {})", q.path, version(q.version)));
+    }
+    // A cpuset is a limit only when it leaves out some of the online CPUs.
+    let cpuset = c
+        .cpuset
+        .as_ref()
+        .filter(|s| s.count < online_cpus)
+        .map(|s| s.cpus.clone());
+    let pids_max = parse_proc_cgroup(cgroup_text).ok().and_then(|lines| {
+        let mounts = parse_mountinfo(mountinfo);
+        let (_, path, dir) = group_dir(&lines, &mounts, "pids")?;
+        let text = read_file(&dir.join("pids.max"))?;
+        match parse_limit(&text) {
+            Ok(l) => {
+                sources.push(format!("pids: {path}"));
+                l
+            }
+            Err(e) => {
+                problems.push(e.to_string());
+                None
+            }
+        }
+    });
+    ContainerLimits {
+        limits: Limits {
+            memory_max: c.memory_limit_bytes,
+            cpus: c.cpu_quota_cpus,
+            cpuset,
+            pids_max,
+        },
+        visible_cpus: c.visible_cpus,
+        sources,
+        problems,
+    }
+}
+
+fn version(v: crate::inspect::container::Version) -> &'static str {
+    match v {
+        crate::inspect::container::Version::V1 => "v1",
+        crate::inspect::container::Version::V2 => "v2",
+    }
+}
+
+/// Starts workloads in the container memtrial is in, under its limits.
+#[derive(Debug, Clone)]
+pub struct ContainerBackend {
+    limits: Limits,
+}
+
+impl ContainerBackend {
+    /// A backend for the container whose limits are `limits` (see [`own_limits`]).
+    pub fn new(limits: Limits) -> ContainerBackend {
+        ContainerBackend { limits }
+    }
+
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+}
+
+impl Backend for ContainerBackend {
+    fn launch(&self, spec: LaunchSpec) -> Result<Launch, BackendError> {
+        // The plan records the container's limits; a plan with other limits would be
+        // recorded as something that was not so.
+        if spec.limits != self.limits {
+            return Ok(Launch::NotStarted(format!(
+                "the run's limits ({:?}) are not the container's ({:?}): in a container the \
+                 container's own limits are the run's",
+                spec.limits, self.limits
+            )));
+        }
+        super::local::start(spec, None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CGROUP_V1: &str = "9:name=systemd:/\n8:pids:/kubepods/pod1/c1\n4:memory:/kubepods/pod1/c1\n3:cpuset:/kubepods/pod1/c1\n1:cpu,cpuacct:/kubepods/pod1/c1\n0::/\n";
+    // Inside a pod the hierarchies are mounted with the container's group as their root.
+    const MOUNTINFO_V1: &str = "\
+32 31 0:29 /kubepods/pod1/c1 /sys/fs/cgroup/cpu,cpuacct ro,relatime - cgroup cgroup rw,cpu,cpuacct
+34 31 0:31 /kubepods/pod1/c1 /sys/fs/cgroup/cpuset ro,relatime - cgroup cgroup rw,cpuset
+35 31 0:32 /kubepods/pod1/c1 /sys/fs/cgroup/memory ro,relatime - cgroup cgroup rw,memory
+36 31 0:33 /kubepods/pod1/c1 /sys/fs/cgroup/pids ro,relatime - cgroup cgroup rw,pids
+";
+
+    fn container(memory: Option<u64>, cpus: Option<f64>, cpuset: Option<(&str, u32)>) -> Container {
+        use crate::inspect::container::{CpusetGroup, Version};
+        Container {
+            memory_limit_bytes: memory,
+            memory_usage_bytes: None,
+            cpu_quota_cpus: cpus,
+            visible_cpus: 8,
+            memory: None,
+            cpu: None,
+            cpuset: cpuset.map(|(cpus, count)| CpusetGroup {
+                version: Version::V1,
+                path: "/kubepods/pod1/c1".into(),
+                cpus: cpus.into(),
+                count,
+            }),
+            cpus_allowed: None,
+            cpus_allowed_count: None,
+            own_pid_namespace: Some(false),
+            notes: vec![],
+        }
+    }
+
+    #[test]
+    fn limits_come_from_the_containers_group() {
+        let c = container(Some(8 << 30), Some(2.0), Some(("0-7", 8)));
+        let files = |p: &Path| {
+            (p == Path::new("/sys/fs/cgroup/pids/pids.max")).then(|| "512\n".to_string())
+        };
+        let l = limits_of(&c, CGROUP_V1, MOUNTINFO_V1, 8, &files);
+        assert_eq!(
+            l.limits,
+            Limits {
+                memory_max: Some(8 << 30),
+                cpus: Some(2.0),
+                // Every online CPU: not a limit.
+                cpuset: None,
+                pids_max: Some(512),
+            }
+        );
+        assert!(l.problems.is_empty(), "{:?}", l.problems);
+    }
+
+    #[test]
+    fn a_cpuset_that_leaves_cpus_out_is_a_limit() {
+        let c = container(None, None, Some(("2-3", 2)));
+        let l = limits_of(&c, CGROUP_V1, MOUNTINFO_V1, 8, &|p: &Path| {
+            (p == Path::new("/sys/fs/cgroup/pids/pids.max")).then(|| "max\n".to_string())
+        });
+        assert_eq!(l.limits.cpuset.as_deref(), Some("2-3"));
+        assert_eq!(l.limits.pids_max, None);
+        assert_eq!(l.limits.memory_max, None);
+    }
+
+    #[test]
+    fn an_unreadable_pids_limit_is_a_problem_not_a_panic() {
+        let c = container(None, None, None);
+        let l = limits_of(&c, CGROUP_V1, MOUNTINFO_V1, 8, &|_: &Path| {
+            Some("lots".to_string())
+        });
+        assert_eq!(l.limits.pids_max, None);
+        assert_eq!(l.problems.len(), 1, "{:?}", l.problems);
+        let none = limits_of(&c, "garbage", "", 8, &|_: &Path| None);
+        assert_eq!(none.limits, Limits::default());
+    }
+}
