@@ -89,7 +89,7 @@ pub fn dispatch(cli: Cli) -> Result<Outcome> {
         Command::Inspect(args) => inspect_cmd(args, &ui),
         Command::Load(args) => load_cmd(args, &ui),
         Command::Exporter(args) => exporter_cmd(args, &ui),
-        Command::Kube(args) => crate::app_kube::kube_cmd(args, &ui),
+        Command::Kube(args) => crate::app_kube::kube_cmd(&cli.db, args, &ui),
     }
 }
 
@@ -737,6 +737,12 @@ fn report_cmd(db: &Path, args: &ReportArgs, ui: &Ui) -> Result<Outcome> {
 /// `memtrial import FILE…`: every record, or none, into the store.
 fn import_cmd(db: &Path, args: &ImportArgs, ui: &Ui) -> Result<Outcome> {
     let ImportArgs { files } = args;
+    import_files(db, files, ui)
+}
+
+/// Imports the records in `files` into `db` in one transaction (all or none) and says what
+/// each joined or created: `memtrial import` and `memtrial kube collect`.
+pub(crate) fn import_files(db: &Path, files: &[PathBuf], ui: &Ui) -> Result<Outcome> {
     let mut records = Vec::new();
     for f in files {
         let text = std::fs::read_to_string(f).with_context(|| {

@@ -196,7 +196,7 @@ fn describe_limits(l: &memtrial::plan::Limits) -> String {
 }
 
 /// `memtrial kube …`: renders the Job, or collects its records.
-pub fn kube_cmd(args: &crate::cli::KubeArgs, ui: &Ui) -> Result<Outcome> {
+pub fn kube_cmd(db: &Path, args: &crate::cli::KubeArgs, ui: &Ui) -> Result<Outcome> {
     let crate::cli::KubeArgs {
         command,
         plan,
@@ -208,7 +208,7 @@ pub fn kube_cmd(args: &crate::cli::KubeArgs, ui: &Ui) -> Result<Outcome> {
         memtrial_image,
     } = args;
     if let Some(crate::cli::KubeCommand::Collect(c)) = command {
-        return collect_cmd(c, ui);
+        return collect_cmd(db, c, ui);
     }
     // clap requires these without a subcommand.
     let (Some(plan), Some(image), Some(cpu), Some(memory)) = (plan, image, cpu, memory) else {
@@ -295,7 +295,7 @@ pub fn kube_cmd(args: &crate::cli::KubeArgs, ui: &Ui) -> Result<Outcome> {
 
 /// `memtrial kube collect NAME`: every index's record into --out, then the hand-over to
 /// the import.
-fn collect_cmd(args: &crate::cli::CollectArgs, ui: &Ui) -> Result<Outcome> {
+fn collect_cmd(db: &Path, args: &crate::cli::CollectArgs, ui: &Ui) -> Result<Outcome> {
     use memtrial::kube::collect::{collect, IndexOutcome, KubectlProgram};
     let crate::cli::CollectArgs {
         name,
@@ -362,7 +362,7 @@ fn collect_cmd(args: &crate::cli::CollectArgs, ui: &Ui) -> Result<Outcome> {
                 .join(", ")
         ));
     }
-    hand_over(&out, name, &files, ui)?;
+    hand_over(db, &files, ui)?;
     Ok(if c.complete() {
         Outcome::Ok
     } else {
@@ -370,18 +370,12 @@ fn collect_cmd(args: &crate::cli::CollectArgs, ui: &Ui) -> Result<Outcome> {
     })
 }
 
-/// The collected records go to the import. The import (schema check, joining by plan
-/// fingerprint, dedup) is not on this branch yet: until it is, the command that imports
-/// them is printed on standard output.
-fn hand_over(out: &Path, name: &str, files: &[std::path::PathBuf], ui: &Ui) -> Result<()> {
+/// The collected records go to the import (schema check, joining by plan fingerprint, each
+/// run once): what is collected now is imported now, and a later collect adds the rest.
+fn hand_over(db: &Path, files: &[std::path::PathBuf], ui: &Ui) -> Result<()> {
     if files.is_empty() {
         return Ok(());
     }
-    // The name is a DNS-1123 label: nothing in it needs quoting, and the glob stays one.
-    ui.note("import them into the store with:");
-    ui.result(&format!(
-        "memtrial import {}/{name}-*.json\n",
-        memtrial::report::escape::shell_word(&out.display().to_string())
-    ))?;
+    crate::app::import_files(db, files, ui)?;
     Ok(())
 }

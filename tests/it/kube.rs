@@ -274,7 +274,7 @@ fn in_container_records_the_containers_limits_and_changes_nothing() {
     for variant in ["jemalloc", "arena2", "glibc"] {
         let (_, log) = &logs[slot_of(variant)];
         let doc = memtrial::kube::find_record(log).expect("a record in the log");
-        validate_schema(&doc, "experiment-v2.schema.json");
+        validate_schema(&doc, "experiment-v3.schema.json");
         let limits = &doc["experiment"]["limits"];
         assert_eq!(limits["memory_max"], MEMORY_LIMIT, "{log}");
         assert_eq!(
@@ -648,6 +648,7 @@ fn collect_gathers_one_record_per_index_and_says_what_is_missing() {
         bin.display(),
         std::env::var("PATH").unwrap_or_default()
     );
+    let db = dir.path().join("collected.db");
     let collect = |out: &Path| {
         Command::new(memtrial())
             .args([
@@ -659,6 +660,8 @@ fn collect_gathers_one_record_per_index_and_says_what_is_missing() {
                 "--out",
             ])
             .arg(out)
+            .arg("--db")
+            .arg(&db)
             .env("PATH", &path)
             .env("NO_COLOR", "1")
             .output()
@@ -677,17 +680,37 @@ fn collect_gathers_one_record_per_index_and_says_what_is_missing() {
             serde_json::from_str(&std::fs::read_to_string(&file).expect("a record per index"))
                 .expect("JSON");
         assert_eq!(saved, memtrial::kube::find_record(log).expect("record"));
-        validate_schema(&saved, "experiment-v2.schema.json");
+        validate_schema(&saved, "experiment-v3.schema.json");
         limits.push(saved["experiment"]["limits"].clone());
     }
     // All pods of one Job record the same limits.
     assert!(limits.windows(2).all(|w| w[0] == w[1]), "{limits:?}");
     assert!(err.contains("collected 3 of 3 record(s)"), "{err}");
+    // The records were imported: the pods' slots of one plan join one experiment.
     let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(stdout.matches(": new experiment 1 ").count(), 1, "{stdout}");
     assert_eq!(
-        stdout.trim(),
-        format!("memtrial import {}/web-trial-*.json", out_dir.display())
+        stdout.matches(": joined experiment 1 ").count(),
+        2,
+        "{stdout}"
     );
+    assert_eq!(
+        stdout.matches("1 new run(s), 0 already present").count(),
+        3,
+        "{stdout}"
+    );
+    let list = Command::new(memtrial())
+        .args(["list", "--db"])
+        .arg(&db)
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("run memtrial list");
+    let listed = String::from_utf8_lossy(&list.stdout);
+    assert!(
+        listed.contains("│ 1 ") && !listed.contains("│ 2 "),
+        "{listed}"
+    );
+    assert!(listed.contains("3/"), "{listed}");
     let asked = std::fs::read_to_string(dir.path().join("asked")).expect("kubectl was asked");
     assert!(
         asked.contains("--namespace perf get pods -l job-name=web-trial -o json"),
@@ -716,6 +739,13 @@ fn collect_gathers_one_record_per_index_and_says_what_is_missing() {
     assert!(err.contains("index 4: MISSING"), "{err}");
     assert!(err.contains("collected 3 of 5 record(s)"), "{err}");
     assert!(err.contains("not collected: index(es) 3, 4"), "{err}");
+    // What was collected again is in the store already: nothing is added twice.
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        stdout.matches("0 new run(s), 1 already present").count(),
+        3,
+        "{stdout}"
+    );
 
     // kubectl itself failing is memtrial's error, with kubectl's words.
     let out = Command::new(memtrial())
