@@ -14,10 +14,10 @@
 use std::path::Path;
 
 use super::{Backend, BackendError, Launch, LaunchSpec};
-use crate::inspect::container::{
+use crate::linux::cgroup::Limits;
+use crate::linux::container::{
     group_dir, parse_limit, parse_mountinfo, parse_proc_cgroup, read_container, Container,
 };
-use crate::linux::cgroup::Limits;
 
 /// The limits of the container memtrial runs in, as its cgroup files state them.
 #[derive(Debug, Clone, PartialEq)]
@@ -107,10 +107,10 @@ pub fn limits_of(
     }
 }
 
-fn version(v: crate::inspect::container::Version) -> &'static str {
+fn version(v: crate::linux::container::Version) -> &'static str {
     match v {
-        crate::inspect::container::Version::V1 => "v1",
-        crate::inspect::container::Version::V2 => "v2",
+        crate::linux::container::Version::V1 => "v1",
+        crate::linux::container::Version::V2 => "v2",
     }
 }
 
@@ -160,7 +160,7 @@ mod tests {
 ";
 
     fn container(memory: Option<u64>, cpus: Option<f64>, cpuset: Option<(&str, u32)>) -> Container {
-        use crate::inspect::container::{CpusetGroup, Version};
+        use crate::linux::container::{CpusetGroup, Version};
         Container {
             memory_limit_bytes: memory,
             memory_usage_bytes: None,

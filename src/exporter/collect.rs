@@ -16,8 +16,9 @@ use super::figures::{
     AllocatorLabel, ArenaFigures, ExporterFigures, ProbeFigures, ProcessFigures, Snapshot,
     Unreadable,
 };
-use crate::inspect::{arenas, container};
+use crate::inspect::arenas;
 use crate::linux::allocator::{detect_allocator, linked_allocators, needed_of_file};
+use crate::linux::container;
 use crate::linux::elf;
 use crate::linux::maps;
 use crate::linux::proc::{self, ProcError};

@@ -72,7 +72,7 @@ pub fn advise(ins: &Inspection) -> Vec<Advice> {
 /// What the process can use of the CPUs, as the rules about arenas need it.
 struct CpuView {
     /// The cgroup's CPU quota and the cgroup's path, when there is one.
-    quota: Option<(super::container::CpuQuota, String)>,
+    quota: Option<(crate::linux::container::CpuQuota, String)>,
     /// CPUs usable: online, quota, cpuset and affinity.
     usable: f64,
     /// CPUs in the affinity mask: what jemalloc sizes its default arena count from.
@@ -306,8 +306,8 @@ fn growth_advice(ins: &Inspection, out: &mut Vec<Advice>) {
 mod tests {
     use super::*;
     use crate::inspect::arenas::Method;
-    use crate::inspect::container::{Container, CpuGroup, CpuQuota, MemoryGroup, Version};
     use crate::inspect::{Allocator, Arenas, Host, Memory, Process};
+    use crate::linux::container::{Container, CpuGroup, CpuQuota, MemoryGroup, Version};
 
     fn base() -> Inspection {
         Inspection {

@@ -5,10 +5,10 @@
 
 use super::arenas::{LimitSource, Method};
 use super::classify::{self, Kind};
-use super::container::{Container, CpuGroup, CpuQuota, CpusetGroup, MemoryGroup, Version};
 use super::glibc::{GlibcVersion, VersionSource};
 use super::procs::{Member, RankBy, Top, TopEntry, Tree};
 use super::*;
+use crate::linux::container::{Container, CpuGroup, CpuQuota, CpusetGroup, MemoryGroup, Version};
 
 const SMAPS: &str = include_str!("../../tests/fixtures/inspect/arenas20.smaps");
 

@@ -15,7 +15,7 @@
 pub mod advice;
 pub mod arenas;
 pub mod classify;
-pub mod container;
+pub use crate::linux::container;
 #[cfg(test)]
 mod fixture;
 pub mod glibc;

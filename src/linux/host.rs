@@ -53,7 +53,7 @@ impl HostLimits {
     pub fn detect() -> HostLimits {
         let cgroup = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
         let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-        let c = crate::inspect::container::read_container(
+        let c = crate::linux::container::read_container(
             std::process::id() as i32,
             &cgroup,
             &status,

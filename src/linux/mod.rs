@@ -2,6 +2,7 @@
 
 pub mod allocator;
 pub mod cgroup;
+pub mod container;
 pub mod elf;
 pub mod host;
 pub mod ldso;

@@ -310,7 +310,7 @@ proptest! {
         let _ = proc::parse_smaps_rollup(&t);
         let _ = proc::parse_environ(&input);
         let _ = proc::parse_loadavg_last_pid(&t);
-        let _ = memtrial::inspect::container::status_cpus_allowed(&t);
+        let _ = memtrial::linux::container::status_cpus_allowed(&t);
     }
 
     #[test]
@@ -342,7 +342,7 @@ proptest! {
         b"0-1,3,8-11\n".to_vec(),
         b"9223372036854771712\n".to_vec(),
     ])) {
-        use memtrial::inspect::container as c;
+        use memtrial::linux::container as c;
         use memtrial::linux::cgroup;
         let t = lossy(&input);
         let _ = cgroup::parse_mountinfo(&t);
@@ -384,7 +384,7 @@ proptest! {
 fn huge_cpu_ranges_are_refused_not_allocated() {
     let e = memtrial::linux::cgroup::parse_cpu_list("0-4294967295").unwrap_err();
     assert!(e.contains("4294967295"), "{e}");
-    assert!(memtrial::inspect::container::cpu_list_count("0-4294967295,1-4294967295").is_err());
+    assert!(memtrial::linux::container::cpu_list_count("0-4294967295,1-4294967295").is_err());
 }
 
 /// The seeds directory exists and is committed with the tests.
