@@ -46,34 +46,7 @@ fn limits_given(input: &memtrial::plan::PlanInput) -> Vec<(&'static str, &'stati
 pub fn in_container_cmd(db: &Path, args: &RunArgs, index: u32, ui: &Ui) -> Result<Outcome> {
     app::check_outputs(&args.output)?;
     let input = app::run_input(args)?;
-    // A limit given as a flag is named as a flag; one from the plan file by its key.
-    let flags = memtrial::plan::PlanInput {
-        memory_limit: args.memory_limit.clone(),
-        cpus: args.cpus.clone(),
-        cpuset: args.cpuset.clone(),
-        pids_limit: args.pids_limit,
-        ..Default::default()
-    };
-    if let Some((flag, _, value)) = limits_given(&flags).first() {
-        bail!(
-            "{flag} {value}: not with --in-container: the container's own limits are the run's \
-             limits (set them in the pod's resources.limits, or with `memtrial kube --cpu/--memory`); \
-             drop {flag}"
-        );
-    }
-    if let Some((_, key, value)) = limits_given(&input).first() {
-        bail!(
-            "the plan sets {key} = {value:?}: not with --in-container: the container's own \
-             limits are the run's limits (set them in the pod's resources.limits, or with \
-             `memtrial kube --cpu/--memory`); remove {key} from the plan"
-        );
-    }
-    if input.seed.is_none() {
-        bail!(
-            "--in-container needs a fixed seed: every pod of a Job must compute the same \
-             schedule to know what slot --index {index} is (set seed = N in the plan, or --seed N)"
-        );
-    }
+    refuse_what_the_container_decides(args, &input, index)?;
     let container = own_limits();
     let mut locator = LibraryLocator::new();
     if let Some(dir) = std::env::var_os(memtrial::kube::LIB_DIR_ENV) {
@@ -102,32 +75,7 @@ pub fn in_container_cmd(db: &Path, args: &RunArgs, index: u32, ui: &Ui) -> Resul
     for n in &notes {
         ui.note(&format!("note: {n}"));
     }
-    let variant = &plan.variants[slot.variant];
-    notes.push(format!(
-        "in-container: slot {index} of {} (variant {}, block {}{}); no cgroup made: the \
-         container's limits are the run's ({}; {} visible CPUs)",
-        slots.len(),
-        variant.name,
-        slot.block,
-        if slot.warmup { ", warm-up" } else { "" },
-        describe_limits(&plan.limits),
-        container.visible_cpus,
-    ));
-    if !container.sources.is_empty() {
-        notes.push(format!(
-            "in-container: limits read from {}",
-            container.sources.join("; ")
-        ));
-    }
-    for p in &container.problems {
-        notes.push(format!("in-container: could not read a limit: {p}"));
-    }
-    if let Some(node) = std::env::var(memtrial::kube::NODE_ENV)
-        .ok()
-        .filter(|n| !n.is_empty())
-    {
-        notes.push(format!("in-container: node {node}"));
-    }
+    notes.extend(slot_notes(&plan, slot, index, slots.len(), &container));
     for n in &notes[built.notes.len()..] {
         ui.note(&format!("note: {n}"));
     }
@@ -149,28 +97,115 @@ pub fn in_container_cmd(db: &Path, args: &RunArgs, index: u32, ui: &Ui) -> Resul
     )?;
     progress.finish();
     let exp = store.load(outcome.experiment)?;
-    let analysis = memtrial::analysis::analyse(&exp);
-    let rec = memtrial::analysis::recommend::recommend(&analysis);
-    let report = Report {
-        experiment: &exp,
-        analysis: &analysis,
-        recommendation: &rec,
-    };
-    // One run is no comparison: no table; the run's line was shown, and a failed run's
-    // stderr is. Standard output carries the record.
-    app::show_failures(&exp, ui);
-    for (format, target) in app::outputs(&args.output) {
-        ui.write_output(&target, &format.serialize(&report)?, format.flag())?;
-    }
-    let json = ExportType::Json.serialize(&report)?;
-    let line = memtrial::kube::record_line(&json).context("cannot make the record line")?;
-    ui.result(&line)?;
+    print_record(&exp, &args.output, ui)?;
     if outcome.interrupted || exp.runs.iter().any(|r| r.status == RunStatus::Interrupted) {
         return Ok(Outcome::Interrupted);
     }
     // A run that failed, was OOM-killed or timed out is a result, recorded as such: the
     // pod succeeds so that the Job does not run the slot again.
     Ok(Outcome::Ok)
+}
+
+/// What the container decides is not the user's to set in-container: limits (as flags or
+/// plan keys) are refused; the seed must be fixed so every pod computes the same schedule.
+fn refuse_what_the_container_decides(
+    args: &RunArgs,
+    input: &memtrial::plan::PlanInput,
+    index: u32,
+) -> Result<()> {
+    // A limit given as a flag is named as a flag; one from the plan file by its key.
+    let flags = memtrial::plan::PlanInput {
+        memory_limit: args.memory_limit.clone(),
+        cpus: args.cpus.clone(),
+        cpuset: args.cpuset.clone(),
+        pids_limit: args.pids_limit,
+        ..Default::default()
+    };
+    if let Some((flag, _, value)) = limits_given(&flags).first() {
+        bail!(
+            "{flag} {value}: not with --in-container: the container's own limits are the run's \
+             limits (set them in the pod's resources.limits, or with `memtrial kube --cpu/--memory`); \
+             drop {flag}"
+        );
+    }
+    if let Some((_, key, value)) = limits_given(input).first() {
+        bail!(
+            "the plan sets {key} = {value:?}: not with --in-container: the container's own \
+             limits are the run's limits (set them in the pod's resources.limits, or with \
+             `memtrial kube --cpu/--memory`); remove {key} from the plan"
+        );
+    }
+    if input.seed.is_none() {
+        bail!(
+            "--in-container needs a fixed seed: every pod of a Job must compute the same \
+             schedule to know what slot --index {index} is (set seed = N in the plan, or --seed N)"
+        );
+    }
+    Ok(())
+}
+
+/// What the record notes about this pod: which slot, the container's limits and where
+/// they were read, what could not be read, and the node.
+fn slot_notes(
+    plan: &memtrial::plan::Plan,
+    slot: memtrial::schedule::Slot,
+    index: u32,
+    slots: usize,
+    container: &memtrial::backend::container::ContainerLimits,
+) -> Vec<String> {
+    let variant = &plan.variants[slot.variant];
+    let mut notes = vec![format!(
+        "in-container: slot {index} of {} (variant {}, block {}{}); no cgroup made: the \
+         container's limits are the run's ({}; {} visible CPUs)",
+        slots,
+        variant.name,
+        slot.block,
+        if slot.warmup { ", warm-up" } else { "" },
+        describe_limits(&plan.limits),
+        container.visible_cpus,
+    )];
+    if !container.sources.is_empty() {
+        notes.push(format!(
+            "in-container: limits read from {}",
+            container.sources.join("; ")
+        ));
+    }
+    for p in &container.problems {
+        notes.push(format!("in-container: could not read a limit: {p}"));
+    }
+    if let Some(node) = std::env::var(memtrial::kube::NODE_ENV)
+        .ok()
+        .filter(|n| !n.is_empty())
+    {
+        notes.push(format!("in-container: node {node}"));
+    }
+    notes
+}
+
+/// Writes the asked-for outputs and prints the record as one `memtrial-record:` line on
+/// standard output (one run is no comparison: no table; a failed run's stderr is shown).
+fn print_record(
+    exp: &memtrial::record::Experiment,
+    output: &crate::cli::OutputArgs,
+    ui: &Ui,
+) -> Result<()> {
+    let analysis = memtrial::analysis::analyse(exp);
+    let rec = memtrial::analysis::recommend::recommend(&analysis);
+    let report = Report {
+        experiment: exp,
+        analysis: &analysis,
+        recommendation: &rec,
+    };
+    // One run is no comparison: no table; the run's line was shown, and a failed run's
+    // stderr is. Standard output carries the record.
+    app::show_failures(exp, ui);
+    for (format, target) in app::outputs(output) {
+        ui.write_output(&target, &format.serialize(&report)?, format.flag())?;
+    }
+    let json = ExportType::Json.serialize(&report)?;
+    let line = memtrial::kube::record_line(&json).context("cannot make the record line")?;
+    ui.result(&line)?;
+    Ok(())
 }
 
 fn describe_limits(l: &memtrial::plan::Limits) -> String {

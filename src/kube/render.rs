@@ -244,25 +244,52 @@ pub fn config_map(k: &KubeJob) -> ConfigMap {
     }
 }
 
-/// The Indexed Job.
-pub fn job(k: &KubeJob) -> Job {
-    let resources = ResourceRequirements {
-        requests: Some(BTreeMap::from([
+/// The production pod's CPU and memory, as both request and limit.
+fn pod_resources(k: &KubeJob) -> ResourceRequirements {
+    let both = || {
+        BTreeMap::from([
             ("cpu".to_string(), k.cpu.clone()),
             ("memory".to_string(), k.memory.clone()),
-        ])),
-        limits: Some(BTreeMap::from([
-            ("cpu".to_string(), k.cpu.clone()),
-            ("memory".to_string(), k.memory.clone()),
-        ])),
-        ..Default::default()
+        ])
     };
-    let mount = |name: &str, path: &str, read_only: bool| VolumeMount {
+    ResourceRequirements {
+        requests: Some(both()),
+        limits: Some(both()),
+        ..Default::default()
+    }
+}
+
+fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {
+    VolumeMount {
         name: name.into(),
         mount_path: path.into(),
         read_only: read_only.then_some(true),
         ..Default::default()
-    };
+    }
+}
+
+/// The init container: copies memtrial and the allocator libraries into the shared volume.
+fn install_container(k: &KubeJob, resources: ResourceRequirements) -> Container {
+    Container {
+        name: "memtrial-install".into(),
+        image: Some(k.memtrial_image.clone()),
+        command: Some(vec![
+            "cp".into(),
+            "-R".into(),
+            format!("{IMAGE_DIR}/."),
+            format!("{MEMTRIAL_DIR}/"),
+        ]),
+        // The same as the workload's: the pod's QoS class stays the production pod's
+        // (init containers run first, so they add nothing to the pod's requests).
+        resources: Some(resources),
+        volume_mounts: Some(vec![mount("memtrial", MEMTRIAL_DIR, false)]),
+        ..Default::default()
+    }
+}
+
+/// The workload's container: the user's image running `memtrial run --in-container` on
+/// this pod's completion index.
+fn workload_container(k: &KubeJob, resources: ResourceRequirements) -> Container {
     let mut args: Vec<String> = [
         "run",
         "--in-container",
@@ -278,22 +305,7 @@ pub fn job(k: &KubeJob) -> Job {
     if let Seed::Chosen(s) = k.seed {
         args.extend(["--seed".to_string(), s.to_string()]);
     }
-    let install = Container {
-        name: "memtrial-install".into(),
-        image: Some(k.memtrial_image.clone()),
-        command: Some(vec![
-            "cp".into(),
-            "-R".into(),
-            format!("{IMAGE_DIR}/."),
-            format!("{MEMTRIAL_DIR}/"),
-        ]),
-        // The same as the workload's: the pod's QoS class stays the production pod's
-        // (init containers run first, so they add nothing to the pod's requests).
-        resources: Some(resources.clone()),
-        volume_mounts: Some(vec![mount("memtrial", MEMTRIAL_DIR, false)]),
-        ..Default::default()
-    };
-    let workload = Container {
+    Container {
         name: "workload".into(),
         image: Some(k.image.clone()),
         command: Some(vec![format!("{MEMTRIAL_DIR}/memtrial")]),
@@ -320,7 +332,33 @@ pub fn job(k: &KubeJob) -> Job {
             mount("plan", PLAN_DIR, true),
         ]),
         ..Default::default()
-    };
+    }
+}
+
+/// The shared volume memtrial is copied into, and the plan's ConfigMap.
+fn volumes(k: &KubeJob) -> Vec<Volume> {
+    vec![
+        Volume {
+            name: "memtrial".into(),
+            empty_dir: Some(EmptyDirVolumeSource::default()),
+            ..Default::default()
+        },
+        Volume {
+            name: "plan".into(),
+            config_map: Some(ConfigMapVolumeSource {
+                name: format!("{}-plan", k.name),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+    ]
+}
+
+/// The Indexed Job.
+pub fn job(k: &KubeJob) -> Job {
+    let resources = pod_resources(k);
+    let install = install_container(k, resources.clone());
+    let workload = workload_container(k, resources);
     let completions = i32::try_from(k.slots).unwrap_or(i32::MAX);
     let parallelism = i32::try_from(k.parallelism.min(k.slots)).unwrap_or(i32::MAX);
     Job {
@@ -343,21 +381,7 @@ pub fn job(k: &KubeJob) -> Job {
                     restart_policy: Some("Never".into()),
                     init_containers: Some(vec![install]),
                     containers: vec![workload],
-                    volumes: Some(vec![
-                        Volume {
-                            name: "memtrial".into(),
-                            empty_dir: Some(EmptyDirVolumeSource::default()),
-                            ..Default::default()
-                        },
-                        Volume {
-                            name: "plan".into(),
-                            config_map: Some(ConfigMapVolumeSource {
-                                name: format!("{}-plan", k.name),
-                                ..Default::default()
-                            }),
-                            ..Default::default()
-                        },
-                    ]),
+                    volumes: Some(volumes(k)),
                     ..Default::default()
                 }),
             },

@@ -536,122 +536,157 @@ pub fn import(
     let path = store.path.clone();
     let err = super::sqlite_err(&path);
     let tx = store.conn.transaction().map_err(err)?;
-    let mut out = Vec::new();
-    for p in parsed {
-        let fingerprint = p.plan.fingerprint();
-        let existing: Option<i64> = tx
-            .query_row(
-                "SELECT max(id) FROM experiments WHERE fingerprint = ?1",
-                [&fingerprint],
-                |r| r.get(0),
-            )
-            .map_err(err)?;
-        let event = |id: i64, kind: &str, message: &str| {
-            tx.execute(
-                "INSERT INTO events (experiment_id, at, kind, message) VALUES (?1, ?2, ?3, ?4)",
-                params![id, now(), kind, message],
-            )
-            .map_err(err)
-        };
-        let (experiment, created) = match existing {
-            Some(id) => (id, false),
-            None => {
-                let planned =
-                    (p.plan.runs as usize + p.plan.warmup as usize) * p.plan.variants.len();
-                let id = insert_experiment(
-                    &tx,
-                    &p.plan,
-                    &p.host,
-                    planned,
-                    p.status,
-                    &p.created_at,
-                    p.finished_at.as_deref(),
-                )
-                .map_err(err)?;
-                for n in &p.notes {
-                    event(id, "note", n)?;
-                }
-                (id, true)
-            }
-        };
-        let host_ids: Vec<i64> = p
-            .hosts
-            .iter()
-            .map(|h| host_id(&tx, h))
-            .collect::<rusqlite::Result<_>>()
-            .map_err(err)?;
-        // Imported runs are numbered after every slot of the stored schedule, so that a
-        // `run --resume` of a joined experiment never takes one of them for its own slot.
-        let mut seq: u32 = tx
-            .query_row(
-                "SELECT max(coalesce(max(r.seq) + 1, 0), e.runs_planned)
-                 FROM experiments e LEFT JOIN runs r ON r.experiment_id = e.id
-                 WHERE e.id = ?1",
-                [experiment],
-                |r| r.get(0),
-            )
-            .map_err(err)?;
-        let (mut new_runs, mut present_runs) = (0, 0);
-        let mut hosts: Vec<String> = Vec::new();
-        for (record, identity, h) in &p.runs {
-            let present: bool = tx
-                .query_row(
-                    "SELECT EXISTS (SELECT 1 FROM runs WHERE identity = ?1)",
-                    [identity],
-                    |r| r.get(0),
-                )
-                .map_err(err)?;
-            if let Some(host) = p.hosts.get(*h) {
-                if !hosts.contains(&host.hostname) {
-                    hosts.push(host.hostname.clone());
-                }
-            }
-            if present {
-                present_runs += 1;
-                continue;
-            }
-            let Some(hid) = host_ids.get(*h) else {
-                continue;
-            };
-            insert_run(&tx, experiment, seq, record, *hid, identity).map_err(err)?;
-            seq = seq.saturating_add(1);
-            new_runs += 1;
-        }
-        // Joined runs are runs of the plan too: `list` shows done over planned.
-        tx.execute(
-            "UPDATE experiments SET runs_planned = max(runs_planned,
-                (SELECT count(*) FROM runs WHERE experiment_id = ?1)) WHERE id = ?1",
-            [experiment],
-        )
+    let out = parsed
+        .into_iter()
+        .map(|p| import_one(&tx, p))
+        .collect::<rusqlite::Result<Vec<_>>>()
         .map_err(err)?;
-        if created || new_runs > 0 {
-            event(
-                experiment,
-                "imported",
-                &format!(
-                    "imported from {}: {new_runs} new run(s), {present_runs} already present{}",
-                    p.source,
-                    if hosts.is_empty() {
-                        String::new()
-                    } else {
-                        format!(" (host {})", hosts.join(", "))
-                    }
-                ),
-            )?;
-        }
-        out.push(FileOutcome {
-            source: p.source,
-            experiment,
-            created,
-            fingerprint,
-            new_runs,
-            present_runs,
-            hosts,
-            notes: p.remarks,
-        });
-    }
     tx.commit().map_err(err)?;
     Ok(out)
+}
+
+/// Adds one parsed record inside the import's transaction: joins the stored experiment of
+/// its plan fingerprint (or creates it), adds the runs not stored yet, and says so.
+fn import_one(tx: &rusqlite::Transaction<'_>, p: Parsed) -> rusqlite::Result<FileOutcome> {
+    let fingerprint = p.plan.fingerprint();
+    let (experiment, created) = experiment_for(tx, &p, &fingerprint)?;
+    let added = add_runs(tx, experiment, &p)?;
+    // Joined runs are runs of the plan too: `list` shows done over planned.
+    tx.execute(
+        "UPDATE experiments SET runs_planned = max(runs_planned,
+            (SELECT count(*) FROM runs WHERE experiment_id = ?1)) WHERE id = ?1",
+        [experiment],
+    )?;
+    if created || added.new_runs > 0 {
+        event(
+            tx,
+            experiment,
+            "imported",
+            &format!(
+                "imported from {}: {} new run(s), {} already present{}",
+                p.source,
+                added.new_runs,
+                added.present_runs,
+                if added.hosts.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (host {})", added.hosts.join(", "))
+                }
+            ),
+        )?;
+    }
+    Ok(FileOutcome {
+        source: p.source,
+        experiment,
+        created,
+        fingerprint,
+        new_runs: added.new_runs,
+        present_runs: added.present_runs,
+        hosts: added.hosts,
+        notes: p.remarks,
+    })
+}
+
+fn event(
+    tx: &rusqlite::Transaction<'_>,
+    id: i64,
+    kind: &str,
+    message: &str,
+) -> rusqlite::Result<()> {
+    tx.execute(
+        "INSERT INTO events (experiment_id, at, kind, message) VALUES (?1, ?2, ?3, ?4)",
+        params![id, now(), kind, message],
+    )?;
+    Ok(())
+}
+
+/// The newest stored experiment of this plan fingerprint, or a new one made from the
+/// record (with its notes); whether it was made.
+fn experiment_for(
+    tx: &rusqlite::Transaction<'_>,
+    p: &Parsed,
+    fingerprint: &str,
+) -> rusqlite::Result<(i64, bool)> {
+    let existing: Option<i64> = tx.query_row(
+        "SELECT max(id) FROM experiments WHERE fingerprint = ?1",
+        [fingerprint],
+        |r| r.get(0),
+    )?;
+    if let Some(id) = existing {
+        return Ok((id, false));
+    }
+    let planned = (p.plan.runs as usize + p.plan.warmup as usize) * p.plan.variants.len();
+    let id = insert_experiment(
+        tx,
+        &p.plan,
+        &p.host,
+        planned,
+        p.status,
+        &p.created_at,
+        p.finished_at.as_deref(),
+    )?;
+    for n in &p.notes {
+        event(tx, id, "note", n)?;
+    }
+    Ok((id, true))
+}
+
+/// What adding a record's runs did.
+struct Added {
+    new_runs: usize,
+    present_runs: usize,
+    /// The hostnames of the record's runs, in order of first appearance.
+    hosts: Vec<String>,
+}
+
+/// Adds the record's runs not stored yet (by identity), each with its host.
+fn add_runs(
+    tx: &rusqlite::Transaction<'_>,
+    experiment: i64,
+    p: &Parsed,
+) -> rusqlite::Result<Added> {
+    let host_ids: Vec<i64> = p
+        .hosts
+        .iter()
+        .map(|h| host_id(tx, h))
+        .collect::<rusqlite::Result<_>>()?;
+    // Imported runs are numbered after every slot of the stored schedule, so that a
+    // `run --resume` of a joined experiment never takes one of them for its own slot.
+    let mut seq: u32 = tx.query_row(
+        "SELECT max(coalesce(max(r.seq) + 1, 0), e.runs_planned)
+         FROM experiments e LEFT JOIN runs r ON r.experiment_id = e.id
+         WHERE e.id = ?1",
+        [experiment],
+        |r| r.get(0),
+    )?;
+    let mut added = Added {
+        new_runs: 0,
+        present_runs: 0,
+        hosts: Vec::new(),
+    };
+    for (record, identity, h) in &p.runs {
+        let present: bool = tx.query_row(
+            "SELECT EXISTS (SELECT 1 FROM runs WHERE identity = ?1)",
+            [identity],
+            |r| r.get(0),
+        )?;
+        if let Some(host) = p.hosts.get(*h) {
+            if !added.hosts.contains(&host.hostname) {
+                added.hosts.push(host.hostname.clone());
+            }
+        }
+        if present {
+            added.present_runs += 1;
+            continue;
+        }
+        let Some(hid) = host_ids.get(*h) else {
+            continue;
+        };
+        insert_run(tx, experiment, seq, record, *hid, identity)?;
+        seq = seq.saturating_add(1);
+        added.new_runs += 1;
+    }
+    Ok(added)
 }
 
 #[cfg(test)]
