@@ -7,7 +7,7 @@
 //! reason and shown with what could be read; it never fails the scrape.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use regex::Regex;
@@ -360,12 +360,7 @@ fn allocator_of(pid: i32, maps: &[maps::Mapping]) -> Option<AllocatorLabel> {
     let link = std::fs::read_link(format!("/proc/{pid}/exe"))
         .ok()
         .map(|p| p.display().to_string());
-    // By its path where the file still exists, else through the link.
-    let path = link
-        .filter(|t| !t.ends_with(" (deleted)") && Path::new(t).exists())
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(format!("/proc/{pid}/exe")));
-    let exe = elf::inspect_elf(&path).ok();
+    let exe = elf::inspect_elf(&proc::exe_file(pid, link.as_deref())).ok();
     let dynamic = exe
         .as_ref()
         .is_none_or(|f| matches!(f.linkage, elf::Linkage::Dynamic { .. }));

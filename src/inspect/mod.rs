@@ -23,7 +23,7 @@ pub mod procs;
 pub mod render;
 
 use std::io;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -679,11 +679,7 @@ struct ExeFacts {
 }
 
 fn exe_elf_facts(pid: i32, link_target: Option<&str>) -> Result<ExeFacts, String> {
-    // Read by path where the file still exists, through the link otherwise.
-    let path = link_target
-        .filter(|t| !t.ends_with(" (deleted)") && Path::new(t).exists())
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(format!("/proc/{pid}/exe")));
+    let path = crate::linux::proc::exe_file(pid, link_target);
     let facts = elf::inspect_elf(&path).map_err(|e| e.to_string())?;
     Ok(ExeFacts {
         go: is_go_program(&path),

@@ -33,6 +33,16 @@ fn parse_err(what: &'static str, reason: impl Into<String>) -> ProcError {
     }
 }
 
+/// The file to read a process's executable from: by its path where that file still
+/// exists (`link_target` is `/proc/PID/exe`'s target), else through the link itself (a
+/// deleted or replaced executable, or one outside this mount namespace).
+pub fn exe_file(pid: i32, link_target: Option<&str>) -> PathBuf {
+    link_target
+        .filter(|t| !t.ends_with(" (deleted)") && std::path::Path::new(t).exists())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(format!("/proc/{pid}/exe")))
+}
+
 /// Reads `/proc/{pid}/{file}` as bytes, mapping "no such process" to [`ProcError::Gone`].
 pub fn read_proc_file(pid: i32, file: &str) -> Result<Vec<u8>, ProcError> {
     let path = PathBuf::from(format!("/proc/{pid}/{file}"));
