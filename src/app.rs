@@ -446,7 +446,6 @@ fn resume(db: &Path, id: Option<i64>, output: &OutputArgs, ui: &Ui) -> Result<Ou
     )
 }
 
-#[allow(clippy::too_many_arguments)]
 /// What a user sees while an experiment runs: notes, and a progress bar on a terminal.
 pub(crate) struct Progress<'a> {
     plan: &'a memtrial::plan::Plan,
