@@ -18,6 +18,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::plan::{settings, PlanInput, DEFAULT_RUNS};
+use crate::report::escape;
 
 /// Where things are inside the pod.
 pub const MEMTRIAL_DIR: &str = "/memtrial";
@@ -156,6 +157,14 @@ pub fn plan_slots(input: &PlanInput) -> Result<(Vec<String>, u32), RenderError> 
         .iter()
         .map(|c| c.split_once('=').map_or(c.as_str(), |(n, _)| n).trim())
         .collect();
+    // The plan's one name rule (a plan file's names were checked when it was read).
+    if let Some(bad) = custom.iter().find(|n| !crate::plan::valid_name(n)) {
+        return Err(plan_err(format!(
+            "[[variant]] name {}: {}",
+            crate::plan::shown_name(bad),
+            crate::plan::VARIANT_NAME_RULE
+        )));
+    }
     // A misspelt variant would fail every pod: it is caught here.
     let known =
         |n: &str| crate::plan::catalog::CATALOG.iter().any(|e| e.name == n) || custom.contains(&n);
@@ -397,14 +406,26 @@ pub fn render(k: &KubeJob) -> Result<String, RenderError> {
         Seed::InPlan(s) => format!("seed {s} (from the plan)"),
         Seed::Chosen(s) => format!("seed {s} (chosen now; the plan has none)"),
     };
+    // The comment lines are the only text not written by the serializer: each is escaped
+    // for a YAML comment (its names follow the plan's and Kubernetes' rules already).
+    let comment = [
+        format!(
+            "memtrial kube: Job {}, {} slot(s): {}; {seed}.",
+            k.name,
+            k.slots,
+            k.variants.join(", ")
+        ),
+        format!(
+            "kubectl apply -f THIS && kubectl wait --for=condition=complete job/{} --timeout=24h",
+            k.name
+        ),
+        format!("memtrial kube collect {}", k.name),
+    ]
+    .iter()
+    .map(|l| format!("# {}\n", escape::yaml_comment(l)))
+    .collect::<String>();
     Ok(format!(
-        "# memtrial kube: Job {name}, {slots} slot(s): {variants}; {seed}.\n\
-         # kubectl apply -f THIS && kubectl wait --for=condition=complete job/{name} --timeout=24h\n\
-         # memtrial kube collect {name}\n\
-         ---\n{cm}---\n{job}",
-        name = k.name,
-        slots = k.slots,
-        variants = k.variants.join(", "),
+        "{comment}---\n{cm}---\n{job}",
         cm = serde_yaml_ng::to_string(&config_map(k))?,
         job = serde_yaml_ng::to_string(&job(k))?,
     ))

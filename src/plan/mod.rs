@@ -753,6 +753,12 @@ pub fn parse_plan_text(text: &str) -> Result<PlanInput, String> {
     };
     let mut custom = Vec::new();
     for v in file.variant {
+        if !valid_name(&v.name) {
+            return Err(format!(
+                "[[variant]] name {}: {VARIANT_NAME_RULE}",
+                shown_name(&v.name)
+            ));
+        }
         let mut parts: Vec<String> = Vec::new();
         if let Some(p) = v.program {
             parts.push(shell_words::quote(&format!("program:{p}")).into_owned());
@@ -1500,12 +1506,30 @@ fn catalog_variant(
     }))
 }
 
-fn valid_name(name: &str) -> bool {
+/// The one rule for a variant's name, wherever it comes from (`--variant NAME=SPEC`, a
+/// plan's `[[variant]]`, hence `memtrial kube`): 1 to 64 ASCII letters, digits, '-', '_'
+/// or '.'. A name is written into environments, YAML, reports and file names; nothing
+/// else can end a line, a comment or a document there.
+pub const VARIANT_NAME_RULE: &str = "a variant's name is 1 to 64 letters, digits, '-', '_' or '.'";
+
+/// Whether `name` follows [`VARIANT_NAME_RULE`].
+pub fn valid_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 64
         && name
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+/// A name from outside for a message: escaped like Rust's `{:?}` (every control and line
+/// break visible) and cut to 80 characters, so the message stays one readable line.
+pub fn shown_name(name: &str) -> String {
+    let cut: String = name.chars().take(80).collect();
+    if cut.len() < name.len() {
+        format!("{cut:?}… ({} bytes)", name.len())
+    } else {
+        format!("{cut:?}")
+    }
 }
 
 /// Why `key` cannot be an environment variable's name, if it cannot: empty, or holding
@@ -1534,9 +1558,7 @@ pub fn parse_custom_variant(spec: &str, ctx: &PlanContext) -> Result<Variant, Pl
         .ok_or_else(|| bad("no '=' after the name"))?;
     let name = name.trim();
     if !valid_name(name) {
-        return Err(bad(
-            "the name must be 1-64 letters, digits, '-', '_' or '.'",
-        ));
+        return Err(bad(VARIANT_NAME_RULE));
     }
     let words = shell_words::split(rest).map_err(|e| bad(&e.to_string()))?;
     if words.is_empty() {

@@ -185,6 +185,22 @@ pub fn yaml_name(v: &str) -> String {
     }
 }
 
+/// Text for one YAML comment line (after `# `): every control, bidirectional or
+/// non-printable character and every character YAML 1.1 reads as a line break (U+0085,
+/// U+2028, U+2029) shown as an escape, so the comment cannot end and start a key or a
+/// document (`---`).
+pub fn yaml_comment(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if is_unsafe_for_terminal(c) || matches!(c, '\u{FEFF}' | '\u{2028}' | '\u{2029}') {
+            visible(c, &mut out);
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// Untrusted text inside a Markdown paragraph, list item or table cell: no raw HTML
 /// (`<`, `>`, `&` become entities), no links or images (`](`, `][`, `]:` lose their
 /// meaning), no emphasis or code spans started by the input, no line break, no `|`
@@ -251,6 +267,27 @@ pub fn markdown_code_block(info: &str, body: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_yaml_comment_stays_one_line() {
+        assert_eq!(
+            yaml_comment("Job t: glibc, jemalloc"),
+            "Job t: glibc, jemalloc"
+        );
+        for hostile in [
+            "a\n---\nkind: Pod",
+            "a\r---",
+            "a\u{85}---",
+            "a\u{2028}---",
+            "a\u{2029}b",
+        ] {
+            let c = yaml_comment(hostile);
+            assert!(
+                !c.contains(['\n', '\r', '\u{85}', '\u{2028}', '\u{2029}']),
+                "{c}"
+            );
+        }
+    }
 
     #[test]
     fn terminal_shows_controls_and_bidi_as_escapes() {

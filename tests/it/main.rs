@@ -10,6 +10,7 @@ mod inside;
 mod inspect;
 mod jvm_probe;
 mod kube;
+mod kube_trust;
 mod load;
 mod output;
 mod program_variants;
