@@ -329,9 +329,11 @@ pub fn kube_cmd(db: &Path, args: &crate::cli::KubeArgs, ui: &Ui) -> Result<Outco
 }
 
 /// `memtrial kube collect NAME`: every index's record into --out, then the hand-over to
-/// the import.
+/// the import. Exit 0 when every index was collected and imported, 1 otherwise (each index
+/// not collected, and why, is said).
 fn collect_cmd(db: &Path, args: &crate::cli::CollectArgs, ui: &Ui) -> Result<Outcome> {
     use memtrial::kube::collect::{collect, IndexOutcome, KubectlProgram};
+    use memtrial::report::escape::terminal as one_line;
     let crate::cli::CollectArgs {
         name,
         namespace,
@@ -340,6 +342,11 @@ fn collect_cmd(db: &Path, args: &crate::cli::CollectArgs, ui: &Ui) -> Result<Out
     } = args;
     if let Err(why) = memtrial::kube::dns1123_label(name) {
         bail!("NAME {name:?}: not a Job's name: {why}");
+    }
+    if let Some(ns) = namespace {
+        if let Err(why) = memtrial::kube::dns1123_label(ns) {
+            bail!("--namespace {ns:?}: not a namespace's name: {why}");
+        }
     }
     let out = out
         .clone()
@@ -357,21 +364,38 @@ fn collect_cmd(db: &Path, args: &crate::cli::CollectArgs, ui: &Ui) -> Result<Out
                 file,
                 run_status,
             } => format!(
-                "index {index}: {run_status} (pod {pod}) → {}",
+                "index {index}: {} (pod {pod}) → {}",
+                one_line(run_status),
                 file.display()
             ),
             IndexOutcome::NoRecord { pod, why } => {
                 format!("index {index}: NO RECORD: pod {pod} succeeded but {why}")
             }
+            IndexOutcome::Refused { pod, why } => format!(
+                "index {index}: REFUSED: the record of pod {}: {}",
+                one_line(pod),
+                one_line(why)
+            ),
+            IndexOutcome::LogFailed { pod, said } => format!(
+                "index {index}: NO LOG: kubectl could not give the log of pod {pod}: {}",
+                one_line(said)
+            ),
             IndexOutcome::Failed { pods } => format!(
                 "index {index}: FAILED: {}",
                 pods.iter()
-                    .map(|(p, r)| format!("{p} ({})", r.as_deref().unwrap_or("no reason given")))
+                    .map(|(p, r)| format!(
+                        "{} ({})",
+                        one_line(p),
+                        one_line(r.as_deref().unwrap_or("no reason given"))
+                    ))
                     .collect::<Vec<_>>()
                     .join(", ")
             ),
             IndexOutcome::Unfinished { pod, phase } => {
-                format!("index {index}: NOT FINISHED: pod {pod} is {phase:?}")
+                format!(
+                    "index {index}: NOT FINISHED: pod {} is {phase:?}",
+                    one_line(pod)
+                )
             }
             IndexOutcome::Missing => format!("index {index}: MISSING: no pod of this index"),
         };
@@ -397,8 +421,8 @@ fn collect_cmd(db: &Path, args: &crate::cli::CollectArgs, ui: &Ui) -> Result<Out
                 .join(", ")
         ));
     }
-    hand_over(db, &files, ui)?;
-    Ok(if c.complete() {
+    let imported = hand_over(db, &files, ui)?;
+    Ok(if c.complete() && imported {
         Outcome::Ok
     } else {
         Outcome::RunsFailed
@@ -406,11 +430,20 @@ fn collect_cmd(db: &Path, args: &crate::cli::CollectArgs, ui: &Ui) -> Result<Out
 }
 
 /// The collected records go to the import (schema check, joining by plan fingerprint, each
-/// run once): what is collected now is imported now, and a later collect adds the rest.
-fn hand_over(db: &Path, files: &[std::path::PathBuf], ui: &Ui) -> Result<()> {
-    if files.is_empty() {
-        return Ok(());
+/// run once), each on its own: one the import refuses is named with why, and the others
+/// are imported. What is collected now is imported now; a later collect adds the rest.
+/// True when every file was imported.
+fn hand_over(db: &Path, files: &[std::path::PathBuf], ui: &Ui) -> Result<bool> {
+    let mut all = true;
+    for f in files {
+        if let Err(e) = crate::app::import_files(db, std::slice::from_ref(f), ui) {
+            all = false;
+            ui.note(&format!(
+                "NOT IMPORTED: {}: {}",
+                f.display(),
+                memtrial::report::escape::terminal(&format!("{e:#}"))
+            ));
+        }
     }
-    crate::app::import_files(db, files, ui)?;
-    Ok(())
+    Ok(all)
 }

@@ -1,18 +1,44 @@
 //! `memtrial kube collect NAME`: the Job's records back from its pods' logs, through the
 //! user's `kubectl` (its context and credentials as they are).
 //!
-//! The Job's size comes from `kubectl get job NAME -o json`, its pods from `kubectl get
-//! pods -l job-name=NAME -o json`; for each completion index the succeeded pod's log
-//! (`kubectl logs POD -c workload`) holds the record line ([`super::find_record`]).
-//! Indexes without a succeeded pod are reported as failed, still running or missing.
+//! The Job's size comes from `kubectl get job NAME -o json`, its plan from its ConfigMap
+//! (`NAME-plan`), its pods from `kubectl get pods -l job-name=NAME -o json`; for each
+//! completion index the succeeded pod's log (`kubectl logs POD -c workload`) holds the
+//! record line ([`super::find_record`]). Indexes without a succeeded pod are reported as
+//! failed, still running or missing.
+//!
+//! What kubectl answers is data from the cluster, trusted only as far as it is checked:
+//! - names passed back to kubectl are Kubernetes names, after `--` (never an option);
+//! - every answer is read up to a stated limit ([`MAX_ANSWER_BYTES`], [`MAX_LOG_BYTES`]),
+//!   and a Job of more than [`MAX_SLOTS`] completions is refused;
+//! - a pod's log holds exactly one record line; the record must be of the Job's plan
+//!   (command, variants, baseline, runs, warm-up, seed as the ConfigMap and the Job say),
+//!   of the pod's slot (its index, one run of the slot's variant), of the Job's host
+//!   (`MEMTRIAL_HOST` = the Job's name) and of the node Kubernetes says the pod ran on;
+//! - all records taken share one plan fingerprint: the one most records carry.
+//!
+//! One pod's failure (kubectl could not give its log, its record is refused) is that
+//! index's outcome; the other indexes are collected.
 
 use std::collections::BTreeMap;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
+use super::render::{MAX_SLOTS, PLAN_KEY};
+use crate::plan::{Plan, DEFAULT_RUNS};
+use crate::report::escape;
+
 /// The annotation (and, from Kubernetes 1.28, label) with a pod's completion index.
 pub const INDEX_KEY: &str = "batch.kubernetes.io/job-completion-index";
+
+/// The most bytes read of kubectl's answer to `get job`, `get pods`, `get configmap`.
+pub const MAX_ANSWER_BYTES: usize = 256 << 20;
+/// The most bytes read of one pod's log (memtrial's notes and one record line).
+pub const MAX_LOG_BYTES: usize = 64 << 20;
+/// The most bytes of kubectl's standard error kept for a message.
+pub const MAX_STDERR_BYTES: usize = 16 << 10;
 
 /// Errors that stop collect (an index without a record is not one: it is reported).
 #[derive(Debug, thiserror::Error)]
@@ -28,6 +54,8 @@ pub enum CollectError {
         status: String,
         stderr: String,
     },
+    #[error("`{command}` answered more than {limit} bytes, the most memtrial reads of it; nothing of it was used")]
+    TooBig { command: String, limit: usize },
     #[error("`{command}` did not answer what was expected: {reason}")]
     Answer { command: String, reason: String },
     #[error("cannot write {path}: {source}")]
@@ -37,41 +65,89 @@ pub enum CollectError {
     },
 }
 
-/// How memtrial reaches the cluster: runs kubectl with `args`, returns its stdout.
+/// How memtrial reaches the cluster: runs kubectl with `args`, returns its stdout, of
+/// which at most `limit` bytes are read (more is [`CollectError::TooBig`]).
 pub trait Kubectl {
-    fn run(&self, args: &[String]) -> Result<String, CollectError>;
+    fn run(&self, args: &[String], limit: usize) -> Result<String, CollectError>;
 }
 
 /// The real `kubectl` (or whatever `--kubectl` names), in `namespace` if given.
 pub struct KubectlProgram {
     pub program: PathBuf,
+    /// A DNS-1123 label (checked by the caller), passed as `--namespace=NS`.
     pub namespace: Option<String>,
 }
 
+/// Reads at most `limit` bytes of `r`; `None` when there were more.
+fn read_bounded(r: impl Read, limit: usize) -> std::io::Result<Option<Vec<u8>>> {
+    let mut buf = Vec::new();
+    r.take(limit as u64 + 1).read_to_end(&mut buf)?;
+    Ok((buf.len() <= limit).then_some(buf))
+}
+
 impl Kubectl for KubectlProgram {
-    fn run(&self, args: &[String]) -> Result<String, CollectError> {
+    fn run(&self, args: &[String], limit: usize) -> Result<String, CollectError> {
+        use std::process::{Command, Stdio};
         let mut all: Vec<String> = Vec::new();
         if let Some(ns) = &self.namespace {
-            all.extend(["--namespace".to_string(), ns.clone()]);
+            all.push(format!("--namespace={ns}"));
         }
         all.extend(args.iter().cloned());
         let command = format!("{} {}", self.program.display(), shell_words::join(&all));
-        let out = std::process::Command::new(&self.program)
+        let spawn_err = |source| CollectError::Spawn {
+            kubectl: self.program.display().to_string(),
+            source,
+        };
+        let mut child = Command::new(&self.program)
             .args(&all)
-            .stdin(std::process::Stdio::null())
-            .output()
-            .map_err(|source| CollectError::Spawn {
-                kubectl: self.program.display().to_string(),
-                source,
-            })?;
-        if !out.status.success() {
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(spawn_err)?;
+        // Standard error beside: the first bytes kept, the rest drained so kubectl never
+        // blocks on it.
+        let stderr = child.stderr.take().map(|mut e| {
+            std::thread::spawn(move || {
+                let mut kept = Vec::new();
+                let _ = (&mut e)
+                    .take(MAX_STDERR_BYTES as u64)
+                    .read_to_end(&mut kept);
+                let _ = std::io::copy(&mut e, &mut std::io::sink());
+                kept
+            })
+        });
+        let out = match child.stdout.take() {
+            Some(o) => read_bounded(o, limit),
+            None => Ok(Some(Vec::new())),
+        };
+        let out = match out {
+            Ok(Some(out)) => out,
+            Ok(None) => {
+                // Over the limit: kubectl is stopped, nothing of its answer is used.
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(CollectError::TooBig { command, limit });
+            }
+            Err(e) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(spawn_err(e));
+            }
+        };
+        let status = child.wait().map_err(spawn_err)?;
+        let stderr = stderr
+            .and_then(|t| t.join().ok())
+            .map(|b| String::from_utf8_lossy(&b).trim().to_string())
+            .unwrap_or_default();
+        if !status.success() {
             return Err(CollectError::Kubectl {
                 command,
-                status: out.status.to_string(),
-                stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+                status: status.to_string(),
+                stderr,
             });
         }
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        Ok(String::from_utf8_lossy(&out).into_owned())
     }
 }
 
@@ -107,6 +183,8 @@ pub struct Pod {
     pub created: String,
     /// Why it failed, when Kubernetes says (`OOMKilled`, `Error`, an exit code).
     pub reason: Option<String>,
+    /// The node Kubernetes scheduled it on (`spec.nodeName`), when it says.
+    pub node: Option<String>,
 }
 
 fn answer_err(command: &str, reason: impl Into<String>) -> CollectError {
@@ -116,20 +194,34 @@ fn answer_err(command: &str, reason: impl Into<String>) -> CollectError {
     }
 }
 
-/// `completions` of `kubectl get job NAME -o json`.
+/// `completions` of `kubectl get job NAME -o json`, at most [`MAX_SLOTS`].
 pub fn parse_completions(json: &str) -> Result<u32, CollectError> {
     let cmd = "kubectl get job -o json";
     let v: Value = serde_json::from_str(json).map_err(|e| answer_err(cmd, e.to_string()))?;
+    completions_of(&v)
+}
+
+fn completions_of(v: &Value) -> Result<u32, CollectError> {
+    let cmd = "kubectl get job -o json";
     if v["spec"]["completionMode"] != "Indexed" {
         return Err(answer_err(
             cmd,
             "the Job is not an Indexed Job (was it rendered by memtrial kube?)",
         ));
     }
-    v["spec"]["completions"]
+    let c = v["spec"]["completions"]
         .as_u64()
-        .and_then(|c| u32::try_from(c).ok())
-        .ok_or_else(|| answer_err(cmd, "the Job has no spec.completions"))
+        .ok_or_else(|| answer_err(cmd, "the Job has no spec.completions"))?;
+    if c > u64::from(MAX_SLOTS) {
+        return Err(answer_err(
+            cmd,
+            format!(
+                "the Job has {c} completions; memtrial kube renders and collects at most \
+                 {MAX_SLOTS} (was it rendered by memtrial kube?)"
+            ),
+        ));
+    }
+    u32::try_from(c).map_err(|_| answer_err(cmd, "spec.completions is out of range"))
 }
 
 /// The pods of `kubectl get pods -o json`; pods without a completion index are left out.
@@ -168,9 +260,184 @@ pub fn parse_pods(json: &str) -> Result<Vec<Pod>, CollectError> {
             phase: Phase::parse(p["status"]["phase"].as_str().unwrap_or("")),
             created: meta["creationTimestamp"].as_str().unwrap_or("").to_string(),
             reason,
+            node: p["spec"]["nodeName"].as_str().map(str::to_string),
         });
     }
     Ok(pods)
+}
+
+/// What the Job says its pods run: its plan (from its ConfigMap) and its seed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobPlan {
+    /// The Job's name: also the host its pods record (`MEMTRIAL_HOST`).
+    pub name: String,
+    pub command: Vec<String>,
+    pub variants: Vec<String>,
+    pub baseline: String,
+    pub runs: u32,
+    pub warmup: u32,
+    pub seed: u64,
+}
+
+/// The Job's plan: the ConfigMap's `plan.toml` (as `memtrial kube` counted it) and the
+/// seed every pod got (the Job's `--seed`, or the plan's).
+pub fn job_plan(name: &str, job: &Value, config_map: &Value) -> Result<JobPlan, CollectError> {
+    let cmd = "kubectl get configmap -o json";
+    let text = config_map["data"][PLAN_KEY].as_str().ok_or_else(|| {
+        answer_err(
+            cmd,
+            format!("the ConfigMap {name}-plan has no data.{PLAN_KEY}"),
+        )
+    })?;
+    let input = crate::plan::parse_plan_text(text).map_err(|m| {
+        answer_err(
+            cmd,
+            format!("the Job's plan (ConfigMap {name}-plan) does not parse: {m}"),
+        )
+    })?;
+    let (variants, _) = super::render::plan_slots(&input)
+        .map_err(|e| answer_err(cmd, format!("the Job's plan (ConfigMap {name}-plan): {e}")))?;
+    let args: Vec<&str> = job["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|c| c["name"] == "workload")
+        .flat_map(|c| c["args"].as_array().into_iter().flatten())
+        .filter_map(Value::as_str)
+        .collect();
+    let job_seed = args
+        .windows(2)
+        .find(|w| w[0] == "--seed")
+        .and_then(|w| w[1].parse::<u64>().ok());
+    let seed = job_seed.or(input.seed).ok_or_else(|| {
+        answer_err(
+            "kubectl get job -o json",
+            "neither the Job's workload container (--seed) nor its plan sets a seed (was it rendered by memtrial kube?)",
+        )
+    })?;
+    Ok(JobPlan {
+        name: name.to_string(),
+        command: input.command.clone(),
+        variants,
+        baseline: input.baseline.clone().unwrap_or_else(|| "glibc".into()),
+        runs: input.runs.unwrap_or(DEFAULT_RUNS),
+        warmup: input.warmup.unwrap_or(0),
+        seed,
+    })
+}
+
+/// A value from outside for a message: one line, cut to 120 characters.
+fn shown(v: impl std::fmt::Debug) -> String {
+    let s = escape::terminal(&format!("{v:?}"));
+    match s.char_indices().nth(120) {
+        Some((i, _)) => format!("{}…", &s[..i]),
+        None => s,
+    }
+}
+
+/// Checks a pod's record against its Job, its index and its node; the record's plan
+/// fingerprint when it holds, why not otherwise.
+pub fn check_record(record: &Value, job: &JobPlan, pod: &Pod) -> Result<String, String> {
+    let plan: Plan = serde_json::from_value(record["experiment"]["plan"].clone())
+        .map_err(|e| format!("its experiment.plan is not a plan: {e}"))?;
+    let not_the_jobs = |what: &str, theirs: String, jobs: String| {
+        format!(
+            "it is not a record of the Job's plan (ConfigMap {}-plan): its {what} is {theirs}, the Job's {jobs}",
+            job.name
+        )
+    };
+    if plan.command != job.command {
+        return Err(not_the_jobs(
+            "command",
+            shown(&plan.command),
+            shown(&job.command),
+        ));
+    }
+    let names: Vec<&str> = plan.variants.iter().map(|v| v.name.as_str()).collect();
+    if names != job.variants {
+        return Err(not_the_jobs(
+            "variants",
+            shown(&names),
+            shown(&job.variants),
+        ));
+    }
+    for (what, theirs, jobs) in [
+        ("baseline", shown(&plan.baseline), shown(&job.baseline)),
+        ("runs", plan.runs.to_string(), job.runs.to_string()),
+        ("warmup", plan.warmup.to_string(), job.warmup.to_string()),
+        ("seed", plan.seed.to_string(), job.seed.to_string()),
+    ] {
+        if theirs != jobs {
+            return Err(not_the_jobs(what, theirs, jobs));
+        }
+    }
+    // The host: every pod of the Job records the Job's name (MEMTRIAL_HOST).
+    let e = &record["experiment"];
+    let hosts = std::iter::once(&e["host"]).chain(e["hosts"].as_array().into_iter().flatten());
+    for h in hosts {
+        if h["hostname"].as_str() != Some(job.name.as_str()) {
+            return Err(format!(
+                "its host is {}; the Job's pods record the Job's name, {:?} (MEMTRIAL_HOST)",
+                h["hostname"].as_str().map_or("not named".into(), shown),
+                job.name
+            ));
+        }
+    }
+    let notes: Vec<&str> = record["notes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    // The node the record says it ran on is the one Kubernetes says the pod ran on.
+    if let Some(node) = &pod.node {
+        let said: Vec<&str> = notes
+            .iter()
+            .filter_map(|n| n.strip_prefix("in-container: node "))
+            .collect();
+        if said != [node.as_str()] {
+            return Err(format!(
+                "it says it ran on node(s) {}; Kubernetes says pod {} ran on node {}",
+                shown(&said),
+                pod.name,
+                shown(node)
+            ));
+        }
+    }
+    // The slot: the pod's index, one run of the slot's variant.
+    let slot = format!("in-container: slot {} of ", pod.index);
+    if !notes.iter().any(|n| n.starts_with(&slot)) {
+        return Err(format!(
+            "it does not say it is slot {} (the pod's completion index)",
+            pod.index
+        ));
+    }
+    let schedule = crate::schedule::schedule(job.variants.len(), job.warmup, job.runs, job.seed);
+    let expected = schedule
+        .get(pod.index as usize)
+        .and_then(|s| job.variants.get(s.variant))
+        .ok_or_else(|| format!("index {} is outside the Job's schedule", pod.index))?;
+    let runs: Vec<&str> = record["variants"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|v| {
+            let name = v["name"].as_str().unwrap_or("?");
+            v["runs"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(move |_| name)
+        })
+        .collect();
+    if runs != [expected.as_str()] {
+        return Err(format!(
+            "slot {} is one run of {expected}; the record has run(s) of {}",
+            pod.index,
+            shown(&runs)
+        ));
+    }
+    Ok(plan.fingerprint())
 }
 
 /// What became of one completion index.
@@ -184,6 +451,11 @@ pub enum IndexOutcome {
     },
     /// A pod succeeded but its log holds no readable record.
     NoRecord { pod: String, why: String },
+    /// The pod's record was read and refused (not the Job's plan, slot, host or node;
+    /// two record lines; a pod name that is not a Kubernetes name).
+    Refused { pod: String, why: String },
+    /// kubectl could not give the pod's log; what it said.
+    LogFailed { pod: String, said: String },
     /// Every pod of the index failed.
     Failed { pods: Vec<(String, Option<String>)> },
     /// A pod is still pending or running.
@@ -233,52 +505,63 @@ fn run_status(record: &Value) -> String {
         .join(", ")
 }
 
-/// Gathers the Job `name`'s records into `out` (one `NAME-INDEX.json` per index).
+/// The answer of a `kubectl get … -o json`, as JSON.
+fn get_json(kubectl: &dyn Kubectl, args: &[String]) -> Result<Value, CollectError> {
+    let text = kubectl.run(args, MAX_ANSWER_BYTES)?;
+    serde_json::from_str(&text)
+        .map_err(|e| answer_err(&format!("kubectl {}", args.join(" ")), e.to_string()))
+}
+
+/// An index's pod whose log held a record that passed [`check_record`].
+struct Candidate {
+    index: u32,
+    pod: String,
+    record: Value,
+    fingerprint: String,
+}
+
+/// Gathers the Job `name`'s records into `out` (one `NAME-INDEX.json` per index). `name`
+/// must be a DNS-1123 label (the caller checks it).
 pub fn collect(kubectl: &dyn Kubectl, name: &str, out: &Path) -> Result<Collected, CollectError> {
     let s = |a: &[&str]| a.iter().map(|x| x.to_string()).collect::<Vec<_>>();
-    let completions = parse_completions(&kubectl.run(&s(&["get", "job", name, "-o", "json"]))?)?;
+    let job = get_json(kubectl, &s(&["get", "job", "-o", "json", "--", name]))?;
+    let completions = completions_of(&job)?;
+    let config_map = get_json(
+        kubectl,
+        &s(&[
+            "get",
+            "configmap",
+            "-o",
+            "json",
+            "--",
+            &format!("{name}-plan"),
+        ]),
+    )?;
+    let plan = job_plan(name, &job, &config_map)?;
     let selector = format!("job-name={name}");
-    let pods = parse_pods(&kubectl.run(&s(&["get", "pods", "-l", &selector, "-o", "json"]))?)?;
+    let pods = parse_pods(&kubectl.run(
+        &s(&["get", "pods", "-l", &selector, "-o", "json"]),
+        MAX_ANSWER_BYTES,
+    )?)?;
     let mut by_index: BTreeMap<u32, Vec<Pod>> = BTreeMap::new();
     for p in pods.into_iter().filter(|p| p.index < completions) {
         by_index.entry(p.index).or_default().push(p);
     }
-    std::fs::create_dir_all(out).map_err(|source| CollectError::Write {
-        path: out.to_path_buf(),
-        source,
-    })?;
     let mut indexes = Vec::new();
+    let mut candidates = Vec::new();
     for index in 0..completions {
         let mut pods = by_index.remove(&index).unwrap_or_default();
         // The latest pod of a phase first: a retried index has several.
         pods.sort_by(|a, b| a.phase.cmp(&b.phase).then(b.created.cmp(&a.created)));
         let outcome = match pods.first() {
             None => IndexOutcome::Missing,
-            Some(p) if p.phase == Phase::Succeeded => {
-                let log = kubectl.run(&s(&["logs", &p.name, "-c", "workload"]))?;
-                match super::find_record(&log) {
-                    Ok(record) => {
-                        let file = out.join(format!("{name}-{index}.json"));
-                        let text = serde_json::to_string_pretty(&record)
-                            .map_err(|e| answer_err("kubectl logs", e.to_string()))?;
-                        std::fs::write(&file, text + "\n").map_err(|source| {
-                            CollectError::Write {
-                                path: file.clone(),
-                                source,
-                            }
-                        })?;
-                        IndexOutcome::Collected {
-                            pod: p.name.clone(),
-                            file,
-                            run_status: run_status(&record),
-                        }
-                    }
-                    Err(e) => IndexOutcome::NoRecord {
-                        pod: p.name.clone(),
-                        why: e.to_string(),
-                    },
+            Some(p) if p.phase == Phase::Succeeded => match pod_record(kubectl, p, &plan) {
+                Ok(c) => {
+                    candidates.push(c);
+                    continue;
                 }
-            }
+                Err(o) => o,
+            },
             Some(p) if matches!(p.phase, Phase::Running | Phase::Pending) => {
                 IndexOutcome::Unfinished {
                     pod: p.name.clone(),
@@ -294,9 +577,121 @@ pub fn collect(kubectl: &dyn Kubectl, name: &str, out: &Path) -> Result<Collecte
         };
         indexes.push((index, outcome));
     }
+    // One plan fingerprint for the Job: the one most records carry.
+    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+    for c in &candidates {
+        *counts.entry(c.fingerprint.as_str()).or_default() += 1;
+    }
+    let top = counts.values().copied().max().unwrap_or(0);
+    let leaders: Vec<String> = counts
+        .iter()
+        .filter(|(_, n)| **n == top)
+        .map(|(f, _)| f.to_string())
+        .collect();
+    let job_fingerprint = match &leaders[..] {
+        [one] => Some(one.clone()),
+        _ => None,
+    };
+    if !candidates.is_empty() {
+        std::fs::create_dir_all(out).map_err(|source| CollectError::Write {
+            path: out.to_path_buf(),
+            source,
+        })?;
+    }
+    for c in candidates {
+        let short = crate::store::import::short;
+        let outcome = match &job_fingerprint {
+            Some(f) if *f == c.fingerprint => {
+                let file = out.join(format!("{name}-{}.json", c.index));
+                let text = serde_json::to_string_pretty(&c.record)
+                    .map_err(|e| answer_err("kubectl logs", e.to_string()))?;
+                std::fs::write(&file, text + "\n").map_err(|source| CollectError::Write {
+                    path: file.clone(),
+                    source,
+                })?;
+                IndexOutcome::Collected {
+                    pod: c.pod,
+                    file,
+                    run_status: run_status(&c.record),
+                }
+            }
+            Some(f) => IndexOutcome::Refused {
+                pod: c.pod,
+                why: format!(
+                    "its plan fingerprint {} differs from the Job's, {} (carried by {top} of its \
+                     records): its variants' settings or its limits are not the Job's",
+                    short(&c.fingerprint),
+                    short(f)
+                ),
+            },
+            None => IndexOutcome::Refused {
+                pod: c.pod,
+                why: format!(
+                    "the Job's records carry {} plan fingerprints, {top} record(s) each: none \
+                     can be taken as the Job's (its is {})",
+                    leaders.len(),
+                    short(&c.fingerprint)
+                ),
+            },
+        };
+        indexes.push((c.index, outcome));
+    }
+    indexes.sort_by_key(|(i, _)| *i);
     Ok(Collected {
         completions,
         indexes,
+    })
+}
+
+/// The checked record of a succeeded pod, or what became of its index instead.
+fn pod_record(kubectl: &dyn Kubectl, p: &Pod, plan: &JobPlan) -> Result<Candidate, IndexOutcome> {
+    let refused = |why: String| IndexOutcome::Refused {
+        pod: p.name.clone(),
+        why,
+    };
+    if let Err(why) = super::dns1123_subdomain(&p.name) {
+        return Err(refused(format!(
+            "its name is not a Kubernetes name ({why}); it was not passed to kubectl"
+        )));
+    }
+    let args = [
+        "logs".to_string(),
+        "-c".into(),
+        "workload".into(),
+        format!("--limit-bytes={}", MAX_LOG_BYTES + 1),
+        "--".into(),
+        p.name.clone(),
+    ];
+    let log = match kubectl.run(&args, MAX_LOG_BYTES) {
+        Ok(log) => log,
+        Err(CollectError::TooBig { .. }) => {
+            return Err(refused(format!(
+                "its log is over {MAX_LOG_BYTES} bytes (64 MiB), the most memtrial reads of a pod's log"
+            )))
+        }
+        Err(e) => {
+            return Err(IndexOutcome::LogFailed {
+                pod: p.name.clone(),
+                said: e.to_string(),
+            })
+        }
+    };
+    let record = match super::find_record(&log) {
+        Ok(r) => r,
+        Err(e @ super::RecordError::Missing) | Err(e @ super::RecordError::Json(_)) => {
+            return Err(IndexOutcome::NoRecord {
+                pod: p.name.clone(),
+                why: e.to_string(),
+            })
+        }
+        Err(e) => return Err(refused(e.to_string())),
+    };
+    let fingerprint = check_record(&record, plan, p).map_err(refused)?;
+    Ok(Candidate {
+        index: p.index,
+        pod: p.name.clone(),
+        record,
+        fingerprint,
     })
 }
 
@@ -313,14 +708,18 @@ mod tests {
     }
 
     impl Kubectl for Fake {
-        fn run(&self, args: &[String]) -> Result<String, CollectError> {
+        fn run(&self, args: &[String], limit: usize) -> Result<String, CollectError> {
             self.asked.borrow_mut().push(args.to_vec());
-            match args.first().map(String::as_str) {
+            let answer = match args.first().map(String::as_str) {
                 Some("get") if args[1] == "job" => Ok(self.job.clone()),
+                Some("get") if args[1] == "configmap" => Ok(serde_json::json!({"data": {
+                    "plan.toml": "command = \"x\"\nvariants = [\"glibc\", \"jemalloc\"]\nruns = 3\nseed = 5\n"
+                }})
+                .to_string()),
                 Some("get") => Ok(self.pods.clone()),
                 Some("logs") => self
                     .logs
-                    .get(&args[1])
+                    .get(args.last().expect("a pod"))
                     .cloned()
                     .ok_or(CollectError::Kubectl {
                         command: "logs".into(),
@@ -328,7 +727,14 @@ mod tests {
                         stderr: "not found".into(),
                     }),
                 _ => Err(answer_err("?", "unexpected")),
+            }?;
+            if answer.len() > limit {
+                return Err(CollectError::TooBig {
+                    command: args.join(" "),
+                    limit,
+                });
             }
+            Ok(answer)
         }
     }
 
@@ -336,35 +742,69 @@ mod tests {
         serde_json::json!({
             "metadata": {"name": name, "creationTimestamp": created,
                          "annotations": {INDEX_KEY: index.to_string()}},
+            "spec": {"nodeName": "n1"},
             "status": {"phase": phase, "containerStatuses": [
                 {"name": "workload", "state": {"terminated": {"reason": "Error", "exitCode": 2}}}]}
         })
     }
 
+    /// The Fake's ConfigMap plan: command x, glibc and jemalloc, 3 runs, seed 5.
+    fn plan() -> Plan {
+        let mut p = crate::report::fixture::experiment().plan;
+        p.command = vec!["x".into()];
+        p.variants.remove(1);
+        p.runs = 3;
+        p.seed = 5;
+        p
+    }
+
+    /// The variant slot `index` of the Fake's plan runs.
+    fn slot_variant(index: u32) -> String {
+        let s = crate::schedule::schedule(2, 0, 3, 5)[index as usize];
+        ["glibc", "jemalloc"][s.variant].to_string()
+    }
+
+    /// A record as the pod of `index` prints it, with `edit` applied.
+    fn record(index: u32, edit: impl FnOnce(&mut Value)) -> String {
+        let mut r = serde_json::json!({
+            "experiment": {"plan": plan(), "host": {"hostname": "t"}, "hosts": [{"hostname": "t"}]},
+            "notes": [format!("in-container: slot {index} of 6 (variant …)"), "in-container: node n1"],
+            "variants": [{"name": slot_variant(index), "runs": [{"status": "ok"}]}]
+        });
+        edit(&mut r);
+        serde_json::to_string(&r).unwrap()
+    }
+
+    fn fake(completions: u32, pods: Vec<Value>, logs: Vec<(&str, String)>) -> Fake {
+        Fake {
+            job: serde_json::json!({"spec": {"completionMode": "Indexed", "completions": completions}})
+                .to_string(),
+            pods: serde_json::json!({ "items": pods }).to_string(),
+            logs: logs.into_iter().map(|(p, l)| (p.to_string(), l)).collect(),
+            asked: RefCell::new(Vec::new()),
+        }
+    }
+
     #[test]
     fn each_index_gets_its_succeeded_pods_record_and_the_rest_is_said() {
-        let pods = serde_json::json!({"items": [
+        let pods = vec![
             pod("t-0-a", 0, "Failed", "2026-01-01T00:00:00Z"),
             pod("t-0-b", 0, "Succeeded", "2026-01-01T00:01:00Z"),
             pod("t-1-a", 1, "Failed", "2026-01-01T00:00:00Z"),
             pod("t-1-b", 1, "Failed", "2026-01-01T00:02:00Z"),
             pod("t-2-a", 2, "Running", "2026-01-01T00:00:00Z"),
             pod("t-4-a", 4, "Succeeded", "2026-01-01T00:00:00Z"),
-            {"metadata": {"name": "stray"}, "status": {"phase": "Succeeded"}},
-        ]});
-        let record = r#"{"variants":[{"name":"jemalloc","runs":[{"status":"ok"}]}]}"#;
-        let fake = Fake {
-            job: r#"{"spec":{"completionMode":"Indexed","completions":5}}"#.into(),
-            pods: pods.to_string(),
-            logs: BTreeMap::from([
-                (
-                    "t-0-b".into(),
-                    format!("note: x\nmemtrial-record: {record}\n"),
-                ),
-                ("t-4-a".into(), "memtrial: error: no record\n".into()),
-            ]),
-            asked: RefCell::new(Vec::new()),
-        };
+            serde_json::json!({"metadata": {"name": "stray"}, "status": {"phase": "Succeeded"}}),
+        ];
+        let rec = record(0, |_| {});
+        let fake = fake(
+            5,
+            pods,
+            vec![
+                ("t-0-b", format!("note: x\nmemtrial-record: {rec}\n")),
+                ("t-4-a", "memtrial: error: no record\n".into()),
+            ],
+        );
         let dir = tempfile::tempdir().unwrap();
         let c = collect(&fake, "t", dir.path()).unwrap();
         assert_eq!(c.completions, 5);
@@ -374,13 +814,13 @@ mod tests {
             IndexOutcome::Collected {
                 pod: "t-0-b".into(),
                 file: dir.path().join("t-0.json"),
-                run_status: "jemalloc ok".into()
+                run_status: format!("{} ok", slot_variant(0))
             }
         );
         let saved: Value =
             serde_json::from_str(&std::fs::read_to_string(dir.path().join("t-0.json")).unwrap())
                 .unwrap();
-        assert_eq!(saved, serde_json::from_str::<Value>(record).unwrap());
+        assert_eq!(saved, serde_json::from_str::<Value>(&rec).unwrap());
         match &c.indexes[1].1 {
             IndexOutcome::Failed { pods } => {
                 assert_eq!(pods.len(), 2);
@@ -398,10 +838,211 @@ mod tests {
         assert_eq!(c.indexes[3].1, IndexOutcome::Missing);
         assert!(matches!(c.indexes[4].1, IndexOutcome::NoRecord { .. }));
         assert_eq!(c.files(), [dir.path().join("t-0.json")]);
-        // The pods are found by the Job's label; logs of the workload container.
+        // Names reach kubectl after `--` only; the pods are found by the Job's label; logs
+        // of the workload container, bounded.
         let asked = fake.asked.borrow();
-        assert_eq!(asked[1], ["get", "pods", "-l", "job-name=t", "-o", "json"]);
-        assert_eq!(asked[2], ["logs", "t-0-b", "-c", "workload"]);
+        assert_eq!(asked[0], ["get", "job", "-o", "json", "--", "t"]);
+        assert_eq!(asked[1], ["get", "configmap", "-o", "json", "--", "t-plan"]);
+        assert_eq!(asked[2], ["get", "pods", "-l", "job-name=t", "-o", "json"]);
+        assert_eq!(
+            asked[3],
+            [
+                "logs",
+                "-c",
+                "workload",
+                &format!("--limit-bytes={}", MAX_LOG_BYTES + 1),
+                "--",
+                "t-0-b"
+            ]
+        );
+    }
+
+    #[test]
+    fn one_bad_pod_does_not_stop_the_others_and_forgeries_are_refused() {
+        let at = "2026-01-01T00:00:00Z";
+        let line = |r: String| format!("memtrial-record: {r}\n");
+        let mut hostile = pod("--kubeconfig=-evil", 5, "Succeeded", at);
+        hostile["metadata"]["annotations"][INDEX_KEY] = "5".into();
+        let pods = vec![
+            pod("t-0-x", 0, "Succeeded", at),
+            pod("t-1-x", 1, "Succeeded", at),
+            pod("t-2-x", 2, "Succeeded", at),
+            pod("t-3-x", 3, "Succeeded", at),
+            pod("t-4-x", 4, "Succeeded", at),
+            hostile,
+        ];
+        let fake = fake(
+            6,
+            pods,
+            vec![
+                ("t-0-x", line(record(0, |_| {}))),
+                // A forged later line with another host.
+                (
+                    "t-1-x",
+                    line(record(1, |_| {}))
+                        + &line(record(1, |r| {
+                            r["experiment"]["host"]["hostname"] = "evil".into()
+                        })),
+                ),
+                // A record of another plan (another seed).
+                (
+                    "t-2-x",
+                    line(record(2, |r| r["experiment"]["plan"]["seed"] = 6.into())),
+                ),
+                // t-3-x has no log: kubectl fails for it.
+                ("t-4-x", line(record(4, |_| {}))),
+            ],
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let c = collect(&fake, "t", dir.path()).unwrap();
+        let o = |i: usize| c.indexes[i].1.clone();
+        assert!(matches!(o(0), IndexOutcome::Collected { .. }), "{:?}", o(0));
+        let why = |i: usize| match o(i) {
+            IndexOutcome::Refused { why, .. } => why,
+            other => panic!("index {i}: {other:?}"),
+        };
+        assert!(why(1).contains("2 lines start with"), "{}", why(1));
+        assert!(why(2).contains("not a record of the Job's plan") && why(2).contains("seed is 6"));
+        assert!(
+            matches!(o(3), IndexOutcome::LogFailed { ref said, .. } if said.contains("not found")),
+            "{:?}",
+            o(3)
+        );
+        assert!(matches!(o(4), IndexOutcome::Collected { .. }), "{:?}", o(4));
+        assert!(why(5).contains("not a Kubernetes name"), "{}", why(5));
+        assert_eq!(c.files().len(), 2);
+        let asked = fake.asked.borrow();
+        assert!(!asked.iter().flatten().any(|a| a.contains("kubeconfig")));
+    }
+
+    #[test]
+    fn the_fingerprint_most_records_carry_is_the_jobs() {
+        let at = "2026-01-01T00:00:00Z";
+        let line = |r: String| format!("memtrial-record: {r}\n");
+        let fake = fake(
+            3,
+            vec![
+                pod("t-0-x", 0, "Succeeded", at),
+                pod("t-1-x", 1, "Succeeded", at),
+                pod("t-2-x", 2, "Succeeded", at),
+            ],
+            vec![
+                ("t-0-x", line(record(0, |_| {}))),
+                ("t-1-x", line(record(1, |_| {}))),
+                (
+                    "t-2-x",
+                    line(record(2, |r| {
+                        r["experiment"]["plan"]["limits"]["memory_max"] = 1.into()
+                    })),
+                ),
+            ],
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let c = collect(&fake, "t", dir.path()).unwrap();
+        assert_eq!(c.files().len(), 2);
+        match &c.indexes[2].1 {
+            IndexOutcome::Refused { why, .. } => {
+                assert!(why.contains("differs from the Job's"), "{why}")
+            }
+            o => panic!("{o:?}"),
+        }
+        // One record of each of two fingerprints: a tie, neither is taken as the Job's.
+        let tie = super::tests::fake(
+            2,
+            vec![
+                pod("t-0-x", 0, "Succeeded", at),
+                pod("t-1-x", 1, "Succeeded", at),
+            ],
+            vec![
+                ("t-0-x", line(record(0, |_| {}))),
+                (
+                    "t-1-x",
+                    line(record(1, |r| {
+                        r["experiment"]["plan"]["variants"][0]["env"] =
+                            serde_json::json!([["MALLOC_ARENA_MAX", "1"]])
+                    })),
+                ),
+            ],
+        );
+        let c2 = collect(&tie, "t", dir.path()).unwrap();
+        assert!(c2.files().is_empty());
+        assert!(
+            matches!(&c2.indexes[0].1, IndexOutcome::Refused { why, .. } if why.contains("2 plan fingerprints"))
+        );
+        // The wrong node or slot is refused too.
+        let p = |node: &str, index: u32| Pod {
+            name: "t-0-x".into(),
+            index,
+            phase: Phase::Succeeded,
+            created: String::new(),
+            reason: None,
+            node: Some(node.into()),
+        };
+        let job = job_plan(
+            "t",
+            &serde_json::json!({}),
+            &serde_json::from_str(
+                &fake
+                    .run(&["get".into(), "configmap".into()], 1 << 20)
+                    .unwrap(),
+            )
+            .unwrap(),
+        )
+        .unwrap();
+        let r: Value = serde_json::from_str(&record(0, |_| {})).unwrap();
+        assert!(check_record(&r, &job, &p("n1", 0)).is_ok());
+        assert!(check_record(&r, &job, &p("n2", 0))
+            .unwrap_err()
+            .contains("ran on node \"n2\""));
+        assert!(check_record(&r, &job, &p("n1", 1))
+            .unwrap_err()
+            .contains("slot 1"));
+    }
+
+    #[test]
+    fn a_job_of_too_many_completions_and_a_log_too_big_are_refused() {
+        let e =
+            parse_completions(r#"{"spec":{"completionMode":"Indexed","completions":4294967295}}"#)
+                .unwrap_err()
+                .to_string();
+        assert!(
+            e.contains("4294967295") && e.contains("at most 100000"),
+            "{e}"
+        );
+        let big = "x".repeat(MAX_LOG_BYTES + 1);
+        let fake = fake(
+            1,
+            vec![pod("t-0-x", 0, "Succeeded", "2026-01-01T00:00:00Z")],
+            vec![("t-0-x", big)],
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let c = collect(&fake, "t", dir.path()).unwrap();
+        match &c.indexes[0].1 {
+            IndexOutcome::Refused { why, .. } => assert!(why.contains("64 MiB"), "{why}"),
+            o => panic!("{o:?}"),
+        }
+    }
+
+    #[test]
+    fn the_real_kubectl_is_read_within_its_limit() {
+        let k = KubectlProgram {
+            program: "/bin/sh".into(),
+            namespace: None,
+        };
+        let run = |script: &str, limit| k.run(&["-c".to_string(), script.to_string()], limit);
+        assert_eq!(run("printf abc", 3).unwrap(), "abc");
+        // More than the limit: refused, and kubectl (here: an endless writer) is stopped.
+        assert!(matches!(
+            run("cat /dev/zero", 1 << 20),
+            Err(CollectError::TooBig { limit, .. }) if limit == 1 << 20
+        ));
+        // Endless standard error is drained, and its first bytes kept.
+        match run("head -c 1000000 /dev/zero | tr '\\0' e >&2; exit 3", 10) {
+            Err(CollectError::Kubectl { stderr, .. }) => {
+                assert_eq!(stderr.len(), MAX_STDERR_BYTES)
+            }
+            o => panic!("{o:?}"),
+        }
     }
 
     #[test]

@@ -17,6 +17,10 @@ pub const LIB_DIR_ENV: &str = "MEMTRIAL_LIB_DIR";
 /// noted in the record.
 pub const NODE_ENV: &str = "MEMTRIAL_NODE";
 
+/// The longest record line `collect` reads (the prefix and the compact JSON): a record
+/// holds one run; 16 MiB is far beyond what one run writes.
+pub const MAX_RECORD_LINE_BYTES: usize = 16 << 20;
+
 /// Errors of the record line.
 #[derive(Debug, thiserror::Error)]
 pub enum RecordError {
@@ -24,6 +28,12 @@ pub enum RecordError {
     Json(#[from] serde_json::Error),
     #[error("no line starting with {RECORD_PREFIX:?} in the log")]
     Missing,
+    #[error("{0} lines start with {RECORD_PREFIX:?} in the log; a pod prints exactly one, so none is trusted")]
+    Several(usize),
+    #[error(
+        "its record line has {0} bytes; memtrial reads at most {MAX_RECORD_LINE_BYTES} (16 MiB)"
+    )]
+    TooLong(usize),
 }
 
 /// The JSON record (as `--json` writes it) as one line: [`RECORD_PREFIX`], compact JSON,
@@ -34,15 +44,49 @@ pub fn record_line(json: &[u8]) -> Result<String, RecordError> {
     Ok(format!("{RECORD_PREFIX}{}\n", serde_json::to_string(&v)?))
 }
 
-/// The record in a pod's log: the last line that starts with [`RECORD_PREFIX`] (a
-/// container restarted in place logs again after its earlier attempts).
+/// The record in a pod's log: **exactly one** line starts with [`RECORD_PREFIX`]. A pod
+/// runs one slot and prints one record (`restartPolicy: Never`, and `kubectl logs` shows
+/// one container's attempt), so a log with two record lines holds one that memtrial did
+/// not print — neither is trusted: the log is refused, not resolved by position.
 pub fn find_record(log: &str) -> Result<serde_json::Value, RecordError> {
-    let line = log
+    let mut lines = log
         .lines()
-        .rev()
-        .find_map(|l| l.trim_end_matches('\r').strip_prefix(RECORD_PREFIX))
-        .ok_or(RecordError::Missing)?;
+        .filter_map(|l| l.trim_end_matches('\r').strip_prefix(RECORD_PREFIX));
+    let line = lines.next().ok_or(RecordError::Missing)?;
+    let more = lines.count();
+    if more > 0 {
+        return Err(RecordError::Several(more + 1));
+    }
+    if line.len() + RECORD_PREFIX.len() > MAX_RECORD_LINE_BYTES {
+        return Err(RecordError::TooLong(line.len() + RECORD_PREFIX.len()));
+    }
     Ok(serde_json::from_str(line)?)
+}
+
+/// Whether `name` is a DNS-1123 subdomain (what Kubernetes accepts as a pod's or a
+/// ConfigMap's name): 1 to 253 lowercase letters, digits, '-' and '.', starting and ending
+/// with a letter or digit. A name from kubectl's answers is passed back to kubectl only
+/// when it is one (so it can never be read as an option).
+pub fn dns1123_subdomain(name: &str) -> Result<(), String> {
+    if name.is_empty() || name.len() > 253 {
+        return Err(format!(
+            "it has {} characters; a Kubernetes name has 1 to 253",
+            name.len()
+        ));
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|c| !(c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '-' | '.')))
+    {
+        return Err(format!(
+            "{c:?} is not allowed: a Kubernetes name has lowercase letters, digits, '-' and '.' only"
+        ));
+    }
+    let edge = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
+    if !edge(name.chars().next()) || !edge(name.chars().last()) {
+        return Err("a Kubernetes name starts and ends with a letter or digit".into());
+    }
+    Ok(())
 }
 
 /// Whether `name` is a DNS-1123 label (what Kubernetes accepts as a Job's name): 1 to 63
@@ -93,9 +137,40 @@ mod tests {
     }
 
     #[test]
-    fn the_last_record_wins() {
+    fn a_log_with_two_record_lines_is_refused() {
         let log = "memtrial-record: {\"a\":1}\nmemtrial-record: {\"a\":2}\r\n";
-        assert_eq!(find_record(log).unwrap()["a"], 2);
+        assert!(matches!(find_record(log), Err(RecordError::Several(2))));
+        assert_eq!(
+            find_record("memtrial-record: {\"a\":2}\r\n").unwrap()["a"],
+            2
+        );
+        let long = format!(
+            "memtrial-record: \"{}\"\n",
+            "x".repeat(MAX_RECORD_LINE_BYTES)
+        );
+        assert!(matches!(find_record(&long), Err(RecordError::TooLong(_))));
+    }
+
+    #[test]
+    fn kubernetes_names() {
+        assert!(dns1123_subdomain("web-trial-0-abcde").is_ok());
+        assert!(dns1123_subdomain("a.b").is_ok());
+        assert!(dns1123_subdomain(&"a".repeat(253)).is_ok());
+        for bad in [
+            "",
+            "--kubeconfig=/tmp/x",
+            "-a",
+            "a-",
+            ".a",
+            "A",
+            "a b",
+            "a\nb",
+            "a/b",
+            "é",
+        ] {
+            assert!(dns1123_subdomain(bad).is_err(), "{bad:?}");
+        }
+        assert!(dns1123_subdomain(&"a".repeat(254)).is_err());
     }
 
     #[test]

@@ -33,6 +33,9 @@ pub fn default_memtrial_image() -> String {
     format!("memtrial/memtrial:{}", env!("CARGO_PKG_VERSION"))
 }
 
+/// The most slots (the Job's completions) memtrial renders, and `collect` reads.
+pub const MAX_SLOTS: u32 = 100_000;
+
 /// Errors rendering a Job: each names the flag or plan key, the value and what to do.
 #[derive(Debug, thiserror::Error)]
 pub enum RenderError {
@@ -206,11 +209,11 @@ pub fn plan_slots(input: &PlanInput) -> Result<(Vec<String>, u32), RenderError> 
     let slots = u64::from(runs + warmup) * chosen.len() as u64;
     let slots = u32::try_from(slots)
         .ok()
-        .filter(|s| *s <= 100_000)
+        .filter(|s| *s <= MAX_SLOTS)
         .ok_or_else(|| {
             plan_err(format!(
                 "the plan has {slots} slots ({} variants × {} runs); a Job of more than \
-                 100000 completions is refused: use fewer runs",
+                 {MAX_SLOTS} completions is refused: use fewer runs",
                 chosen.len(),
                 runs + warmup
             ))

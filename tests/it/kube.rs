@@ -178,8 +178,9 @@ fn run_in_group(g: &TestGroup, sb: &Sandbox, args: &[&str]) -> Output {
         .args(["-c", &script])
         .current_dir(sb.path())
         .env("NO_COLOR", "1")
-        // What the Job passes through the downward API.
+        // What the Job passes through the downward API, and its name as the host.
         .env("MEMTRIAL_NODE", "node-a")
+        .env("MEMTRIAL_HOST", "web-trial")
         .output()
         .expect("run sh")
 }
@@ -200,12 +201,21 @@ fn need_in_container_setup() -> Option<memtrial::linux::cgroup::Hierarchy> {
 
 /// The pod logs of real in-container runs, one per slot, made once for the tests that need
 /// them (the in-container test and collect's): (slot, the whole stdout + stderr).
-fn pod_logs() -> Option<&'static Vec<(usize, String)>> {
-    static LOGS: OnceLock<Option<Vec<(usize, String)>>> = OnceLock::new();
+pub(crate) fn pod_logs() -> Option<&'static Vec<(usize, String)>> {
+    pod_run().map(|r| &r.1)
+}
+
+/// The plan text the pods ran (what the Job's ConfigMap carries), and their logs.
+pub(crate) type PodRun = (String, Vec<(usize, String)>);
+
+/// The plan text the pods ran (what the Job's ConfigMap carries), and their logs.
+pub(crate) fn pod_run() -> Option<&'static PodRun> {
+    static LOGS: OnceLock<Option<PodRun>> = OnceLock::new();
     LOGS.get_or_init(|| {
         let h = need_in_container_setup()?;
         let sb = Sandbox::new();
         let plan = sb.plan();
+        let plan_text = std::fs::read_to_string(&plan).expect("read the plan");
         let g = TestGroup::make(&h);
         let mut logs = Vec::new();
         for index in 0..VARIANTS.len() {
@@ -263,7 +273,7 @@ fn pod_logs() -> Option<&'static Vec<(usize, String)>> {
             err.contains("--memory-limit 1G") && err.contains("container's own limits"),
             "{err}"
         );
-        Some(logs)
+        Some((plan_text, logs))
     })
     .as_ref()
 }
@@ -566,8 +576,9 @@ fn kube_refuses_bad_input_naming_the_flag() {
 // ───────────── memtrial kube collect, against a stand-in kubectl ─────────────
 
 /// A stand-in `kubectl` (there is no cluster here): a script answering `get job`, `get
-/// pods` and `logs POD` from files in `dir`, noting every call in `dir/asked`.
-fn fake_kubectl(dir: &Path) -> PathBuf {
+/// configmap`, `get pods` and `logs … -- POD` from files in `dir`, noting every call in
+/// `dir/asked`.
+pub(crate) fn fake_kubectl(dir: &Path) -> PathBuf {
     let bin = dir.join("bin");
     std::fs::create_dir_all(bin.join("..").join("logs")).expect("mkdir");
     std::fs::create_dir_all(&bin).expect("mkdir");
@@ -575,11 +586,18 @@ fn fake_kubectl(dir: &Path) -> PathBuf {
     let script = format!(
         r#"#!/bin/sh
 echo "$*" >> "{d}/asked"
-if [ "$1" = "--namespace" ]; then shift 2; fi
-case "$1 $2" in
-  "get job") cat "{d}/job.json" ;;
-  "get pods") cat "{d}/pods.json" ;;
-  "logs "*) cat "{d}/logs/$2.log" 2>/dev/null || {{ echo "Error from server (NotFound): pods \"$2\" not found" >&2; exit 1; }} ;;
+# The pod: the word after `logs` (kubectl's positional argument), or after `--`.
+prev=""; pod=""
+for a in "$@"; do
+  if [ "$prev" = "--" ] || {{ [ "$prev" = "logs" ] && [ "$a" != "-c" ]; }}; then pod="$a"; fi
+  prev="$a"
+done
+last="$pod"
+case "$*" in
+  *"get job "*) cat "{d}/job.json" ;;
+  *"get configmap "*) cat "{d}/configmap.json" ;;
+  *"get pods "*) cat "{d}/pods.json" ;;
+  *"logs "*) cat "{d}/logs/$last.log" 2>/dev/null || {{ echo "Error from server (NotFound): pods \"$last\" not found" >&2; exit 1; }} ;;
   *) echo "unexpected: $*" >&2; exit 1 ;;
 esac
 "#
@@ -590,7 +608,13 @@ esac
     bin
 }
 
-fn pod_json(name: &str, index: usize, phase: &str, at: &str, reason: Option<&str>) -> Value {
+pub(crate) fn pod_json(
+    name: &str,
+    index: usize,
+    phase: &str,
+    at: &str,
+    reason: Option<&str>,
+) -> Value {
     let state = match reason {
         Some(r) => serde_json::json!({"terminated": {"reason": r, "exitCode": 137}}),
         None => serde_json::json!({"terminated": {"reason": "Completed", "exitCode": 0}}),
@@ -602,15 +626,28 @@ fn pod_json(name: &str, index: usize, phase: &str, at: &str, reason: Option<&str
             "labels": {"job-name": "web-trial", "batch.kubernetes.io/job-completion-index": index.to_string()},
             "annotations": {"batch.kubernetes.io/job-completion-index": index.to_string()}
         },
+        "spec": {"nodeName": "node-a"},
         "status": {"phase": phase, "containerStatuses": [{"name": "workload", "state": state}]}
     })
 }
 
+/// The Job's ConfigMap, carrying `plan`, as `kubectl get configmap -o json` answers.
+pub(crate) fn config_map_json(plan: &str) -> Value {
+    serde_json::json!({"metadata": {"name": "web-trial-plan"}, "data": {"plan.toml": plan}})
+}
+
 #[test]
 fn collect_gathers_one_record_per_index_and_says_what_is_missing() {
-    let Some(logs) = pod_logs() else { return };
+    let Some((plan, logs)) = pod_run() else {
+        return;
+    };
     let dir = tempfile::tempdir().expect("tempdir");
     let bin = fake_kubectl(dir.path());
+    std::fs::write(
+        dir.path().join("configmap.json"),
+        config_map_json(plan).to_string(),
+    )
+    .expect("write");
     // Index 1 failed once (the pod was OOM-killed) and succeeded on its retry.
     let mut pods = vec![pod_json(
         "web-trial-1-old",
@@ -713,12 +750,15 @@ fn collect_gathers_one_record_per_index_and_says_what_is_missing() {
     assert!(listed.contains("3/"), "{listed}");
     let asked = std::fs::read_to_string(dir.path().join("asked")).expect("kubectl was asked");
     assert!(
-        asked.contains("--namespace perf get pods -l job-name=web-trial -o json"),
+        asked.contains("--namespace=perf get pods -l job-name=web-trial -o json"),
         "{asked}"
     );
     // The failed first pod of index 1 was not asked for its log: its retry was.
-    assert!(!asked.contains("logs web-trial-1-old"), "{asked}");
-    assert!(asked.contains("logs web-trial-1-x -c workload"), "{asked}");
+    assert!(!asked.contains("web-trial-1-old"), "{asked}");
+    assert!(
+        asked.contains("logs -c workload --limit-bytes=67108865 -- web-trial-1-x"),
+        "{asked}"
+    );
 
     // A fourth index whose only pod was OOM-killed, and a fifth never started.
     pods.push(pod_json(

@@ -131,3 +131,240 @@ fn kube_yaml_has_exactly_its_documents_whatever_the_names() {
         assert!(head.lines().all(|l| l.starts_with("# ")), "{head}");
     }
 }
+
+// ───────────── kube collect: real pod logs, a stand-in kubectl, hostile answers ─────────────
+
+use crate::kube::{config_map_json, fake_kubectl, pod_json, pod_run};
+use serde_json::Value;
+
+/// A Job of `pods` (name, index, log or none) for the stand-in kubectl in `dir`, its
+/// ConfigMap carrying `plan`; then `memtrial kube collect web-trial` into its own store.
+fn collect_job(dir: &Path, plan: &str, pods: &[(&str, usize, Option<String>)]) -> (Output, String) {
+    let bin = fake_kubectl(dir);
+    let at = "2026-01-01T00:05:00Z";
+    let mut items = Vec::new();
+    for (name, index, log) in pods {
+        if let Some(log) = log {
+            std::fs::write(dir.join(format!("logs/{name}.log")), log).expect("write a log");
+        }
+        items.push(pod_json(name, *index, "Succeeded", at, None));
+    }
+    let write = |f: &str, v: Value| std::fs::write(dir.join(f), v.to_string()).expect("write");
+    write(
+        "job.json",
+        serde_json::json!({"spec": {"completionMode": "Indexed", "completions": pods.len()}}),
+    );
+    write("pods.json", serde_json::json!({ "items": items }));
+    write("configmap.json", config_map_json(plan));
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = Command::new(memtrial())
+        .args(["kube", "collect", "web-trial", "--out"])
+        .arg(dir.join("records"))
+        .arg("--db")
+        .arg(dir.join("m.db"))
+        .env("PATH", &path)
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("run memtrial kube collect");
+    let asked = std::fs::read_to_string(dir.join("asked")).unwrap_or_default();
+    (out, asked)
+}
+
+/// The record line of `log`, edited.
+fn forged(log: &str, edit: impl FnOnce(&mut Value)) -> String {
+    let mut r = memtrial::kube::find_record(log).expect("a record");
+    edit(&mut r);
+    format!(
+        "memtrial-record: {}\n",
+        serde_json::to_string(&r).expect("JSON")
+    )
+}
+
+/// The part of a log before its record line (memtrial's notes).
+fn notes_of(log: &str) -> String {
+    log.lines()
+        .filter(|l| !l.starts_with("memtrial-record: "))
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
+#[test]
+fn collect_takes_what_holds_and_names_each_pod_that_does_not() {
+    let Some((plan, logs)) = pod_run() else {
+        return;
+    };
+    let log = |i: usize| logs[i].1.clone();
+    let err_of = |o: &Output| String::from_utf8_lossy(&o.stderr).into_owned();
+    let stdout_of = |o: &Output| String::from_utf8_lossy(&o.stdout).into_owned();
+
+    // A: a forged later record line with another host; a pod named as an option.
+    let a = tempfile::tempdir().expect("tempdir");
+    let two_lines = log(1)
+        + &forged(&log(1), |r| {
+            r["experiment"]["host"]["hostname"] = "evil".into()
+        });
+    let (out, asked) = collect_job(
+        a.path(),
+        plan,
+        &[
+            ("web-trial-0-x", 0, Some(log(0))),
+            ("web-trial-1-x", 1, Some(two_lines)),
+            ("--kubeconfig=evil.conf", 2, Some(log(2))),
+        ],
+    );
+    let err = err_of(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("index 1: REFUSED: the record of pod web-trial-1-x: 2 lines start with"),
+        "{err}"
+    );
+    assert!(
+        err.contains("index 2: REFUSED") && err.contains("not a Kubernetes name"),
+        "{err}"
+    );
+    assert!(!asked.contains("kubeconfig"), "{asked}");
+    assert!(err.contains("collected 1 of 3"), "{err}");
+    assert!(
+        stdout_of(&out).contains("1 new run(s)"),
+        "{}",
+        stdout_of(&out)
+    );
+
+    // B: kubectl fails for one pod; one record the import refuses; the third is imported.
+    let b = tempfile::tempdir().expect("tempdir");
+    let invalid = notes_of(&log(0))
+        + &forged(&log(0), |r| {
+            r["experiment"]["status"] = "bogus\u{1b}[31m".into()
+        });
+    let (out, _) = collect_job(
+        b.path(),
+        plan,
+        &[
+            ("web-trial-0-x", 0, Some(invalid)),
+            ("web-trial-1-x", 1, Some(log(1))),
+            ("web-trial-2-x", 2, None),
+        ],
+    );
+    let err = err_of(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("index 2: NO LOG: kubectl could not give the log of pod web-trial-2-x")
+            && err.contains("NotFound"),
+        "{err}"
+    );
+    assert!(
+        err.contains("NOT IMPORTED: ") && err.contains("web-trial-0.json") && err.contains("bogus"),
+        "{err}"
+    );
+    assert!(!err.contains('\u{1b}'), "{err}");
+    let stdout = stdout_of(&out);
+    assert!(
+        stdout.contains("web-trial-1.json: new experiment 1") && stdout.contains("1 new run(s)"),
+        "{stdout}"
+    );
+
+    // C: the records are of another plan than the Job's (its ConfigMap has another seed).
+    let c = tempfile::tempdir().expect("tempdir");
+    let other = plan.replace("seed = 11", "seed = 12");
+    assert_ne!(&other, plan);
+    let (out, _) = collect_job(
+        c.path(),
+        &other,
+        &[
+            ("web-trial-0-x", 0, Some(log(0))),
+            ("web-trial-1-x", 1, Some(log(1))),
+            ("web-trial-2-x", 2, Some(log(2))),
+        ],
+    );
+    let err = err_of(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(
+        err.matches("not a record of the Job's plan (ConfigMap web-trial-plan): its seed is 11, the Job's 12")
+            .count(),
+        3,
+        "{err}"
+    );
+    assert!(
+        stdout_of(&out).is_empty(),
+        "nothing imported: {}",
+        stdout_of(&out)
+    );
+
+    // D: one forged line alone, with another host; another with another node.
+    let d = tempfile::tempdir().expect("tempdir");
+    let (out, _) = collect_job(
+        d.path(),
+        plan,
+        &[
+            (
+                "web-trial-0-x",
+                0,
+                Some(forged(&log(0), |r| {
+                    r["experiment"]["host"]["hostname"] = "evil".into()
+                })),
+            ),
+            (
+                "web-trial-1-x",
+                1,
+                Some(forged(&log(1), |r| {
+                    let notes = r["notes"].as_array_mut().expect("notes");
+                    for n in notes.iter_mut() {
+                        if n.as_str()
+                            .is_some_and(|s| s.starts_with("in-container: node "))
+                        {
+                            *n = "in-container: node node-b".into();
+                        }
+                    }
+                })),
+            ),
+            ("web-trial-2-x", 2, Some(log(2))),
+        ],
+    );
+    let err = err_of(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("its host is \"evil\""), "{err}");
+    assert!(err.contains("says it ran on node(s) [\"node-b\"]"), "{err}");
+    assert!(err.contains("collected 1 of 3"), "{err}");
+}
+
+#[test]
+fn collect_refuses_hostile_names_and_sizes_up_front() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bin = fake_kubectl(dir.path());
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let collect = |args: &[&str]| {
+        Command::new(memtrial())
+            .args(["kube", "collect"])
+            .args(args)
+            .arg("--db")
+            .arg(dir.path().join("m.db"))
+            .env("PATH", &path)
+            .output()
+            .expect("run memtrial kube collect")
+    };
+    let out = collect(&["web-trial", "--namespace=--kubeconfig=/tmp/x"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("--namespace \"--kubeconfig=/tmp/x\""), "{err}");
+    // A Job of 2^32 - 1 completions: refused, naming the limit.
+    std::fs::write(
+        dir.path().join("job.json"),
+        r#"{"spec":{"completionMode":"Indexed","completions":4294967295}}"#,
+    )
+    .expect("write");
+    let out = collect(&["web-trial"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("4294967295 completions") && err.contains("at most 100000"),
+        "{err}"
+    );
+}
