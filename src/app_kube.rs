@@ -250,8 +250,9 @@ pub fn kube_cmd(db: &Path, args: &crate::cli::KubeArgs, ui: &Ui) -> Result<Outco
         bail!("memtrial kube needs PLAN, --image, --cpu and --memory (see memtrial kube --help)");
     };
     use memtrial::kube::render::{self, KubeJob, Seed};
-    let text = std::fs::read_to_string(plan)
-        .with_context(|| format!("cannot read the plan {}", plan.display()))?;
+    let text = memtrial::plan::read_plan_text(plan).context(
+        "memtrial kube carries the plan in a ConfigMap, which Kubernetes limits to 1 MiB",
+    )?;
     let input = memtrial::plan::parse_plan_text(&text)
         .map_err(|m| anyhow::anyhow!("plan {}: {m}", plan.display()))?;
     if let Some((_, key, value)) = limits_given(&input).first() {

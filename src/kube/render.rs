@@ -403,8 +403,20 @@ pub fn job(k: &KubeJob) -> Job {
     }
 }
 
-/// The YAML stream: a comment, the ConfigMap, the Job.
+/// Kubernetes' limit on a ConfigMap's data: the bytes of its keys and values together.
+pub const CONFIG_MAP_MAX_BYTES: usize = 1 << 20;
+
+/// The YAML stream: a comment, the ConfigMap, the Job. A plan the ConfigMap cannot carry
+/// (over [`CONFIG_MAP_MAX_BYTES`]) is refused: Kubernetes would refuse the ConfigMap.
 pub fn render(k: &KubeJob) -> Result<String, RenderError> {
+    let size = PLAN_KEY.len() + k.plan_text.len();
+    if size > CONFIG_MAP_MAX_BYTES {
+        return Err(RenderError::Plan(format!(
+            "the plan makes a ConfigMap of {size} bytes ({PLAN_KEY} and the plan's text); \
+             Kubernetes refuses a ConfigMap over {CONFIG_MAP_MAX_BYTES} bytes (1 MiB): make \
+             the plan smaller"
+        )));
+    }
     let seed = match k.seed {
         Seed::InPlan(s) => format!("seed {s} (from the plan)"),
         Seed::Chosen(s) => format!("seed {s} (chosen now; the plan has none)"),

@@ -51,6 +51,12 @@ pub enum PlanError {
     },
     #[error("variant name '{name}' is used twice")]
     DuplicateVariant { name: String },
+    #[error("variant name {name}: {VARIANT_NAME_RULE}")]
+    BadVariantName { name: String },
+    #[error("the baseline {baseline} is not one of the plan's variants ({variants})")]
+    BaselineNotAVariant { baseline: String, variants: String },
+    #[error("plan file {path}: {size}; memtrial reads plans of at most {MAX_PLAN_BYTES} bytes (1 MiB): a plan is settings, not data — put large inputs in files the plan names")]
+    PlanTooBig { path: PathBuf, size: String },
     #[error("no command to run: give it after '--' (memtrial run -- ./job --flag) or as `command` in the plan file")]
     NoCommand,
     #[error("command '{command}' not found in PATH ({path})")]
@@ -413,6 +419,97 @@ impl Plan {
     }
 }
 
+impl Plan {
+    /// The rules every plan keeps, however it was made (built here, or read back from a
+    /// record on import): at least one variant; each name by [`VARIANT_NAME_RULE`] and
+    /// once; the baseline one of them; each environment key a valid name, once, and no
+    /// value with a NUL byte.
+    pub fn check(&self) -> Result<(), PlanError> {
+        let mut seen: Vec<&str> = Vec::new();
+        for v in &self.variants {
+            if !valid_name(&v.name) {
+                return Err(PlanError::BadVariantName {
+                    name: shown_name(&v.name),
+                });
+            }
+            if seen.contains(&v.name.as_str()) {
+                return Err(PlanError::DuplicateVariant {
+                    name: v.name.clone(),
+                });
+            }
+            seen.push(&v.name);
+            let mut keys: Vec<&str> = Vec::new();
+            for (k, val) in &v.env {
+                let reason = env_key_problem(k).or_else(|| {
+                    val.contains('\0').then_some(
+                        "has a value containing a NUL byte (an environment cannot hold one)",
+                    )
+                });
+                if let Some(reason) = reason {
+                    return Err(PlanError::BadEnvKey {
+                        variant: v.name.clone(),
+                        key: k.clone(),
+                        reason,
+                    });
+                }
+                if keys.contains(&k.as_str()) {
+                    return Err(PlanError::DuplicateEnvKey {
+                        variant: v.name.clone(),
+                        key: k.clone(),
+                    });
+                }
+                keys.push(k);
+            }
+        }
+        if !seen.contains(&self.baseline.as_str()) {
+            return Err(PlanError::BaselineNotAVariant {
+                baseline: shown_name(&self.baseline),
+                variants: if seen.is_empty() {
+                    "it has none".into()
+                } else {
+                    seen.join(", ")
+                },
+            });
+        }
+        Ok(())
+    }
+}
+
+/// The most bytes of a plan file memtrial reads (a ConfigMap holds at most 1 MiB too).
+pub const MAX_PLAN_BYTES: usize = 1 << 20;
+
+/// The text of a plan file, read up to [`MAX_PLAN_BYTES`] (`/dev/zero` or a huge file is
+/// refused with the limit, after reading at most one byte more).
+pub fn read_plan_text(path: &Path) -> Result<String, PlanError> {
+    use std::io::Read;
+    let err = |message: String| PlanError::PlanFile {
+        path: path.to_path_buf(),
+        message,
+    };
+    let file = std::fs::File::open(path).map_err(|e| err(format!("cannot read it: {e}")))?;
+    let mut bytes = Vec::new();
+    (&file)
+        .take(MAX_PLAN_BYTES as u64 + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| err(format!("cannot read it: {e}")))?;
+    if bytes.len() > MAX_PLAN_BYTES {
+        let size = match file.metadata() {
+            Ok(m) if m.is_file() => format!("it has {} bytes", m.len()),
+            _ => format!("it holds more than {MAX_PLAN_BYTES} bytes"),
+        };
+        return Err(PlanError::PlanTooBig {
+            path: path.to_path_buf(),
+            size,
+        });
+    }
+    String::from_utf8(bytes).map_err(|e| {
+        err(format!(
+            "it is not UTF-8 text (byte {} is not); a plan is a TOML file",
+            e.utf8_error().valid_up_to()
+        ))
+    })
+}
+
 /// What the user asked for, before validation: CLI flags and plan file alike.
 /// `None` means "not given here".
 #[derive(Debug, Clone, Default)]
@@ -685,7 +782,10 @@ struct PlanFile {
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(untagged)]
+#[serde(
+    untagged,
+    expecting = "cpus must be a number (2, 0.5) or a string (\"2\", \"0.5\")"
+)]
 enum TomlNumber {
     Int(i64),
     Float(f64),
@@ -703,7 +803,10 @@ impl TomlNumber {
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(untagged)]
+#[serde(
+    untagged,
+    expecting = "command must be a string (split like a shell would) or an array of strings"
+)]
 enum CommandField {
     Line(String),
     Argv(Vec<String>),
@@ -723,10 +826,7 @@ struct VariantFile {
 
 /// Reads a TOML plan file into a [`PlanInput`]. Syntax errors name the line and column.
 pub fn read_plan_file(path: &Path) -> Result<PlanInput, PlanError> {
-    let text = std::fs::read_to_string(path).map_err(|e| PlanError::PlanFile {
-        path: path.to_path_buf(),
-        message: format!("cannot read it: {e}"),
-    })?;
+    let text = read_plan_text(path)?;
     parse_plan_text(&text).map_err(|message| PlanError::PlanFile {
         path: path.to_path_buf(),
         message,
@@ -737,7 +837,20 @@ pub fn read_plan_file(path: &Path) -> Result<PlanInput, PlanError> {
 pub fn parse_plan_text(text: &str) -> Result<PlanInput, String> {
     let file: PlanFile = toml::from_str(text).map_err(|e| {
         let (line, col) = e.span().map(|s| line_col(text, s.start)).unwrap_or((0, 0));
-        let msg = e.message().trim().to_string();
+        let mut msg = e.message().trim().to_string();
+        if msg.is_empty() {
+            // The parser names no reason for a character it does not take: say which.
+            let at = e.span().and_then(|s| text.get(s.start..)?.chars().next());
+            msg = match at {
+                Some(c) if c.is_control() => format!(
+                    "the control character U+{:04X} is not allowed in TOML (not even in a \
+                     comment); remove it, or write it as \\u{:04X} inside a quoted string",
+                    c as u32, c as u32
+                ),
+                Some(c) => format!("{:?} is not valid TOML here", c),
+                None => "the plan ends where TOML expects more".into(),
+            };
+        }
         if line > 0 {
             format!("line {line}, column {col}: {msg}")
         } else {
@@ -900,26 +1013,25 @@ pub fn build_plan(input: PlanInput, ctx: &PlanContext) -> Result<BuiltPlan, Plan
     notes.extend(preloads_over_linked(&chosen, &program));
 
     let seed = input.seed.unwrap_or_else(random_seed);
-    Ok(BuiltPlan {
-        plan: Plan {
-            command: input.command,
-            program,
-            workdir: ctx.workdir.clone(),
-            variants: chosen,
-            baseline,
-            runs,
-            warmup,
-            interval_ms: interval.as_millis() as u64,
-            timeout_ms: timeout.map(|d| d.as_millis() as u64),
-            grace_ms: DEFAULT_GRACE_MS,
-            seed,
-            limits,
-            server,
-            probes,
-            worker,
-        },
-        notes,
-    })
+    let plan = Plan {
+        command: input.command,
+        program,
+        workdir: ctx.workdir.clone(),
+        variants: chosen,
+        baseline,
+        runs,
+        warmup,
+        interval_ms: interval.as_millis() as u64,
+        timeout_ms: timeout.map(|d| d.as_millis() as u64),
+        grace_ms: DEFAULT_GRACE_MS,
+        seed,
+        limits,
+        server,
+        probes,
+        worker,
+    };
+    plan.check()?;
+    Ok(BuiltPlan { plan, notes })
 }
 
 /// A note for each variant that preloads a library into a program built with an
@@ -1782,6 +1894,64 @@ pub fn resolve_program(cmd: &str, path_var: &str, workdir: &Path) -> Result<Path
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_plan_keeps_the_plan_rules() {
+        let p = crate::report::fixture::experiment().plan;
+        assert!(p.check().is_ok());
+        let broken = |edit: &dyn Fn(&mut Plan)| {
+            let mut q = p.clone();
+            edit(&mut q);
+            q.check().unwrap_err().to_string()
+        };
+        let e = broken(&|q| q.baseline = "tcmalloc".into());
+        assert!(
+            e.contains("baseline \"tcmalloc\" is not one of") && e.contains("glibc, arena2"),
+            "{e}"
+        );
+        let e = broken(&|q| q.variants[1].name = "glibc".into());
+        assert!(e.contains("'glibc' is used twice"), "{e}");
+        let e = broken(&|q| q.variants[1].env.push((String::new(), "1".into())));
+        assert!(e.contains("\"\" is empty"), "{e}");
+        let e = broken(&|q| {
+            q.variants[1]
+                .env
+                .push(("MALLOC_ARENA_MAX".into(), "3".into()))
+        });
+        assert!(e.contains("sets MALLOC_ARENA_MAX twice"), "{e}");
+        let e = broken(&|q| q.variants[1].env[0].1 = "a\0b".into());
+        assert!(e.contains("NUL"), "{e}");
+        let e = broken(&|q| q.variants[1].name = "a\n---\nkind: Pod".into());
+        assert!(e.contains("1 to 64 letters") && !e.contains('\n'), "{e}");
+        let e = broken(&|q| q.variants.clear());
+        assert!(e.contains("it has none"), "{e}");
+    }
+
+    #[test]
+    fn plan_files_are_read_within_their_limit() {
+        let e = read_plan_text(Path::new("/dev/zero"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("more than 1048576 bytes") && e.contains("at most 1048576"),
+            "{e}"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("p.toml");
+        std::fs::write(&p, vec![b'#'; MAX_PLAN_BYTES + 10]).unwrap();
+        let e = read_plan_text(&p).unwrap_err().to_string();
+        assert!(
+            e.contains(&format!("it has {} bytes", MAX_PLAN_BYTES + 10)),
+            "{e}"
+        );
+        std::fs::write(&p, b"command = \"\xff\"").unwrap();
+        assert!(read_plan_text(&p)
+            .unwrap_err()
+            .to_string()
+            .contains("not UTF-8"));
+        std::fs::write(&p, vec![b'#'; MAX_PLAN_BYTES]).unwrap();
+        assert_eq!(read_plan_text(&p).unwrap().len(), MAX_PLAN_BYTES);
+    }
 
     #[test]
     fn fingerprint_is_stable_and_ignores_what_does_not_make_runs_differ() {

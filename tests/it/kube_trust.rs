@@ -368,3 +368,88 @@ fn collect_refuses_hostile_names_and_sizes_up_front() {
         "{err}"
     );
 }
+
+#[test]
+fn plans_are_read_within_a_limit_and_their_errors_say_why() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let write = |name: &str, text: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, text).expect("write");
+        p
+    };
+    // /dev/zero and a 2 MB plan: refused with the limit (and the size), no YAML.
+    let big = write(
+        "big.toml",
+        &format!(
+            "command = \"/bin/true\"\nvariants = [\"glibc\"]\nseed = 1\n{}",
+            "# padding padding padding padding padding padding padding padding\n".repeat(31_000)
+        ),
+    );
+    let big_len = std::fs::metadata(&big).expect("stat").len();
+    assert!(big_len > 2_000_000);
+    for (plan, says) in [
+        (
+            Path::new("/dev/zero").to_path_buf(),
+            "more than 1048576 bytes".to_string(),
+        ),
+        (big.clone(), format!("it has {big_len} bytes")),
+    ] {
+        let out = render(&plan, "app:1");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(out.stdout.is_empty());
+        assert!(
+            err.contains(&says)
+                && err.contains("at most 1048576 bytes")
+                && err.contains("ConfigMap"),
+            "{err}"
+        );
+    }
+    // Just under the reader's limit, but over the ConfigMap's once its key is counted.
+    let head = "command = \"/bin/true\"\nvariants = [\"glibc\"]\nseed = 1\n#";
+    let edge = write(
+        "edge.toml",
+        &format!("{head}{}\n", "x".repeat((1 << 20) - head.len() - 1)),
+    );
+    assert_eq!(std::fs::metadata(&edge).expect("stat").len(), 1 << 20);
+    let out = render(&edge, "app:1");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("a ConfigMap of 1048585 bytes") && err.contains("over 1048576 bytes"),
+        "{err}"
+    );
+    // Errors with a reason, a line and a column; `run --plan` and `kube` alike.
+    let cases = [
+        (
+            "# a comment with \u{1} in it\ncommand = \"/bin/true\"\n",
+            "line 1, column 18: the control character U+0001 is not allowed",
+        ),
+        (
+            "command = 5\nvariants = [\"glibc\"]\n",
+            "line 1, column 11: command must be a string (split like a shell would) or an array of strings",
+        ),
+        (
+            "command = \"/bin/true\"\nvariants = [\"glibc\"]\ncpus = true\n",
+            "line 3, column 8: cpus must be a number",
+        ),
+    ];
+    for (text, says) in cases {
+        let plan = write("p.toml", text);
+        let out = render(&plan, "app:1");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains(says), "kube: {text:?}: {err}");
+        let run = Command::new(memtrial())
+            .args(["run", "--plan"])
+            .arg(&plan)
+            .arg("--db")
+            .arg(dir.path().join("m.db"))
+            .current_dir(dir.path())
+            .output()
+            .expect("run memtrial");
+        let err = String::from_utf8_lossy(&run.stderr);
+        assert_eq!(run.status.code(), Some(2), "{err}");
+        assert!(err.contains(says), "run: {text:?}: {err}");
+    }
+}
