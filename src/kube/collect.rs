@@ -1058,4 +1058,127 @@ mod tests {
             .unwrap()
             .is_empty());
     }
+
+    /// Hostile text for pod logs and names: line breaks of every kind, controls, the
+    /// record prefix, option-like words, JSON and YAML syntax, long runs.
+    fn hostile() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let pieces = prop::sample::select(vec![
+            "\n",
+            "\r",
+            "\r\n",
+            "\u{2028}",
+            "\u{85}",
+            "\0",
+            "\u{1b}[2J",
+            "\u{202e}",
+            "--",
+            "--kubeconfig=/tmp/x",
+            "-o",
+            "memtrial-record: ",
+            "memtrial-record: {}",
+            "{",
+            "}",
+            "\"",
+            "\\",
+            "---",
+            "# ",
+            "t-0-x",
+            "é",
+            " ",
+            "a",
+        ]);
+        (
+            prop::collection::vec(pieces, 0..30),
+            prop::collection::vec(any::<char>(), 0..40),
+            0usize..4,
+            0usize..200_000,
+        )
+            .prop_map(|(p, c, rep, long)| {
+                let mut s: String = p.concat();
+                s.extend(c);
+                if rep == 3 {
+                    s.push_str(&"x".repeat(long));
+                }
+                s
+            })
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::test_runner::Config { cases: 256, ..Default::default() })]
+
+        #[test]
+        fn a_record_is_found_only_on_exactly_one_record_line(log in hostile()) {
+            let lines = log
+                .lines()
+                .filter(|l| l.trim_end_matches('\r').starts_with(crate::kube::RECORD_PREFIX))
+                .count();
+            match crate::kube::find_record(&log) {
+                Ok(_) => proptest::prop_assert_eq!(lines, 1),
+                Err(crate::kube::RecordError::Several(n)) => proptest::prop_assert_eq!(n, lines),
+                Err(crate::kube::RecordError::Missing) => proptest::prop_assert_eq!(lines, 0),
+                Err(_) => proptest::prop_assert_eq!(lines, 1),
+            }
+        }
+
+        #[test]
+        fn hostile_pod_logs_and_names_never_pass_unchecked(
+            before in hostile(),
+            after in hostile(),
+            name in proptest::prop_oneof![proptest::strategy::Just("t-0-x".to_string()), hostile()],
+            host in proptest::prop_oneof![proptest::strategy::Just("t".to_string()), hostile()],
+            forged in 0usize..3,
+            node in proptest::prop_oneof![proptest::strategy::Just("n1".to_string()), hostile()],
+        ) {
+            let at = "2026-01-01T00:00:00Z";
+            let genuine = record(0, |_| {});
+            let tampered = record(0, |r| {
+                r["experiment"]["host"]["hostname"] = host.clone().into();
+                r["notes"][1] = format!("in-container: node {node}").into();
+            });
+            let mut log = format!("{before}\nmemtrial-record: {tampered}\n{after}\n");
+            for _ in 0..forged {
+                log.push_str(&format!("memtrial-record: {genuine}\n"));
+            }
+            let fake = fake(1, vec![pod(&name, 0, "Succeeded", at)], vec![(name.as_str(), log.clone())]);
+            let dir = tempfile::tempdir().unwrap();
+            let c = collect(&fake, "t", dir.path()).unwrap();
+            proptest::prop_assert_eq!(c.indexes.len(), 1);
+            let asked = fake.asked.borrow();
+            // A pod's name reaches kubectl only as a Kubernetes name, after `--`.
+            for a in asked.iter().filter(|a| a[0] == "logs") {
+                let pod = a.last().unwrap();
+                proptest::prop_assert!(crate::kube::dns1123_subdomain(pod).is_ok(), "{pod:?}");
+                proptest::prop_assert_eq!(&a[a.len() - 2], "--");
+            }
+            // Taken exactly when everything holds.
+            let holds = crate::kube::dns1123_subdomain(&name).is_ok()
+                && crate::kube::find_record(&log).ok() == serde_json::from_str::<Value>(&tampered).ok()
+                && host == "t"
+                && node == "n1";
+            proptest::prop_assert_eq!(
+                matches!(c.indexes[0].1, IndexOutcome::Collected { .. }),
+                holds,
+                "{:?}",
+                c.indexes[0].1
+            );
+            if let IndexOutcome::Collected { file, .. } = &c.indexes[0].1 {
+                proptest::prop_assert!(crate::kube::dns1123_subdomain(&name).is_ok());
+                proptest::prop_assert_eq!(crate::kube::find_record(&log).ok(), serde_json::from_str::<Value>(&tampered).ok());
+                proptest::prop_assert_eq!(host.as_str(), "t");
+                proptest::prop_assert_eq!(node.as_str(), "n1");
+                let saved: Value = serde_json::from_str(&std::fs::read_to_string(file).unwrap()).unwrap();
+                proptest::prop_assert_eq!(saved, serde_json::from_str::<Value>(&tampered).unwrap());
+            }
+        }
+
+        #[test]
+        fn completions_are_taken_only_within_the_limit(c in proptest::prelude::any::<i128>(), f in proptest::prelude::any::<f64>()) {
+            let json = format!(r#"{{"spec":{{"completionMode":"Indexed","completions":{c}}}}}"#);
+            let got = parse_completions(&json);
+            proptest::prop_assert_eq!(got.is_ok(), (0..=i128::from(MAX_SLOTS)).contains(&c), "{}", json);
+            let json = format!(r#"{{"spec":{{"completionMode":"Indexed","completions":{f:?}}}}}"#);
+            let _ = parse_completions(&json);
+        }
+    }
 }
