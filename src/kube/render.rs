@@ -155,19 +155,9 @@ pub fn plan_slots(input: &PlanInput) -> Result<(Vec<String>, u32), RenderError> 
         chosen.push(n.to_string());
         Ok(())
     };
-    let custom: Vec<&str> = input
-        .custom
-        .iter()
-        .map(|c| c.split_once('=').map_or(c.as_str(), |(n, _)| n).trim())
-        .collect();
-    // The plan's one name rule (a plan file's names were checked when it was read).
-    if let Some(bad) = custom.iter().find(|n| !crate::plan::valid_name(n)) {
-        return Err(plan_err(format!(
-            "[[variant]] name {}: {}",
-            crate::plan::shown_name(bad),
-            crate::plan::VARIANT_NAME_RULE
-        )));
-    }
+    // The names as `run --plan` checks them: the rule, not a catalog name, once.
+    let custom = crate::plan::custom_variant_names(&input.custom)
+        .map_err(|e| plan_err(format!("[[variant]]: {e}")))?;
     // A misspelt variant would fail every pod: it is caught here.
     let known =
         |n: &str| crate::plan::catalog::CATALOG.iter().any(|e| e.name == n) || custom.contains(&n);

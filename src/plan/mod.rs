@@ -1110,7 +1110,34 @@ fn build_probes(input: &PlanInput, notes: &mut Vec<String>) -> Result<ProbePlan,
 }
 
 /// The variants defined by `--variant NAME=SPEC` (or the plan), checked for clashes.
+/// The names of custom variants (`NAME=SPEC`, as flags and plan files give them), checked
+/// before anything is resolved: each follows [`VARIANT_NAME_RULE`], none is a catalog
+/// variant's name, none comes twice. `run` and `kube` both check names here.
+pub fn custom_variant_names(specs: &[String]) -> Result<Vec<&str>, PlanError> {
+    let mut names: Vec<&str> = Vec::new();
+    for spec in specs {
+        // A spec without '=' is refused by its parser, with what it lacks.
+        let Some((name, _)) = spec.split_once('=') else {
+            continue;
+        };
+        let name = name.trim();
+        if !valid_name(name) {
+            return Err(PlanError::BadVariantName {
+                name: shown_name(name),
+            });
+        }
+        if catalog_entry(name).is_some() || names.contains(&name) {
+            return Err(PlanError::DuplicateVariant {
+                name: name.to_string(),
+            });
+        }
+        names.push(name);
+    }
+    Ok(names)
+}
+
 fn custom_variants(specs: &[String], ctx: &PlanContext) -> Result<Vec<Variant>, PlanError> {
+    custom_variant_names(specs)?;
     let mut custom: Vec<Variant> = Vec::new();
     for spec in specs {
         let v = parse_custom_variant(spec, ctx)?;

@@ -453,3 +453,38 @@ fn plans_are_read_within_a_limit_and_their_errors_say_why() {
         assert!(err.contains(says), "run: {text:?}: {err}");
     }
 }
+
+#[test]
+fn kube_refuses_the_variant_names_run_refuses() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let plan = dir.path().join("plan.toml");
+    let cases = [
+        (
+            "[[variant]]\nname = \"glibc\"\nenv = { A = \"1\" }\n",
+            "variant name 'glibc' is used twice",
+        ),
+        (
+            "[[variant]]\nname = \"a\"\nenv = { A = \"1\" }\n[[variant]]\nname = \"a\"\nenv = { A = \"2\" }\n",
+            "variant name 'a' is used twice",
+        ),
+    ];
+    for (variants, says) in cases {
+        let text = format!("command = \"/bin/true\"\nvariants = [\"glibc\"]\nseed = 1\n{variants}");
+        std::fs::write(&plan, text).expect("write");
+        let out = render(&plan, "app:1");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "kube: {err}");
+        assert!(out.stdout.is_empty() && err.contains(says), "kube: {err}");
+        let run = Command::new(memtrial())
+            .args(["run", "--plan"])
+            .arg(&plan)
+            .arg("--db")
+            .arg(dir.path().join("m.db"))
+            .current_dir(dir.path())
+            .output()
+            .expect("run memtrial");
+        let err = String::from_utf8_lossy(&run.stderr);
+        assert_eq!(run.status.code(), Some(2), "run: {err}");
+        assert!(err.contains(says), "run: {err}");
+    }
+}
