@@ -740,7 +740,7 @@ fn import_cmd(db: &Path, args: &ImportArgs, ui: &Ui) -> Result<Outcome> {
 }
 
 /// Imports the records in `files` into `db` in one transaction (all or none) and says what
-/// each joined or created: `memtrial import` and `memtrial kube collect`.
+/// each joined or created: `memtrial import`, and `memtrial kube collect` (one file a call).
 pub(crate) fn import_files(db: &Path, files: &[PathBuf], ui: &Ui) -> Result<Outcome> {
     let mut records = Vec::new();
     for f in files {
