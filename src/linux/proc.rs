@@ -170,13 +170,19 @@ pub struct Status {
     pub rss_file: u64,
     pub rss_shmem: u64,
     pub vm_swap: u64,
+    /// `Uid`: real, effective, saved and filesystem uid (empty when the line is missing or
+    /// malformed).
+    pub uids: Vec<u32>,
+    /// The PID in the process's own PID namespace (the last field of `NSpid`): what the
+    /// process itself calls `getpid()`. `None` when the line is missing or malformed.
+    pub ns_pid: Option<i32>,
 }
 
 fn kb_value(value: &str) -> Option<u64> {
     let mut parts = value.split_ascii_whitespace();
     let n: u64 = parts.next()?.parse().ok()?;
     match parts.next() {
-        Some("kB") => Some(n * 1024),
+        Some("kB") => n.checked_mul(1024),
         None => Some(n),
         Some(_) => None,
     }
@@ -210,6 +216,19 @@ pub fn parse_status(text: &str) -> Result<Status, ProcError> {
             "RssFile" => s.rss_file = bytes()?,
             "RssShmem" => s.rss_shmem = bytes()?,
             "VmSwap" => s.vm_swap = bytes()?,
+            "Uid" => {
+                s.uids = value
+                    .split_ascii_whitespace()
+                    .map(str::parse)
+                    .collect::<Result<_, _>>()
+                    .unwrap_or_default()
+            }
+            "NSpid" => {
+                s.ns_pid = value
+                    .split_ascii_whitespace()
+                    .last()
+                    .and_then(|v| v.parse().ok())
+            }
             _ => {}
         }
     }
