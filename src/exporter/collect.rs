@@ -185,7 +185,7 @@ impl Collector {
                 continue;
             }
             let hit = self.settings.matcher.is_match(&stat.comm)
-                || proc::read_proc_file(pid, "cmdline").is_ok_and(|b| {
+                || proc::read_proc_file_at_most(pid, "cmdline", OUTSIDE_MAX).is_ok_and(|b| {
                     let line = String::from_utf8_lossy(&b).replace('\0', " ");
                     self.settings.matcher.is_match(line.trim_end())
                 });
@@ -266,7 +266,7 @@ impl Collector {
         };
         let c = self.cache.entry(m.pid).or_default();
         if c.env.is_none() {
-            match proc::read_environ(m.pid) {
+            match read_environ(m.pid) {
                 // Empty: mid-execve, or a process that cleared it; try again next time.
                 Ok(env) if env.is_empty() => {}
                 Ok(env) => c.env = Some(env),
@@ -318,6 +318,21 @@ impl Collector {
     }
 }
 
+/// The most read of a watched process's `cmdline` and `environ`, whose size the process
+/// chooses: a command line is matched on its first MiB, an environment read up to 1 MiB.
+const OUTSIDE_MAX: usize = 1 << 20;
+
+/// The initial environment of a watched process, at most [`OUTSIDE_MAX`] bytes of it.
+/// Cut there, its last entry (partial) is dropped.
+fn read_environ(pid: i32) -> Result<Vec<(String, String)>, ProcError> {
+    let mut b = proc::read_proc_file_at_most(pid, "environ", OUTSIDE_MAX)?;
+    if b.len() >= OUTSIDE_MAX {
+        let whole = b.iter().rposition(|c| *c == 0).map_or(0, |i| i + 1);
+        b.truncate(whole);
+    }
+    Ok(proc::parse_environ(&b))
+}
+
 /// Whether `pid` is `ancestor` or one of its descendants, by the parents seen in this
 /// listing (a bounded walk: a cycle or a chain of any length ends it).
 fn descends_from(pid: i32, ancestor: i32, parents: &HashMap<i32, i32>) -> bool {
@@ -353,7 +368,7 @@ fn read_costly(pid: i32, c: &mut Cached, online_cpus: u32, page: u64) {
         }
     }
     if c.env.is_none() {
-        c.env = proc::read_environ(pid).ok().filter(|e| !e.is_empty());
+        c.env = read_environ(pid).ok().filter(|e| !e.is_empty());
     }
     let arenas = match (&maps, c.allocator) {
         (Some(maps), Some(a)) if a.is_glibc() => {
@@ -562,5 +577,67 @@ mod tests {
         let s = c.scrape();
         // This test's own command line does not contain it either.
         assert!(s.processes.is_empty());
+    }
+
+    /// A probe file of any content and size — random bytes, lines with huge or negative
+    /// numbers, no newline at all, up to 64 KiB — is read in at most 1 + 8 KiB and parsed
+    /// or ignored, never a panic.
+    #[test]
+    fn probe_files_of_hostile_content_are_read_bounded() {
+        use proptest::prelude::*;
+        let dir = tempfile::tempdir().unwrap();
+        let me = unsafe { libc::geteuid() };
+        let line = prop_oneof![
+            Just("# memtrial-probe 1 1 glibc /lib/libc.so.6".to_string()),
+            Just("# exit".to_string()),
+            proptest::collection::vec(
+                prop_oneof![
+                    any::<u64>().prop_map(|n| n.to_string()),
+                    Just("18446744073709551616".to_string()),
+                    Just("-1".to_string()),
+                    Just("-".to_string()),
+                    "\\PC{0,20}",
+                ],
+                0..14
+            )
+            .prop_map(|f| f.join("\t")),
+            "[^\n]{0,5000}",
+        ];
+        let content = prop_oneof![
+            proptest::collection::vec(line, 0..400).prop_map(|l| l.join("\n").into_bytes()),
+            proptest::collection::vec(any::<u8>(), 0..(64 << 10)),
+        ];
+        let mut runner = proptest::test_runner::TestRunner::new(proptest::test_runner::Config {
+            cases: 48,
+            ..Default::default()
+        });
+        runner
+            .run(&content, |bytes| {
+                std::fs::write(dir.path().join("1"), &bytes).unwrap();
+                let f = safe_file::open_beneath(dir.path(), Path::new("1"), &[me]).unwrap();
+                let (head, tail, cut) =
+                    safe_file::read_head_and_tail(&f, PROBE_HEAD, PROBE_TAIL).unwrap();
+                prop_assert!(head.len() <= PROBE_HEAD && tail.len() <= PROBE_TAIL);
+                prop_assert_eq!(cut, bytes.len() > PROBE_TAIL);
+                let _ = crate::probe::allocator::latest_of(&head, &tail, cut);
+                Ok(())
+            })
+            .unwrap();
+    }
+
+    /// A probe file that claims a terabyte (sparse) costs the same two small reads.
+    #[test]
+    fn a_huge_probe_file_is_read_in_two_small_reads() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = std::fs::File::create(dir.path().join("1")).unwrap();
+        f.set_len(1 << 40).unwrap();
+        let me = unsafe { libc::geteuid() };
+        let f = safe_file::open_beneath(dir.path(), Path::new("1"), &[me]).unwrap();
+        let (head, tail, cut) = safe_file::read_head_and_tail(&f, PROBE_HEAD, PROBE_TAIL).unwrap();
+        assert_eq!(
+            (head.len(), tail.len(), cut),
+            (PROBE_HEAD, PROBE_TAIL, true)
+        );
+        assert_eq!(crate::probe::allocator::latest_of(&head, &tail, cut), None);
     }
 }
