@@ -150,6 +150,63 @@ fn a_hostile_probe_dir_cannot_freeze_the_exporter_nor_leak() {
     drop((fifo, linked, fifo2, link2, zero, honest));
 }
 
+/// A process in a mount namespace of its own runs an executable whose path is, in the
+/// exporter's namespace, a FIFO: the exporter resolves `/proc/PID/exe`'s path in its own
+/// namespace and must not block opening it (it did: every scrape hung).
+#[test]
+fn an_executable_path_that_is_a_fifo_here_does_not_freeze_the_exporter() {
+    if !(need_root("it makes a mount namespace") && need_file("/usr/bin/unshare", "util-linux")) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let name = format!("mtx{}", std::process::id());
+    let here = dir.path().join(&name);
+    mkfifo(&here);
+    // In its own namespace a tmpfs hides the FIFO, and the program is a copy of sleep.
+    let d = dir.path().display().to_string();
+    let script =
+        format!("mount -t tmpfs none '{d}' && cp /bin/sleep '{d}/{name}' && exec '{d}/{name}' 120");
+    let mut child = Killed(
+        Command::new("/usr/bin/unshare")
+            .args([
+                "--mount",
+                "--propagation",
+                "private",
+                "/bin/sh",
+                "-c",
+                &script,
+            ])
+            .spawn()
+            .expect("unshare"),
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while std::fs::read_to_string(format!("/proc/{}/comm", child.pid()))
+        .map_or(true, |c| c.trim() != name)
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the program did not start"
+        );
+        assert!(child.0.try_wait().unwrap().is_none(), "unshare failed");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let e = start_exporter(&memtrial(), &["--match", &format!("^{name}$")], &[]);
+    for _ in 0..2 {
+        let (code, text) = http_get(e.addr, "/metrics").expect("the exporter answers");
+        assert_eq!(code, 200, "{text}");
+        assert_eq!(
+            series(
+                &text,
+                &format!("memtrial_group_processes{{group=\"{name}\"}}")
+            ),
+            Some(1.0),
+            "{text}"
+        );
+    }
+    drop(e);
+    let _ = child.0.kill();
+}
+
 /// `memtrial exporter`'s threads: its `/proc/PID/status` `Threads`.
 fn threads(e: &crate::exporter::Exporter) -> u64 {
     status_field(e.child.pid(), "Threads")
