@@ -392,7 +392,9 @@ where
         else {
             return;
         };
-        let response = handler(&request);
+        // A handler that panics answers 500; the worker lives on.
+        let response = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler(&request)))
+            .unwrap_or_else(|_| Response::text(500, "internal error\n"));
         if stream.set_nonblocking(false).is_err()
             || stream.set_write_timeout(Some(write_timeout)).is_err()
         {
@@ -446,6 +448,46 @@ mod tests {
         assert!(b.ends_with("\r\n\r\nno\n"));
         let b = String::from_utf8(bytes_of(&r, true)).unwrap();
         assert!(b.ends_with("\r\n\r\n"), "{b}");
+    }
+
+    /// A real server on loopback: a handler that panics answers 500 and its worker lives
+    /// on to answer the next request; `stop` ends it.
+    #[test]
+    fn a_panicking_handler_answers_500_and_the_worker_lives_on() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let limits = Limits {
+            workers: 1,
+            ..LIMITS
+        };
+        let server = {
+            let stop = Arc::clone(&stop);
+            std::thread::spawn(move || {
+                serve(listener, limits, &stop, |r: &Request| {
+                    if r.path == "/boom" {
+                        panic!("boom");
+                    }
+                    Response::text(200, "fine\n")
+                })
+            })
+        };
+        let get = |path: &str| {
+            let mut s = TcpStream::connect(addr).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+            write!(s, "GET {path} HTTP/1.0\r\n\r\n").unwrap();
+            let mut out = String::new();
+            s.read_to_string(&mut out).unwrap();
+            out
+        };
+        assert!(get("/boom").starts_with("HTTP/1.1 500 "));
+        let ok = get("/");
+        assert!(
+            ok.starts_with("HTTP/1.1 200 ") && ok.ends_with("fine\n"),
+            "{ok}"
+        );
+        stop.store(true, Ordering::Relaxed);
+        server.join().unwrap().unwrap();
     }
 
     proptest::proptest! {
