@@ -276,10 +276,15 @@ impl Collector {
         if let Some(r) = c.costly.as_ref().and_then(|k| k.problem) {
             problems.0.insert(r);
         }
-        let probe = c
-            .env
-            .as_deref()
-            .and_then(|env| probe_of(m.pid, env, &status, &self.settings.probe_dir));
+        let probe = match c.env.as_deref() {
+            Some(env) => {
+                probe_of(m.pid, env, &status, &self.settings.probe_dir).unwrap_or_else(|r| {
+                    problems.0.insert(r);
+                    None
+                })
+            }
+            None => None,
+        };
         let cont = match proc::read_proc_file(m.pid, "cgroup") {
             Ok(b) => {
                 let text = String::from_utf8_lossy(&b).into_owned();
@@ -430,31 +435,49 @@ fn allocator_of(pid: i32, maps: &[maps::Mapping]) -> Option<AllocatorLabel> {
 /// (`/proc/PID/root`, so that a process in a container is found too), opened by
 /// [`safe_file::open_beneath`] — no symbolic link followed, a regular file of the
 /// process's uid or root only, never blocking — and read in two bounded reads.
+///
+/// A file that is there but refused (a FIFO, a device, a link, another user's) is
+/// [`Unreadable::ProbeRefused`]; one not there (yet) is simply no report.
 fn probe_of(
     pid: i32,
     env: &[(String, String)],
     status: &proc::Status,
     probe_dir: &Path,
-) -> Option<ProbeFigures> {
-    let says = env
+) -> Result<Option<ProbeFigures>, Unreadable> {
+    let Some(says) = env
         .iter()
         .find(|(k, _)| k == "MEMTRIAL_PROBE_DIR")
-        .map(|(_, v)| v)?;
+        .map(|(_, v)| v)
+    else {
+        return Ok(None);
+    };
     if Path::new(says) != probe_dir {
-        return None;
+        return Ok(None);
     }
-    let rel = probe_dir
-        .strip_prefix("/")
-        .ok()?
-        .join(status.ns_pid.unwrap_or(pid).to_string());
+    let Ok(rel) = probe_dir.strip_prefix("/") else {
+        return Ok(None);
+    };
+    let rel = rel.join(status.ns_pid.unwrap_or(pid).to_string());
     let root = PathBuf::from(format!("/proc/{pid}/root"));
-    let file = safe_file::open_beneath(&root, &rel, &status.uids).ok()?;
-    let (head, tail, cut) = safe_file::read_head_and_tail(&file, PROBE_HEAD, PROBE_TAIL).ok()?;
-    let report = crate::probe::allocator::latest_of(&head, &tail, cut)?;
-    Some(ProbeFigures {
-        live_bytes: report.live_bytes,
-        held_bytes: report.held_bytes,
-    })
+    let file = match safe_file::open_beneath(&root, &rel, &status.uids) {
+        Ok(f) => f,
+        Err(
+            safe_file::SafeFileError::NotPlain { .. }
+            | safe_file::SafeFileError::NotRegular { .. }
+            | safe_file::SafeFileError::Owner { .. },
+        ) => return Err(Unreadable::ProbeRefused),
+        // Not there (yet), or the process's root not ours to read: no report.
+        Err(_) => return Ok(None),
+    };
+    let Ok((head, tail, cut)) = safe_file::read_head_and_tail(&file, PROBE_HEAD, PROBE_TAIL) else {
+        return Ok(None);
+    };
+    Ok(
+        crate::probe::allocator::latest_of(&head, &tail, cut).map(|report| ProbeFigures {
+            live_bytes: report.live_bytes,
+            held_bytes: report.held_bytes,
+        }),
+    )
 }
 
 /// The probe file's header is its first line, within its first KiB; the latest figures

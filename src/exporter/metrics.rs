@@ -371,12 +371,13 @@ fn exporter_families(reg: &mut Registry, s: &Snapshot) {
     let unreadable: Family<ReasonLabel, IntGauge> = family(
         reg,
         "memtrial_unreadable_processes",
-        "Matched processes not (fully) readable at this scrape, by reason (permission_denied, vanished, error); a process counts once per reason.",
+        "Matched processes not (fully) readable at this scrape, by reason (permission_denied, vanished, error, probe_refused: a probe file that is not a regular file of the process's uid or root); a process counts once per reason.",
     );
     for r in [
         super::figures::Unreadable::PermissionDenied,
         super::figures::Unreadable::Vanished,
         super::figures::Unreadable::Error,
+        super::figures::Unreadable::ProbeRefused,
     ] {
         unreadable
             .get_or_create(&ReasonLabel {

@@ -146,6 +146,15 @@ fn a_hostile_probe_dir_cannot_freeze_the_exporter_nor_leak() {
             );
         }
         assert!(!text.contains("987654321"), "{text}");
+        // Refused, and said so: a FIFO, a link, a device.
+        assert_eq!(
+            series(
+                &text,
+                "memtrial_unreadable_processes{reason=\"probe_refused\"}"
+            ),
+            Some(3.0),
+            "{text}"
+        );
     }
     drop((fifo, linked, fifo2, link2, zero, honest));
 }
