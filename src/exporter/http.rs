@@ -350,6 +350,8 @@ enum Step {
 /// Reads what the connection has sent (without blocking, up to `max_head` bytes).
 fn read_head(p: &mut Pending, max_head: usize) -> Step {
     let mut chunk = [0u8; 2048];
+    // A client may send its request and close its side (shutdown): the request stands.
+    let mut eof = false;
     loop {
         let room = max_head.saturating_sub(p.buf.len());
         if room == 0 {
@@ -357,7 +359,10 @@ fn read_head(p: &mut Pending, max_head: usize) -> Step {
         }
         let take = room.min(chunk.len());
         match p.stream.read(&mut chunk[..take]) {
-            Ok(0) => return Step::Close(None),
+            Ok(0) => {
+                eof = true;
+                break;
+            }
             Ok(n) => p.buf.extend_from_slice(&chunk[..n]),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -366,6 +371,7 @@ fn read_head(p: &mut Pending, max_head: usize) -> Step {
     }
     match parse_head(&p.buf) {
         Head::Whole(r) => Step::Whole(r),
+        _ if eof => Step::Close(None),
         Head::Partial if p.buf.len() >= max_head => {
             Step::Close(Some((431, "request head too large\n")))
         }
@@ -451,9 +457,10 @@ mod tests {
     }
 
     /// A real server on loopback: a handler that panics answers 500 and its worker lives
-    /// on to answer the next request; `stop` ends it.
+    /// on to answer the next request, also one whose sender shut its side after it;
+    /// `stop` ends it.
     #[test]
-    fn a_panicking_handler_answers_500_and_the_worker_lives_on() {
+    fn a_panicking_handler_answers_500_and_a_half_closed_request_is_answered() {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let stop = Arc::new(AtomicBool::new(false));
@@ -461,6 +468,12 @@ mod tests {
             workers: 1,
             ..LIMITS
         };
+        let mut half_closed = TcpStream::connect(addr).unwrap();
+        half_closed
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        half_closed.write_all(b"GET / HTTP/1.0\r\n\r\n").unwrap();
+        half_closed.shutdown(std::net::Shutdown::Write).unwrap();
         let server = {
             let stop = Arc::clone(&stop);
             std::thread::spawn(move || {
@@ -481,6 +494,11 @@ mod tests {
             out
         };
         assert!(get("/boom").starts_with("HTTP/1.1 500 "));
+        // A request whose sender shut its side before the server even accepted it (the
+        // request and the end arrive together) is still answered.
+        let mut out = String::new();
+        half_closed.read_to_string(&mut out).unwrap();
+        assert!(out.starts_with("HTTP/1.1 200 "), "{out}");
         let ok = get("/");
         assert!(
             ok.starts_with("HTTP/1.1 200 ") && ok.ends_with("fine\n"),
