@@ -209,9 +209,14 @@ mod tests {
 
     proptest::proptest! {
         #[test]
-        fn flags_never_panic(text in "\\PC{0,60}|[0-9a-f:.\\[\\]]{0,40}") {
+        fn flags_never_panic(text in "\\PC{0,60}|[0-9a-f:.\\[\\]]{0,40}|(/[a-z.]{0,3}){0,6}") {
             let _ = parse_listen(&text);
             let _ = parse_match(&text);
+            if let Ok(p) = parse_probe_dir(&text) {
+                // What is accepted is absolute and holds plain names only.
+                proptest::prop_assert!(p.is_absolute());
+                proptest::prop_assert!(p.components().skip(1).all(|c| matches!(c, std::path::Component::Normal(_))));
+            }
         }
 
         /// Any process name (a comm may hold any byte but NUL) gives a valid exposition.
