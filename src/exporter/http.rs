@@ -184,7 +184,16 @@ fn refuse(mut stream: TcpStream, code: u16, why: &str) {
 
 const LISTENER: Token = Token(0);
 
-const TOO_SLOW: (u16, &str) = (408, "request head too slow: closed\n");
+/// The refusal of a connection whose head did not arrive in time, naming the limit.
+fn too_slow(limits: &Limits) -> Option<(u16, String)> {
+    Some((
+        408,
+        format!(
+            "no whole request head within {} s of connecting: closed\n",
+            limits.head_timeout.as_secs_f64()
+        ),
+    ))
+}
 
 /// Serves `handler` on `listener` until `stop` is set, within `limits`. Returns once the
 /// workers have finished the requests they hold.
@@ -259,7 +268,7 @@ where
                             .min_by_key(|(_, p)| p.accepted)
                             .map(|(t, _)| *t);
                         if let Some(p) = oldest.and_then(|t| pending.remove(&t)) {
-                            settle(&poll, &tx, p, Step::Close(Some(TOO_SLOW)));
+                            settle(&poll, &tx, p, Step::Close(too_slow(&limits)));
                         }
                     }
                     let token = Token(next);
@@ -297,7 +306,7 @@ where
             .collect();
         for t in late {
             if let Some(p) = pending.remove(&t) {
-                settle(&poll, &tx, p, Step::Close(Some(TOO_SLOW)));
+                settle(&poll, &tx, p, Step::Close(too_slow(&limits)));
             }
         }
     }
@@ -333,7 +342,7 @@ fn settle(
                 refuse(r.stream, 503, "busy: try again\n");
             }
         }
-        Step::Close(Some((code, why))) => refuse(p.stream, code, why),
+        Step::Close(Some((code, why))) => refuse(p.stream, code, &why),
         Step::Close(None) => {}
     }
     None
@@ -344,7 +353,7 @@ enum Step {
     Wait,
     Whole(Request),
     /// Close it, with a refusal to send first if any.
-    Close(Option<(u16, &'static str)>),
+    Close(Option<(u16, String)>),
 }
 
 /// Reads what the connection has sent (without blocking, up to `max_head` bytes).
@@ -372,12 +381,13 @@ fn read_head(p: &mut Pending, max_head: usize) -> Step {
     match parse_head(&p.buf) {
         Head::Whole(r) => Step::Whole(r),
         _ if eof => Step::Close(None),
-        Head::Partial if p.buf.len() >= max_head => {
-            Step::Close(Some((431, "request head too large\n")))
-        }
+        Head::Partial if p.buf.len() >= max_head => Step::Close(Some((
+            431,
+            format!("request head larger than {max_head} bytes: closed\n"),
+        ))),
         Head::Partial => Step::Wait,
-        Head::OtherMethod => Step::Close(Some((405, "only GET and HEAD\n"))),
-        Head::Malformed => Step::Close(Some((400, "malformed request\n"))),
+        Head::OtherMethod => Step::Close(Some((405, "only GET and HEAD are answered\n".into()))),
+        Head::Malformed => Step::Close(Some((400, "not an HTTP/1.x request head\n".into()))),
     }
 }
 
@@ -504,6 +514,17 @@ mod tests {
             ok.starts_with("HTTP/1.1 200 ") && ok.ends_with("fine\n"),
             "{ok}"
         );
+        // Refusals name the limit.
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let mut big = b"GET / HTTP/1.1\r\nX: ".to_vec();
+        big.resize(LIMITS.max_head + 100, b'a');
+        let _ = s.write_all(&big);
+        let mut out = Vec::new();
+        let _ = s.read_to_end(&mut out);
+        let out = String::from_utf8_lossy(&out);
+        assert!(out.starts_with("HTTP/1.1 431 "), "{out}");
+        assert!(out.contains("larger than 8192 bytes"), "{out}");
         stop.store(true, Ordering::Relaxed);
         server.join().unwrap().unwrap();
     }
