@@ -998,9 +998,11 @@ fn exporter_cmd(args: &ExporterArgs, ui: &Ui) -> Result<Outcome> {
         per_process,
         budget,
         max_age,
+        probe_dir,
     } = args;
     let addr = exporter::parse_listen(listen)?;
     let matcher = exporter::parse_match(matcher)?;
+    let probe_dir = exporter::parse_probe_dir(probe_dir)?;
     let budget = ranges::duration("--budget", budget, ranges::EXPORTER_BUDGET)?;
     let max_age = ranges::duration("--max-age", max_age, ranges::EXPORTER_MAX_AGE)?;
     let listener = exporter::bind(addr, listen)?;
@@ -1015,6 +1017,7 @@ fn exporter_cmd(args: &ExporterArgs, ui: &Ui) -> Result<Outcome> {
         per_process: *per_process,
         budget,
         max_age,
+        probe_dir,
     });
     exporter::serve(listener, collector, &stop)?;
     Ok(Outcome::Ok)

@@ -496,6 +496,10 @@ pub struct ExporterArgs {
     /// until then the cached ones are served.
     #[arg(long, default_value = "30s", value_name = "DURATION")]
     pub max_age: String,
+    /// Where the allocator probe's reports are looked for, inside each process's root
+    /// filesystem: a process is read when its MEMTRIAL_PROBE_DIR is this directory.
+    #[arg(long, default_value = "/run/memtrial/probe", value_name = "DIR")]
+    pub probe_dir: String,
 }
 
 /// What `inspect --top` ranks by.

@@ -7,7 +7,7 @@
 //! reason and shown with what could be read; it never fails the scrape.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use regex::Regex;
@@ -22,6 +22,7 @@ use crate::linux::container;
 use crate::linux::elf;
 use crate::linux::maps;
 use crate::linux::proc::{self, ProcError};
+use crate::linux::safe_file;
 
 /// What the collector needs to know, validated.
 #[derive(Debug, Clone)]
@@ -33,6 +34,10 @@ pub struct Settings {
     pub budget: Duration,
     /// A cached costly figure older than this is read again (when the budget allows).
     pub max_age: Duration,
+    /// Where the probe's reports are looked for inside each process's root filesystem
+    /// (`--probe-dir`, an absolute path of plain names): memtrial's own configuration,
+    /// never a path a process named.
+    pub probe_dir: PathBuf,
 }
 
 /// The costly figures of one process, as last read.
@@ -93,6 +98,9 @@ fn io_reason(e: &std::io::Error) -> Unreadable {
 /// The collector: settings, the cache and the running counters.
 pub struct Collector {
     settings: Settings,
+    /// The exporter's own PID: it and its descendants are never matched, whatever the
+    /// regex (its own command line holds the regex).
+    myself: i32,
     online_cpus: u32,
     page: u64,
     cache: HashMap<i32, Cached>,
@@ -115,6 +123,7 @@ impl Collector {
         };
         Collector {
             settings,
+            myself: std::process::id() as i32,
             online_cpus: crate::linux::host::online_cpus(),
             page: proc::page_size(),
             cache: HashMap::new(),
@@ -159,22 +168,24 @@ impl Collector {
     }
 
     /// The processes whose `comm` or command line the regex matches (no kernel threads,
-    /// no zombies).
+    /// no zombies, never the exporter itself nor its descendants).
     fn matching(&self) -> Vec<Matched> {
         let Ok(pids) = proc::list_pids() else {
             return Vec::new();
         };
         let mut out = Vec::new();
+        let mut parents: HashMap<i32, i32> = HashMap::with_capacity(pids.len());
         for pid in pids {
             let Ok(stat) = proc::read_stat(pid) else {
                 continue; // gone before it could be named: it was never matched
             };
+            parents.insert(pid, stat.ppid);
             // Kernel threads are kthreadd (PID 2) and its children.
             if stat.state == 'Z' || stat.pid == 2 || stat.ppid == 2 {
                 continue;
             }
             let hit = self.settings.matcher.is_match(&stat.comm)
-                || proc::read_proc_file(pid, "cmdline").is_ok_and(|b| {
+                || proc::read_proc_file_at_most(pid, "cmdline", OUTSIDE_MAX).is_ok_and(|b| {
                     let line = String::from_utf8_lossy(&b).replace('\0', " ");
                     self.settings.matcher.is_match(line.trim_end())
                 });
@@ -186,6 +197,7 @@ impl Collector {
                 });
             }
         }
+        out.retain(|m| !descends_from(m.pid, self.myself, &parents));
         out
     }
 
@@ -254,7 +266,7 @@ impl Collector {
         };
         let c = self.cache.entry(m.pid).or_default();
         if c.env.is_none() {
-            match proc::read_environ(m.pid) {
+            match read_environ(m.pid) {
                 // Empty: mid-execve, or a process that cleared it; try again next time.
                 Ok(env) if env.is_empty() => {}
                 Ok(env) => c.env = Some(env),
@@ -264,7 +276,15 @@ impl Collector {
         if let Some(r) = c.costly.as_ref().and_then(|k| k.problem) {
             problems.0.insert(r);
         }
-        let probe = c.env.as_deref().and_then(|env| probe_of(m.pid, env));
+        let probe = match c.env.as_deref() {
+            Some(env) => {
+                probe_of(m.pid, env, &status, &self.settings.probe_dir).unwrap_or_else(|r| {
+                    problems.0.insert(r);
+                    None
+                })
+            }
+            None => None,
+        };
         let cont = match proc::read_proc_file(m.pid, "cgroup") {
             Ok(b) => {
                 let text = String::from_utf8_lossy(&b).into_owned();
@@ -303,6 +323,37 @@ impl Collector {
     }
 }
 
+/// The most read of a watched process's `cmdline` and `environ`, whose size the process
+/// chooses: a command line is matched on its first MiB, an environment read up to 1 MiB.
+const OUTSIDE_MAX: usize = 1 << 20;
+
+/// The initial environment of a watched process, at most [`OUTSIDE_MAX`] bytes of it.
+/// Cut there, its last entry (partial) is dropped.
+fn read_environ(pid: i32) -> Result<Vec<(String, String)>, ProcError> {
+    let mut b = proc::read_proc_file_at_most(pid, "environ", OUTSIDE_MAX)?;
+    if b.len() >= OUTSIDE_MAX {
+        let whole = b.iter().rposition(|c| *c == 0).map_or(0, |i| i + 1);
+        b.truncate(whole);
+    }
+    Ok(proc::parse_environ(&b))
+}
+
+/// Whether `pid` is `ancestor` or one of its descendants, by the parents seen in this
+/// listing (a bounded walk: a cycle or a chain of any length ends it).
+fn descends_from(pid: i32, ancestor: i32, parents: &HashMap<i32, i32>) -> bool {
+    let mut cur = pid;
+    for _ in 0..parents.len().min(1 << 16) + 1 {
+        if cur == ancestor {
+            return true;
+        }
+        match parents.get(&cur) {
+            Some(&p) if p > 0 && p != cur => cur = p,
+            _ => return false,
+        }
+    }
+    false
+}
+
 /// The costly reads of one process into its cache entry: `smaps_rollup`, the maps, the
 /// allocator (once), the arenas of a glibc process.
 fn read_costly(pid: i32, c: &mut Cached, online_cpus: u32, page: u64) {
@@ -322,7 +373,7 @@ fn read_costly(pid: i32, c: &mut Cached, online_cpus: u32, page: u64) {
         }
     }
     if c.env.is_none() {
-        c.env = proc::read_environ(pid).ok().filter(|e| !e.is_empty());
+        c.env = read_environ(pid).ok().filter(|e| !e.is_empty());
     }
     let arenas = match (&maps, c.allocator) {
         (Some(maps), Some(a)) if a.is_glibc() => {
@@ -377,26 +428,62 @@ fn allocator_of(pid: i32, maps: &[maps::Mapping]) -> Option<AllocatorLabel> {
     )))
 }
 
-/// The probe's latest report, when the process carries memtrial's allocator probe: its
-/// environment names `MEMTRIAL_PROBE_DIR`, read through `/proc/PID/root` so that a
-/// process in another mount namespace (a container) is found too.
-fn probe_of(pid: i32, env: &[(String, String)]) -> Option<ProbeFigures> {
-    let dir = env
+/// The probe's latest report, when the process carries memtrial's allocator probe and
+/// reports where the exporter looks: its environment's `MEMTRIAL_PROBE_DIR` is the
+/// exporter's own `--probe-dir` (compared as data, never opened), and the file is
+/// `<probe dir>/<its PID in its own namespace>` inside its root filesystem
+/// (`/proc/PID/root`, so that a process in a container is found too), opened by
+/// [`safe_file::open_beneath`] — no symbolic link followed, a regular file of the
+/// process's uid or root only, never blocking — and read in two bounded reads.
+///
+/// A file that is there but refused (a FIFO, a device, a link, another user's) is
+/// [`Unreadable::ProbeRefused`]; one not there (yet) is simply no report.
+fn probe_of(
+    pid: i32,
+    env: &[(String, String)],
+    status: &proc::Status,
+    probe_dir: &Path,
+) -> Result<Option<ProbeFigures>, Unreadable> {
+    let Some(says) = env
         .iter()
         .find(|(k, _)| k == "MEMTRIAL_PROBE_DIR")
-        .map(|(_, v)| v)?;
-    let rel = dir.trim_start_matches('/');
-    let path = PathBuf::from(format!("/proc/{pid}/root"))
-        .join(rel)
-        .join(pid.to_string());
-    let report = crate::probe::allocator::latest_report(&path)
-        .map_err(|e| io_reason(&e))
-        .ok()??;
-    Some(ProbeFigures {
-        live_bytes: report.live_bytes,
-        held_bytes: report.held_bytes,
-    })
+        .map(|(_, v)| v)
+    else {
+        return Ok(None);
+    };
+    if Path::new(says) != probe_dir {
+        return Ok(None);
+    }
+    let Ok(rel) = probe_dir.strip_prefix("/") else {
+        return Ok(None);
+    };
+    let rel = rel.join(status.ns_pid.unwrap_or(pid).to_string());
+    let root = PathBuf::from(format!("/proc/{pid}/root"));
+    let file = match safe_file::open_beneath(&root, &rel, &status.uids) {
+        Ok(f) => f,
+        Err(
+            safe_file::SafeFileError::NotPlain { .. }
+            | safe_file::SafeFileError::NotRegular { .. }
+            | safe_file::SafeFileError::Owner { .. },
+        ) => return Err(Unreadable::ProbeRefused),
+        // Not there (yet), or the process's root not ours to read: no report.
+        Err(_) => return Ok(None),
+    };
+    let Ok((head, tail, cut)) = safe_file::read_head_and_tail(&file, PROBE_HEAD, PROBE_TAIL) else {
+        return Ok(None);
+    };
+    Ok(
+        crate::probe::allocator::latest_of(&head, &tail, cut).map(|report| ProbeFigures {
+            live_bytes: report.live_bytes,
+            held_bytes: report.held_bytes,
+        }),
+    )
 }
+
+/// The probe file's header is its first line, within its first KiB; the latest figures
+/// are in its last 8 KiB, however long the file grew.
+const PROBE_HEAD: usize = 1024;
+const PROBE_TAIL: usize = 8192;
 
 #[cfg(test)]
 mod tests {
@@ -408,6 +495,7 @@ mod tests {
             per_process: false,
             budget: Duration::from_millis(500),
             max_age: Duration::from_secs(30),
+            probe_dir: PathBuf::from("/run/memtrial/probe"),
         }
     }
 
@@ -430,12 +518,14 @@ mod tests {
         );
     }
 
-    /// This test process, found by its own command line, with every figure read.
+    /// The readers on this test process (a collector that is not this process: the
+    /// exporter never matches itself), with every figure read.
     #[test]
     fn scrape_finds_this_process_and_caches_its_costly_figures() {
         let me = std::process::id() as i32;
         let comm = proc::read_stat(me).unwrap().comm;
         let mut c = Collector::new(settings(&format!("^{}$", regex::escape(&comm))));
+        c.myself = -1;
         let s = c.scrape();
         let p = s
             .processes
@@ -464,11 +554,44 @@ mod tests {
         let mut st = settings(&format!("^{}$", regex::escape(&comm)));
         st.budget = Duration::ZERO;
         let mut c = Collector::new(st);
+        c.myself = -1;
         let s = c.scrape();
         let p = s.processes.iter().find(|p| p.pid == me).unwrap();
         assert_eq!(p.pss_bytes, None);
         assert_eq!(s.exporter.costly_reads, 0);
         assert!(s.exporter.deferred_reads >= 1);
+    }
+
+    /// The exporter's own process and its children are never exported, though the
+    /// regex matches them.
+    #[test]
+    fn the_collector_never_matches_itself_nor_its_children() {
+        let me = std::process::id() as i32;
+        let mut child = std::process::Command::new("/bin/sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let kid = child.id() as i32;
+        let comm = proc::read_stat(me).unwrap().comm;
+        let mut c = Collector::new(settings(&format!("^({}|sleep)$", regex::escape(&comm))));
+        let s = c.scrape();
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(
+            !s.processes.iter().any(|p| p.pid == me || p.pid == kid),
+            "{:?}",
+            s.processes.iter().map(|p| p.pid).collect::<Vec<_>>()
+        );
+    }
+
+    #[test]
+    fn descent_is_a_bounded_walk() {
+        let parents: HashMap<i32, i32> = [(10, 5), (5, 1), (1, 0), (7, 8), (8, 7)].into();
+        assert!(descends_from(10, 5, &parents));
+        assert!(descends_from(5, 5, &parents));
+        assert!(!descends_from(5, 10, &parents));
+        assert!(!descends_from(7, 3, &parents), "a cycle ends the walk");
+        assert!(!descends_from(99, 3, &parents));
     }
 
     #[test]
@@ -477,5 +600,67 @@ mod tests {
         let s = c.scrape();
         // This test's own command line does not contain it either.
         assert!(s.processes.is_empty());
+    }
+
+    /// A probe file of any content and size — random bytes, lines with huge or negative
+    /// numbers, no newline at all, up to 64 KiB — is read in at most 1 + 8 KiB and parsed
+    /// or ignored, never a panic.
+    #[test]
+    fn probe_files_of_hostile_content_are_read_bounded() {
+        use proptest::prelude::*;
+        let dir = tempfile::tempdir().unwrap();
+        let me = unsafe { libc::geteuid() };
+        let line = prop_oneof![
+            Just("# memtrial-probe 1 1 glibc /lib/libc.so.6".to_string()),
+            Just("# exit".to_string()),
+            proptest::collection::vec(
+                prop_oneof![
+                    any::<u64>().prop_map(|n| n.to_string()),
+                    Just("18446744073709551616".to_string()),
+                    Just("-1".to_string()),
+                    Just("-".to_string()),
+                    "\\PC{0,20}",
+                ],
+                0..14
+            )
+            .prop_map(|f| f.join("\t")),
+            "[^\n]{0,5000}",
+        ];
+        let content = prop_oneof![
+            proptest::collection::vec(line, 0..400).prop_map(|l| l.join("\n").into_bytes()),
+            proptest::collection::vec(any::<u8>(), 0..(64 << 10)),
+        ];
+        let mut runner = proptest::test_runner::TestRunner::new(proptest::test_runner::Config {
+            cases: 48,
+            ..Default::default()
+        });
+        runner
+            .run(&content, |bytes| {
+                std::fs::write(dir.path().join("1"), &bytes).unwrap();
+                let f = safe_file::open_beneath(dir.path(), Path::new("1"), &[me]).unwrap();
+                let (head, tail, cut) =
+                    safe_file::read_head_and_tail(&f, PROBE_HEAD, PROBE_TAIL).unwrap();
+                prop_assert!(head.len() <= PROBE_HEAD && tail.len() <= PROBE_TAIL);
+                prop_assert_eq!(cut, bytes.len() > PROBE_TAIL);
+                let _ = crate::probe::allocator::latest_of(&head, &tail, cut);
+                Ok(())
+            })
+            .unwrap();
+    }
+
+    /// A probe file that claims a terabyte (sparse) costs the same two small reads.
+    #[test]
+    fn a_huge_probe_file_is_read_in_two_small_reads() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = std::fs::File::create(dir.path().join("1")).unwrap();
+        f.set_len(1 << 40).unwrap();
+        let me = unsafe { libc::geteuid() };
+        let f = safe_file::open_beneath(dir.path(), Path::new("1"), &[me]).unwrap();
+        let (head, tail, cut) = safe_file::read_head_and_tail(&f, PROBE_HEAD, PROBE_TAIL).unwrap();
+        assert_eq!(
+            (head.len(), tail.len(), cut),
+            (PROBE_HEAD, PROBE_TAIL, true)
+        );
+        assert_eq!(crate::probe::allocator::latest_of(&head, &tail, cut), None);
     }
 }

@@ -74,6 +74,9 @@ pub enum Unreadable {
     Vanished,
     /// Any other I/O or parse error.
     Error,
+    /// The probe's report file (in `--probe-dir`) is not a regular file owned by the
+    /// process's uid or root, or lies behind a symbolic link: not read.
+    ProbeRefused,
 }
 
 impl Unreadable {
@@ -82,6 +85,7 @@ impl Unreadable {
             Unreadable::PermissionDenied => "permission_denied",
             Unreadable::Vanished => "vanished",
             Unreadable::Error => "error",
+            Unreadable::ProbeRefused => "probe_refused",
         }
     }
 }

@@ -294,17 +294,90 @@ pub fn encode(s: &Snapshot) -> Result<String, std::fmt::Error> {
     Ok(out)
 }
 
+/// The exposition formats served, chosen by the scraper's `Accept` header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// OpenMetrics 1.0 text: what Prometheus asks for, and what the client writes.
+    OpenMetrics,
+    /// The classic Prometheus text format 0.0.4: for any other scraper (curl, `promtool
+    /// check metrics`), in which a counter's family carries its `_total` name.
+    Classic,
+}
+
+impl Format {
+    /// OpenMetrics when the scraper accepts it, else the classic format.
+    pub fn negotiate(accept: Option<&str>) -> Format {
+        match accept {
+            Some(a)
+                if a.to_ascii_lowercase()
+                    .contains("application/openmetrics-text") =>
+            {
+                Format::OpenMetrics
+            }
+            _ => Format::Classic,
+        }
+    }
+
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Format::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            Format::Classic => "text/plain; version=0.0.4; charset=utf-8",
+        }
+    }
+
+    /// The exposition `openmetrics` (as [`encode`] writes it) in this format.
+    pub fn render(self, openmetrics: String) -> String {
+        match self {
+            Format::OpenMetrics => openmetrics,
+            Format::Classic => classic(&openmetrics),
+        }
+    }
+}
+
+/// The classic text format of an OpenMetrics exposition: a counter's `# HELP` and `# TYPE`
+/// name the `_total` series its samples carry, and there is no `# EOF` (nor `# UNIT`).
+/// Gauges, labels, escaping and values are the same in both.
+fn classic(openmetrics: &str) -> String {
+    let counters: std::collections::HashSet<&str> = openmetrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE ")?.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(openmetrics.len());
+    for line in openmetrics.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        let meta = ["# HELP ", "# TYPE "]
+            .into_iter()
+            .find_map(|p| Some((p, line.strip_prefix(p)?)));
+        match meta {
+            Some((prefix, rest)) => {
+                let (name, tail) = rest.split_once(' ').unwrap_or((rest, ""));
+                if counters.contains(name) {
+                    out.push_str(&format!("{prefix}{name}_total {tail}"));
+                } else {
+                    out.push_str(line);
+                }
+            }
+            None => out.push_str(line),
+        }
+        out.push('\n');
+    }
+    out
+}
+
 /// The exporter's own figures: unreadable processes, cost, cache.
 fn exporter_families(reg: &mut Registry, s: &Snapshot) {
     let unreadable: Family<ReasonLabel, IntGauge> = family(
         reg,
         "memtrial_unreadable_processes",
-        "Matched processes not (fully) readable at this scrape, by reason (permission_denied, vanished, error); a process counts once per reason.",
+        "Matched processes not (fully) readable at this scrape, by reason (permission_denied, vanished, error, probe_refused: a probe file that is not a regular file of the process's uid or root); a process counts once per reason.",
     );
     for r in [
         super::figures::Unreadable::PermissionDenied,
         super::figures::Unreadable::Vanished,
         super::figures::Unreadable::Error,
+        super::figures::Unreadable::ProbeRefused,
     ] {
         unreadable
             .get_or_create(&ReasonLabel {
@@ -466,6 +539,25 @@ mod tests {
         assert!(text.contains("memtrial_group_arena_pitfall{group=\"puma\"} 1"));
         assert!(text.contains("memtrial_group_arena_pitfall{group=\"java\"} 0"));
         assert!(text.ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn the_classic_format_names_counters_by_their_samples() {
+        let text = Format::Classic.render(encode(&snapshot(false)).unwrap());
+        assert!(text.contains("# HELP memtrial_exporter_scrapes_total Scrapes served"));
+        assert!(text.contains("# TYPE memtrial_exporter_scrapes_total counter\n"));
+        assert!(text.contains("\nmemtrial_exporter_scrapes_total 3\n"));
+        assert!(text.contains("# TYPE memtrial_exporter_costly_reads_total counter\n"));
+        assert!(text.contains("# TYPE memtrial_group_processes gauge\n"));
+        assert!(!text.contains("# EOF"), "{text}");
+        assert_eq!(
+            Format::negotiate(Some(
+                "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5"
+            )),
+            Format::OpenMetrics
+        );
+        assert_eq!(Format::negotiate(Some("*/*")), Format::Classic);
+        assert_eq!(Format::negotiate(None), Format::Classic);
     }
 
     #[test]

@@ -6,16 +6,17 @@
 //!
 //! [`collect`] reads (the same `linux` and `inspect` readers as `memtrial inspect`),
 //! [`figures`] holds and sums, [`metrics`] writes the exposition with the official
-//! Prometheus client; [`serve`] answers HTTP with `tiny_http` on one thread, one scrape
-//! at a time.
+//! Prometheus client; [`serve`] answers HTTP through [`http`], a small server whose
+//! threads, connections and waits are bounded, one scrape at a time.
 
 pub mod collect;
 pub mod figures;
+pub mod http;
 pub mod metrics;
 
 use std::net::{SocketAddr, TcpListener};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::sync::atomic::AtomicBool;
+use std::sync::Mutex;
 
 pub use collect::{Collector, Settings};
 
@@ -30,6 +31,10 @@ pub enum ExporterError {
     CannotBind { value: String, why: String },
     #[error("--match {value}: not a regular expression: {why}; give one in Rust regex syntax, e.g. 'puma|sidekiq|java'")]
     BadRegex { value: String, why: String },
+    #[error("--match '{value}': matches the empty string, so it matches every process on the machine (the exporter's cost and cardinality grow with them); give the names to export, e.g. 'puma|sidekiq|java'")]
+    MatchesEverything { value: String },
+    #[error("--probe-dir {value}: {why}; give an absolute directory of plain names, e.g. {DEFAULT_PROBE_DIR}")]
+    BadProbeDir { value: String, why: &'static str },
     #[error("the HTTP server failed: {0}")]
     Server(String),
 }
@@ -45,8 +50,55 @@ pub fn parse_listen(value: &str) -> Result<SocketAddr, ExporterError> {
         })
 }
 
+/// Where the probe's reports are looked for by default (inside each process's root):
+/// the value to give `MEMTRIAL_PROBE_DIR` in a Deployment.
+pub const DEFAULT_PROBE_DIR: &str = "/run/memtrial/probe";
+
+/// Parses `--probe-dir`: an absolute path of plain names (no `.`, no `..`), not `/`.
+pub fn parse_probe_dir(value: &str) -> Result<std::path::PathBuf, ExporterError> {
+    use std::path::{Component, Path};
+    let bad = |why| ExporterError::BadProbeDir {
+        value: value.to_string(),
+        why,
+    };
+    let p = Path::new(value);
+    if !p.is_absolute() {
+        return Err(bad("not an absolute path"));
+    }
+    if value.contains('\0') {
+        return Err(bad("holds a NUL byte"));
+    }
+    if value.len() > 1024 {
+        return Err(bad("longer than 1024 bytes"));
+    }
+    let mut names = 0;
+    for c in p.components() {
+        match c {
+            Component::RootDir => {}
+            Component::Normal(_) => names += 1,
+            _ => return Err(bad("holds `.` or `..`")),
+        }
+    }
+    if names == 0 {
+        return Err(bad("is the root directory"));
+    }
+    Ok(p.components().collect())
+}
+
 /// Compiles `--match` (with a size limit: no pattern can make it use unbounded memory).
+/// A pattern that matches the empty string (`''`, `.*`, `a|`) matches every process and
+/// is refused.
 pub fn parse_match(value: &str) -> Result<regex::Regex, ExporterError> {
+    let re = compile_match(value)?;
+    if re.is_match("") {
+        return Err(ExporterError::MatchesEverything {
+            value: value.to_string(),
+        });
+    }
+    Ok(re)
+}
+
+fn compile_match(value: &str) -> Result<regex::Regex, ExporterError> {
     regex::RegexBuilder::new(value)
         .size_limit(1 << 20)
         .build()
@@ -78,56 +130,46 @@ pub fn bind(addr: SocketAddr, value: &str) -> Result<TcpListener, ExporterError>
     })
 }
 
-const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
-
-/// Serves `/metrics` on `listener` until `stop` is set (SIGINT, SIGTERM). One request at a
-/// time: a scrape is bounded by the budget, and two scrapers queue rather than double the
-/// cost.
+/// Serves `/metrics` on `listener` until `stop` is set (SIGINT, SIGTERM), through the
+/// bounded server of [`http`]: a fixed pool of worker threads, request heads read within
+/// a timeout, so that no number of idle or slow connections can freeze it. One scrape at
+/// a time: a scrape is bounded by the budget, and two scrapers queue rather than double
+/// the cost.
 pub fn serve(
     listener: TcpListener,
-    mut collector: Collector,
+    collector: Collector,
     stop: &AtomicBool,
 ) -> Result<(), ExporterError> {
-    let server = tiny_http::Server::from_listener(listener, None)
-        .map_err(|e| ExporterError::Server(e.to_string()))?;
-    while !stop.load(Ordering::Relaxed) {
-        let req = match server.recv_timeout(Duration::from_millis(200)) {
-            Ok(Some(r)) => r,
-            Ok(None) => continue,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(ExporterError::Server(e.to_string())),
-        };
-        let path = req.url().split('?').next().unwrap_or("");
-        let response = match (req.method(), path) {
-            (tiny_http::Method::Get | tiny_http::Method::Head, "/metrics") => {
-                match metrics::encode(&collector.scrape()) {
-                    Ok(body) => text_response(body, 200, OPENMETRICS),
-                    Err(_) => text_response("encoding failed\n".into(), 500, "text/plain"),
-                }
-            }
-            (tiny_http::Method::Get | tiny_http::Method::Head, "/") => text_response(
-                "memtrial exporter: the metrics are at /metrics\n".into(),
-                200,
-                "text/plain; charset=utf-8",
-            ),
-            _ => text_response("not found: try /metrics\n".into(), 404, "text/plain"),
-        };
-        // A scraper that went away is its own business, not the exporter's.
-        let _ = req.respond(response);
-    }
-    Ok(())
+    let collector = Mutex::new(collector);
+    http::serve(listener, http::LIMITS, stop, move |req| {
+        respond(&collector, req)
+    })
+    .map_err(|e| ExporterError::Server(e.to_string()))
 }
 
-fn text_response(
-    body: String,
-    code: u16,
-    content_type: &str,
-) -> tiny_http::Response<std::io::Cursor<Vec<u8>>> {
-    let mut r = tiny_http::Response::from_data(body.into_bytes()).with_status_code(code);
-    if let Ok(h) = tiny_http::Header::from_bytes("Content-Type", content_type) {
-        r.add_header(h);
+/// The answer to one request.
+fn respond(collector: &Mutex<Collector>, req: &http::Request) -> http::Response {
+    match req.path.as_str() {
+        "/metrics" => {
+            // A scrape that panicked cannot have left the collector half-written in a
+            // way that matters: its cache is only ever replaced whole.
+            let snapshot = match collector.lock() {
+                Ok(mut c) => c.scrape(),
+                Err(poisoned) => poisoned.into_inner().scrape(),
+            };
+            let format = metrics::Format::negotiate(req.accept.as_deref());
+            match metrics::encode(&snapshot) {
+                Ok(text) => http::Response {
+                    code: 200,
+                    content_type: format.content_type(),
+                    body: format.render(text).into_bytes(),
+                },
+                Err(_) => http::Response::text(500, "encoding failed\n"),
+            }
+        }
+        "/" => http::Response::text(200, "memtrial exporter: the metrics are at /metrics\n"),
+        _ => http::Response::text(404, "not found: try /metrics\n"),
     }
-    r
 }
 
 #[cfg(test)]
@@ -167,9 +209,14 @@ mod tests {
 
     proptest::proptest! {
         #[test]
-        fn flags_never_panic(text in "\\PC{0,60}|[0-9a-f:.\\[\\]]{0,40}") {
+        fn flags_never_panic(text in "\\PC{0,60}|[0-9a-f:.\\[\\]]{0,40}|(/[a-z.]{0,3}){0,6}") {
             let _ = parse_listen(&text);
             let _ = parse_match(&text);
+            if let Ok(p) = parse_probe_dir(&text) {
+                // What is accepted is absolute and holds plain names only.
+                proptest::prop_assert!(p.is_absolute());
+                proptest::prop_assert!(p.components().skip(1).all(|c| matches!(c, std::path::Component::Normal(_))));
+            }
         }
 
         /// Any process name (a comm may hold any byte but NUL) gives a valid exposition.
@@ -181,6 +228,46 @@ mod tests {
             let text = metrics::encode(&s).unwrap();
             proptest::prop_assert!(text.ends_with("# EOF\n"));
             proptest::prop_assert_eq!(text.matches("memtrial_group_processes{").count(), 1);
+        }
+    }
+
+    #[test]
+    fn a_match_of_everything_is_refused_naming_the_flag() {
+        for all in ["", ".*", "puma|", "^", "x*", "(?:)"] {
+            let e = parse_match(all).unwrap_err().to_string();
+            assert!(
+                e.starts_with(&format!("--match '{all}': matches the empty string")),
+                "{e}"
+            );
+            assert!(e.contains("every process"), "{e}");
+        }
+        assert!(parse_match("puma").is_ok());
+    }
+
+    #[test]
+    fn probe_dirs() {
+        assert_eq!(
+            parse_probe_dir("/run/memtrial/probe/").unwrap(),
+            std::path::PathBuf::from("/run/memtrial/probe")
+        );
+        assert!(parse_probe_dir(DEFAULT_PROBE_DIR).is_ok());
+        // A `.` inside is no way out: it is dropped.
+        assert_eq!(
+            parse_probe_dir("/run/./x").unwrap(),
+            std::path::PathBuf::from("/run/x")
+        );
+        for (bad, why) in [
+            ("run/x", "not an absolute path"),
+            ("/", "is the root directory"),
+            ("/run/../etc", "`..`"),
+            ("/a\0b", "NUL"),
+        ] {
+            let e = parse_probe_dir(bad).unwrap_err().to_string();
+            assert!(e.starts_with(&format!("--probe-dir {bad}: ")), "{e}");
+            assert!(
+                e.contains(why) && e.contains("give an absolute directory"),
+                "{e}"
+            );
         }
     }
 

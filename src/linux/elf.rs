@@ -19,7 +19,6 @@
 //!   standard directories; glibc may also ignore malloc tunables such as
 //!   `MALLOC_ARENA_MAX` there.
 
-use std::fs::File;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
@@ -107,9 +106,25 @@ pub fn inspect_elf(path: &Path) -> Result<ElfFacts, ElfError> {
         path: path.to_path_buf(),
         source,
     };
-    let file = File::open(path).map_err(io_err)?;
+    // The path may come from another process (its maps, its executable's link, resolved
+    // in our mount namespace): never block on a FIFO, never take a terminal, and read
+    // only a regular file.
+    let file = {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+            .open(path)
+            .map_err(io_err)?
+    };
     // Mode bits and contents come from the same open file.
     let meta = file.metadata().map_err(io_err)?;
+    if !meta.is_file() {
+        return Err(io_err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a regular file (a directory, a FIFO, a device or a socket)",
+        )));
+    }
     let too_large = |size| ElfError::TooLarge {
         path: path.to_path_buf(),
         size,
@@ -243,6 +258,29 @@ mod tests {
     use std::path::PathBuf;
     use std::process::Command;
     use std::sync::OnceLock;
+
+    /// A path another process named (its maps, its executable's link, read in our mount
+    /// namespace) may be a FIFO or a device: refused at once, never a blocked open.
+    #[test]
+    fn a_fifo_or_a_device_is_not_read() {
+        use std::os::unix::ffi::OsStrExt;
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("libjemalloc.so.2");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(inspect_elf(&fifo).map(|_| ()).map_err(|e| e.to_string()));
+        });
+        // A liveness bound, not a speed claim: before, the open never returned.
+        let r = rx
+            .recv_timeout(std::time::Duration::from_secs(30))
+            .expect("inspect_elf returned");
+        assert!(r.unwrap_err().contains("not a regular file"));
+        let e = inspect_elf(Path::new("/dev/zero")).unwrap_err();
+        assert!(e.to_string().contains("not a regular file"), "{e}");
+    }
 
     const LIBDIR: &str = "/usr/lib/x86_64-linux-gnu";
 

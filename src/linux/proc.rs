@@ -57,6 +57,19 @@ pub fn read_proc_file(pid: i32, file: &str) -> Result<Vec<u8>, ProcError> {
     read().map_err(|e| classify_io(pid, path.clone(), e))
 }
 
+/// Reads at most `max` bytes of `/proc/{pid}/{file}`: for files whose size the process
+/// chooses (`cmdline`, `environ`), read for processes memtrial did not start.
+pub fn read_proc_file_at_most(pid: i32, file: &str, max: usize) -> Result<Vec<u8>, ProcError> {
+    let path = PathBuf::from(format!("/proc/{pid}/{file}"));
+    let read = || -> io::Result<Vec<u8>> {
+        let f = fs::File::open(&path)?;
+        let mut buf = Vec::with_capacity(max.min(4096));
+        f.take(max as u64).read_to_end(&mut buf)?;
+        Ok(buf)
+    };
+    read().map_err(|e| classify_io(pid, path.clone(), e))
+}
+
 /// The most recently allocated PID (last field of `/proc/loadavg`): if it has not
 /// changed, no process was created since it was last read.
 pub fn last_pid() -> Option<i32> {
@@ -170,13 +183,19 @@ pub struct Status {
     pub rss_file: u64,
     pub rss_shmem: u64,
     pub vm_swap: u64,
+    /// `Uid`: real, effective, saved and filesystem uid (empty when the line is missing or
+    /// malformed).
+    pub uids: Vec<u32>,
+    /// The PID in the process's own PID namespace (the last field of `NSpid`): what the
+    /// process itself calls `getpid()`. `None` when the line is missing or malformed.
+    pub ns_pid: Option<i32>,
 }
 
 fn kb_value(value: &str) -> Option<u64> {
     let mut parts = value.split_ascii_whitespace();
     let n: u64 = parts.next()?.parse().ok()?;
     match parts.next() {
-        Some("kB") => Some(n * 1024),
+        Some("kB") => n.checked_mul(1024),
         None => Some(n),
         Some(_) => None,
     }
@@ -210,6 +229,19 @@ pub fn parse_status(text: &str) -> Result<Status, ProcError> {
             "RssFile" => s.rss_file = bytes()?,
             "RssShmem" => s.rss_shmem = bytes()?,
             "VmSwap" => s.vm_swap = bytes()?,
+            "Uid" => {
+                s.uids = value
+                    .split_ascii_whitespace()
+                    .map(str::parse)
+                    .collect::<Result<_, _>>()
+                    .unwrap_or_default()
+            }
+            "NSpid" => {
+                s.ns_pid = value
+                    .split_ascii_whitespace()
+                    .last()
+                    .and_then(|v| v.parse().ok())
+            }
             _ => {}
         }
     }
@@ -463,5 +495,79 @@ mod tests {
         let st = read_stat(me).unwrap();
         assert_eq!(st.pid, me);
         assert!(list_pids().unwrap().contains(&me));
+    }
+
+    #[test]
+    fn a_kb_figure_that_overflows_is_refused_not_wrapped() {
+        let e = parse_status("Name:\tx\nVmRSS:\t18446744073709551615 kB\n").unwrap_err();
+        assert!(e.to_string().contains("VmRSS"), "{e}");
+        let s = parse_status("Name:\tx\nVmRSS:\t18014398509481983 kB\n").unwrap();
+        assert_eq!(s.vm_rss, 18014398509481983 * 1024);
+    }
+
+    /// A `status` of a megabyte of lines parses like a small one.
+    #[test]
+    fn a_huge_status_parses() {
+        let mut text = String::from("Name:\tx\nThreads:\t3\n");
+        while text.len() < 1 << 20 {
+            text.push_str("Other:\t18446744073709551616 kB\tpadding padding padding\n");
+        }
+        assert_eq!(parse_status(&text).unwrap().threads, 3);
+    }
+
+    #[test]
+    fn uids_and_the_namespace_pid() {
+        let s = parse_status("Name:\tx\nUid:\t1000\t1001\t1002\t1003\nNSpid:\t4242\t17\n").unwrap();
+        assert_eq!(s.uids, vec![1000, 1001, 1002, 1003]);
+        assert_eq!(s.ns_pid, Some(17));
+        let s = parse_status("Name:\tx\nUid:\t1000\tx\nNSpid:\t-\n").unwrap();
+        assert!(s.uids.is_empty());
+        assert_eq!(s.ns_pid, None);
+    }
+
+    /// A line of `status` with a hostile value: huge, negative, not a number, empty,
+    /// control characters, very long.
+    fn hostile_value() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        prop_oneof![
+            any::<u64>().prop_map(|n| format!("{n} kB")),
+            any::<i64>().prop_map(|n| n.to_string()),
+            Just("18446744073709551616 kB".to_string()),
+            Just("99999999999999999999999 kB".to_string()),
+            "\\PC{0,40}",
+            "[0-9 \t]{0,300}",
+            proptest::collection::vec(any::<u32>(), 0..6).prop_map(|v| v
+                .iter()
+                .map(|n| n.to_string())
+                .collect::<Vec<_>>()
+                .join("\t")),
+        ]
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::test_runner::Config { cases: 64, ..Default::default() })]
+        /// A `status` of any keys and values, at any size (up to hundreds of lines),
+        /// parses or is refused; it never panics, and what parses is what was written.
+        #[test]
+        fn status_of_hostile_content_never_panics(
+            lines in proptest::collection::vec(
+                (proptest::sample::select(vec![
+                    "Name", "State", "PPid", "Threads", "VmRSS", "VmHWM", "VmSwap", "Uid",
+                    "NSpid", "RssAnon", "Other",
+                ]), hostile_value()),
+                0..200,
+            )
+        ) {
+            let text: String = lines.iter().map(|(k, v)| format!("{k}:\t{v}\n")).collect();
+            if let Ok(s) = parse_status(&text) {
+                if let Some(n) = s.ns_pid {
+                    let last = lines.iter().rev().find(|(k, _)| *k == "NSpid").map(|(_, v)| v);
+                    proptest::prop_assert!(last.is_some_and(|v| v.split_whitespace().last() == Some(&n.to_string())));
+                }
+            }
+            let _ = parse_stat(&text);
+            let _ = parse_smaps_rollup(&text);
+            let _ = parse_environ(text.as_bytes());
+        }
     }
 }

@@ -279,7 +279,7 @@ pub fn latest_report(path: &std::path::Path) -> std::io::Result<Option<LatestRep
 
 /// The latest report from a file's first bytes and its last bytes (`cut`: the tail starts
 /// mid-file, so its first line may be partial). Whole lines only.
-fn latest_of(head: &[u8], tail: &[u8], cut: bool) -> Option<LatestReport> {
+pub fn latest_of(head: &[u8], tail: &[u8], cut: bool) -> Option<LatestReport> {
     let mut state = ProcessFile::default();
     if let Some(end) = head.iter().position(|b| *b == b'\n') {
         state.line(&String::from_utf8_lossy(&head[..end]));

@@ -4,6 +4,7 @@
 mod bad_input;
 mod common;
 mod exporter;
+mod exporter_trust;
 mod forking;
 mod import;
 mod inside;

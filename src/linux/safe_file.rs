@@ -1,0 +1,282 @@
+//! Opening a file in a tree another process controls, without trusting that tree.
+//!
+//! The exporter runs as root and reads a report file that a watched process wrote into its
+//! own filesystem (`/proc/PID/root/...`). That process chooses what lies on the path: a
+//! symbolic link to a secret (resolved through `/proc/PID/root`, an absolute link lands in
+//! *our* root), a FIFO that blocks `open` forever, `/dev/zero`, a file that never ends.
+//! [`open_beneath`] is the one way such a file is opened:
+//!
+//! - the directory is memtrial's own (a flag), never a path the process named;
+//! - every component below the root is opened with `O_NOFOLLOW` (a symbolic link anywhere
+//!   is refused, not followed), and `..` or `.` never appear;
+//! - the file is opened `O_NOFOLLOW | O_NONBLOCK | O_NOCTTY` (a FIFO cannot block the
+//!   open, a terminal cannot become ours), then checked with `fstat`: a regular file only,
+//!   owned by root or by one of the uids given (the process's own);
+//! - reads of it are bounded by the caller ([`read_head_and_tail`]).
+
+use std::ffi::CString;
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::{Component, Path, PathBuf};
+
+/// Why a file was not opened.
+#[derive(Debug, thiserror::Error)]
+pub enum SafeFileError {
+    #[error("{path}: only a relative path of plain names is opened beneath a root (no `..`, no `.`, not absolute)")]
+    BadPath { path: PathBuf },
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: io::Error },
+    #[error(
+        "{path}: a symbolic link or not a directory on the way; links are never followed here"
+    )]
+    NotPlain { path: PathBuf },
+    #[error("{path}: a {kind}, not a regular file; only regular files are read")]
+    NotRegular { path: PathBuf, kind: &'static str },
+    #[error("{path}: owned by uid {uid}, neither root nor the process's own uid ({allowed:?}); not read")]
+    Owner {
+        path: PathBuf,
+        uid: u32,
+        allowed: Vec<u32>,
+    },
+}
+
+impl SafeFileError {
+    /// The OS error behind it, if any (`ENOENT` for a file that is not there, …).
+    pub fn raw_os_error(&self) -> Option<i32> {
+        match self {
+            SafeFileError::Io { source, .. } => source.raw_os_error(),
+            _ => None,
+        }
+    }
+}
+
+fn c_name(path: &Path, name: &std::ffi::OsStr) -> Result<CString, SafeFileError> {
+    CString::new(name.as_bytes()).map_err(|_| SafeFileError::BadPath {
+        path: path.to_path_buf(),
+    })
+}
+
+fn openat(
+    dir: Option<&OwnedFd>,
+    name: &CString,
+    flags: libc::c_int,
+    shown: &Path,
+) -> Result<OwnedFd, SafeFileError> {
+    let at = dir.map_or(libc::AT_FDCWD, |d| d.as_raw_fd());
+    // SAFETY: `name` is a NUL-terminated string that outlives the call; `at` is a valid
+    // descriptor or AT_FDCWD; no mode is needed without O_CREAT.
+    let fd = unsafe { libc::openat(at, name.as_ptr(), flags | libc::O_CLOEXEC) };
+    if fd < 0 {
+        let e = io::Error::last_os_error();
+        return Err(match e.raw_os_error() {
+            Some(libc::ELOOP) | Some(libc::ENOTDIR) => SafeFileError::NotPlain {
+                path: shown.to_path_buf(),
+            },
+            _ => SafeFileError::Io {
+                path: shown.to_path_buf(),
+                source: e,
+            },
+        });
+    }
+    // SAFETY: `fd` was just returned by openat and is owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn kind_of(mode: u32) -> &'static str {
+    match mode & libc::S_IFMT {
+        libc::S_IFIFO => "FIFO",
+        libc::S_IFCHR => "character device",
+        libc::S_IFBLK => "block device",
+        libc::S_IFSOCK => "socket",
+        libc::S_IFDIR => "directory",
+        libc::S_IFLNK => "symbolic link",
+        _ => "special file",
+    }
+}
+
+/// Opens `root/rel` for reading: `root` is memtrial's own path (it may be a magic link
+/// such as `/proc/PID/root`, followed on purpose); `rel` is walked one plain name at a
+/// time without following any symbolic link; the file must be a regular file owned by
+/// root or by one of `owners`. Never blocks on a FIFO, never opens a path with `..`.
+pub fn open_beneath(root: &Path, rel: &Path, owners: &[u32]) -> Result<File, SafeFileError> {
+    let shown = root.join(rel);
+    let mut names = Vec::new();
+    for c in rel.components() {
+        match c {
+            Component::Normal(n) => names.push(c_name(&shown, n)?),
+            _ => return Err(SafeFileError::BadPath { path: shown }),
+        }
+    }
+    let Some(file_name) = names.pop() else {
+        return Err(SafeFileError::BadPath { path: shown });
+    };
+    let root_c = CString::new(root.as_os_str().as_bytes()).map_err(|_| SafeFileError::BadPath {
+        path: shown.clone(),
+    })?;
+    let mut dir = openat(None, &root_c, libc::O_PATH | libc::O_DIRECTORY, root)?;
+    for n in &names {
+        dir = openat(
+            Some(&dir),
+            n,
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW,
+            &shown,
+        )?;
+    }
+    let fd = openat(
+        Some(&dir),
+        &file_name,
+        libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY,
+        &shown,
+    )?;
+    let file = File::from(fd);
+    let meta = file.metadata().map_err(|source| SafeFileError::Io {
+        path: shown.clone(),
+        source,
+    })?;
+    if meta.mode() & libc::S_IFMT != libc::S_IFREG {
+        return Err(SafeFileError::NotRegular {
+            path: shown,
+            kind: kind_of(meta.mode()),
+        });
+    }
+    if meta.uid() != 0 && !owners.contains(&meta.uid()) {
+        return Err(SafeFileError::Owner {
+            path: shown,
+            uid: meta.uid(),
+            allowed: owners.to_vec(),
+        });
+    }
+    Ok(file)
+}
+
+/// At most `head` bytes from the start of `file` and at most `tail` bytes from its end
+/// (as long as `fstat` says it is now), and whether the tail starts after the head's
+/// start (`cut`: its first line may be partial). Two bounded reads, however large the
+/// file is or grows.
+pub fn read_head_and_tail(
+    file: &File,
+    head: usize,
+    tail: usize,
+) -> io::Result<(Vec<u8>, Vec<u8>, bool)> {
+    let len = file.metadata()?.len();
+    let mut h = vec![0u8; head];
+    let n = read_at_most(file, &mut h, 0)?;
+    h.truncate(n);
+    let from = len.saturating_sub(tail as u64);
+    let mut t = vec![0u8; tail.min(usize::try_from(len).unwrap_or(usize::MAX))];
+    let n = read_at_most(file, &mut t, from)?;
+    t.truncate(n);
+    Ok((h, t, from > 0))
+}
+
+/// Fills `buf` from `offset` until it is full or the file ends: at most `buf.len()` bytes.
+fn read_at_most(file: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+    let mut done = 0;
+    while done < buf.len() {
+        match file.read_at(&mut buf[done..], offset + done as u64) {
+            Ok(0) => break,
+            Ok(n) => done += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(done)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    fn mkfifo(p: &Path) {
+        let c = CString::new(p.as_os_str().as_bytes()).unwrap();
+        // SAFETY: a valid path string.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+    }
+
+    fn me() -> u32 {
+        // SAFETY: getuid cannot fail.
+        unsafe { libc::geteuid() }
+    }
+
+    #[test]
+    fn a_regular_file_of_ours_is_opened_and_read_bounded() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir(d.path().join("a")).unwrap();
+        let body: Vec<u8> = (0..20_000u32).map(|i| (i % 251) as u8).collect();
+        std::fs::write(d.path().join("a/f"), &body).unwrap();
+        let f = open_beneath(d.path(), Path::new("a/f"), &[me()]).unwrap();
+        let (h, t, cut) = read_head_and_tail(&f, 100, 1000).unwrap();
+        assert_eq!(h, body[..100]);
+        assert_eq!(t, body[body.len() - 1000..]);
+        assert!(cut);
+        let (h, t, cut) = read_head_and_tail(&f, 100_000, 100_000).unwrap();
+        assert_eq!((h.len(), t.len(), cut), (20_000, 20_000, false));
+    }
+
+    #[test]
+    fn a_fifo_is_refused_without_blocking() {
+        let d = tempfile::tempdir().unwrap();
+        mkfifo(&d.path().join("p"));
+        let e = open_beneath(d.path(), Path::new("p"), &[me()]).unwrap_err();
+        assert!(
+            matches!(e, SafeFileError::NotRegular { kind: "FIFO", .. }),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn symbolic_links_are_never_followed() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("secret"), "secret").unwrap();
+        std::fs::create_dir(d.path().join("real")).unwrap();
+        symlink(d.path().join("secret"), d.path().join("link")).unwrap();
+        symlink(d.path().join("real"), d.path().join("dirlink")).unwrap();
+        std::fs::write(d.path().join("real/f"), "x").unwrap();
+        for rel in ["link", "dirlink/f"] {
+            let e = open_beneath(d.path(), Path::new(rel), &[me()]).unwrap_err();
+            assert!(matches!(e, SafeFileError::NotPlain { .. }), "{rel}: {e}");
+        }
+        assert!(open_beneath(d.path(), Path::new("real/f"), &[me()]).is_ok());
+    }
+
+    #[test]
+    fn devices_directories_and_bad_paths_are_refused() {
+        let e = open_beneath(Path::new("/dev"), Path::new("zero"), &[]).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                SafeFileError::NotRegular {
+                    kind: "character device",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        let e = open_beneath(Path::new("/"), Path::new("tmp"), &[]).unwrap_err();
+        assert!(matches!(e, SafeFileError::NotRegular { .. }), "{e}");
+        for rel in ["", "../etc/passwd", "a/../b", "/etc/passwd", "./x"] {
+            let e = open_beneath(Path::new("/tmp"), Path::new(rel), &[]).unwrap_err();
+            assert!(matches!(e, SafeFileError::BadPath { .. }), "{rel:?}: {e}");
+        }
+        let e = open_beneath(Path::new("/tmp"), Path::new("no-such-file-here-x"), &[]).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ENOENT));
+    }
+
+    #[test]
+    fn a_file_of_another_owner_is_refused() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("f"), "x").unwrap();
+        if me() == 0 {
+            // Root's file is accepted for anyone; someone else's is not.
+            let c = CString::new(d.path().join("f").as_os_str().as_bytes()).unwrap();
+            // SAFETY: a valid path string.
+            assert_eq!(unsafe { libc::chown(c.as_ptr(), 65534, 65534) }, 0);
+        }
+        let e = open_beneath(d.path(), Path::new("f"), &[12345]).unwrap_err();
+        assert!(matches!(e, SafeFileError::Owner { .. }), "{e}");
+    }
+}
