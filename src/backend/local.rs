@@ -36,13 +36,20 @@ impl Backend for LocalBackend {
         };
         start(spec, cgroup)
     }
+
+    fn helper_cgroup(&self, name: &str) -> Result<Option<RunCgroup>, BackendError> {
+        match &self.isolation {
+            Isolation::Cgroup(h) => Ok(Some(RunCgroup::create(h, name, &Default::default())?)),
+            Isolation::None { .. } => Ok(None),
+        }
+    }
 }
 
 /// Starts `spec`'s command through the spawner, in `cgroup` when there is one; without
 /// one the run's processes are memtrial's descendants (memtrial is a child subreaper, so
 /// the workload's orphans stay among them). Shared with [`super::container`].
 pub(super) fn start(spec: LaunchSpec, cgroup: Option<RunCgroup>) -> Result<Launch, BackendError> {
-    become_subreaper();
+    super::become_subreaper();
     let (reports, report_w) = report_pipe().map_err(BackendError::Thread)?;
     let report_fd = report_w.as_raw_fd();
     // memtrial itself, started again as the spawner (see [`super::spawn`]).
@@ -173,13 +180,6 @@ fn wait_for(pid: i32, reports: Option<spawn::Reports>) -> Option<Exit> {
         if r < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
             return None;
         }
-    }
-}
-
-fn become_subreaper() {
-    // SAFETY: prctl with PR_SET_CHILD_SUBREAPER takes an integer flag only.
-    unsafe {
-        libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
     }
 }
 

@@ -107,7 +107,7 @@ pub fn run_trial(
     let mut probes = probes;
     let (launch, port) = prepare(spec, &mut record, &mut probes)?;
     if let Some(before) = plan.worker.as_ref().and_then(|w| w.before.as_ref()) {
-        if let Some(end) = run_before(spec, before, port, stop)? {
+        if let Some(end) = run_before(spec, before, port, stop, backend)? {
             (record.status, record.message) = end;
             return Ok(record);
         }
@@ -133,6 +133,8 @@ pub fn run_trial(
             source: spec.load_source,
             env,
             log_stem: &spec.log_stem,
+            backend,
+            group_name: crate::linux::cgroup::helper_group_name(spec.seq, "driver"),
         },
         t0,
     )?;
@@ -198,6 +200,7 @@ fn run_before(
     command: &str,
     port: Option<u16>,
     stop: &AtomicBool,
+    backend: &dyn Backend,
 ) -> Result<Option<(crate::record::RunStatus, Option<String>)>, TrialError> {
     use crate::backend::helper;
     use crate::record::RunStatus;
@@ -221,16 +224,16 @@ fn run_before(
             source,
         })
     };
-    let (exit, _took) = helper::run_to_end(
+    let hook = helper::Helper::start(
         &command,
         &helper_env(spec, port),
         &plan.workdir,
-        open(&out_path)?,
+        Some(open(&out_path)?),
         open(&err_path)?,
-        timeout,
-        &|| stop.load(Ordering::SeqCst),
+        backend.helper_cgroup(&crate::linux::cgroup::helper_group_name(spec.seq, "before"))?,
     )
     .map_err(TrialError::Before)?;
+    let (exit, _took) = helper::run_to_end(hook, timeout, &|| stop.load(Ordering::SeqCst));
     if stop.load(Ordering::SeqCst) {
         return Ok(Some((RunStatus::Interrupted, None)));
     }

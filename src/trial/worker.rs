@@ -135,6 +135,8 @@ pub struct DriverSetup<'a> {
     pub bound: Option<Duration>,
     pub cooldown: Duration,
     pub grace: Duration,
+    /// A cgroup of its own, when memtrial makes cgroups.
+    pub group: Option<crate::linux::cgroup::RunCgroup>,
 }
 
 impl WorkerDriver {
@@ -143,7 +145,7 @@ impl WorkerDriver {
         let stderr_path = s.log_stem.with_extension("driver.stderr");
         let mut out = File::create(&stdout_path)?;
         let err = File::create(&stderr_path)?;
-        let mut h = Helper::start(s.command, &s.env, s.workdir, None, err)?;
+        let mut h = Helper::start(s.command, &s.env, s.workdir, None, err, s.group)?;
         let started = t0.elapsed().as_secs_f64();
         let collected = Arc::new(Mutex::new(Collected::default()));
         let pipe = h.take_stdout();

@@ -12,6 +12,7 @@ mod jvm_probe;
 mod kube;
 mod load;
 mod output;
+mod procs;
 mod program_variants;
 mod props;
 mod reports;
