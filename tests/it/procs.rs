@@ -122,3 +122,93 @@ fn setsid_daemons_die_with_the_run_without_root() {
     }
     setsid_daemons_die_with_the_run(Some(65534));
 }
+
+/// Runs memtrial with `args` in `dir`; its exit code and its peak RSS in bytes (`wait4`'s
+/// `ru_maxrss`: memtrial's own, or a reaped descendant's if larger).
+#[allow(clippy::zombie_processes)] // reaped by wait4 below, for its rusage
+fn memtrial_with_peak(dir: &std::path::Path, args: &[&str]) -> (i32, u64, String) {
+    let child = Command::new(memtrial())
+        .args(args)
+        .current_dir(dir)
+        .env("NO_COLOR", "1")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(dir.join("memtrial.stderr")).unwrap())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as i32;
+    let mut status = 0;
+    // SAFETY: rusage is plain data; wait4 fills it for our own child.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pointers to locals.
+    let r = unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
+    assert_eq!(r, pid);
+    let stderr = std::fs::read_to_string(dir.join("memtrial.stderr")).unwrap_or_default();
+    (
+        libc::WEXITSTATUS(status),
+        ru.ru_maxrss as u64 * 1024,
+        stderr,
+    )
+}
+
+/// A driver that prints 300 MB without a newline: memtrial reads 64 KiB of the line, says
+/// so, reads the lines after it, and its own peak RSS stays far below the line's size.
+#[test]
+fn a_driver_line_without_newline_keeps_memtrial_small() {
+    let dir = tempfile::tempdir().unwrap();
+    let driver = "head -c 300000000 /dev/zero | tr '\\0' a; echo; echo memtrial-figure after_the_long_line 7";
+    let (code, peak, stderr) = memtrial_with_peak(
+        dir.path(),
+        &[
+            "run",
+            "--runs",
+            "1",
+            "--variants",
+            "glibc",
+            "--driver",
+            driver,
+            "--json",
+            "out.json",
+            "--",
+            "sleep",
+            "60",
+        ],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        peak < 150 << 20,
+        "memtrial's peak RSS was {} MiB reading a 300 MB line",
+        peak >> 20
+    );
+    let doc: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("out.json")).unwrap())
+            .unwrap();
+    let run = first_run(&doc, "glibc");
+    assert_eq!(run["status"], "ok", "{stderr}");
+    let driver = &run["driver"];
+    assert_eq!(
+        driver["figures"]["after_the_long_line"]["value"].as_f64(),
+        Some(7.0),
+        "{driver}"
+    );
+    let ignored = driver["ignored"].to_string();
+    assert!(
+        ignored.contains("a line of 300000000 bytes was cut to its first 64 KiB"),
+        "{ignored}"
+    );
+    // The run's .driver.stdout keeps the line's head, not the 300 MB.
+    let mut stack = vec![dir.path().to_path_buf()];
+    let mut logs = Vec::new();
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.to_string_lossy().ends_with(".driver.stdout") {
+                logs.push(p);
+            }
+        }
+    }
+    assert_eq!(logs.len(), 1, "{logs:?}");
+    let size = std::fs::metadata(&logs[0]).unwrap().len();
+    assert!(size < 1 << 20, "{} is {size} bytes", logs[0].display());
+}
