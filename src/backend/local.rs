@@ -156,8 +156,11 @@ fn wait_for(pid: i32, reports: Option<spawn::Reports>) -> Option<Exit> {
     let mut reported = None;
     if let Some(mut r) = reports {
         while let Some(rep) = r.next_report() {
-            if let Report::Exited(kind, usage) = rep {
-                reported = Some((kind, usage, Instant::now()));
+            if let Report::Exited(kind, usage, exited_ns) = rep {
+                // When the spawner reaped the workload, not when memtrial read it (memtrial
+                // may have been stopped meanwhile).
+                let at = spawn::instant_of(exited_ns).unwrap_or_else(Instant::now);
+                reported = Some((kind, usage, at));
             }
         }
     }
@@ -228,6 +231,27 @@ impl RunHandle for LocalRun {
             Err(mpsc::RecvTimeoutError::Timeout) => Waited::Running,
             Err(mpsc::RecvTimeoutError::Disconnected) => Waited::Lost,
         }
+    }
+
+    fn root_ended(&self) -> bool {
+        // The spawner exits right after it reaped the workload and reported it: it has
+        // exited (not reaped: WNOWAIT), or was reaped already (ECHILD), once the root has.
+        // SAFETY: siginfo_t is plain data; waitid fills it.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: a valid pointer to a local; WNOHANG|WNOWAIT neither blocks nor reaps.
+        let r = unsafe {
+            libc::waitid(
+                libc::P_PID,
+                self.spawner as libc::id_t,
+                &mut info,
+                libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+            )
+        };
+        if r != 0 {
+            return std::io::Error::last_os_error().raw_os_error() == Some(libc::ECHILD);
+        }
+        // SAFETY: waitid succeeded, so si_pid is set (0 when no child has exited).
+        unsafe { info.si_pid() != 0 }
     }
 
     fn signal(&mut self, sig: i32, pids: &[i32]) {

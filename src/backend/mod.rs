@@ -132,6 +132,11 @@ pub trait RunHandle {
     fn probes(&self) -> Vec<Box<dyn Probe>>;
     /// Waits up to `timeout` for the root's exit.
     fn wait_exit(&mut self, timeout: Duration) -> Waited;
+    /// The root has ended, even if [`RunHandle::wait_exit`] has not reported it yet (memtrial
+    /// was stopped meanwhile, and its reader of the exit has not caught up).
+    fn root_ended(&self) -> bool {
+        false
+    }
     /// Sends `sig` to the root's process group and to each of `pids`.
     fn signal(&mut self, sig: i32, pids: &[i32]);
     /// Reaps exited processes among `pids` that were handed to memtrial as orphans.

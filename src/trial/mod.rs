@@ -3,6 +3,7 @@
 //! Orchestration only; the parts live in [`crate::backend`], [`crate::probe`],
 //! [`drive`] and [`status`].
 
+pub mod clock;
 pub mod drive;
 pub mod server;
 pub mod status;
@@ -138,7 +139,16 @@ pub fn run_trial(
         },
         t0,
     )?;
-    let (exit, ended_by) = watch(run.as_mut(), &mut probes, &driver, plan, stop, on_sample);
+    let mut late = clock::Lateness::since(t0);
+    let (exit, ended_by) = watch(
+        run.as_mut(),
+        &mut probes,
+        &driver,
+        plan,
+        stop,
+        &mut late,
+        on_sample,
+    );
     driver.root_gone();
     clear_leftovers(run.as_mut(), &mut probes, plan.grace());
     let end = RunEnd {
@@ -177,7 +187,10 @@ pub fn run_trial(
         driver: driven,
     });
     record.status = status;
-    record.message = message;
+    record.message = match (message, late.note()) {
+        (Some(m), Some(n)) => Some(format!("{m}; {n}")),
+        (m, n) => m.or(n),
+    };
     Ok(record)
 }
 
@@ -350,6 +363,7 @@ fn watch(
     driver: &Driver,
     plan: &Plan,
     stop: &AtomicBool,
+    late: &mut clock::Lateness,
     on_sample: &mut dyn FnMut(Live),
 ) -> (Option<Exit>, Option<EndedBy>) {
     let t0 = run.started();
@@ -357,6 +371,7 @@ fn watch(
     let (mut early_i, mut next_sample) = (0, Duration::ZERO);
     let mut ended_by = None;
     loop {
+        late.look(t0);
         let now = t0.elapsed();
         if now >= next_sample {
             let rss_bytes = probes.tick(now, TickKind::Sample).unwrap_or(0);
@@ -377,7 +392,21 @@ fn watch(
             } else if driver.finished() {
                 Some(EndedBy::Driver)
             } else {
-                plan.timeout().filter(|t| now >= *t).map(EndedBy::Timeout)
+                match plan.timeout().filter(|t| now >= *t) {
+                    // The workload ended while memtrial was late (stopped or starved): its
+                    // own end, not memtrial's lateness, says whether it outran the timeout.
+                    Some(t) if run.root_ended() => {
+                        if let Waited::Exited(e) = run.wait_exit(Duration::from_secs(5)) {
+                            let over = e.at.saturating_duration_since(t0) >= t;
+                            if over {
+                                driver.halt();
+                            }
+                            return (Some(e), over.then_some(EndedBy::Timeout(t)));
+                        }
+                        Some(EndedBy::Timeout(t))
+                    }
+                    t => t.map(EndedBy::Timeout),
+                }
             };
             if ended_by.is_some() {
                 driver.halt();
@@ -391,7 +420,10 @@ fn watch(
         let wait = wake
             .saturating_sub(t0.elapsed())
             .min(Duration::from_millis(50));
-        match run.wait_exit(wait) {
+        late.waiting(t0, wait);
+        let waited = run.wait_exit(wait);
+        late.look(t0);
+        match waited {
             Waited::Exited(e) => return (Some(e), ended_by),
             Waited::Running => {}
             Waited::Lost => return (None, ended_by),

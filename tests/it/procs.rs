@@ -212,3 +212,96 @@ fn a_driver_line_without_newline_keeps_memtrial_small() {
     let size = std::fs::metadata(&logs[0]).unwrap().len();
     assert!(size < 1 << 20, "{} is {size} bytes", logs[0].display());
 }
+
+/// `memtrial run` of `sh -c 'sleep 1; : MARK'` with `extra` flags; when `stop_for` is
+/// given, memtrial is stopped (SIGSTOP) for that long once the workload runs. The run.
+fn sleep_one(extra: &[&str], stop_for: Option<std::time::Duration>) -> Value {
+    static CALLS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let mark = format!("memtrial-it-sigstop-{}-{call}", std::process::id());
+    let _reaper = Reaper(vec![mark.clone()]);
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(memtrial())
+        .args([
+            "run",
+            "--runs",
+            "1",
+            "--variants",
+            "glibc",
+            "--json",
+            "out.json",
+        ])
+        .args(extra)
+        .args(["--", "sh", "-c"])
+        .arg(format!("sleep 1; : {mark}"))
+        .current_dir(dir.path())
+        .env("NO_COLOR", "1")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    if let Some(d) = stop_for {
+        let seen = std::time::Instant::now();
+        // memtrial's own argv has the mark too (and its forks' before they exec): wait
+        // for the workload's shell.
+        let workload_runs = || {
+            pids_with_marker(&mark).iter().any(|p| {
+                std::fs::read(format!("/proc/{p}/cmdline")).is_ok_and(|a| a.starts_with(b"sh\0"))
+            })
+        };
+        while !workload_runs() {
+            assert!(seen.elapsed().as_secs() < 30, "the workload never started");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        // SAFETY: signals to our own child.
+        unsafe {
+            libc::kill(child.id() as i32, libc::SIGSTOP);
+        }
+        std::thread::sleep(d);
+        // SAFETY: as above.
+        unsafe {
+            libc::kill(child.id() as i32, libc::SIGCONT);
+        }
+    }
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    let doc: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("out.json")).unwrap())
+            .unwrap();
+    first_run(&doc, "glibc").clone()
+}
+
+/// memtrial stopped for 3 s while `sleep 1` runs (with `extra` flags): the run is ok, its
+/// wall time is the workload's own (within a third of the stop of an undisturbed run's),
+/// and the run says memtrial was disturbed.
+fn sigstop_changes_no_figure(extra: &[&str]) {
+    let stop = std::time::Duration::from_secs(3);
+    let calm = sleep_one(extra, None);
+    assert_eq!(calm["status"], "ok", "{calm}");
+    let calm_wall = calm["wall_seconds"].as_f64().unwrap();
+    let run = sleep_one(extra, Some(stop));
+    assert_eq!(run["status"], "ok", "{extra:?}: {run}");
+    let wall = run["wall_seconds"].as_f64().unwrap();
+    assert!(
+        (wall - calm_wall).abs() < stop.as_secs_f64() / 3.0,
+        "{extra:?}: wall {wall} s with memtrial stopped {stop:?}, {calm_wall} s without"
+    );
+    let message = run["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("disturbed: memtrial itself did not run for"),
+        "{extra:?}: {message}"
+    );
+}
+
+#[test]
+fn sigstop_of_memtrial_changes_no_wall_time() {
+    sigstop_changes_no_figure(&[]);
+}
+
+/// `sleep 1` under `--timeout 2s` with memtrial stopped past the timeout: not a timeout.
+#[test]
+fn sigstop_of_memtrial_fires_no_timeout() {
+    sigstop_changes_no_figure(&["--timeout", "2s"]);
+}
