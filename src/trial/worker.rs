@@ -129,6 +129,24 @@ struct Collected {
     figures: BTreeMap<String, DriverFigure>,
     ready: Option<f64>,
     ignored: Vec<String>,
+    /// Lines longer than [`MAX_LINE`]: how many, and the longest's length in bytes.
+    cut: (u64, u64),
+}
+
+impl Collected {
+    /// The ignored lines, and a note on the cut ones.
+    fn ignored(&self) -> Vec<String> {
+        let mut out = self.ignored.clone();
+        let (n, longest) = self.cut;
+        if n > 0 {
+            let kib = MAX_LINE / 1024;
+            out.push(match n {
+                1 => format!("a line of {longest} bytes was cut to its first {kib} KiB (a line of the driver's stdout is read up to {kib} KiB) and not read"),
+                _ => format!("{n} lines longer than {kib} KiB (the longest {longest} bytes) were cut to their first {kib} KiB (a line of the driver's stdout is read up to {kib} KiB) and not read"),
+            });
+        }
+        out
+    }
 }
 
 /// Why the driven phase ended.
@@ -196,13 +214,8 @@ impl WorkerDriver {
                         let Ok(mut c) = c.lock() else { return };
                         if length > line.len() as u64 {
                             // Its head is not the whole line: never read as a figure.
-                            if c.ignored.len() < MAX_IGNORED {
-                                c.ignored.push(format!(
-                                    "a line of {length} bytes was cut to its first {} KiB (a line of the driver's stdout is read up to {} KiB) and not read",
-                                    MAX_LINE / 1024,
-                                    MAX_LINE / 1024
-                                ));
-                            }
+                            c.cut.0 += 1;
+                            c.cut.1 = c.cut.1.max(length);
                             continue;
                         }
                         match parse_line(&text) {
@@ -317,7 +330,7 @@ impl WorkerDriver {
                 (
                     c.figures.clone(),
                     c.ready.filter(|r| *r <= end),
-                    c.ignored.clone(),
+                    c.ignored(),
                 )
             });
             let (figures, ready, ignored) = c.unwrap_or_default();
