@@ -92,6 +92,9 @@ impl Helper {
         }
         let child = cmd.spawn()?;
         let pgid = child.id() as i32;
+        // Without a cgroup a run's processes are memtrial's descendants: the helper and
+        // what it starts are not the workload's.
+        crate::probe::tree::hide_helper(pgid);
         let started_ticks = proc::read_stat(pgid).map_or(0, |s| s.starttime_ticks);
         let keeping = match group {
             Some(g) => Keeping::Cgroup(g),
@@ -118,6 +121,10 @@ impl Helper {
         if self.status.is_none() {
             self.look();
             self.status = self.child.try_wait().ok().flatten();
+            if self.status.is_some() {
+                // Reaped: its PID may name a process of the run again.
+                crate::probe::tree::unhide_helper(self.pgid);
+            }
         }
         self.status
     }
@@ -244,6 +251,7 @@ impl Drop for Helper {
         self.kill_all();
         if self.status.is_none() {
             let _ = self.child.wait();
+            crate::probe::tree::unhide_helper(self.pgid);
         }
     }
 }

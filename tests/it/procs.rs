@@ -305,3 +305,48 @@ fn sigstop_of_memtrial_changes_no_wall_time() {
 fn sigstop_of_memtrial_fires_no_timeout() {
     sigstop_changes_no_figure(&["--timeout", "2s"]);
 }
+
+/// Without cgroups (memtrial as uid 65534) a run's processes are memtrial's descendants:
+/// a `--driver` holding 150 MiB is not the workload's (`sleep`) memory.
+#[test]
+fn a_drivers_memory_is_not_the_workloads_without_cgroups() {
+    if !need_root("to run memtrial as another, unprivileged user")
+        || !need_program("setpriv", "util-linux")
+        || !need_python3()
+    {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(memtrial())
+        .args([
+            "run",
+            "--runs",
+            "1",
+            "--variants",
+            "glibc",
+            "--json",
+            "out.json",
+            "--driver",
+            "python3 -c 'import time; x = bytearray(150 << 20); time.sleep(1)'",
+            "--",
+            "sleep",
+            "30",
+        ])
+        .current_dir(dir.path())
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let doc: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("out.json")).unwrap())
+            .unwrap();
+    let run = first_run(&doc, "glibc");
+    assert_eq!(run["status"], "ok", "{stderr}");
+    let peak = run["peak_rss_bytes"].as_u64().unwrap();
+    assert!(peak < 32 << 20, "sleep's peak was {} MiB", peak >> 20);
+    assert_eq!(run["processes_seen"], 1, "{run}");
+}
