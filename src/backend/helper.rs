@@ -9,7 +9,7 @@
 //! subreaper (what it orphans stays below it while it lives), memtrial is one too (what the
 //! shell orphans when it exits comes to memtrial, not to init), and memtrial kills every
 //! descendant of the shell it has seen or finds, and every session leader it adopted while
-//! the helper ran.
+//! the helper ran that carries the helper's mark ([`MARK_VAR`]) in its environment.
 
 use std::collections::HashSet;
 use std::fs::File;
@@ -21,6 +21,10 @@ use std::time::{Duration, Instant};
 
 use crate::linux::cgroup::{self, RunCgroup};
 use crate::linux::proc;
+
+/// The variable that marks a helper's processes, `<memtrial pid>-<n>`: without a cgroup,
+/// what a helper left in a session of its own is told from the workload's by it.
+pub const MARK_VAR: &str = "MEMTRIAL_HELPER";
 
 /// How often, without a cgroup, the shell's descendants are looked up while it runs.
 const LOOK_EVERY: Duration = Duration::from_millis(50);
@@ -43,6 +47,8 @@ pub struct Helper {
     pgid: i32,
     /// The shell's start time (clock ticks after boot): nothing older is the helper's.
     started_ticks: u64,
+    /// `MARK_VAR`'s value for this helper.
+    mark: String,
     keeping: Keeping,
     status: Option<ExitStatus>,
 }
@@ -61,11 +67,15 @@ impl Helper {
     ) -> std::io::Result<Helper> {
         // What a helper's shell orphans when it exits comes to memtrial, not to init.
         crate::backend::become_subreaper();
+        static STARTED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mark = format!("{}-{n}", own_pid());
         let mut cmd = Command::new("/bin/sh");
         cmd.arg("-c")
             .arg(command)
             .current_dir(workdir)
             .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .env(MARK_VAR, &mark)
             .stdin(Stdio::null())
             .stdout(match stdout {
                 Some(f) => Stdio::from(f),
@@ -107,6 +117,7 @@ impl Helper {
             child,
             pgid,
             started_ticks,
+            mark,
             keeping,
             status: None,
         })
@@ -187,6 +198,7 @@ impl Helper {
     fn kill_all(&mut self) {
         self.killpg(libc::SIGKILL);
         let started = self.started_ticks;
+        let mark = self.mark.clone();
         let shell = self.pgid;
         let shell_alive = self.status.is_none();
         match &mut self.keeping {
@@ -213,7 +225,7 @@ impl Helper {
                         .collect();
                     targets.extend(live_seen.iter().map(|p| (*p, 0)));
                     targets.extend(descendants(&table, &live_seen));
-                    let adopted = adopted_session_leaders(&table, started);
+                    let adopted = adopted_session_leaders(&table, started, &mark);
                     targets.extend(adopted.iter().map(|p| (*p, 0)));
                     targets.extend(descendants(&table, &adopted));
                     let pids: Vec<i32> = targets
@@ -309,10 +321,12 @@ fn descendants(table: &[Entry], roots: &[i32]) -> Vec<(i32, u64)> {
     found
 }
 
-/// memtrial's children that lead a session of their own and started after `since`:
-/// memtrial never starts one, so they are orphans it adopted as a subreaper — here, what
-/// a helper's shell left behind when it exited.
-fn adopted_session_leaders(table: &[Entry], since: u64) -> Vec<i32> {
+/// memtrial's children that lead a session of their own, started after `since` and
+/// carrying this helper's `mark`: memtrial never starts one itself, so they are orphans it
+/// adopted as a subreaper — here, what the helper's shell left behind when it exited (a
+/// workload's daemon has no mark; one that cleared its environment is the run's, stopped
+/// with the run).
+fn adopted_session_leaders(table: &[Entry], since: u64, mark: &str) -> Vec<i32> {
     // SAFETY: getsid has no preconditions.
     let own_session = unsafe { libc::getsid(0) };
     table
@@ -322,6 +336,10 @@ fn adopted_session_leaders(table: &[Entry], since: u64) -> Vec<i32> {
             // SAFETY: getsid has no preconditions.
             let sid = unsafe { libc::getsid(e.pid) };
             sid == e.pid && sid != own_session
+        })
+        .filter(|e| {
+            proc::read_environ(e.pid)
+                .is_ok_and(|env| env.iter().any(|(k, v)| k == MARK_VAR && v == mark))
         })
         .map(|e| e.pid)
         .collect()
