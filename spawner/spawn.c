@@ -9,7 +9,8 @@
  * also holds the same logic in Rust as the fallback, and the protocol).
  *
  * argv: memtrial __memtrial-spawn <report fd> <n> K=V (n times) <program> <argv0> <args...>
- * Reports on <report fd>, one line each: "E <errno>" (exec failed) or "S <pid>" (started),
+ * Reports on <report fd>, one line each: "E <errno>" (exec failed) or "S <pid> <fork ns>"
+ * (started; CLOCK_MONOTONIC just before the fork),
  * then "X c|s <code|signal> <user us> <sys us> <maxrss bytes> <minflt> <majflt> <exit ns>", where
  * <exit ns> is CLOCK_MONOTONIC when the workload was reaped: the spawner is not stopped
  * when memtrial is, so the run's end is the workload's own even then.
@@ -69,6 +70,7 @@ int main(int argc, char **argv) {
         dprintf(report, "E %d\n", errno);
         return 127;
     }
+    unsigned long long forked = mono_ns();
     pid_t pid = fork();
     if (pid == 0) {
         for (size_t i = 0; i < sizeof stop_signals / sizeof *stop_signals; i++)
@@ -97,7 +99,7 @@ int main(int argc, char **argv) {
     if (failed)
         dprintf(report, "E %d\n", exec_errno);
     else
-        dprintf(report, "S %d\n", (int)pid);
+        dprintf(report, "S %d %llu\n", (int)pid, forked);
 
     int st = 0;
     struct rusage ru;

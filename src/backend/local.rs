@@ -86,7 +86,7 @@ pub(super) fn start(spec: LaunchSpec, cgroup: Option<RunCgroup>) -> Result<Launc
             cgroup::join_self(&fds)
         });
     }
-    let started = Instant::now();
+    let mut started = Instant::now();
     let child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) if !spec.workdir.is_dir() => {
@@ -107,7 +107,11 @@ pub(super) fn start(spec: LaunchSpec, cgroup: Option<RunCgroup>) -> Result<Launc
     drop(report_w);
     let mut reports = spawn::Reports::new(reports);
     let workload = match reports.next_report() {
-        Some(Report::Started(workload)) => workload,
+        Some(Report::Started(workload, forked_ns)) => {
+            // When the spawner forked it, not when memtrial read it.
+            started = spawn::instant_of(forked_ns).unwrap_or(started);
+            workload
+        }
         first => {
             let _ = wait_for(pid, None);
             let why = match first {

@@ -98,8 +98,10 @@ pub fn spawner_args(
 pub enum Report {
     /// The workload could not be exec'd: errno.
     ExecFailed(i32),
-    /// The workload runs, with this PID (the leader of its own process group).
-    Started(i32),
+    /// The workload runs, with this PID (the leader of its own process group), forked at
+    /// this `CLOCK_MONOTONIC` in ns (0 when unknown): the run's zero even when memtrial
+    /// was stopped meanwhile.
+    Started(i32, u64),
     /// The workload exited, with `CLOCK_MONOTONIC` in ns when the spawner reaped it (0 when
     /// unknown): the spawner is not stopped when memtrial is, so this is the run's end
     /// even when memtrial reads the report late.
@@ -110,7 +112,7 @@ impl Report {
     fn line(&self) -> String {
         match self {
             Report::ExecFailed(e) => format!("E {e}\n"),
-            Report::Started(pid) => format!("S {pid}\n"),
+            Report::Started(pid, forked_ns) => format!("S {pid} {forked_ns}\n"),
             Report::Exited(kind, u, exited_ns) => {
                 let (k, v) = match kind {
                     ExitKind::Code(c) => ('c', *c),
@@ -133,7 +135,10 @@ impl Report {
         let mut w = line.split_whitespace();
         match w.next()? {
             "E" => Some(Report::ExecFailed(w.next()?.parse().ok()?)),
-            "S" => Some(Report::Started(w.next()?.parse().ok()?)),
+            "S" => Some(Report::Started(
+                w.next()?.parse().ok()?,
+                w.next().and_then(|n| n.parse().ok()).unwrap_or(0),
+            )),
             "X" => {
                 let k = w.next()?;
                 let v: i32 = w.next()?.parse().ok()?;
@@ -233,6 +238,7 @@ pub fn spawner_main(args: Vec<OsString>) -> Result<i32, NotForDirectUse> {
         let _ = report.write_all(Report::ExecFailed(errno()).line().as_bytes());
         return Ok(127);
     }
+    let forked = monotonic_ns();
     // SAFETY: this process is single-threaded here; the child only calls
     // async-signal-safe functions before exec.
     let pid = unsafe { libc::fork() };
@@ -262,7 +268,7 @@ pub fn spawner_main(args: Vec<OsString>) -> Result<i32, NotForDirectUse> {
     let mut e = [0u8; 4];
     let started = match status.read(&mut e) {
         Ok(4) => Report::ExecFailed(i32::from_ne_bytes(e)),
-        _ => Report::Started(pid),
+        _ => Report::Started(pid, forked),
     };
     let _ = report.write_all(started.line().as_bytes());
     let (kind, usage) = reap(pid);
@@ -412,7 +418,7 @@ mod tests {
     fn reports_round_trip() {
         for r in [
             Report::ExecFailed(2),
-            Report::Started(4321),
+            Report::Started(4321, 99),
             Report::Exited(
                 ExitKind::Signal(9),
                 Usage {
