@@ -215,7 +215,7 @@ fn a_driver_line_without_newline_keeps_memtrial_small() {
 
 /// `memtrial run` of `sh -c 'sleep 1; : MARK'` with `extra` flags; when `stop_for` is
 /// given, memtrial is stopped (SIGSTOP) for that long once the workload runs. The run.
-fn sleep_one(extra: &[&str], stop_for: Option<std::time::Duration>) -> Value {
+fn sleep_one(extra: &[&str], stop_for: Option<std::time::Duration>) -> (Value, String) {
     static CALLS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     let mark = format!("memtrial-it-sigstop-{}-{call}", std::process::id());
@@ -270,7 +270,7 @@ fn sleep_one(extra: &[&str], stop_for: Option<std::time::Duration>) -> Value {
     let doc: Value =
         serde_json::from_str(&std::fs::read_to_string(dir.path().join("out.json")).unwrap())
             .unwrap();
-    first_run(&doc, "glibc").clone()
+    (first_run(&doc, "glibc").clone(), stderr)
 }
 
 /// memtrial stopped for 3 s while `sleep 1` runs (with `extra` flags): the run is ok, its
@@ -278,10 +278,10 @@ fn sleep_one(extra: &[&str], stop_for: Option<std::time::Duration>) -> Value {
 /// and the run says memtrial was disturbed.
 fn sigstop_changes_no_figure(extra: &[&str]) {
     let stop = std::time::Duration::from_secs(3);
-    let calm = sleep_one(extra, None);
+    let (calm, _) = sleep_one(extra, None);
     assert_eq!(calm["status"], "ok", "{calm}");
     let calm_wall = calm["wall_seconds"].as_f64().unwrap();
-    let run = sleep_one(extra, Some(stop));
+    let (run, stderr) = sleep_one(extra, Some(stop));
     assert_eq!(run["status"], "ok", "{extra:?}: {run}");
     let wall = run["wall_seconds"].as_f64().unwrap();
     assert!(
@@ -292,6 +292,11 @@ fn sigstop_changes_no_figure(extra: &[&str]) {
     assert!(
         message.contains("disturbed: memtrial itself did not run for"),
         "{extra:?}: {message}"
+    );
+    // And the run's line says so as it ends.
+    assert!(
+        stderr.contains("ok") && stderr.contains("— disturbed: memtrial itself"),
+        "{stderr}"
     );
 }
 
