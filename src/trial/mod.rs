@@ -410,7 +410,7 @@ fn watch(
             };
             if ended_by.is_some() {
                 driver.halt();
-                return (stop_tree(run, probes, plan.grace()), ended_by);
+                return (stop_tree(run, probes, plan.grace(), late), ended_by);
             }
         }
         let mut wake = next_sample;
@@ -436,7 +436,13 @@ fn pids(members: &[crate::probe::Member]) -> Vec<i32> {
 }
 
 /// SIGTERM to the whole tree, a grace period, then SIGKILL; waits for the root's exit.
-fn stop_tree(run: &mut dyn RunHandle, probes: &mut ProbeSet, grace: Duration) -> Option<Exit> {
+fn stop_tree(
+    run: &mut dyn RunHandle,
+    probes: &mut ProbeSet,
+    grace: Duration,
+    late: &mut clock::Lateness,
+) -> Option<Exit> {
+    let t0 = run.started();
     for (sig, wait) in [
         (libc::SIGTERM, grace),
         (libc::SIGKILL, Duration::from_secs(5)),
@@ -445,7 +451,11 @@ fn stop_tree(run: &mut dyn RunHandle, probes: &mut ProbeSet, grace: Duration) ->
         run.signal(sig, &targets);
         let deadline = Instant::now() + wait;
         while Instant::now() < deadline {
-            match run.wait_exit(Duration::from_millis(20)) {
+            // memtrial late here makes the run longer than its stop meant.
+            late.waiting(t0, Duration::from_millis(20));
+            let waited = run.wait_exit(Duration::from_millis(20));
+            late.look(t0);
+            match waited {
                 Waited::Exited(e) => return Some(e),
                 Waited::Lost => return None,
                 Waited::Running => {}

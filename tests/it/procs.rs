@@ -216,6 +216,19 @@ fn a_driver_line_without_newline_keeps_memtrial_small() {
 /// `memtrial run` of `sh -c 'sleep 1; : MARK'` with `extra` flags; when `stop_for` is
 /// given, memtrial is stopped (SIGSTOP) for that long once the workload runs. The run.
 fn sleep_one(extra: &[&str], stop_for: Option<std::time::Duration>) -> (Value, String) {
+    let stop = stop_for.map(|d| (std::time::Duration::ZERO, d));
+    stopped_run("sleep 1", extra, stop)
+}
+
+/// `memtrial run` of `sh -c 'SCRIPT; : MARK'` with `extra` flags; with `stop` (after,
+/// for), memtrial is stopped (SIGSTOP) `after` the workload started, `for` that long. The
+/// run and memtrial's stderr.
+fn stopped_run(
+    script: &str,
+    extra: &[&str],
+    stop: Option<(std::time::Duration, std::time::Duration)>,
+) -> (Value, String) {
+    let stop_for = stop.map(|(_, d)| d);
     static CALLS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     let mark = format!("memtrial-it-sigstop-{}-{call}", std::process::id());
@@ -233,7 +246,7 @@ fn sleep_one(extra: &[&str], stop_for: Option<std::time::Duration>) -> (Value, S
         ])
         .args(extra)
         .args(["--", "sh", "-c"])
-        .arg(format!("sleep 1; : {mark}"))
+        .arg(format!("{script}; : {mark}"))
         .current_dir(dir.path())
         .env("NO_COLOR", "1")
         .stdout(std::process::Stdio::null())
@@ -253,6 +266,7 @@ fn sleep_one(extra: &[&str], stop_for: Option<std::time::Duration>) -> (Value, S
             assert!(seen.elapsed().as_secs() < 30, "the workload never started");
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
+        std::thread::sleep(stop.map(|(after, _)| after).unwrap_or_default());
         // SAFETY: signals to our own child.
         unsafe {
             libc::kill(child.id() as i32, libc::SIGSTOP);
@@ -266,7 +280,9 @@ fn sleep_one(extra: &[&str], stop_for: Option<std::time::Duration>) -> (Value, S
     let mut stderr = String::new();
     std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
     let status = child.wait().unwrap();
-    assert_eq!(status.code(), Some(0), "{stderr}");
+    let timeout = extra.contains(&"--timeout") && !script.starts_with("sleep 1");
+    // A run that times out makes memtrial exit 1.
+    assert_eq!(status.code(), Some(if timeout { 1 } else { 0 }), "{stderr}");
     let doc: Value =
         serde_json::from_str(&std::fs::read_to_string(dir.path().join("out.json")).unwrap())
             .unwrap();
@@ -354,4 +370,24 @@ fn a_drivers_memory_is_not_the_workloads_without_cgroups() {
     let peak = run["peak_rss_bytes"].as_u64().unwrap();
     assert!(peak < 32 << 20, "sleep's peak was {} MiB", peak >> 20);
     assert_eq!(run["processes_seen"], 1, "{run}");
+}
+
+/// memtrial stopped for 3 s during the grace period of a timeout (a workload ignoring
+/// SIGTERM): the workload is killed late, so the run says memtrial was disturbed.
+#[test]
+fn sigstop_of_memtrial_in_the_grace_period_marks_the_run() {
+    let (run, stderr) = stopped_run(
+        "trap '' TERM; sleep 30",
+        &["--timeout", "1s"],
+        Some((
+            std::time::Duration::from_millis(1600),
+            std::time::Duration::from_secs(3),
+        )),
+    );
+    assert_eq!(run["status"], "timeout", "{stderr}");
+    let message = run["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("timed out after 1s; disturbed: memtrial itself did not run for"),
+        "{message}"
+    );
 }
