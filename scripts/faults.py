@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """Fault injection for memtrial (issue 13): a script like the benchmarks, not a test.
 
-    python3 scripts/faults.py [N] [--memtrial PATH] [--seed S]     # as root, from the repo
+    python3 scripts/faults.py [N] [--memtrial PATH] [--seed S] [--signals SIG,...]
+                              [--stop-seconds S]                # as root, from the repo
 
 Runs N faults (default 50). Each fault starts `memtrial run` on one of four workloads in a
 fresh directory with its own --db, and sends memtrial one signal (SIGINT, SIGTERM, SIGHUP,
-SIGQUIT or SIGKILL) at a random moment of its run:
+SIGQUIT, SIGKILL, or SIGSTOP followed by SIGCONT --stop-seconds later: 2 s by default) at a
+random moment of its run (--signals picks among fewer):
 
   batch      two variants x 3 runs of a short shell loop
   daemon     a workload that double-forks a child that leaves its process group and
@@ -17,7 +19,10 @@ After each fault it prints what was left (processes of the workload still alive,
 cgroups of the dead memtrial under the cgroup mounts), lost runs (runs that ended in
 memtrial's log but are not in the store), and what `run --resume` did (runs it added
 against the runs that were missing, and leftovers after it: the next start cleans what a
-SIGKILL left). A summary table ends the output. Traffic goes only to 127.0.0.1; every
+SIGKILL left). A summary table ends the output. A stopped memtrial must finish as if it had
+not been stopped: for SIGSTOP faults a second table gives the stored runs' statuses, their
+longest wall time (the workload's own clock: a stop must not lengthen it) and how many runs
+say they were disturbed. Traffic goes only to 127.0.0.1; every
 memtrial is bounded in time (a hung one is killed and counted). Exit status 0 unless the
 script itself broke; the figures are the result.
 """
@@ -35,7 +40,7 @@ import time
 from collections import defaultdict
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SIGNALS = ["SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGKILL"]
+SIGNALS = ["SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGKILL", "SIGSTOP"]
 TAG_VAR = "MEMTRIAL_FAULT_TAG"
 
 WORKLOADS = {
@@ -129,6 +134,19 @@ def stored(db):
         con.close()
 
 
+def stored_runs(db):
+    """(status, wall_seconds, message) of every stored run, or [] without a database."""
+    if not os.path.exists(db):
+        return []
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
+    try:
+        return con.execute("SELECT status, wall_seconds, message FROM runs").fetchall()
+    except sqlite3.Error:
+        return []
+    finally:
+        con.close()
+
+
 def run_bounded(cmd, cwd, env, limit):
     p = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL,
                          stderr=subprocess.PIPE, text=True)
@@ -149,9 +167,9 @@ def kill_all(pids):
             pass
 
 
-def one_fault(i, memtrial, rng):
+def one_fault(i, memtrial, rng, signals, stop_seconds):
     workload = rng.choice(sorted(WORKLOADS))
-    sig = rng.choice(SIGNALS)
+    sig = rng.choice(signals)
     flags, command, latest = WORKLOADS[workload]
     at = rng.uniform(0.05, latest)
     tag = f"{os.getpid()}-{i}"
@@ -165,6 +183,9 @@ def one_fault(i, memtrial, rng):
         time.sleep(at)
         if p.poll() is None:
             p.send_signal(getattr(signal, sig))
+            if sig == "SIGSTOP":
+                time.sleep(stop_seconds)
+                p.send_signal(signal.SIGCONT)
             out["delivered"] = True
         else:
             out["delivered"] = False
@@ -187,6 +208,7 @@ def one_fault(i, memtrial, rng):
         s = stored(db)
         runs, interrupted = (s[0], s[1]) if s else (0, 0)
         out["lost"] = max(0, logged - runs)
+        out["runs"] = stored_runs(db)
         # What resume must add: every slot without a kept (non-interrupted) run.
         missing = (total - (runs - interrupted)) if total is not None and s else None
         out["missing"] = missing
@@ -216,20 +238,30 @@ def main():
     ap.add_argument("n", nargs="?", type=int, default=50, help="number of faults (default 50)")
     ap.add_argument("--memtrial", default=os.path.join(ROOT, "target/release/memtrial"))
     ap.add_argument("--seed", type=int, default=None)
+    ap.add_argument("--signals", default=",".join(SIGNALS),
+                    help="the signals to pick from, comma-separated (default: all)")
+    ap.add_argument("--stop-seconds", type=float, default=2.0,
+                    help="how long a SIGSTOP fault keeps memtrial stopped (default 2)")
     a = ap.parse_args()
+    signals = [x.strip() for x in a.signals.split(",") if x.strip()]
+    if not signals or any(x not in SIGNALS for x in signals):
+        sys.exit(f"faults.py: --signals takes some of {','.join(SIGNALS)}")
+    if not 0 < a.stop_seconds <= 30:
+        sys.exit("faults.py: --stop-seconds takes more than 0 and at most 30")
     if os.geteuid() != 0:
         sys.exit("faults.py: run as root (memtrial makes a cgroup per run only as root)")
     if not os.access(a.memtrial, os.X_OK):
         sys.exit(f"faults.py: no memtrial at {a.memtrial} (cargo build --release)")
     seed = a.seed if a.seed is not None else random.randrange(1 << 32)
     rng = random.Random(seed)
-    print(f"{a.n} faults, seed {seed}, memtrial {a.memtrial}")
+    print(f"{a.n} faults, seed {seed}, memtrial {a.memtrial}, signals {','.join(signals)}"
+          f"{f', stopped {a.stop_seconds} s' if 'SIGSTOP' in signals else ''}")
     print(f"{'#':>3} {'workload':<9} {'signal':<8} {'at s':>5} {'exit':>5} "
           f"{'procs':>5} {'groups':>6} {'lost':>4} {'missing':>7} {'added':>5} "
           f"{'resume':<14} {'left after resume'}")
     results = []
     for i in range(1, a.n + 1):
-        r = one_fault(i, a.memtrial, rng)
+        r = one_fault(i, a.memtrial, rng, signals, a.stop_seconds)
         results.append(r)
         note = "" if r["delivered"] else " (ended before the signal)"
         print(f"{i:>3} {r['workload']:<9} {r['signal']:<8} {r['at']:>5.2f} "
@@ -256,6 +288,25 @@ def main():
         print(f"{k[0]:<9} {k[1]:<8} {len(rs):>6} {sum(r['hung'] for r in rs):>4} "
               f"{sum(r['procs_after'] for r in rs):>5} {sum(r['groups_after'] for r in rs):>6} "
               f"{sum(r['lost'] for r in rs):>4} {f'{ok}/{len(resumed)}':>9} {after:>12}")
+    stops = [r for r in results if r["signal"] == "SIGSTOP" and r["delivered"]]
+    if stops:
+        print()
+        print(f"SIGSTOP for {a.stop_seconds} s, then SIGCONT: the stored runs (wall: the longest;")
+        print("a stop that lengthened a figure shows here; disturbed: runs whose message says so)")
+        print(f"{'workload':<9} {'faults':>6} {'exits':<10} {'runs':>4} {'statuses':<24} "
+              f"{'wall max s':>10} {'disturbed':>9}")
+        for w in sorted({r["workload"] for r in stops}):
+            rs = [r for r in stops if r["workload"] == w]
+            runs = [x for r in rs for x in r["runs"]]
+            statuses = defaultdict(int)
+            for x in runs:
+                statuses[x[0]] += 1
+            st = ",".join(f"{k}:{v}" for k, v in sorted(statuses.items()))
+            exits = ",".join(sorted({str(r["exit"]) for r in rs}))
+            wall = max((x[1] for x in runs), default=0.0)
+            disturbed = sum(1 for x in runs if x[2] and "disturbed:" in x[2])
+            print(f"{w:<9} {len(rs):>6} {exits:<10} {len(runs):>4} {st:<24} {wall:>10.2f} "
+                  f"{disturbed:>9}")
 
 
 if __name__ == "__main__":

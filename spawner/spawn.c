@@ -9,8 +9,11 @@
  * also holds the same logic in Rust as the fallback, and the protocol).
  *
  * argv: memtrial __memtrial-spawn <report fd> <n> K=V (n times) <program> <argv0> <args...>
- * Reports on <report fd>, one line each: "E <errno>" (exec failed) or "S <pid>" (started),
- * then "X c|s <code|signal> <user us> <sys us> <maxrss bytes> <minflt> <majflt>".
+ * Reports on <report fd>, one line each: "E <errno>" (exec failed) or "S <pid> <fork ns>"
+ * (started; CLOCK_MONOTONIC just before the fork),
+ * then "X c|s <code|signal> <user us> <sys us> <maxrss bytes> <minflt> <majflt> <exit ns>", where
+ * <exit ns> is CLOCK_MONOTONIC when the workload was reaped: the spawner is not stopped
+ * when memtrial is, so the run's end is the workload's own even then.
  * The workload leads a process group of its own, which memtrial signals to stop a run;
  * the spawner ignores the usual stop signals all the same, so that it outlives the
  * workload to report, and the workload gets the default dispositions back.
@@ -25,11 +28,19 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 extern char **environ;
 
 static const int stop_signals[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT};
+
+static unsigned long long mono_ns(void) {
+    struct timespec ts;
+    if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0)
+        return 0;
+    return (unsigned long long)ts.tv_sec * 1000000000ULL + (unsigned long long)ts.tv_nsec;
+}
 
 static unsigned long long usec(struct timeval tv) {
     return (unsigned long long)tv.tv_sec * 1000000ULL + (unsigned long long)tv.tv_usec;
@@ -59,6 +70,7 @@ int main(int argc, char **argv) {
         dprintf(report, "E %d\n", errno);
         return 127;
     }
+    unsigned long long forked = mono_ns();
     pid_t pid = fork();
     if (pid == 0) {
         for (size_t i = 0; i < sizeof stop_signals / sizeof *stop_signals; i++)
@@ -87,7 +99,7 @@ int main(int argc, char **argv) {
     if (failed)
         dprintf(report, "E %d\n", exec_errno);
     else
-        dprintf(report, "S %d\n", (int)pid);
+        dprintf(report, "S %d %llu\n", (int)pid, forked);
 
     int st = 0;
     struct rusage ru;
@@ -98,11 +110,12 @@ int main(int argc, char **argv) {
             break;
         }
     }
+    unsigned long long exited = mono_ns();
     char kind = WIFSIGNALED(st) ? 's' : 'c';
     int value = WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st);
-    dprintf(report, "X %c %d %llu %llu %llu %llu %llu\n", kind, value, usec(ru.ru_utime),
+    dprintf(report, "X %c %d %llu %llu %llu %llu %llu %llu\n", kind, value, usec(ru.ru_utime),
             usec(ru.ru_stime), (unsigned long long)ru.ru_maxrss * 1024ULL,
-            (unsigned long long)ru.ru_minflt, (unsigned long long)ru.ru_majflt);
+            (unsigned long long)ru.ru_minflt, (unsigned long long)ru.ru_majflt, exited);
     close(report);
     if (failed)
         return 127;

@@ -541,10 +541,19 @@ impl<'a> Progress<'a> {
             record.verification.as_str(),
             if record.warmup { " (warm-up)" } else { "" },
         );
+        // An ok run's message says what else is true of it (memtrial was disturbed).
+        let said = record
+            .message
+            .as_ref()
+            .filter(|_| record.status == RunStatus::Ok);
+        let line = match said {
+            Some(m) => format!("{line} — {m}"),
+            None => line,
+        };
         match &self.bar {
             Some(b) => {
                 b.inc(1);
-                if record.status != RunStatus::Ok {
+                if record.status != RunStatus::Ok || said.is_some() {
                     // The bar prints above itself; the line is escaped as a note is.
                     b.println(escape::terminal(&line));
                 }

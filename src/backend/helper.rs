@@ -1,8 +1,17 @@
 //! Processes beside the workload: `--before` hooks and `--driver` commands. Each is one
-//! string run by `/bin/sh -c` in memtrial's own environment (never the variant's) and
-//! memtrial's own cgroup (never the run's), in a process group of its own so that it and
-//! everything it started can be stopped together. A helper never outlives its handle.
+//! string run by `/bin/sh -c` in memtrial's own environment (never the variant's), never
+//! in the run's cgroup, in a process group of its own — and kept together so that it and
+//! everything it started, daemons that left the group with `setsid` included, are stopped
+//! together. A helper never outlives its handle.
+//!
+//! How a helper is kept together ([`Keeping`]): when memtrial makes cgroups (as root, v1
+//! or v2), in a cgroup of its own that is killed whole; otherwise the shell is a child
+//! subreaper (what it orphans stays below it while it lives), memtrial is one too (what the
+//! shell orphans when it exits comes to memtrial, not to init), and memtrial kills every
+//! descendant of the shell it has seen or finds, and every session leader it adopted while
+//! the helper ran that carries the helper's mark ([`MARK_VAR`]) in its environment.
 
+use std::collections::HashSet;
 use std::fs::File;
 use std::io::Read;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -10,29 +19,63 @@ use std::path::Path;
 use std::process::{Child, ChildStdout, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::linux::cgroup::{self, RunCgroup};
+use crate::linux::proc;
+
+/// The variable that marks a helper's processes, `<memtrial pid>-<n>`: without a cgroup,
+/// what a helper left in a session of its own is told from the workload's by it.
+pub const MARK_VAR: &str = "MEMTRIAL_HELPER";
+
+/// How often, without a cgroup, the shell's descendants are looked up while it runs.
+const LOOK_EVERY: Duration = Duration::from_millis(50);
+
+/// How a helper's processes are found when it is stopped.
+enum Keeping {
+    /// A cgroup of its own: everything the helper starts is listed there.
+    Cgroup(RunCgroup),
+    /// No cgroup: the processes below the shell, by PID and start time, as seen so far.
+    Descendants {
+        seen: HashSet<(i32, u64)>,
+        next_look: Instant,
+    },
+}
+
 /// A running helper command.
 pub struct Helper {
     child: Child,
     /// Its process group (the shell's pid).
     pgid: i32,
+    /// The shell's start time (clock ticks after boot): nothing older is the helper's.
+    started_ticks: u64,
+    /// `MARK_VAR`'s value for this helper.
+    mark: String,
+    keeping: Keeping,
     status: Option<ExitStatus>,
 }
 
 impl Helper {
-    /// Starts `/bin/sh -c command` with `env` added to memtrial's environment. Its stdout
-    /// is a pipe when `pipe_stdout` (taken with [`Helper::take_stdout`]), else `stdout`.
+    /// Starts `/bin/sh -c command` with `env` added to memtrial's environment, in `group`
+    /// when there is one. Its stdout is a pipe when `stdout` is `None` (taken with
+    /// [`Helper::take_stdout`]), else `stdout`.
     pub fn start(
         command: &str,
         env: &[(String, String)],
         workdir: &Path,
         stdout: Option<File>,
         stderr: File,
+        group: Option<RunCgroup>,
     ) -> std::io::Result<Helper> {
+        // What a helper's shell orphans when it exits comes to memtrial, not to init.
+        crate::backend::become_subreaper();
+        static STARTED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mark = format!("{}-{n}", own_pid());
         let mut cmd = Command::new("/bin/sh");
         cmd.arg("-c")
             .arg(command)
             .current_dir(workdir)
             .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .env(MARK_VAR, &mark)
             .stdin(Stdio::null())
             .stdout(match stdout {
                 Some(f) => Stdio::from(f),
@@ -40,11 +83,42 @@ impl Helper {
             })
             .stderr(Stdio::from(stderr))
             .process_group(0);
+        let fds = match &group {
+            Some(g) => g.open_procs_files().map_err(std::io::Error::other)?,
+            None => Vec::new(),
+        };
+        // SAFETY: the hook only calls write(2) (joining the cgroup) or prctl(2) on data
+        // prepared beforehand.
+        unsafe {
+            cmd.pre_exec(move || {
+                if fds.is_empty() {
+                    // Without a cgroup the shell keeps its orphans below it while it lives.
+                    libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+                    Ok(())
+                } else {
+                    cgroup::join_self(&fds)
+                }
+            });
+        }
         let child = cmd.spawn()?;
         let pgid = child.id() as i32;
+        // Without a cgroup a run's processes are memtrial's descendants: the helper and
+        // what it starts are not the workload's.
+        crate::probe::tree::hide_helper(pgid);
+        let started_ticks = proc::read_stat(pgid).map_or(0, |s| s.starttime_ticks);
+        let keeping = match group {
+            Some(g) => Keeping::Cgroup(g),
+            None => Keeping::Descendants {
+                seen: HashSet::new(),
+                next_look: Instant::now(),
+            },
+        };
         Ok(Helper {
             child,
             pgid,
+            started_ticks,
+            mark,
+            keeping,
             status: None,
         })
     }
@@ -56,9 +130,35 @@ impl Helper {
     /// The shell's exit, once it has exited.
     pub fn exited(&mut self) -> Option<ExitStatus> {
         if self.status.is_none() {
+            self.look();
             self.status = self.child.try_wait().ok().flatten();
+            if self.status.is_some() {
+                // Reaped: its PID may name a process of the run again.
+                crate::probe::tree::unhide_helper(self.pgid);
+            }
         }
         self.status
+    }
+
+    /// Without a cgroup: notes the shell's descendants (at most every [`LOOK_EVERY`]).
+    fn look(&mut self) {
+        let Keeping::Descendants { seen, next_look } = &mut self.keeping else {
+            return;
+        };
+        if Instant::now() < *next_look {
+            return;
+        }
+        *next_look = Instant::now() + LOOK_EVERY;
+        let mut frontier = vec![self.pgid];
+        while let Some(p) = frontier.pop() {
+            for c in proc::children(p) {
+                if let Ok(st) = proc::read_stat(c) {
+                    if seen.insert((c, st.starttime_ticks)) {
+                        frontier.push(c);
+                    }
+                }
+            }
+        }
     }
 
     /// Waits up to `wait` for the shell's exit.
@@ -75,14 +175,15 @@ impl Helper {
         }
     }
 
-    /// Stops the whole group: SIGTERM, up to `grace` for the shell to go, then SIGKILL
-    /// to whatever of the group is left. Returns the shell's exit.
+    /// Stops the whole helper: SIGTERM to its group, up to `grace` for the shell to go,
+    /// then SIGKILL to whatever of the helper is left, daemons included. Returns the
+    /// shell's exit.
     pub fn stop(&mut self, grace: Duration) -> Option<ExitStatus> {
         if self.exited().is_none() {
             self.killpg(libc::SIGTERM);
             self.wait_for(grace);
         }
-        self.killpg(libc::SIGKILL);
+        self.kill_all();
         self.wait_for(Duration::from_secs(2))
     }
 
@@ -92,15 +193,156 @@ impl Helper {
             libc::killpg(self.pgid, sig);
         }
     }
+
+    /// SIGKILL to everything of the helper's, and the reaping of what memtrial adopted.
+    fn kill_all(&mut self) {
+        self.killpg(libc::SIGKILL);
+        let started = self.started_ticks;
+        let mark = self.mark.clone();
+        let shell = self.pgid;
+        let shell_alive = self.status.is_none();
+        match &mut self.keeping {
+            Keeping::Cgroup(g) => {
+                // The shell is std's to reap; what else was in the group and came to
+                // memtrial is reaped here.
+                let pids: Vec<i32> = g.procs().into_iter().filter(|p| *p != shell).collect();
+                g.kill_all(Duration::from_secs(2));
+                reap(&pids);
+            }
+            Keeping::Descendants { seen, .. } => {
+                // Killed processes cannot fork: a few rounds catch what was forked
+                // between a look and the signals.
+                for _ in 0..20 {
+                    let table = process_table();
+                    let mut targets = HashSet::new();
+                    if shell_alive {
+                        targets.extend(descendants(&table, &[shell]));
+                    }
+                    let live_seen: Vec<i32> = seen
+                        .iter()
+                        .filter(|(p, t)| table.iter().any(|e| e.pid == *p && e.start == *t))
+                        .map(|(p, _)| *p)
+                        .collect();
+                    targets.extend(live_seen.iter().map(|p| (*p, 0)));
+                    targets.extend(descendants(&table, &live_seen));
+                    let adopted = adopted_session_leaders(&table, started, &mark);
+                    targets.extend(adopted.iter().map(|p| (*p, 0)));
+                    targets.extend(descendants(&table, &adopted));
+                    let pids: Vec<i32> = targets
+                        .into_iter()
+                        .map(|(p, _)| p)
+                        .filter(|p| *p != shell)
+                        .filter(|p| table.iter().any(|e| e.pid == *p && e.state != 'Z'))
+                        .collect();
+                    let zombies: Vec<i32> = table
+                        .iter()
+                        .filter(|e| e.state == 'Z' && e.ppid == own_pid() && e.pid != shell)
+                        .filter(|e| seen.iter().any(|(p, t)| *p == e.pid && *t == e.start))
+                        .map(|e| e.pid)
+                        .collect();
+                    reap(&zombies);
+                    if pids.is_empty() {
+                        break;
+                    }
+                    for p in &pids {
+                        // SAFETY: kill has no memory-safety preconditions.
+                        unsafe {
+                            libc::kill(*p, libc::SIGKILL);
+                        }
+                    }
+                    std::thread::sleep(Duration::from_millis(10));
+                    reap(&pids);
+                }
+            }
+        }
+    }
 }
 
 impl Drop for Helper {
     fn drop(&mut self) {
-        self.killpg(libc::SIGKILL);
+        self.kill_all();
         if self.status.is_none() {
             let _ = self.child.wait();
+            crate::probe::tree::unhide_helper(self.pgid);
         }
     }
+}
+
+fn own_pid() -> i32 {
+    std::process::id() as i32
+}
+
+/// Reaps those of `pids` that are memtrial's exited children (adopted orphans).
+fn reap(pids: &[i32]) {
+    for p in pids {
+        let mut st = 0;
+        // SAFETY: WNOHANG on a specific PID; fails harmlessly if it is not our child.
+        unsafe {
+            libc::waitpid(*p, &mut st, libc::WNOHANG);
+        }
+    }
+}
+
+/// One process as the helper's stop sees it.
+struct Entry {
+    pid: i32,
+    ppid: i32,
+    start: u64,
+    state: char,
+}
+
+fn process_table() -> Vec<Entry> {
+    proc::list_pids()
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|pid| proc::read_stat(pid).ok())
+        .map(|s| Entry {
+            pid: s.pid,
+            ppid: s.ppid,
+            start: s.starttime_ticks,
+            state: s.state,
+        })
+        .collect()
+}
+
+/// Every descendant of `roots` in `table`, by PID and start time.
+fn descendants(table: &[Entry], roots: &[i32]) -> Vec<(i32, u64)> {
+    let mut found = Vec::new();
+    let mut frontier: Vec<i32> = roots.to_vec();
+    let mut visited: HashSet<i32> = roots.iter().copied().collect();
+    while let Some(parent) = frontier.pop() {
+        for e in table.iter().filter(|e| e.ppid == parent) {
+            if visited.insert(e.pid) {
+                found.push((e.pid, e.start));
+                frontier.push(e.pid);
+            }
+        }
+    }
+    found
+}
+
+/// memtrial's children that lead a session of their own, started after `since` and
+/// carrying this helper's `mark`: memtrial never starts one itself, so they are orphans it
+/// adopted as a subreaper — here, what the helper's shell left behind when it exited (a
+/// workload's daemon has no mark; one that cleared its environment is the run's, stopped
+/// with the run).
+fn adopted_session_leaders(table: &[Entry], since: u64, mark: &str) -> Vec<i32> {
+    // SAFETY: getsid has no preconditions.
+    let own_session = unsafe { libc::getsid(0) };
+    table
+        .iter()
+        .filter(|e| e.ppid == own_pid() && e.start >= since && e.state != 'Z')
+        .filter(|e| {
+            // SAFETY: getsid has no preconditions.
+            let sid = unsafe { libc::getsid(e.pid) };
+            sid == e.pid && sid != own_session
+        })
+        .filter(|e| {
+            proc::read_environ(e.pid)
+                .is_ok_and(|env| env.iter().any(|(k, v)| k == MARK_VAR && v == mark))
+        })
+        .map(|e| e.pid)
+        .collect()
 }
 
 /// How a helper ended, in a few words.
@@ -130,28 +372,23 @@ pub fn head(path: &Path, max: usize) -> String {
     }
 }
 
-/// Runs a hook to completion: its exit, or `None` when it was stopped (timeout or
-/// `stop()`), with how long it ran.
+/// Runs a started hook to completion: its exit, or `None` when it was stopped (timeout
+/// or `stop()`), with how long it ran.
 pub fn run_to_end(
-    command: &str,
-    env: &[(String, String)],
-    workdir: &Path,
-    stdout: File,
-    stderr: File,
+    mut h: Helper,
     timeout: Duration,
     stop: &dyn Fn() -> bool,
-) -> std::io::Result<(Option<ExitStatus>, Duration)> {
+) -> (Option<ExitStatus>, Duration) {
     let t = Instant::now();
-    let mut h = Helper::start(command, env, workdir, Some(stdout), stderr)?;
     loop {
         if let Some(s) = h.exited() {
-            // Anything it left running in its group goes with it.
-            h.killpg(libc::SIGKILL);
-            return Ok((Some(s), t.elapsed()));
+            // Anything it left running, daemons included, goes with it.
+            h.kill_all();
+            return (Some(s), t.elapsed());
         }
         if t.elapsed() >= timeout || stop() {
             h.stop(Duration::from_secs(2));
-            return Ok((None, t.elapsed()));
+            return (None, t.elapsed());
         }
         std::thread::sleep(Duration::from_millis(10));
     }

@@ -36,13 +36,20 @@ impl Backend for LocalBackend {
         };
         start(spec, cgroup)
     }
+
+    fn helper_cgroup(&self, name: &str) -> Result<Option<RunCgroup>, BackendError> {
+        match &self.isolation {
+            Isolation::Cgroup(h) => Ok(Some(RunCgroup::create(h, name, &Default::default())?)),
+            Isolation::None { .. } => Ok(None),
+        }
+    }
 }
 
 /// Starts `spec`'s command through the spawner, in `cgroup` when there is one; without
 /// one the run's processes are memtrial's descendants (memtrial is a child subreaper, so
 /// the workload's orphans stay among them). Shared with [`super::container`].
 pub(super) fn start(spec: LaunchSpec, cgroup: Option<RunCgroup>) -> Result<Launch, BackendError> {
-    become_subreaper();
+    super::become_subreaper();
     let (reports, report_w) = report_pipe().map_err(BackendError::Thread)?;
     let report_fd = report_w.as_raw_fd();
     // memtrial itself, started again as the spawner (see [`super::spawn`]).
@@ -79,7 +86,7 @@ pub(super) fn start(spec: LaunchSpec, cgroup: Option<RunCgroup>) -> Result<Launc
             cgroup::join_self(&fds)
         });
     }
-    let started = Instant::now();
+    let mut started = Instant::now();
     let child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) if !spec.workdir.is_dir() => {
@@ -100,7 +107,11 @@ pub(super) fn start(spec: LaunchSpec, cgroup: Option<RunCgroup>) -> Result<Launc
     drop(report_w);
     let mut reports = spawn::Reports::new(reports);
     let workload = match reports.next_report() {
-        Some(Report::Started(workload)) => workload,
+        Some(Report::Started(workload, forked_ns)) => {
+            // When the spawner forked it, not when memtrial read it.
+            started = spawn::instant_of(forked_ns).unwrap_or(started);
+            workload
+        }
         first => {
             let _ = wait_for(pid, None);
             let why = match first {
@@ -149,8 +160,11 @@ fn wait_for(pid: i32, reports: Option<spawn::Reports>) -> Option<Exit> {
     let mut reported = None;
     if let Some(mut r) = reports {
         while let Some(rep) = r.next_report() {
-            if let Report::Exited(kind, usage) = rep {
-                reported = Some((kind, usage, Instant::now()));
+            if let Report::Exited(kind, usage, exited_ns) = rep {
+                // When the spawner reaped the workload, not when memtrial read it (memtrial
+                // may have been stopped meanwhile).
+                let at = spawn::instant_of(exited_ns).unwrap_or_else(Instant::now);
+                reported = Some((kind, usage, at));
             }
         }
     }
@@ -173,13 +187,6 @@ fn wait_for(pid: i32, reports: Option<spawn::Reports>) -> Option<Exit> {
         if r < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
             return None;
         }
-    }
-}
-
-fn become_subreaper() {
-    // SAFETY: prctl with PR_SET_CHILD_SUBREAPER takes an integer flag only.
-    unsafe {
-        libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
     }
 }
 
@@ -228,6 +235,27 @@ impl RunHandle for LocalRun {
             Err(mpsc::RecvTimeoutError::Timeout) => Waited::Running,
             Err(mpsc::RecvTimeoutError::Disconnected) => Waited::Lost,
         }
+    }
+
+    fn root_ended(&self) -> bool {
+        // The spawner exits right after it reaped the workload and reported it: it has
+        // exited (not reaped: WNOWAIT), or was reaped already (ECHILD), once the root has.
+        // SAFETY: siginfo_t is plain data; waitid fills it.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: a valid pointer to a local; WNOHANG|WNOWAIT neither blocks nor reaps.
+        let r = unsafe {
+            libc::waitid(
+                libc::P_PID,
+                self.spawner as libc::id_t,
+                &mut info,
+                libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+            )
+        };
+        if r != 0 {
+            return std::io::Error::last_os_error().raw_os_error() == Some(libc::ECHILD);
+        }
+        // SAFETY: waitid succeeded, so si_pid is set (0 when no child has exited).
+        unsafe { info.si_pid() != 0 }
     }
 
     fn signal(&mut self, sig: i32, pids: &[i32]) {

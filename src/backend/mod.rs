@@ -19,7 +19,7 @@ use std::fs::File;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use crate::linux::cgroup::{CgroupError, Limits};
+use crate::linux::cgroup::{CgroupError, Limits, RunCgroup};
 use crate::probe::{Membership, Probe};
 
 /// What to start.
@@ -96,6 +96,23 @@ pub trait Backend {
     /// Starts `spec`'s command; `Ok(Launch::NotStarted)` when the program could not be
     /// started (a failed run), `Err` when memtrial itself cannot go on.
     fn launch(&self, spec: LaunchSpec) -> Result<Launch, BackendError>;
+
+    /// A cgroup of its own for a hook or driver named `name` (see [`helper`]), when this
+    /// backend makes cgroups; `None` keeps the helper together without one.
+    fn helper_cgroup(&self, name: &str) -> Result<Option<RunCgroup>, BackendError> {
+        let _ = name;
+        Ok(None)
+    }
+}
+
+/// Makes memtrial a child subreaper: orphans of the processes it started (the workload's
+/// without a cgroup, a hook's or driver's) are reparented to memtrial, not to init, and
+/// stay where memtrial finds them.
+pub(crate) fn become_subreaper() {
+    // SAFETY: prctl with PR_SET_CHILD_SUBREAPER takes an integer flag only.
+    unsafe {
+        libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+    }
 }
 
 /// A running workload.
@@ -115,6 +132,11 @@ pub trait RunHandle {
     fn probes(&self) -> Vec<Box<dyn Probe>>;
     /// Waits up to `timeout` for the root's exit.
     fn wait_exit(&mut self, timeout: Duration) -> Waited;
+    /// The root has ended, even if [`RunHandle::wait_exit`] has not reported it yet (memtrial
+    /// was stopped meanwhile, and its reader of the exit has not caught up).
+    fn root_ended(&self) -> bool {
+        false
+    }
     /// Sends `sig` to the root's process group and to each of `pids`.
     fn signal(&mut self, sig: i32, pids: &[i32]);
     /// Reaps exited processes among `pids` that were handed to memtrial as orphans.

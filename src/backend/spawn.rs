@@ -98,24 +98,28 @@ pub fn spawner_args(
 pub enum Report {
     /// The workload could not be exec'd: errno.
     ExecFailed(i32),
-    /// The workload runs, with this PID (the leader of its own process group).
-    Started(i32),
-    /// The workload exited.
-    Exited(ExitKind, Usage),
+    /// The workload runs, with this PID (the leader of its own process group), forked at
+    /// this `CLOCK_MONOTONIC` in ns (0 when unknown): the run's zero even when memtrial
+    /// was stopped meanwhile.
+    Started(i32, u64),
+    /// The workload exited, with `CLOCK_MONOTONIC` in ns when the spawner reaped it (0 when
+    /// unknown): the spawner is not stopped when memtrial is, so this is the run's end
+    /// even when memtrial reads the report late.
+    Exited(ExitKind, Usage, u64),
 }
 
 impl Report {
     fn line(&self) -> String {
         match self {
             Report::ExecFailed(e) => format!("E {e}\n"),
-            Report::Started(pid) => format!("S {pid}\n"),
-            Report::Exited(kind, u) => {
+            Report::Started(pid, forked_ns) => format!("S {pid} {forked_ns}\n"),
+            Report::Exited(kind, u, exited_ns) => {
                 let (k, v) = match kind {
                     ExitKind::Code(c) => ('c', *c),
                     ExitKind::Signal(s) => ('s', *s),
                 };
                 format!(
-                    "X {k} {v} {} {} {} {} {}\n",
+                    "X {k} {v} {} {} {} {} {} {exited_ns}\n",
                     (u.user_seconds * 1e6).round() as u64,
                     (u.sys_seconds * 1e6).round() as u64,
                     u.maxrss_bytes,
@@ -131,7 +135,10 @@ impl Report {
         let mut w = line.split_whitespace();
         match w.next()? {
             "E" => Some(Report::ExecFailed(w.next()?.parse().ok()?)),
-            "S" => Some(Report::Started(w.next()?.parse().ok()?)),
+            "S" => Some(Report::Started(
+                w.next()?.parse().ok()?,
+                w.next().and_then(|n| n.parse().ok()).unwrap_or(0),
+            )),
             "X" => {
                 let k = w.next()?;
                 let v: i32 = w.next()?.parse().ok()?;
@@ -148,7 +155,7 @@ impl Report {
                     minor_faults: n()?,
                     major_faults: n()?,
                 };
-                Some(Report::Exited(kind, usage))
+                Some(Report::Exited(kind, usage, n().unwrap_or(0)))
             }
             _ => None,
         }
@@ -231,6 +238,7 @@ pub fn spawner_main(args: Vec<OsString>) -> Result<i32, NotForDirectUse> {
         let _ = report.write_all(Report::ExecFailed(errno()).line().as_bytes());
         return Ok(127);
     }
+    let forked = monotonic_ns();
     // SAFETY: this process is single-threaded here; the child only calls
     // async-signal-safe functions before exec.
     let pid = unsafe { libc::fork() };
@@ -260,11 +268,12 @@ pub fn spawner_main(args: Vec<OsString>) -> Result<i32, NotForDirectUse> {
     let mut e = [0u8; 4];
     let started = match status.read(&mut e) {
         Ok(4) => Report::ExecFailed(i32::from_ne_bytes(e)),
-        _ => Report::Started(pid),
+        _ => Report::Started(pid, forked),
     };
     let _ = report.write_all(started.line().as_bytes());
     let (kind, usage) = reap(pid);
-    let _ = report.write_all(Report::Exited(kind, usage).line().as_bytes());
+    let exited = monotonic_ns();
+    let _ = report.write_all(Report::Exited(kind, usage, exited).line().as_bytes());
     drop(report);
     if let Report::ExecFailed(_) = started {
         return Ok(127);
@@ -365,6 +374,31 @@ pub fn usage(ru: &libc::rusage) -> Usage {
     }
 }
 
+/// `CLOCK_MONOTONIC` in ns (0 if it cannot be read): the clock of `std::time::Instant` on
+/// Linux, readable by another process.
+pub fn monotonic_ns() -> u64 {
+    // SAFETY: timespec is plain data; clock_gettime fills it.
+    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid pointer to a local.
+    if unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) } != 0 {
+        return 0;
+    }
+    (ts.tv_sec.max(0) as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(ts.tv_nsec.max(0) as u64)
+}
+
+/// The `Instant` of a `CLOCK_MONOTONIC` reading `ns` taken in the past (by the spawner);
+/// `None` when it is unknown (0) or not in the past.
+pub fn instant_of(ns: u64) -> Option<std::time::Instant> {
+    let now = std::time::Instant::now();
+    let mono = monotonic_ns();
+    if ns == 0 || ns > mono {
+        return None;
+    }
+    now.checked_sub(std::time::Duration::from_nanos(mono - ns))
+}
+
 fn set_cloexec(fd: RawFd) {
     // SAFETY: fcntl on a descriptor we own.
     unsafe {
@@ -384,7 +418,7 @@ mod tests {
     fn reports_round_trip() {
         for r in [
             Report::ExecFailed(2),
-            Report::Started(4321),
+            Report::Started(4321, 99),
             Report::Exited(
                 ExitKind::Signal(9),
                 Usage {
@@ -394,10 +428,22 @@ mod tests {
                     minor_faults: 7,
                     major_faults: 1,
                 },
+                123_456_789_000,
             ),
         ] {
             assert_eq!(Report::parse(&r.line()), Some(r));
         }
+        // The exit's time is read when it is there.
+        assert!(matches!(
+            Report::parse("X c 0 1 2 3 4 5"),
+            Some(Report::Exited(ExitKind::Code(0), _, 0))
+        ));
+        let past = monotonic_ns() - 1_000_000_000;
+        let at = instant_of(past).unwrap();
+        let ago = at.elapsed().as_secs_f64();
+        assert!((1.0..10.0).contains(&ago), "{ago}");
+        assert_eq!(instant_of(0), None);
+        assert_eq!(instant_of(u64::MAX), None);
         assert_eq!(Report::parse("X c"), None);
         assert_eq!(Report::parse(""), None);
     }

@@ -725,12 +725,19 @@ pub struct GroupOwner {
     pub start: Option<u64>,
 }
 
-/// Parses `<pid>-<start>-<seq>` (or the older `<pid>-<seq>`); `None` for other names.
+/// The group of run `seq`'s hook or driver (`kind`: `before` or `driver`):
+/// `<pid>-<start time>-<seq>-<kind>`, owned like the run's own (see [`run_group_name`]).
+pub fn helper_group_name(seq: u32, kind: &str) -> String {
+    format!("{}-{kind}", run_group_name(seq))
+}
+
+/// Parses `<pid>-<start>-<seq>`, `<pid>-<start>-<seq>-before|driver` (a helper's group)
+/// or the older `<pid>-<seq>`; `None` for other names.
 pub fn group_owner(name: &str) -> Option<GroupOwner> {
     let parts: Vec<&str> = name.split('-').collect();
     let num = |s: &str| s.parse::<u64>().ok();
     match parts.as_slice() {
-        [pid, start, seq] => {
+        [pid, start, seq] | [pid, start, seq, "before" | "driver"] => {
             num(seq)?;
             Some(GroupOwner {
                 pid: pid.parse().ok()?,
@@ -880,6 +887,10 @@ mod tests {
         );
         assert_eq!(group_owner("memtrial"), None);
         assert_eq!(group_owner("1-2-x"), None);
+        // A hook's or driver's group is owned like the run's.
+        assert_eq!(group_owner(&helper_group_name(7, "driver")), Some(o));
+        assert_eq!(group_owner(&helper_group_name(7, "before")), Some(o));
+        assert_eq!(group_owner("1-2-3-other"), None);
     }
 
     #[test]

@@ -356,6 +356,25 @@ pub fn list_pids() -> Result<Vec<i32>, ProcError> {
         .collect())
 }
 
+/// The children of `pid`, from each of its threads' `task/TID/children` (empty when the
+/// process is gone or the kernel lacks `CONFIG_PROC_CHILDREN`).
+pub fn children(pid: i32) -> Vec<i32> {
+    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for t in tasks.flatten() {
+        let Ok(text) = fs::read_to_string(t.path().join("children")) else {
+            continue;
+        };
+        out.extend(
+            text.split_whitespace()
+                .filter_map(|w| w.parse::<i32>().ok()),
+        );
+    }
+    out
+}
+
 /// The kernel's clock ticks per second (`sysconf(_SC_CLK_TCK)`), 100 if unknown.
 pub fn clock_ticks_per_second() -> u64 {
     // SAFETY: sysconf has no preconditions.

@@ -45,6 +45,10 @@ pub struct DriverStart<'a> {
     /// The environment naming the run, for a `--driver` (on top of memtrial's own).
     pub env: Vec<(String, String)>,
     pub log_stem: &'a std::path::Path,
+    /// Where a `--driver` gets a cgroup of its own (see [`crate::backend::helper`]).
+    pub backend: &'a dyn crate::backend::Backend,
+    /// The name of that cgroup.
+    pub group_name: String,
 }
 
 pub struct HttpDriver {
@@ -64,8 +68,10 @@ impl Driver {
                     Some(p) => crate::plan::substitute_quoted(cmd, p),
                     None => cmd.clone(),
                 };
+                let group = s.backend.helper_cgroup(&s.group_name)?;
                 let d = WorkerDriver::start(
                     DriverSetup {
+                        group,
                         command: &command,
                         env: s.env,
                         workdir: &plan.workdir,

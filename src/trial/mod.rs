@@ -3,6 +3,7 @@
 //! Orchestration only; the parts live in [`crate::backend`], [`crate::probe`],
 //! [`drive`] and [`status`].
 
+pub mod clock;
 pub mod drive;
 pub mod server;
 pub mod status;
@@ -107,7 +108,7 @@ pub fn run_trial(
     let mut probes = probes;
     let (launch, port) = prepare(spec, &mut record, &mut probes)?;
     if let Some(before) = plan.worker.as_ref().and_then(|w| w.before.as_ref()) {
-        if let Some(end) = run_before(spec, before, port, stop)? {
+        if let Some(end) = run_before(spec, before, port, stop, backend)? {
             (record.status, record.message) = end;
             return Ok(record);
         }
@@ -133,10 +134,21 @@ pub fn run_trial(
             source: spec.load_source,
             env,
             log_stem: &spec.log_stem,
+            backend,
+            group_name: crate::linux::cgroup::helper_group_name(spec.seq, "driver"),
         },
         t0,
     )?;
-    let (exit, ended_by) = watch(run.as_mut(), &mut probes, &driver, plan, stop, on_sample);
+    let mut late = clock::Lateness::since(t0);
+    let (exit, ended_by) = watch(
+        run.as_mut(),
+        &mut probes,
+        &driver,
+        plan,
+        stop,
+        &mut late,
+        on_sample,
+    );
     driver.root_gone();
     clear_leftovers(run.as_mut(), &mut probes, plan.grace());
     let end = RunEnd {
@@ -175,7 +187,10 @@ pub fn run_trial(
         driver: driven,
     });
     record.status = status;
-    record.message = message;
+    record.message = match (message, late.note()) {
+        (Some(m), Some(n)) => Some(format!("{m}; {n}")),
+        (m, n) => m.or(n),
+    };
     Ok(record)
 }
 
@@ -198,6 +213,7 @@ fn run_before(
     command: &str,
     port: Option<u16>,
     stop: &AtomicBool,
+    backend: &dyn Backend,
 ) -> Result<Option<(crate::record::RunStatus, Option<String>)>, TrialError> {
     use crate::backend::helper;
     use crate::record::RunStatus;
@@ -221,16 +237,16 @@ fn run_before(
             source,
         })
     };
-    let (exit, _took) = helper::run_to_end(
+    let hook = helper::Helper::start(
         &command,
         &helper_env(spec, port),
         &plan.workdir,
-        open(&out_path)?,
+        Some(open(&out_path)?),
         open(&err_path)?,
-        timeout,
-        &|| stop.load(Ordering::SeqCst),
+        backend.helper_cgroup(&crate::linux::cgroup::helper_group_name(spec.seq, "before"))?,
     )
     .map_err(TrialError::Before)?;
+    let (exit, _took) = helper::run_to_end(hook, timeout, &|| stop.load(Ordering::SeqCst));
     if stop.load(Ordering::SeqCst) {
         return Ok(Some((RunStatus::Interrupted, None)));
     }
@@ -347,6 +363,7 @@ fn watch(
     driver: &Driver,
     plan: &Plan,
     stop: &AtomicBool,
+    late: &mut clock::Lateness,
     on_sample: &mut dyn FnMut(Live),
 ) -> (Option<Exit>, Option<EndedBy>) {
     let t0 = run.started();
@@ -354,6 +371,7 @@ fn watch(
     let (mut early_i, mut next_sample) = (0, Duration::ZERO);
     let mut ended_by = None;
     loop {
+        late.look(t0);
         let now = t0.elapsed();
         if now >= next_sample {
             let rss_bytes = probes.tick(now, TickKind::Sample).unwrap_or(0);
@@ -374,11 +392,25 @@ fn watch(
             } else if driver.finished() {
                 Some(EndedBy::Driver)
             } else {
-                plan.timeout().filter(|t| now >= *t).map(EndedBy::Timeout)
+                match plan.timeout().filter(|t| now >= *t) {
+                    // The workload ended while memtrial was late (stopped or starved): its
+                    // own end, not memtrial's lateness, says whether it outran the timeout.
+                    Some(t) if run.root_ended() => {
+                        if let Waited::Exited(e) = run.wait_exit(Duration::from_secs(5)) {
+                            let over = e.at.saturating_duration_since(t0) >= t;
+                            if over {
+                                driver.halt();
+                            }
+                            return (Some(e), over.then_some(EndedBy::Timeout(t)));
+                        }
+                        Some(EndedBy::Timeout(t))
+                    }
+                    t => t.map(EndedBy::Timeout),
+                }
             };
             if ended_by.is_some() {
                 driver.halt();
-                return (stop_tree(run, probes, plan.grace()), ended_by);
+                return (stop_tree(run, probes, plan.grace(), late), ended_by);
             }
         }
         let mut wake = next_sample;
@@ -388,7 +420,10 @@ fn watch(
         let wait = wake
             .saturating_sub(t0.elapsed())
             .min(Duration::from_millis(50));
-        match run.wait_exit(wait) {
+        late.waiting(t0, wait);
+        let waited = run.wait_exit(wait);
+        late.look(t0);
+        match waited {
             Waited::Exited(e) => return (Some(e), ended_by),
             Waited::Running => {}
             Waited::Lost => return (None, ended_by),
@@ -401,7 +436,13 @@ fn pids(members: &[crate::probe::Member]) -> Vec<i32> {
 }
 
 /// SIGTERM to the whole tree, a grace period, then SIGKILL; waits for the root's exit.
-fn stop_tree(run: &mut dyn RunHandle, probes: &mut ProbeSet, grace: Duration) -> Option<Exit> {
+fn stop_tree(
+    run: &mut dyn RunHandle,
+    probes: &mut ProbeSet,
+    grace: Duration,
+    late: &mut clock::Lateness,
+) -> Option<Exit> {
+    let t0 = run.started();
     for (sig, wait) in [
         (libc::SIGTERM, grace),
         (libc::SIGKILL, Duration::from_secs(5)),
@@ -410,7 +451,11 @@ fn stop_tree(run: &mut dyn RunHandle, probes: &mut ProbeSet, grace: Duration) ->
         run.signal(sig, &targets);
         let deadline = Instant::now() + wait;
         while Instant::now() < deadline {
-            match run.wait_exit(Duration::from_millis(20)) {
+            // memtrial late here makes the run longer than its stop meant.
+            late.waiting(t0, Duration::from_millis(20));
+            let waited = run.wait_exit(Duration::from_millis(20));
+            late.look(t0);
+            match waited {
                 Waited::Exited(e) => return Some(e),
                 Waited::Lost => return None,
                 Waited::Running => {}

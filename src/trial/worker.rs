@@ -10,7 +10,8 @@
 //! - `memtrial-ready`: the workload's start-up is over; the steady phase judged by the
 //!   leak-or-fragmentation verdict starts here (otherwise at the driver's start).
 //!
-//! Every other line is kept in the run's `.driver.stdout` file and otherwise ignored.
+//! Every other line is kept in the run's `.driver.stdout` file and otherwise ignored. A
+//! line is read up to [`MAX_LINE`] bytes; a longer one is cut there, not read, and said.
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
@@ -35,6 +36,39 @@ pub const READY_WORD: &str = "memtrial-ready";
 pub const MAX_NAME: usize = 64;
 /// Most ignored lines kept per run.
 const MAX_IGNORED: usize = 5;
+/// Longest line of a driver's stdout that memtrial reads (64 KiB): the rest of a longer
+/// line is skipped, and said, so memtrial's memory stays bounded whatever a driver prints.
+pub const MAX_LINE: usize = 64 * 1024;
+
+/// The next line of `r` without its newline: at most `max` bytes of it, with the whole
+/// line's length in bytes (more than the bytes returned when the line was cut). `None`
+/// at the end of the input.
+pub fn read_line(r: &mut impl BufRead, max: usize) -> std::io::Result<Option<(Vec<u8>, u64)>> {
+    let mut line = Vec::new();
+    let mut length: u64 = 0;
+    loop {
+        let buf = match r.fill_buf() {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if buf.is_empty() {
+            return Ok((length > 0).then_some((line, length)));
+        }
+        let (chunk, newline) = match buf.iter().position(|b| *b == b'\n') {
+            Some(i) => (&buf[..i], true),
+            None => (buf, false),
+        };
+        let room = max.saturating_sub(line.len());
+        line.extend_from_slice(&chunk[..chunk.len().min(room)]);
+        length += chunk.len() as u64;
+        let used = chunk.len() + usize::from(newline);
+        r.consume(used);
+        if newline {
+            return Ok(Some((line, length)));
+        }
+    }
+}
 
 /// What one line of a driver's stdout says.
 #[derive(Debug, Clone, PartialEq)]
@@ -95,6 +129,24 @@ struct Collected {
     figures: BTreeMap<String, DriverFigure>,
     ready: Option<f64>,
     ignored: Vec<String>,
+    /// Lines longer than [`MAX_LINE`]: how many, and the longest's length in bytes.
+    cut: (u64, u64),
+}
+
+impl Collected {
+    /// The ignored lines, and a note on the cut ones.
+    fn ignored(&self) -> Vec<String> {
+        let mut out = self.ignored.clone();
+        let (n, longest) = self.cut;
+        if n > 0 {
+            let kib = MAX_LINE / 1024;
+            out.push(match n {
+                1 => format!("a line of {longest} bytes was cut to its first {kib} KiB (a line of the driver's stdout is read up to {kib} KiB) and not read"),
+                _ => format!("{n} lines longer than {kib} KiB (the longest {longest} bytes) were cut to their first {kib} KiB (a line of the driver's stdout is read up to {kib} KiB) and not read"),
+            });
+        }
+        out
+    }
 }
 
 /// Why the driven phase ended.
@@ -135,6 +187,8 @@ pub struct DriverSetup<'a> {
     pub bound: Option<Duration>,
     pub cooldown: Duration,
     pub grace: Duration,
+    /// A cgroup of its own, when memtrial makes cgroups.
+    pub group: Option<crate::linux::cgroup::RunCgroup>,
 }
 
 impl WorkerDriver {
@@ -143,7 +197,7 @@ impl WorkerDriver {
         let stderr_path = s.log_stem.with_extension("driver.stderr");
         let mut out = File::create(&stdout_path)?;
         let err = File::create(&stderr_path)?;
-        let mut h = Helper::start(s.command, &s.env, s.workdir, None, err)?;
+        let mut h = Helper::start(s.command, &s.env, s.workdir, None, err, s.group)?;
         let started = t0.elapsed().as_secs_f64();
         let collected = Arc::new(Mutex::new(Collected::default()));
         let pipe = h.take_stdout();
@@ -152,11 +206,18 @@ impl WorkerDriver {
             std::thread::Builder::new()
                 .name("memtrial-driver-out".into())
                 .spawn(move || {
-                    for line in BufReader::new(pipe).split(b'\n').map_while(Result::ok) {
+                    let mut pipe = BufReader::new(pipe);
+                    while let Ok(Some((line, length))) = read_line(&mut pipe, MAX_LINE) {
                         let _ = out.write_all(&line).and_then(|_| out.write_all(b"\n"));
                         let text = String::from_utf8_lossy(&line);
                         let at = t0.elapsed().as_secs_f64();
                         let Ok(mut c) = c.lock() else { return };
+                        if length > line.len() as u64 {
+                            // Its head is not the whole line: never read as a figure.
+                            c.cut.0 += 1;
+                            c.cut.1 = c.cut.1.max(length);
+                            continue;
+                        }
                         match parse_line(&text) {
                             Line::Figure { name, value, unit } => {
                                 c.figures.insert(name, DriverFigure { value, unit });
@@ -269,7 +330,7 @@ impl WorkerDriver {
                 (
                     c.figures.clone(),
                     c.ready.filter(|r| *r <= end),
-                    c.ignored.clone(),
+                    c.ignored(),
                 )
             });
             let (figures, ready, ignored) = c.unwrap_or_default();
@@ -397,5 +458,25 @@ mod tests {
         }
         let long = format!("memtrial-figure {} 1", "a".repeat(65));
         assert!(matches!(parse_line(&long), Line::Bad(_)));
+    }
+
+    #[test]
+    fn lines_are_read_up_to_the_limit() {
+        let input = b"short\n\nabcdefghij\nlast-without-newline".to_vec();
+        let mut r = std::io::BufReader::with_capacity(3, &input[..]);
+        let mut got = Vec::new();
+        while let Some((l, n)) = read_line(&mut r, 4).unwrap() {
+            got.push((String::from_utf8(l).unwrap(), n));
+        }
+        assert_eq!(
+            got,
+            vec![
+                ("shor".to_string(), 5),
+                (String::new(), 0),
+                ("abcd".to_string(), 10),
+                ("last".to_string(), 20),
+            ]
+        );
+        assert!(read_line(&mut &b""[..], 4).unwrap().is_none());
     }
 }

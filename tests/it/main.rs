@@ -14,6 +14,7 @@ mod kube;
 mod kube_trust;
 mod load;
 mod output;
+mod procs;
 mod program_variants;
 mod props;
 mod reports;

@@ -1,0 +1,393 @@
+//! Processes and time at the trust boundary (issue 19): hooks and drivers never outlive
+//! their run, a driver's endless line does not grow memtrial, and a stopped memtrial does
+//! not change a run's figures.
+
+use std::os::unix::fs::PermissionsExt;
+use std::process::Command;
+
+use serde_json::Value;
+
+use crate::common::*;
+
+/// The PIDs whose argv contains `marker`, read from `/proc` (zombies have none).
+fn pids_with_marker(marker: &str) -> Vec<i32> {
+    let mut found = Vec::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        let Ok(argv) = std::fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        if String::from_utf8_lossy(&argv).contains(marker) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+/// Kills what a failed assertion would otherwise leave running.
+struct Reaper(Vec<String>);
+
+impl Drop for Reaper {
+    fn drop(&mut self) {
+        for m in &self.0 {
+            for p in pids_with_marker(m) {
+                // SAFETY: kill has no memory-safety preconditions.
+                unsafe {
+                    libc::kill(p, libc::SIGKILL);
+                }
+            }
+        }
+    }
+}
+
+/// A `--before` hook and a `--driver` each start a `setsid` daemon and exit; after the
+/// run neither daemon is left. `as_user` runs memtrial as that (non-root) uid, where it
+/// makes no cgroups and keeps helpers together as a subreaper.
+fn setsid_daemons_die_with_the_run(as_user: Option<u32>) {
+    let tag = format!("{}-{}", std::process::id(), as_user.unwrap_or(0));
+    let before_mark = format!("memtrial-it-before-daemon-{tag}");
+    let driver_mark = format!("memtrial-it-driver-daemon-{tag}");
+    let _reaper = Reaper(vec![before_mark.clone(), driver_mark.clone()]);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let before = format!("setsid sh -c 'sleep 300 # {before_mark}' >/dev/null 2>&1 &");
+    // The driver's daemon is started while the workload runs; the driver then exits 0.
+    let driver = format!("setsid sh -c 'sleep 301 # {driver_mark}' >/dev/null 2>&1 & sleep 0.3");
+    let mut cmd = match as_user {
+        Some(uid) => {
+            let mut c = Command::new("setpriv");
+            c.args([
+                &format!("--reuid={uid}"),
+                &format!("--regid={uid}"),
+                "--clear-groups",
+            ])
+            .arg(memtrial());
+            c
+        }
+        None => Command::new(memtrial()),
+    };
+    let out = cmd
+        .args([
+            "run",
+            "--runs",
+            "1",
+            "--variants",
+            "glibc",
+            "--before",
+            &before,
+            "--driver",
+            &driver,
+            "--json",
+            "out.json",
+            "--",
+            "sleep",
+            "30",
+        ])
+        .current_dir(dir.path())
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let doc: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("out.json")).unwrap())
+            .unwrap();
+    assert_eq!(first_run(&doc, "glibc")["status"], "ok", "{stderr}");
+    assert_eq!(
+        pids_with_marker(&before_mark),
+        Vec::<i32>::new(),
+        "the --before hook's daemon outlived the run"
+    );
+    assert_eq!(
+        pids_with_marker(&driver_mark),
+        Vec::<i32>::new(),
+        "the --driver's daemon outlived the run"
+    );
+}
+
+#[test]
+fn setsid_daemons_of_hooks_and_drivers_die_with_the_run() {
+    setsid_daemons_die_with_the_run(None);
+}
+
+/// The same without root: no cgroups, memtrial keeps helpers together as a subreaper.
+#[test]
+fn setsid_daemons_die_with_the_run_without_root() {
+    if !need_root("to run memtrial as another, unprivileged user")
+        || !need_program("setpriv", "util-linux")
+    {
+        return;
+    }
+    setsid_daemons_die_with_the_run(Some(65534));
+}
+
+/// Runs memtrial with `args` in `dir`; its exit code and its peak RSS in bytes (`wait4`'s
+/// `ru_maxrss`: memtrial's own, or a reaped descendant's if larger).
+#[allow(clippy::zombie_processes)] // reaped by wait4 below, for its rusage
+fn memtrial_with_peak(dir: &std::path::Path, args: &[&str]) -> (i32, u64, String) {
+    let child = Command::new(memtrial())
+        .args(args)
+        .current_dir(dir)
+        .env("NO_COLOR", "1")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(dir.join("memtrial.stderr")).unwrap())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as i32;
+    let mut status = 0;
+    // SAFETY: rusage is plain data; wait4 fills it for our own child.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pointers to locals.
+    let r = unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
+    assert_eq!(r, pid);
+    let stderr = std::fs::read_to_string(dir.join("memtrial.stderr")).unwrap_or_default();
+    (
+        libc::WEXITSTATUS(status),
+        ru.ru_maxrss as u64 * 1024,
+        stderr,
+    )
+}
+
+/// A driver that prints 300 MB without a newline: memtrial reads 64 KiB of the line, says
+/// so, reads the lines after it, and its own peak RSS stays far below the line's size.
+#[test]
+fn a_driver_line_without_newline_keeps_memtrial_small() {
+    let dir = tempfile::tempdir().unwrap();
+    let driver = "head -c 300000000 /dev/zero | tr '\\0' a; echo; echo memtrial-figure after_the_long_line 7";
+    let (code, peak, stderr) = memtrial_with_peak(
+        dir.path(),
+        &[
+            "run",
+            "--runs",
+            "1",
+            "--variants",
+            "glibc",
+            "--driver",
+            driver,
+            "--json",
+            "out.json",
+            "--",
+            "sleep",
+            "60",
+        ],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        peak < 150 << 20,
+        "memtrial's peak RSS was {} MiB reading a 300 MB line",
+        peak >> 20
+    );
+    let doc: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("out.json")).unwrap())
+            .unwrap();
+    let run = first_run(&doc, "glibc");
+    assert_eq!(run["status"], "ok", "{stderr}");
+    let driver = &run["driver"];
+    assert_eq!(
+        driver["figures"]["after_the_long_line"]["value"].as_f64(),
+        Some(7.0),
+        "{driver}"
+    );
+    let ignored = driver["ignored"].to_string();
+    assert!(
+        ignored.contains("a line of 300000000 bytes was cut to its first 64 KiB"),
+        "{ignored}"
+    );
+    // The run's .driver.stdout keeps the line's head, not the 300 MB.
+    let mut stack = vec![dir.path().to_path_buf()];
+    let mut logs = Vec::new();
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.to_string_lossy().ends_with(".driver.stdout") {
+                logs.push(p);
+            }
+        }
+    }
+    assert_eq!(logs.len(), 1, "{logs:?}");
+    let size = std::fs::metadata(&logs[0]).unwrap().len();
+    assert!(size < 1 << 20, "{} is {size} bytes", logs[0].display());
+}
+
+/// `memtrial run` of `sh -c 'sleep 1; : MARK'` with `extra` flags; when `stop_for` is
+/// given, memtrial is stopped (SIGSTOP) for that long once the workload runs. The run.
+fn sleep_one(extra: &[&str], stop_for: Option<std::time::Duration>) -> (Value, String) {
+    let stop = stop_for.map(|d| (std::time::Duration::ZERO, d));
+    stopped_run("sleep 1", extra, stop)
+}
+
+/// `memtrial run` of `sh -c 'SCRIPT; : MARK'` with `extra` flags; with `stop` (after,
+/// for), memtrial is stopped (SIGSTOP) `after` the workload started, `for` that long. The
+/// run and memtrial's stderr.
+fn stopped_run(
+    script: &str,
+    extra: &[&str],
+    stop: Option<(std::time::Duration, std::time::Duration)>,
+) -> (Value, String) {
+    let stop_for = stop.map(|(_, d)| d);
+    static CALLS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let mark = format!("memtrial-it-sigstop-{}-{call}", std::process::id());
+    let _reaper = Reaper(vec![mark.clone()]);
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(memtrial())
+        .args([
+            "run",
+            "--runs",
+            "1",
+            "--variants",
+            "glibc",
+            "--json",
+            "out.json",
+        ])
+        .args(extra)
+        .args(["--", "sh", "-c"])
+        .arg(format!("{script}; : {mark}"))
+        .current_dir(dir.path())
+        .env("NO_COLOR", "1")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    if let Some(d) = stop_for {
+        let seen = std::time::Instant::now();
+        // memtrial's own argv has the mark too (and its forks' before they exec): wait
+        // for the workload's shell.
+        let workload_runs = || {
+            pids_with_marker(&mark).iter().any(|p| {
+                std::fs::read(format!("/proc/{p}/cmdline")).is_ok_and(|a| a.starts_with(b"sh\0"))
+            })
+        };
+        while !workload_runs() {
+            assert!(seen.elapsed().as_secs() < 30, "the workload never started");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        std::thread::sleep(stop.map(|(after, _)| after).unwrap_or_default());
+        // SAFETY: signals to our own child.
+        unsafe {
+            libc::kill(child.id() as i32, libc::SIGSTOP);
+        }
+        std::thread::sleep(d);
+        // SAFETY: as above.
+        unsafe {
+            libc::kill(child.id() as i32, libc::SIGCONT);
+        }
+    }
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    let status = child.wait().unwrap();
+    let timeout = extra.contains(&"--timeout") && !script.starts_with("sleep 1");
+    // A run that times out makes memtrial exit 1.
+    assert_eq!(status.code(), Some(if timeout { 1 } else { 0 }), "{stderr}");
+    let doc: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("out.json")).unwrap())
+            .unwrap();
+    (first_run(&doc, "glibc").clone(), stderr)
+}
+
+/// memtrial stopped for 3 s while `sleep 1` runs (with `extra` flags): the run is ok, its
+/// wall time is the workload's own (within a third of the stop of an undisturbed run's),
+/// and the run says memtrial was disturbed.
+fn sigstop_changes_no_figure(extra: &[&str]) {
+    let stop = std::time::Duration::from_secs(3);
+    let (calm, _) = sleep_one(extra, None);
+    assert_eq!(calm["status"], "ok", "{calm}");
+    let calm_wall = calm["wall_seconds"].as_f64().unwrap();
+    let (run, stderr) = sleep_one(extra, Some(stop));
+    assert_eq!(run["status"], "ok", "{extra:?}: {run}");
+    let wall = run["wall_seconds"].as_f64().unwrap();
+    assert!(
+        (wall - calm_wall).abs() < stop.as_secs_f64() / 3.0,
+        "{extra:?}: wall {wall} s with memtrial stopped {stop:?}, {calm_wall} s without"
+    );
+    let message = run["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("disturbed: memtrial itself did not run for"),
+        "{extra:?}: {message}"
+    );
+    // And the run's line says so as it ends.
+    assert!(
+        stderr.contains("ok") && stderr.contains("— disturbed: memtrial itself"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn sigstop_of_memtrial_changes_no_wall_time() {
+    sigstop_changes_no_figure(&[]);
+}
+
+/// `sleep 1` under `--timeout 2s` with memtrial stopped past the timeout: not a timeout.
+#[test]
+fn sigstop_of_memtrial_fires_no_timeout() {
+    sigstop_changes_no_figure(&["--timeout", "2s"]);
+}
+
+/// Without cgroups (memtrial as uid 65534) a run's processes are memtrial's descendants:
+/// a `--driver` holding 150 MiB is not the workload's (`sleep`) memory.
+#[test]
+fn a_drivers_memory_is_not_the_workloads_without_cgroups() {
+    if !need_root("to run memtrial as another, unprivileged user")
+        || !need_program("setpriv", "util-linux")
+        || !need_python3()
+    {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(memtrial())
+        .args([
+            "run",
+            "--runs",
+            "1",
+            "--variants",
+            "glibc",
+            "--json",
+            "out.json",
+            "--driver",
+            "python3 -c 'import time; x = bytearray(150 << 20); time.sleep(1)'",
+            "--",
+            "sleep",
+            "30",
+        ])
+        .current_dir(dir.path())
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let doc: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("out.json")).unwrap())
+            .unwrap();
+    let run = first_run(&doc, "glibc");
+    assert_eq!(run["status"], "ok", "{stderr}");
+    let peak = run["peak_rss_bytes"].as_u64().unwrap();
+    assert!(peak < 32 << 20, "sleep's peak was {} MiB", peak >> 20);
+    assert_eq!(run["processes_seen"], 1, "{run}");
+}
+
+/// memtrial stopped for 3 s during the grace period of a timeout (a workload ignoring
+/// SIGTERM): the workload is killed late, so the run says memtrial was disturbed.
+#[test]
+fn sigstop_of_memtrial_in_the_grace_period_marks_the_run() {
+    let (run, stderr) = stopped_run(
+        "trap '' TERM; sleep 30",
+        &["--timeout", "1s"],
+        Some((
+            std::time::Duration::from_millis(1600),
+            std::time::Duration::from_secs(3),
+        )),
+    );
+    assert_eq!(run["status"], "timeout", "{stderr}");
+    let message = run["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("timed out after 1s; disturbed: memtrial itself did not run for"),
+        "{message}"
+    );
+}
