@@ -18,7 +18,7 @@ use memtrial::linux::cgroup;
 use memtrial::linux::host::HostInfo;
 use memtrial::plan::catalog::{CatalogKind, Distro, LibraryLocator, CATALOG};
 use memtrial::plan::{build_plan, read_plan_file, PlanContext, PlanInput};
-use memtrial::record::{Experiment, ExperimentStatus, RunStatus};
+use memtrial::record::{Experiment, RunStatus};
 use memtrial::report::printer::{ColorMode, OutputTarget, Printer};
 use memtrial::report::{self, escape, ExportType, Grouping, Report};
 use memtrial::runner::{run_experiment, Event, Start};
@@ -124,8 +124,9 @@ pub(crate) fn run_input(args: &RunArgs) -> Result<PlanInput> {
         probes,
         no_probes,
         probe_interval,
-        resume: _,       // handled before: a resumed experiment keeps its stored plan
-        in_container: _, // handled before: where the run happens, not what runs
+        resume: _,          // handled before: a resumed experiment keeps its stored plan
+        confirm_command: _, // only with --resume
+        in_container: _,    // handled before: where the run happens, not what runs
         index: _,
         server,
         worker,
@@ -210,7 +211,13 @@ pub(crate) fn fit_fd_limit(connections: usize, threads: usize, ui: &Ui) -> Resul
 
 fn run_cmd(db: &Path, args: &RunArgs, ui: &Ui) -> Result<Outcome> {
     if let Some(id) = args.resume {
-        return resume(db, id, &args.output, ui);
+        return crate::app_resume::resume(
+            db,
+            id,
+            args.confirm_command.as_deref(),
+            &args.output,
+            ui,
+        );
     }
     match placement(args) {
         Placement::InContainer { index } => crate::app_kube::in_container_cmd(db, args, index, ui),
@@ -235,7 +242,7 @@ fn placement(args: &RunArgs) -> Placement {
 
 /// Decides where runs are isolated: a fresh cgroup per run as root, else none — and
 /// then limits cannot be honoured, which is an error, never a silent no-op.
-fn isolation(limits: &memtrial::plan::Limits, ui: &Ui) -> Result<Isolation> {
+pub(crate) fn isolation(limits: &memtrial::plan::Limits, ui: &Ui) -> Result<Isolation> {
     let root = unsafe { libc::geteuid() } == 0;
     let reason = if !root {
         "not running as root: memtrial creates a cgroup per run only as root (a delegated cgroup v2 subtree for other users is not supported yet)".to_string()
@@ -389,63 +396,6 @@ fn isolation_note(isolation: &Isolation, limits: &memtrial::plan::Limits) -> Str
     }
 }
 
-/// `memtrial run --resume [ID]`: the same plan and seed; only what is missing runs.
-fn resume(db: &Path, id: Option<i64>, output: &OutputArgs, ui: &Ui) -> Result<Outcome> {
-    check_outputs(output)?;
-    let mut store = Store::open_existing(db)?;
-    let id = match id {
-        Some(id) => id,
-        None => store.latest_id()?,
-    };
-    let exp = store.load(id)?;
-    if exp.status == ExperimentStatus::Complete {
-        bail!("experiment {id} is complete; nothing to resume (memtrial report {id} shows it)");
-    }
-    let plan = exp.plan.clone();
-    if !plan.workdir.is_dir() {
-        bail!(
-            "cannot resume experiment {id}: it runs its command in {}, which does not exist \
-             here; create that directory (with what the command needs) and resume again",
-            plan.workdir.display()
-        );
-    }
-    memtrial::plan::resolve_program(
-        &plan.command[0],
-        &std::env::var("PATH").unwrap_or_default(),
-        &plan.workdir,
-    )
-    .with_context(|| format!("cannot resume experiment {id}"))?;
-    if let Some(s) = &plan.server {
-        fit_fd_limit(s.connections, s.threads, ui)?;
-    }
-    let deleted = store.delete_interrupted(id)?;
-    let done: Vec<u32> = exp
-        .seqs
-        .iter()
-        .zip(&exp.runs)
-        .filter(|(_, r)| r.status != RunStatus::Interrupted)
-        .map(|(s, _)| *s)
-        .collect();
-    ui.note(&format!(
-        "resuming experiment {id}: {} run(s) kept, {deleted} interrupted run(s) to redo",
-        done.len()
-    ));
-    let isolation = isolation(&plan.limits, ui)?;
-    run_and_present(
-        db,
-        &mut store,
-        &plan,
-        Start::Resume {
-            experiment: id,
-            done: &done,
-            host: &HostInfo::detect(),
-        },
-        &isolation,
-        output,
-        ui,
-    )
-}
-
 /// What a user sees while an experiment runs: notes, and a progress bar on a terminal.
 pub(crate) struct Progress<'a> {
     plan: &'a memtrial::plan::Plan,
@@ -554,7 +504,7 @@ impl<'a> Progress<'a> {
     }
 }
 
-fn run_and_present(
+pub(crate) fn run_and_present(
     db: &Path,
     store: &mut Store,
     plan: &memtrial::plan::Plan,

@@ -535,7 +535,7 @@ pub fn import(
         .collect::<Result<_, _>>()?;
     let path = store.path.clone();
     let err = super::sqlite_err(&path);
-    let tx = store.conn.transaction().map_err(err)?;
+    let tx = super::immediate(&mut store.conn).map_err(err)?;
     let out = parsed
         .into_iter()
         .map(|p| import_one(&tx, p))
@@ -621,9 +621,12 @@ fn experiment_for(
         &p.plan,
         &p.host,
         planned,
-        p.status,
-        &p.created_at,
-        p.finished_at.as_deref(),
+        super::Made {
+            status: p.status,
+            created_at: &p.created_at,
+            finished_at: p.finished_at.as_deref(),
+            origin: super::Origin::Imported,
+        },
     )?;
     for n in &p.notes {
         event(tx, id, "note", n)?;
