@@ -692,24 +692,16 @@ fn import_cmd(db: &Path, args: &ImportArgs, ui: &Ui) -> Result<Outcome> {
 /// Imports the records in `files` into `db` in one transaction (all or none) and says what
 /// each joined or created: `memtrial import` and `memtrial kube collect`.
 pub(crate) fn import_files(db: &Path, files: &[PathBuf], ui: &Ui) -> Result<Outcome> {
-    let mut records = Vec::new();
-    for f in files {
-        let text = std::fs::read_to_string(f).with_context(|| {
-            format!(
-                "cannot read {} (give files written by `memtrial run --json FILE`); nothing was imported",
-                f.display()
-            )
-        })?;
-        records.push((f.display().to_string(), text));
-    }
+    let nothing = || format!("nothing was imported into {}", db.display());
+    let records = memtrial::store::import::read_files(files).with_context(nothing)?;
     let mut store = Store::open(db)?;
-    let outcomes = memtrial::store::import::import(&mut store, &records)
-        .with_context(|| format!("nothing was imported into {}", db.display()))?;
+    let outcomes =
+        memtrial::store::import::import_records(&mut store, records).with_context(nothing)?;
     let mut text = String::new();
     for o in &outcomes {
         text.push_str(&format!(
             "{}: {} experiment {} (plan {}): {} new run(s), {} already present{}\n",
-            o.source,
+            escape::terminal(&o.source),
             if o.created { "new" } else { "joined" },
             o.experiment,
             memtrial::store::import::short(&o.fingerprint),
@@ -718,11 +710,13 @@ pub(crate) fn import_files(db: &Path, files: &[PathBuf], ui: &Ui) -> Result<Outc
             if o.hosts.is_empty() {
                 String::new()
             } else {
-                format!("; host {}", o.hosts.join(", "))
+                // Hostnames come from the record: each on its line, whatever it holds.
+                let hosts: Vec<String> = o.hosts.iter().map(|h| escape::terminal(h)).collect();
+                format!("; host {}", hosts.join(", "))
             }
         ));
         for n in &o.notes {
-            text.push_str(&format!("  note: {n}\n"));
+            text.push_str(&format!("  note: {}\n", escape::terminal(n)));
         }
     }
     let mut ids: Vec<i64> = outcomes.iter().map(|o| o.experiment).collect();

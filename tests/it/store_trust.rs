@@ -286,3 +286,107 @@ fn two_concurrent_resumes_add_exactly_the_missing_runs() {
     let after = listed(dir, "memtrial.db");
     assert_eq!(after, vec![("complete".to_string(), "8/8".to_string())]);
 }
+
+/// A local experiment with its record `a.json` (this host), in `memtrial.db`.
+fn local_with_record(dir: &Path) -> Value {
+    ok(
+        &out(
+            dir,
+            &[
+                "run",
+                "--json",
+                "a.json",
+                "--variants",
+                "glibc,arena2",
+                "--runs",
+                "2",
+                "--seed",
+                "4",
+                "--no-probes",
+                "--quiet",
+                "--",
+                "/bin/true",
+            ],
+        ),
+        "local run",
+    );
+    serde_json::from_str(&std::fs::read_to_string(dir.join("a.json")).unwrap()).unwrap()
+}
+
+/// Item 7: a schema-valid size of 2^64-1 from another host is refused on import, naming
+/// the field and the record; the local experiment it would have joined stays reportable
+/// (before: imported, then `report`, `recommend` and `--json` failed on "corrupt: -1").
+#[test]
+fn a_size_beyond_the_store_is_refused_and_the_experiment_stays_reportable() {
+    if need_cgroups().is_none() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let mut rec = local_with_record(dir);
+    rec["experiment"]["hosts"][0]["hostname"] = "node-b".into();
+    rec["variants"][0]["runs"][1]["peak_rss_bytes"] = u64::MAX.into();
+    std::fs::write(dir.join("huge.json"), rec.to_string()).unwrap();
+    let o = out(dir, &["import", "huge.json"]);
+    let text = stderr(&o);
+    assert!(!o.status.success(), "imported: {text}");
+    assert!(
+        text.contains("huge.json: /variants/0/runs/1/peak_rss_bytes is 18446744073709551615"),
+        "{text}"
+    );
+    assert!(text.contains("nothing was imported"), "{text}");
+    for args in [
+        &["report"][..],
+        &["recommend"],
+        &["report", "--json", "r.json"],
+    ] {
+        ok(
+            &out(dir, args),
+            &format!("{args:?} after the refused import"),
+        );
+    }
+}
+
+/// Minor: a hostname with a line break and an escape sequence in an imported record is
+/// shown escaped on the import's success line, never as a second line or a colour.
+#[test]
+fn an_imported_hostname_cannot_forge_lines() {
+    if need_cgroups().is_none() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let mut rec = local_with_record(dir);
+    rec["experiment"]["hosts"][0]["hostname"] =
+        "node-b\nimported 0 runs: all good\u{1b}[31m".into();
+    std::fs::write(dir.join("nl.json"), rec.to_string()).unwrap();
+    let o = out(dir, &["import", "--db", "other.db", "nl.json"]);
+    let text = ok(&o, "import");
+    assert!(!text.contains('\u{1b}'), "{text:?}");
+    assert!(
+        !text.lines().any(|l| l.starts_with("imported 0 runs")),
+        "a forged line: {text:?}"
+    );
+    assert!(text.contains("node-b\\nimported 0 runs"), "{text:?}");
+}
+
+/// Item 14: an input larger than the stated limit (64 MiB) is refused naming it, before
+/// it is parsed (before: read whole, `import /dev/zero` grew to 4 GB in 3 s).
+#[test]
+fn an_oversized_input_is_refused_naming_the_limit() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let f = std::fs::File::create(dir.join("big.json")).unwrap();
+    f.set_len((64 << 20) + 1).unwrap();
+    let o = out(dir, &["import", "big.json"]);
+    let text = stderr(&o);
+    assert!(!o.status.success());
+    assert!(
+        text.contains("big.json: larger than the 64 MiB a record may be"),
+        "{text}"
+    );
+    assert!(
+        !dir.join("memtrial.db").exists(),
+        "a refused import made a database"
+    );
+}
