@@ -233,10 +233,7 @@ struct RunJson {
     processes_seen: u32,
     #[serde(default)]
     message: Option<String>,
-    #[serde(default)]
-    stdout_path: String,
-    #[serde(default)]
-    stderr_path: String,
+    // stdout_path and stderr_path are another machine's paths: not read (see run_record).
     #[serde(default)]
     cgroup: Option<CgroupFigures>,
     #[serde(default)]
@@ -747,8 +744,10 @@ fn run_record(variant: &str, r: RunJson) -> Result<RunRecord, String> {
         verification,
         verification_detail: r.verification_detail,
         message: r.message,
-        stdout_path: PathBuf::from(r.stdout_path),
-        stderr_path: PathBuf::from(r.stderr_path),
+        // Paths of another machine: memtrial opens only files it made, never a path from
+        // a record (a report shows the tail of a failed run's output).
+        stdout_path: PathBuf::new(),
+        stderr_path: PathBuf::new(),
         cgroup: r.cgroup,
         load: r.load,
         inside: r.inside,
@@ -1297,6 +1296,25 @@ mod tests {
         v2["baseline"] = "nope".into();
         let text = refusal(&mut s, &v2);
         assert!(text.contains("/baseline is \"nope\""), "{text}");
+    }
+
+    /// A record's output paths are another machine's: they are not stored, so nothing here
+    /// ever opens them (a report reads the tail of a failed run's output).
+    #[test]
+    fn output_paths_of_a_record_are_not_kept() {
+        let (_d, mut s) = store();
+        let mut v: Value = serde_json::from_str(&record(&fixture::experiment())).unwrap();
+        v["variants"][0]["runs"][0]["stderr_path"] = "/etc/shadow".into();
+        v["variants"][0]["runs"][0]["stdout_path"] = "/proc/self/environ".into();
+        let out = import(&mut s, &one("p.json", v.to_string())).unwrap();
+        let e = s.load(out[0].experiment).unwrap();
+        assert!(e
+            .runs
+            .iter()
+            .all(|r| r.stdout_path.as_os_str().is_empty() && r.stderr_path.as_os_str().is_empty()));
+        // The same record again is the same runs.
+        let again = import(&mut s, &one("p.json", v.to_string())).unwrap();
+        assert_eq!(again[0].new_runs, 0);
     }
 
     /// A record larger than the limit is refused naming it, before it is parsed.
