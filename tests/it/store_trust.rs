@@ -390,3 +390,48 @@ fn an_oversized_input_is_refused_naming_the_limit() {
         "a refused import made a database"
     );
 }
+
+/// Minor: an experiment whose memtrial was SIGKILLed mid-run lists as interrupted, not
+/// running for ever; and `run --resume` finishes it.
+#[test]
+fn a_sigkilled_experiment_lists_as_interrupted_and_resumes() {
+    if need_cgroups().is_none() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let mut victim = spawn(
+        dir,
+        &[
+            "run",
+            "--variants",
+            "glibc",
+            "--runs",
+            "2",
+            "--no-probes",
+            "--quiet",
+            "--",
+            "/bin/sh",
+            "-c",
+            "test -e go && exit 0; touch go; exec sleep 30",
+        ],
+    );
+    for _ in 0..600 {
+        if dir.join("go").exists() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(dir.join("go").exists(), "the first run never started");
+    victim.kill().unwrap();
+    victim.wait().unwrap();
+    assert_eq!(
+        listed(dir, "memtrial.db"),
+        vec![("interrupted".to_string(), "0/2".to_string())]
+    );
+    ok(&out(dir, &["run", "--resume", "--quiet"]), "resume");
+    assert_eq!(
+        listed(dir, "memtrial.db"),
+        vec![("complete".to_string(), "2/2".to_string())]
+    );
+}
