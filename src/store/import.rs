@@ -49,11 +49,9 @@ pub fn read_record(path: &std::path::Path) -> Result<(String, String), ImportErr
     if bytes.len() as u64 > MAX_RECORD_BYTES {
         return Err(ImportError::TooLarge { source_name });
     }
-    let text = String::from_utf8(bytes).map_err(|e| ImportError::NotJson {
+    let text = String::from_utf8(bytes).map_err(|e| ImportError::NotText {
         source_name: source_name.clone(),
-        line: 0,
-        column: 0,
-        reason: format!("not UTF-8 text (byte {})", e.utf8_error().valid_up_to()),
+        byte: e.utf8_error().valid_up_to(),
     })?;
     Ok((source_name, text))
 }
@@ -89,6 +87,8 @@ pub enum ImportError {
     },
     #[error("{source_name}: {reason}; import records as `memtrial run --json FILE` wrote them")]
     Inconsistent { source_name: String, reason: String },
+    #[error("{source_name}: not JSON: not UTF-8 text (at byte {byte}); give a file written by `memtrial run --json FILE` or `memtrial report --json FILE`")]
+    NotText { source_name: String, byte: usize },
     #[error("{source_name}: larger than the {} MiB a record may be (`memtrial import` reads at most {MAX_RECORD_BYTES} bytes per file); a record this large is not one `memtrial run --json FILE` writes — split the experiment or import its records one per pod", MAX_RECORD_BYTES >> 20)]
     TooLarge { source_name: String },
     #[error(
@@ -1334,8 +1334,11 @@ mod tests {
             .unwrap()
             .set_len(MAX_RECORD_BYTES)
             .unwrap();
-        let e = read_files(&[path]).err().unwrap();
+        let e = read_files(std::slice::from_ref(&path)).err().unwrap();
         assert!(matches!(e, ImportError::NotJson { .. }), "{e}");
+        std::fs::write(&path, b"{\"a\": \"\xff\"}").unwrap();
+        let e = read_files(&[path]).err().unwrap();
+        assert!(matches!(e, ImportError::NotText { byte: 7, .. }), "{e}");
     }
 
     proptest::proptest! {
