@@ -136,8 +136,8 @@ struct Parsed {
     host: HostInfo,
     hosts: Vec<HostInfo>,
     notes: Vec<String>,
-    /// Each run: its record, its identity, its host (an index into `hosts`).
-    runs: Vec<(RunRecord, String, usize)>,
+    /// Each run: its record, its identities, its host (an index into `hosts`).
+    runs: Vec<(RunRecord, Identities, usize)>,
     remarks: Vec<String>,
 }
 
@@ -278,8 +278,23 @@ fn canonical(v: &Value) -> String {
 /// the run) and its host's identity. The same run read from the same record twice, or
 /// from a record written again later, has the same one.
 pub fn run_identity(run: &Value, host: &HostInfo) -> String {
+    identity_of(run, host, Paths::AsGiven)
+}
+
+/// What a run's identity makes of its output paths.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Paths {
+    /// As the run's JSON has them (local runs; what imports stored before schema 9).
+    AsGiven,
+    /// Blank, as an imported run is stored (its paths are another machine's) and so as
+    /// a record written from this store shows it again.
+    Blank,
+}
+
+fn identity_of(run: &Value, host: &HostInfo, paths: Paths) -> String {
     // The run's own keys without the two left out, in order: the same text as the
     // canonical form of the object without them, without copying the run.
+    let blank = Value::String(String::new());
     let body = match run {
         Value::Object(m) => {
             let mut keys: Vec<&String> = m
@@ -290,11 +305,11 @@ pub fn run_identity(run: &Value, host: &HostInfo) -> String {
             let fields: Vec<String> = keys
                 .into_iter()
                 .map(|k| {
-                    format!(
-                        "{}:{}",
-                        Value::String(k.clone()),
-                        canonical(m.get(k).unwrap_or(&Value::Null))
-                    )
+                    let v = match (paths, k.as_str()) {
+                        (Paths::Blank, "stdout_path" | "stderr_path") => &blank,
+                        _ => m.get(k).unwrap_or(&Value::Null),
+                    };
+                    format!("{}:{}", Value::String(k.clone()), canonical(v))
                 })
                 .collect();
             format!("{{{}}}", fields.join(","))
@@ -303,6 +318,14 @@ pub fn run_identity(run: &Value, host: &HostInfo) -> String {
     };
     let text = format!("{body}\n{}", host.identity());
     crate::units::sha256_hex(text.as_bytes())
+}
+
+/// An imported run's identities: the one it is stored under (its paths blank, as stored),
+/// and the one of its JSON as given (a run this store ran, exported and imported back;
+/// a run imported before schema 9).
+struct Identities {
+    stored: String,
+    as_given: String,
 }
 
 /// What is wrong with a value: its JSON pointer, the value, why.
@@ -667,7 +690,10 @@ fn typed(source: &str, version: u64, mut rec: RecordJson) -> Result<Parsed, Impo
                 .and_then(Value::as_u64)
                 .and_then(|h| usize::try_from(h).ok())
                 .unwrap_or(0);
-            let identity = hosts.get(identity_host).map(|h| run_identity(&value, h));
+            let identity = hosts.get(identity_host).map(|h| Identities {
+                stored: identity_of(&value, h, Paths::Blank),
+                as_given: identity_of(&value, h, Paths::AsGiven),
+            });
             let r: RunJson = serde_json::from_value(value).map_err(|e| ImportError::Invalid {
                 source_name: source.to_string(),
                 version,
@@ -942,8 +968,8 @@ fn add_runs(
     };
     for (record, identity, h) in &p.runs {
         let present: bool = tx.query_row(
-            "SELECT EXISTS (SELECT 1 FROM runs WHERE identity = ?1)",
-            [identity],
+            "SELECT EXISTS (SELECT 1 FROM runs WHERE identity IN (?1, ?2))",
+            [&identity.stored, &identity.as_given],
             |r| r.get(0),
         )?;
         if let Some(host) = p.hosts.get(*h) {
@@ -958,7 +984,7 @@ fn add_runs(
         let Some(hid) = host_ids.get(*h) else {
             continue;
         };
-        insert_run(tx, experiment, seq, record, *hid, identity)?;
+        insert_run(tx, experiment, seq, record, *hid, &identity.stored)?;
         seq = seq.saturating_add(1);
         added.new_runs += 1;
     }
@@ -1312,9 +1338,12 @@ mod tests {
             .runs
             .iter()
             .all(|r| r.stdout_path.as_os_str().is_empty() && r.stderr_path.as_os_str().is_empty()));
-        // The same record again is the same runs.
+        // The same record again is the same runs; so is the record this store writes of
+        // them (blank paths), imported back.
         let again = import(&mut s, &one("p.json", v.to_string())).unwrap();
         assert_eq!(again[0].new_runs, 0);
+        let back = import(&mut s, &one("back.json", record(&e))).unwrap();
+        assert_eq!((back[0].new_runs, back[0].present_runs), (0, e.runs.len()));
     }
 
     /// A record larger than the limit is refused naming it, before it is parsed.
