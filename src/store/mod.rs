@@ -157,7 +157,9 @@ CREATE UNIQUE INDEX runs_by_identity ON runs(identity);
 /// `import` from another host's record), which process runs it (`owner_*`: PID, start
 /// time, boot: a SIGKILLed owner is seen gone), and the run slots claimed by running
 /// memtrials (`slot_claims`: two resumes never run the same slot). Experiments of a v8
-/// store that an import touched count as imported: resuming one asks for confirmation.
+/// store that an import touched count as imported: resuming one asks for confirmation,
+/// and their runs' output paths (possibly another machine's, named by a record) are
+/// blanked, since memtrial opens only files it made.
 const V9_STEP: &str = r#"
 ALTER TABLE experiments ADD COLUMN origin TEXT NOT NULL DEFAULT 'local';
 ALTER TABLE experiments ADD COLUMN owner_pid INTEGER;
@@ -173,6 +175,8 @@ CREATE TABLE slot_claims (
 );
 UPDATE experiments SET origin = 'imported'
     WHERE id IN (SELECT experiment_id FROM events WHERE kind = 'imported');
+UPDATE runs SET stdout_path = '', stderr_path = ''
+    WHERE experiment_id IN (SELECT id FROM experiments WHERE origin = 'imported');
 "#;
 
 /// Where an experiment came from.
@@ -1564,6 +1568,18 @@ mod tests {
                 [],
             )
             .unwrap();
+            c.execute(
+                "INSERT INTO runs (experiment_id, seq, variant, block, warmup, started_at, status,
+                    wall_seconds, cpu_user_seconds, cpu_sys_seconds, peak_rss_bytes, peak_rss_source,
+                    mean_rss_bytes, final_rss_bytes, peak_pss_bytes, peak_vsz_bytes, threads_peak,
+                    minor_faults, major_faults, processes_seen, allocator_detected, verification,
+                    verification_detail, stdout_path, stderr_path)
+                 VALUES (2, 9, 'glibc', 0, 0, 'now', 'failed', 1.0, 0.5, 0.1, 100, 'wait4_maxrss',
+                    50, 40, 90, 200, 1, 0, 0, 1, 'glibc', 'nothing_to_verify', '',
+                    '/proc/self/environ', '/etc/shadow')",
+                [],
+            )
+            .unwrap();
         }
         let mut s = Store::open(&path).unwrap();
         let version: i64 = s
@@ -1586,6 +1602,10 @@ mod tests {
         assert_eq!(s.claim_slot(1, 0).unwrap(), Claim::Done);
         assert_eq!(s.missing_slots(1, &[0, 1]).unwrap(), vec![1]);
         assert_eq!(s.load(1).unwrap().runs, vec![run()]);
+        // The imported run keeps no path a record named.
+        let imported = s.load(2).unwrap();
+        assert_eq!(imported.runs[0].stderr_path, PathBuf::new());
+        assert_eq!(imported.runs[0].stdout_path, PathBuf::new());
         // Opening it again changes nothing.
         drop(s);
         let s = Store::open(&path).unwrap();
