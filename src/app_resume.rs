@@ -63,8 +63,11 @@ pub(crate) fn resume(
             escape::terminal(&plan.workdir.display().to_string())
         );
     }
+    let Some(program) = plan.command.first() else {
+        bail!("cannot resume experiment {id}: its stored plan has no command (the database is damaged)");
+    };
     memtrial::plan::resolve_program(
-        &plan.command[0],
+        program,
         &std::env::var("PATH").unwrap_or_default(),
         &plan.workdir,
     )
