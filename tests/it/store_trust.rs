@@ -435,3 +435,42 @@ fn a_sigkilled_experiment_lists_as_interrupted_and_resumes() {
         vec![("complete".to_string(), "2/2".to_string())]
     );
 }
+
+/// A damaged database whose plan has no command: `run --resume` refuses, never panics.
+#[test]
+fn a_stored_plan_without_a_command_is_refused_not_a_panic() {
+    if need_cgroups().is_none() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    ok(
+        &out(
+            dir,
+            &[
+                "run",
+                "--variants",
+                "glibc",
+                "--runs",
+                "1",
+                "--no-probes",
+                "--quiet",
+                "--",
+                "/bin/true",
+            ],
+        ),
+        "run",
+    );
+    let c = rusqlite::Connection::open(dir.join("memtrial.db")).unwrap();
+    c.execute(
+        "UPDATE experiments SET status = 'interrupted',
+            plan_json = json_set(plan_json, '$.command', json('[]'))",
+        [],
+    )
+    .unwrap();
+    drop(c);
+    let o = out(dir, &["run", "--resume"]);
+    let text = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{text}");
+    assert!(text.contains("its stored plan has no command"), "{text}");
+}
