@@ -25,6 +25,15 @@ longest wall time (the workload's own clock: a stop must not lengthen it) and ho
 say they were disturbed. Traffic goes only to 127.0.0.1; every
 memtrial is bounded in time (a hung one is killed and counted). Exit status 0 unless the
 script itself broke; the figures are the result.
+
+    python3 scripts/faults.py --writers W [--rounds R] [--memtrial PATH] [--seed S]
+
+Concurrent writers (issue 19): each of R rounds (default 5) starts W memtrials (default 4)
+at once on one new database (`batch`, 6 slots each), SIGKILLs a random half of them at a
+random moment, lets the others finish, then resumes every experiment left unfinished with
+two `run --resume ID` at once. It prints, per round and in sum: memtrials that failed
+(not killed, exit not 0), and per experiment after the resumes: slots of the schedule with
+no run (lost), runs of a slot stored twice (duplicated), experiments not complete.
 """
 
 import argparse
@@ -233,6 +242,97 @@ def one_fault(i, memtrial, rng, signals, stop_seconds):
     return out
 
 
+WRITER_FLAGS = ["--runs", "3", "--variants", "glibc,arena2", "--no-probes", "--quiet"]
+WRITER_COMMAND = ["sh", "-c", "sleep 0.2"]
+WRITER_SLOTS = 6
+
+
+def slot_figures(db):
+    """Per experiment: (id, status, slots without a kept run, runs of a slot stored twice)."""
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)
+    try:
+        out = []
+        for eid, status in con.execute("SELECT id, status FROM experiments ORDER BY id"):
+            seqs = [r[0] for r in con.execute(
+                "SELECT seq FROM runs WHERE experiment_id = ? AND status != 'interrupted'",
+                (eid,))]
+            inside = [q for q in seqs if q < WRITER_SLOTS]
+            missing = WRITER_SLOTS - len(set(inside))
+            duplicated = len(inside) - len(set(inside))
+            out.append((eid, status, missing, duplicated))
+        return out
+    finally:
+        con.close()
+
+
+def writers_round(k, w, memtrial, rng):
+    """One round of `--writers`: returns (failed memtrials, killed, per-experiment figures)."""
+    env = dict(os.environ, NO_COLOR="1", **{TAG_VAR: f"{os.getpid()}-w{k}"})
+    with tempfile.TemporaryDirectory(prefix="memtrial-writers-") as tmp:
+        db = os.path.join(tmp, "shared.db")
+        cmd = [memtrial, "--db", db, "run", *WRITER_FLAGS, "--", *WRITER_COMMAND]
+        procs = [subprocess.Popen(cmd, cwd=tmp, env=env, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.PIPE, text=True) for _ in range(w)]
+        victims = rng.sample(range(w), w // 2)
+        time.sleep(rng.uniform(0.3, 1.5))
+        for v in victims:
+            if procs[v].poll() is None:
+                procs[v].kill()
+        failed = []
+        for i, p in enumerate(procs):
+            try:
+                _, err = p.communicate(timeout=120)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                _, err = p.communicate()
+                failed.append("hung")
+                continue
+            if i not in victims and p.returncode != 0:
+                failed.append(err.strip().splitlines()[-1] if err.strip() else f"exit {p.returncode}")
+        for eid, status, missing, _ in slot_figures(db):
+            if status == "complete" and missing == 0:
+                continue
+            rs = [subprocess.Popen([memtrial, "--db", db, "run", "--resume", str(eid), "--quiet"],
+                                   cwd=tmp, env=env, stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.PIPE, text=True) for _ in range(2)]
+            for p in rs:
+                try:
+                    _, err = p.communicate(timeout=120)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    _, err = p.communicate()
+                    failed.append("resume hung")
+                    continue
+                if p.returncode != 0:
+                    failed.append("resume: " + (err.strip().splitlines() or [""])[-1])
+        figures = slot_figures(db)
+        kill_all(tagged_processes(env[TAG_VAR]))
+    return failed, len(victims), figures
+
+
+def writers_main(a, rng):
+    print(f"--writers {a.writers}: {a.rounds} round(s), {WRITER_SLOTS} slots per experiment, "
+          f"memtrial {a.memtrial}")
+    print(f"{'round':>5} {'writers':>7} {'killed':>6} {'failed':>6} {'experiments':>11} "
+          f"{'lost':>4} {'duplicated':>10} {'not complete':>12}")
+    tot = defaultdict(int)
+    for k in range(1, a.rounds + 1):
+        failed, killed, figures = writers_round(k, a.writers, a.memtrial, rng)
+        lost = sum(f[2] for f in figures)
+        dup = sum(f[3] for f in figures)
+        incomplete = sum(1 for f in figures if f[1] != "complete")
+        print(f"{k:>5} {a.writers:>7} {killed:>6} {len(failed):>6} {len(figures):>11} "
+              f"{lost:>4} {dup:>10} {incomplete:>12}", flush=True)
+        for f in failed:
+            print(f"      failed: {f}")
+        for key, v in (("killed", killed), ("failed", len(failed)), ("experiments", len(figures)),
+                       ("lost", lost), ("duplicated", dup), ("incomplete", incomplete)):
+            tot[key] += v
+    print(f"{'all':>5} {a.writers * a.rounds:>7} {tot['killed']:>6} {tot['failed']:>6} "
+          f"{tot['experiments']:>11} {tot['lost']:>4} {tot['duplicated']:>10} "
+          f"{tot['incomplete']:>12}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("n", nargs="?", type=int, default=50, help="number of faults (default 50)")
@@ -242,6 +342,9 @@ def main():
                     help="the signals to pick from, comma-separated (default: all)")
     ap.add_argument("--stop-seconds", type=float, default=2.0,
                     help="how long a SIGSTOP fault keeps memtrial stopped (default 2)")
+    ap.add_argument("--writers", type=int, default=None,
+                    help="concurrent writers on one database instead of signal faults")
+    ap.add_argument("--rounds", type=int, default=5, help="rounds of --writers (default 5)")
     a = ap.parse_args()
     signals = [x.strip() for x in a.signals.split(",") if x.strip()]
     if not signals or any(x not in SIGNALS for x in signals):
@@ -254,6 +357,10 @@ def main():
         sys.exit(f"faults.py: no memtrial at {a.memtrial} (cargo build --release)")
     seed = a.seed if a.seed is not None else random.randrange(1 << 32)
     rng = random.Random(seed)
+    if a.writers:
+        print(f"seed {seed}")
+        writers_main(a, rng)
+        return
     print(f"{a.n} faults, seed {seed}, memtrial {a.memtrial}, signals {','.join(signals)}"
           f"{f', stopped {a.stop_seconds} s' if 'SIGSTOP' in signals else ''}")
     print(f"{'#':>3} {'workload':<9} {'signal':<8} {'at s':>5} {'exit':>5} "

@@ -18,7 +18,7 @@ use memtrial::linux::cgroup;
 use memtrial::linux::host::HostInfo;
 use memtrial::plan::catalog::{CatalogKind, Distro, LibraryLocator, CATALOG};
 use memtrial::plan::{build_plan, read_plan_file, PlanContext, PlanInput};
-use memtrial::record::{Experiment, ExperimentStatus, RunStatus};
+use memtrial::record::{Experiment, RunStatus};
 use memtrial::report::printer::{ColorMode, OutputTarget, Printer};
 use memtrial::report::{self, escape, ExportType, Grouping, Report};
 use memtrial::runner::{run_experiment, Event, Start};
@@ -124,8 +124,9 @@ pub(crate) fn run_input(args: &RunArgs) -> Result<PlanInput> {
         probes,
         no_probes,
         probe_interval,
-        resume: _,       // handled before: a resumed experiment keeps its stored plan
-        in_container: _, // handled before: where the run happens, not what runs
+        resume: _,          // handled before: a resumed experiment keeps its stored plan
+        confirm_command: _, // only with --resume
+        in_container: _,    // handled before: where the run happens, not what runs
         index: _,
         server,
         worker,
@@ -210,7 +211,13 @@ pub(crate) fn fit_fd_limit(connections: usize, threads: usize, ui: &Ui) -> Resul
 
 fn run_cmd(db: &Path, args: &RunArgs, ui: &Ui) -> Result<Outcome> {
     if let Some(id) = args.resume {
-        return resume(db, id, &args.output, ui);
+        return crate::app_resume::resume(
+            db,
+            id,
+            args.confirm_command.as_deref(),
+            &args.output,
+            ui,
+        );
     }
     match placement(args) {
         Placement::InContainer { index } => crate::app_kube::in_container_cmd(db, args, index, ui),
@@ -235,7 +242,7 @@ fn placement(args: &RunArgs) -> Placement {
 
 /// Decides where runs are isolated: a fresh cgroup per run as root, else none — and
 /// then limits cannot be honoured, which is an error, never a silent no-op.
-fn isolation(limits: &memtrial::plan::Limits, ui: &Ui) -> Result<Isolation> {
+pub(crate) fn isolation(limits: &memtrial::plan::Limits, ui: &Ui) -> Result<Isolation> {
     let root = unsafe { libc::geteuid() } == 0;
     let reason = if !root {
         "not running as root: memtrial creates a cgroup per run only as root (a delegated cgroup v2 subtree for other users is not supported yet)".to_string()
@@ -389,63 +396,6 @@ fn isolation_note(isolation: &Isolation, limits: &memtrial::plan::Limits) -> Str
     }
 }
 
-/// `memtrial run --resume [ID]`: the same plan and seed; only what is missing runs.
-fn resume(db: &Path, id: Option<i64>, output: &OutputArgs, ui: &Ui) -> Result<Outcome> {
-    check_outputs(output)?;
-    let mut store = Store::open_existing(db)?;
-    let id = match id {
-        Some(id) => id,
-        None => store.latest_id()?,
-    };
-    let exp = store.load(id)?;
-    if exp.status == ExperimentStatus::Complete {
-        bail!("experiment {id} is complete; nothing to resume (memtrial report {id} shows it)");
-    }
-    let plan = exp.plan.clone();
-    if !plan.workdir.is_dir() {
-        bail!(
-            "cannot resume experiment {id}: it runs its command in {}, which does not exist \
-             here; create that directory (with what the command needs) and resume again",
-            plan.workdir.display()
-        );
-    }
-    memtrial::plan::resolve_program(
-        &plan.command[0],
-        &std::env::var("PATH").unwrap_or_default(),
-        &plan.workdir,
-    )
-    .with_context(|| format!("cannot resume experiment {id}"))?;
-    if let Some(s) = &plan.server {
-        fit_fd_limit(s.connections, s.threads, ui)?;
-    }
-    let deleted = store.delete_interrupted(id)?;
-    let done: Vec<u32> = exp
-        .seqs
-        .iter()
-        .zip(&exp.runs)
-        .filter(|(_, r)| r.status != RunStatus::Interrupted)
-        .map(|(s, _)| *s)
-        .collect();
-    ui.note(&format!(
-        "resuming experiment {id}: {} run(s) kept, {deleted} interrupted run(s) to redo",
-        done.len()
-    ));
-    let isolation = isolation(&plan.limits, ui)?;
-    run_and_present(
-        db,
-        &mut store,
-        &plan,
-        Start::Resume {
-            experiment: id,
-            done: &done,
-            host: &HostInfo::detect(),
-        },
-        &isolation,
-        output,
-        ui,
-    )
-}
-
 /// What a user sees while an experiment runs: notes, and a progress bar on a terminal.
 pub(crate) struct Progress<'a> {
     plan: &'a memtrial::plan::Plan,
@@ -563,7 +513,7 @@ impl<'a> Progress<'a> {
     }
 }
 
-fn run_and_present(
+pub(crate) fn run_and_present(
     db: &Path,
     store: &mut Store,
     plan: &memtrial::plan::Plan,
@@ -751,24 +701,16 @@ fn import_cmd(db: &Path, args: &ImportArgs, ui: &Ui) -> Result<Outcome> {
 /// Imports the records in `files` into `db` in one transaction (all or none) and says what
 /// each joined or created: `memtrial import`, and `memtrial kube collect` (one file a call).
 pub(crate) fn import_files(db: &Path, files: &[PathBuf], ui: &Ui) -> Result<Outcome> {
-    let mut records = Vec::new();
-    for f in files {
-        let text = std::fs::read_to_string(f).with_context(|| {
-            format!(
-                "cannot read {} (give files written by `memtrial run --json FILE`); nothing was imported",
-                f.display()
-            )
-        })?;
-        records.push((f.display().to_string(), text));
-    }
+    let nothing = || format!("nothing was imported into {}", db.display());
+    let records = memtrial::store::import::read_files(files).with_context(nothing)?;
     let mut store = Store::open(db)?;
-    let outcomes = memtrial::store::import::import(&mut store, &records)
-        .with_context(|| format!("nothing was imported into {}", db.display()))?;
+    let outcomes =
+        memtrial::store::import::import_records(&mut store, records).with_context(nothing)?;
     let mut text = String::new();
     for o in &outcomes {
         text.push_str(&format!(
             "{}: {} experiment {} (plan {}): {} new run(s), {} already present{}\n",
-            o.source,
+            escape::terminal(&o.source),
             if o.created { "new" } else { "joined" },
             o.experiment,
             memtrial::store::import::short(&o.fingerprint),
@@ -777,11 +719,13 @@ pub(crate) fn import_files(db: &Path, files: &[PathBuf], ui: &Ui) -> Result<Outc
             if o.hosts.is_empty() {
                 String::new()
             } else {
-                format!("; host {}", o.hosts.join(", "))
+                // Hostnames come from the record: each on its line, whatever it holds.
+                let hosts: Vec<String> = o.hosts.iter().map(|h| escape::terminal(h)).collect();
+                format!("; host {}", hosts.join(", "))
             }
         ));
         for n in &o.notes {
-            text.push_str(&format!("  note: {n}\n"));
+            text.push_str(&format!("  note: {}\n", escape::terminal(n)));
         }
     }
     let mut ids: Vec<i64> = outcomes.iter().map(|o| o.experiment).collect();

@@ -212,6 +212,10 @@ pub struct RunArgs {
     /// with the same plan and seed.
     #[arg(long, value_name = "ID", num_args = 0..=1, conflicts_with_all = ["in_container", "command", "plan", "url", "duration", "before", "driver", "rate", "targets", "replay", "variants", "custom", "runs", "warmup", "baseline", "seed", "memory_limit", "cpus", "cpuset", "pids_limit", "interval", "timeout", "probes", "no_probes", "probe_interval"])]
     pub resume: Option<Option<i64>>,
+    /// With --resume ID of an experiment made on another host (imported): runs its command
+    /// here. Repeat the command exactly as the refusal shows it, as one argument.
+    #[arg(long, value_name = "COMMAND", requires = "resume")]
+    pub confirm_command: Option<String>,
     /// Run one slot of the plan's schedule inside the container memtrial is in (a
     /// Kubernetes pod, see `memtrial kube`): no cgroup is made, the container's own limits
     /// are the run's and are recorded, and the JSON record is printed on standard output as

@@ -2,6 +2,7 @@
 
 mod app;
 mod app_kube;
+mod app_resume;
 mod cli;
 
 use std::process::ExitCode;

@@ -8,7 +8,7 @@ use crate::linux::host::HostInfo;
 use crate::plan::Plan;
 use crate::record::{ExperimentStatus, RunRecord, RunStatus};
 use crate::schedule::{schedule, Slot};
-use crate::store::{Store, StoreError};
+use crate::store::{Claim, Store, StoreError};
 use crate::trial::{default_probes, run_trial, Live, TrialError, TrialSpec};
 
 #[derive(Debug, thiserror::Error)]
@@ -107,13 +107,14 @@ pub fn run_experiment(
     observer: &mut dyn FnMut(Event),
 ) -> Result<Outcome, RunError> {
     let all = schedule(plan.variants.len(), plan.warmup, plan.runs, plan.seed);
-    let (experiment, slots, host) = match start {
+    let (experiment, slots, host, expected) = match start {
         Start::New { host, notes } => {
             let id = store.create_experiment(plan, host, all.len())?;
             for n in notes {
                 store.add_event(id, "note", n)?;
             }
-            (id, all, host)
+            let expected = all.iter().map(|s| s.seq).collect();
+            (id, all, host, expected)
         }
         Start::Slot { host, notes, seq } => {
             let total = all.len();
@@ -124,26 +125,31 @@ pub fn run_experiment(
             for n in notes {
                 store.add_event(id, "note", n)?;
             }
-            (id, vec![slot], host)
+            (id, vec![slot], host, vec![seq])
         }
         Start::Resume {
             experiment,
             done,
             host,
         } => {
-            let rest: Vec<Slot> = all.into_iter().filter(|s| !done.contains(&s.seq)).collect();
+            let rest: Vec<Slot> = all
+                .iter()
+                .filter(|s| !done.contains(&s.seq))
+                .copied()
+                .collect();
             store.add_event(
                 experiment,
                 "resumed",
                 &format!("resumed: {} run(s) left", rest.len()),
             )?;
-            (experiment, rest, host)
+            let expected = all_seqs(&all);
+            (experiment, rest, host, expected)
         }
     };
     match run_slots(
         store, plan, experiment, host, slots, backend, stop, observer,
     ) {
-        Ok(interrupted) => finish(store, experiment, interrupted),
+        Ok(interrupted) => finish(store, experiment, &expected, interrupted),
         Err(e) => {
             // Nothing stays `running` for ever: the experiment ends interrupted, with the
             // reason, and `run --resume` can finish it once the cause is fixed.
@@ -154,7 +160,13 @@ pub fn run_experiment(
     }
 }
 
-/// Runs the slots in order; whether an interrupt stopped them.
+fn all_seqs(all: &[Slot]) -> Vec<u32> {
+    all.iter().map(|s| s.seq).collect()
+}
+
+/// Runs the slots in order; whether an interrupt stopped them. Each slot is claimed in
+/// the store first: a slot another memtrial runs or has stored (two resumes at once) is
+/// skipped, so no slot runs twice.
 #[allow(clippy::too_many_arguments)]
 fn run_slots(
     store: &mut Store,
@@ -191,6 +203,10 @@ fn run_slots(
             interrupted = true;
             break;
         }
+        match store.claim_slot(experiment, slot.seq)? {
+            Claim::Taken => {}
+            Claim::Done | Claim::Busy => continue,
+        }
         let variant = &plan.variants[slot.variant];
         observer(Event::TrialStart {
             slot,
@@ -226,8 +242,33 @@ fn run_slots(
     Ok(interrupted)
 }
 
-/// Marks the experiment complete or interrupted.
-fn finish(store: &mut Store, experiment: i64, interrupted: bool) -> Result<Outcome, RunError> {
+/// Marks the experiment complete or interrupted. Complete only when every slot of its
+/// schedule has its run; while another memtrial still runs some, it stays running (that
+/// one finishes it); slots left by a memtrial that is gone make it interrupted.
+fn finish(
+    store: &mut Store,
+    experiment: i64,
+    expected: &[u32],
+    interrupted: bool,
+) -> Result<Outcome, RunError> {
+    if !interrupted && !store.missing_slots(experiment, expected)?.is_empty() {
+        if store.run_elsewhere(experiment)? {
+            return Ok(Outcome {
+                experiment,
+                interrupted: false,
+            });
+        }
+        store.add_event(
+            experiment,
+            "interrupted",
+            "interrupted: slots claimed by a memtrial that is gone are missing; `run --resume` runs them",
+        )?;
+        store.finish_experiment(experiment, ExperimentStatus::Interrupted)?;
+        return Ok(Outcome {
+            experiment,
+            interrupted: true,
+        });
+    }
     if interrupted {
         store.add_event(
             experiment,

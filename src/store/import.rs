@@ -27,6 +27,35 @@ use crate::record::{
 };
 use crate::report::json::{JSON_SCHEMA_VERSION, SCHEMAS};
 
+/// The largest record file `memtrial import` reads (64 MiB): a record of a thousand runs
+/// of an hour each, sampled every second, is about half of it. A larger input is refused
+/// before it is parsed, so an import's memory stays bounded.
+pub const MAX_RECORD_BYTES: u64 = 64 << 20;
+
+/// Reads one record file, at most [`MAX_RECORD_BYTES`]: a larger file (or an endless one,
+/// such as `/dev/zero`) is refused naming the limit, having read one byte past it.
+pub fn read_record(path: &std::path::Path) -> Result<(String, String), ImportError> {
+    use std::io::Read;
+    let source_name = path.display().to_string();
+    let unreadable = |e: std::io::Error| ImportError::Unreadable {
+        source_name: source_name.clone(),
+        reason: e.to_string(),
+    };
+    let file = std::fs::File::open(path).map_err(unreadable)?;
+    let mut bytes = Vec::new();
+    file.take(MAX_RECORD_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(unreadable)?;
+    if bytes.len() as u64 > MAX_RECORD_BYTES {
+        return Err(ImportError::TooLarge { source_name });
+    }
+    let text = String::from_utf8(bytes).map_err(|e| ImportError::NotText {
+        source_name: source_name.clone(),
+        byte: e.utf8_error().valid_up_to(),
+    })?;
+    Ok((source_name, text))
+}
+
 /// The oldest record version import reads.
 pub const OLDEST_VERSION: u64 = 2;
 
@@ -58,6 +87,22 @@ pub enum ImportError {
     },
     #[error("{source_name}: {reason}; import records as `memtrial run --json FILE` wrote them")]
     Inconsistent { source_name: String, reason: String },
+    #[error("{source_name}: not JSON: not UTF-8 text (at byte {byte}); give a file written by `memtrial run --json FILE` or `memtrial report --json FILE`")]
+    NotText { source_name: String, byte: usize },
+    #[error("{source_name}: larger than the {} MiB a record may be (`memtrial import` reads at most {MAX_RECORD_BYTES} bytes per file); a record this large is not one `memtrial run --json FILE` writes — split the experiment or import its records one per pod", MAX_RECORD_BYTES >> 20)]
+    TooLarge { source_name: String },
+    #[error(
+        "cannot read {source_name}: {reason} (give files written by `memtrial run --json FILE`)"
+    )]
+    Unreadable { source_name: String, reason: String },
+    #[error("{source_name}: {pointer} is {value}, {why}; import records as `memtrial run --json FILE` wrote them")]
+    OutOfRange {
+        source_name: String,
+        /// The JSON pointer of the offending value.
+        pointer: String,
+        value: String,
+        why: String,
+    },
     #[error("the embedded JSON Schema of version {version} does not compile: {reason}")]
     Schema { version: u32, reason: String },
     #[error(transparent)]
@@ -91,8 +136,8 @@ struct Parsed {
     host: HostInfo,
     hosts: Vec<HostInfo>,
     notes: Vec<String>,
-    /// Each run: its record, its identity, its host (an index into `hosts`).
-    runs: Vec<(RunRecord, String, usize)>,
+    /// Each run: its record, its identities, its host (an index into `hosts`).
+    runs: Vec<(RunRecord, Identities, usize)>,
     remarks: Vec<String>,
 }
 
@@ -188,10 +233,7 @@ struct RunJson {
     processes_seen: u32,
     #[serde(default)]
     message: Option<String>,
-    #[serde(default)]
-    stdout_path: String,
-    #[serde(default)]
-    stderr_path: String,
+    // stdout_path and stderr_path are another machine's paths: not read (see run_record).
     #[serde(default)]
     cgroup: Option<CgroupFigures>,
     #[serde(default)]
@@ -236,13 +278,192 @@ fn canonical(v: &Value) -> String {
 /// the run) and its host's identity. The same run read from the same record twice, or
 /// from a record written again later, has the same one.
 pub fn run_identity(run: &Value, host: &HostInfo) -> String {
-    let mut run = run.clone();
-    if let Value::Object(m) = &mut run {
-        m.remove("host");
-        m.remove("verification_detail");
-    }
-    let text = format!("{}\n{}", canonical(&run), host.identity());
+    identity_of(run, host, Paths::AsGiven)
+}
+
+/// What a run's identity makes of its output paths.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Paths {
+    /// As the run's JSON has them (local runs; what imports stored before schema 9).
+    AsGiven,
+    /// Blank, as an imported run is stored (its paths are another machine's) and so as
+    /// a record written from this store shows it again.
+    Blank,
+}
+
+fn identity_of(run: &Value, host: &HostInfo, paths: Paths) -> String {
+    // The run's own keys without the two left out, in order: the same text as the
+    // canonical form of the object without them, without copying the run.
+    let blank = Value::String(String::new());
+    let body = match run {
+        Value::Object(m) => {
+            let mut keys: Vec<&String> = m
+                .keys()
+                .filter(|k| *k != "host" && *k != "verification_detail")
+                .collect();
+            keys.sort();
+            let fields: Vec<String> = keys
+                .into_iter()
+                .map(|k| {
+                    let v = match (paths, k.as_str()) {
+                        (Paths::Blank, "stdout_path" | "stderr_path") => &blank,
+                        _ => m.get(k).unwrap_or(&Value::Null),
+                    };
+                    format!("{}:{}", Value::String(k.clone()), canonical(v))
+                })
+                .collect();
+            format!("{{{}}}", fields.join(","))
+        }
+        other => canonical(other),
+    };
+    let text = format!("{body}\n{}", host.identity());
     crate::units::sha256_hex(text.as_bytes())
+}
+
+/// An imported run's identities: the one it is stored under (its paths blank, as stored),
+/// and the one of its JSON as given (a run this store ran, exported and imported back;
+/// a run imported before schema 9).
+struct Identities {
+    stored: String,
+    as_given: String,
+}
+
+/// What is wrong with a value: its JSON pointer, the value, why.
+type Refusal = (String, String, String);
+
+/// The largest number a store column holds (SQLite's signed 64-bit integer).
+const STORE_MAX: u64 = i64::MAX as u64;
+
+fn fits(pointer: &str, field: &str, v: u64) -> Result<(), Refusal> {
+    if v > STORE_MAX {
+        return Err((
+            format!("{pointer}/{field}"),
+            v.to_string(),
+            format!("beyond what the store holds (at most {STORE_MAX})"),
+        ));
+    }
+    Ok(())
+}
+
+fn fits_opt(pointer: &str, field: &str, v: Option<u64>) -> Result<(), Refusal> {
+    v.map_or(Ok(()), |v| fits(pointer, field, v))
+}
+
+/// A duration in seconds: finite and not negative.
+fn seconds(pointer: &str, field: &str, v: f64) -> Result<(), Refusal> {
+    if !v.is_finite() || v < 0.0 {
+        return Err((
+            format!("{pointer}/{field}"),
+            v.to_string(),
+            "not a duration (it must be a finite number of seconds, 0 or more)".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Every number of a run within the store's types, every duration a duration.
+fn check_run(r: &RunRecord, at: &str) -> Result<(), Refusal> {
+    for (field, v) in [
+        ("peak_rss_bytes", r.peak_rss_bytes),
+        ("mean_rss_bytes", r.mean_rss_bytes),
+        ("final_rss_bytes", r.final_rss_bytes),
+        ("peak_vsz_bytes", r.peak_vsz_bytes),
+        ("threads_peak", r.threads_peak),
+        ("minor_faults", r.minor_faults),
+        ("major_faults", r.major_faults),
+    ] {
+        fits(at, field, v)?;
+    }
+    fits_opt(at, "peak_pss_bytes", r.peak_pss_bytes)?;
+    fits_opt(at, "peak_uss_bytes", r.peak_uss_bytes)?;
+    for (field, v) in [
+        ("wall_seconds", r.wall_seconds),
+        ("cpu_user_seconds", r.cpu_user_seconds),
+        ("cpu_sys_seconds", r.cpu_sys_seconds),
+    ] {
+        seconds(at, field, v)?;
+    }
+    for (i, s) in r.samples.iter().enumerate() {
+        let at = format!("{at}/samples/{i}");
+        seconds(&at, "t_seconds", s.t_seconds)?;
+        fits(&at, "rss_bytes", s.rss_bytes)?;
+        fits(&at, "vsz_bytes", s.vsz_bytes)?;
+        fits(&at, "threads", s.threads)?;
+        fits_opt(&at, "pss_bytes", s.pss_bytes)?;
+        fits_opt(&at, "uss_bytes", s.uss_bytes)?;
+    }
+    Ok(())
+}
+
+/// A host's numbers within the store's types.
+fn check_host(h: &HostInfo, at: &str) -> Result<(), Refusal> {
+    fits(at, "memory_bytes", h.memory_bytes)?;
+    if let Some(c) = &h.container {
+        let at = format!("{at}/container");
+        fits_opt(&at, "cpu_quota_us", c.cpu_quota_us)?;
+        fits_opt(&at, "cpu_period_us", c.cpu_period_us)?;
+        fits_opt(&at, "memory_limit_bytes", c.memory_limit_bytes)?;
+    }
+    Ok(())
+}
+
+/// A plan this memtrial could have made: its baseline one of its variants, variant names
+/// unique, no empty environment key, repetitions within their documented ranges.
+fn check_plan(plan: &Plan, has_plan: bool) -> Result<(), Refusal> {
+    use crate::plan::settings::{RUNS, WARMUP};
+    let at = if has_plan {
+        "/experiment/plan"
+    } else {
+        "/experiment"
+    };
+    if plan.variant(&plan.baseline).is_none() {
+        return Err((
+            format!("{}/baseline", if has_plan { at } else { "" }),
+            format!("{:?}", plan.baseline),
+            "not one of its variants".into(),
+        ));
+    }
+    for (i, v) in plan.variants.iter().enumerate() {
+        let vat = if has_plan { "/experiment/plan" } else { "" };
+        if plan.variants[..i].iter().any(|w| w.name == v.name) {
+            return Err((
+                format!("{vat}/variants/{i}/name"),
+                format!("{:?}", v.name),
+                "the name of an earlier variant too (variant names are unique)".into(),
+            ));
+        }
+        if v.env.iter().any(|(k, _)| k.is_empty() || k.contains('=')) {
+            return Err((
+                format!("{vat}/variants/{i}/env"),
+                "a key that is empty or holds '='".into(),
+                "not an environment variable's name".into(),
+            ));
+        }
+    }
+    let runs_at = if has_plan { "runs" } else { "runs_per_variant" };
+    if !(RUNS.0..=RUNS.1).contains(&plan.runs) {
+        return Err((
+            format!("{at}/{runs_at}"),
+            plan.runs.to_string(),
+            format!("outside {} to {} runs per variant", RUNS.0, RUNS.1),
+        ));
+    }
+    let warmup_at = if has_plan {
+        "warmup"
+    } else {
+        "warmup_runs_per_variant"
+    };
+    if !(WARMUP.0..=WARMUP.1).contains(&plan.warmup) {
+        return Err((
+            format!("{at}/{warmup_at}"),
+            plan.warmup.to_string(),
+            format!(
+                "outside {} to {} warm-up runs per variant",
+                WARMUP.0, WARMUP.1
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// The embedded schema of `version`, compiled.
@@ -273,9 +494,18 @@ fn pointer_text(p: &str) -> String {
     }
 }
 
-/// Reads one record: JSON, its version, its schema, then typed data.
-fn parse(source: &str, text: &str) -> Result<Parsed, ImportError> {
-    let doc: Value = serde_json::from_str(text).map_err(|e| ImportError::NotJson {
+/// Reads one record: JSON, its version, its schema, then typed data. The text is dropped
+/// once parsed and the document consumed as it is typed, so that a record is held about
+/// once at a time, not as several copies.
+fn parse(source: &str, text: String) -> Result<Parsed, ImportError> {
+    if text.len() as u64 > MAX_RECORD_BYTES {
+        return Err(ImportError::TooLarge {
+            source_name: source.to_string(),
+        });
+    }
+    let doc: Result<Value, _> = serde_json::from_str(&text);
+    drop(text);
+    let doc: Value = doc.map_err(|e| ImportError::NotJson {
         source_name: source.to_string(),
         line: e.line(),
         column: e.column(),
@@ -332,7 +562,7 @@ fn parse(source: &str, text: &str) -> Result<Parsed, ImportError> {
         return Err(invalid(e.instance_path.to_string(), e.to_string()));
     }
     let record: RecordJson =
-        serde_json::from_value(doc.clone()).map_err(|e| invalid(String::new(), e.to_string()))?;
+        serde_json::from_value(doc).map_err(|e| invalid(String::new(), e.to_string()))?;
     typed(source, version, record)
 }
 
@@ -382,7 +612,7 @@ fn plan_from_v2(rec: &RecordJson, remarks: &mut Vec<String>) -> Plan {
     }
 }
 
-fn typed(source: &str, version: u64, rec: RecordJson) -> Result<Parsed, ImportError> {
+fn typed(source: &str, version: u64, mut rec: RecordJson) -> Result<Parsed, ImportError> {
     let inconsistent = |reason: String| ImportError::Inconsistent {
         source_name: source.to_string(),
         reason,
@@ -421,6 +651,14 @@ fn typed(source: &str, version: u64, rec: RecordJson) -> Result<Parsed, ImportEr
     } else {
         rec.experiment.hosts.clone()
     };
+    check_plan(&plan, rec.experiment.plan.is_some()).map_err(|(pointer, value, why)| {
+        ImportError::OutOfRange {
+            source_name: source.to_string(),
+            pointer,
+            value,
+            why,
+        }
+    })?;
     for v in &rec.variants {
         if plan.variant(&v.name).is_none() {
             return Err(inconsistent(format!(
@@ -429,27 +667,56 @@ fn typed(source: &str, version: u64, rec: RecordJson) -> Result<Parsed, ImportEr
             )));
         }
     }
+    for (i, h) in hosts.iter().enumerate() {
+        let at = if rec.experiment.hosts.is_empty() {
+            "/experiment/host".to_string()
+        } else {
+            format!("/experiment/hosts/{i}")
+        };
+        check_host(h, &at).map_err(|(pointer, value, why)| ImportError::OutOfRange {
+            source_name: source.to_string(),
+            pointer,
+            value,
+            why,
+        })?;
+    }
     let mut runs = Vec::new();
-    for (vi, v) in rec.variants.iter().enumerate() {
-        for (ri, value) in v.runs.iter().enumerate() {
+    for (vi, v) in rec.variants.iter_mut().enumerate() {
+        let values = std::mem::take(&mut v.runs);
+        for (ri, value) in values.into_iter().enumerate() {
             let pointer = format!("/variants/{vi}/runs/{ri}");
-            let r: RunJson =
-                serde_json::from_value(value.clone()).map_err(|e| ImportError::Invalid {
-                    source_name: source.to_string(),
-                    version,
-                    pointer: pointer.clone(),
-                    reason: e.to_string(),
-                })?;
+            let identity_host = value
+                .get("host")
+                .and_then(Value::as_u64)
+                .and_then(|h| usize::try_from(h).ok())
+                .unwrap_or(0);
+            let identity = hosts.get(identity_host).map(|h| Identities {
+                stored: identity_of(&value, h, Paths::Blank),
+                as_given: identity_of(&value, h, Paths::AsGiven),
+            });
+            let r: RunJson = serde_json::from_value(value).map_err(|e| ImportError::Invalid {
+                source_name: source.to_string(),
+                version,
+                pointer: pointer.clone(),
+                reason: e.to_string(),
+            })?;
             let h = r.host.unwrap_or(0);
-            let Some(host) = hosts.get(h) else {
+            let (Some(identity), true) = (identity, h < hosts.len()) else {
                 return Err(inconsistent(format!(
                     "{pointer}/host is {h}, but experiment.hosts has {} host(s)",
                     hosts.len()
                 )));
             };
-            let identity = run_identity(value, host);
             let record = run_record(&v.name, r)
                 .map_err(|reason| inconsistent(format!("{pointer}: {reason}")))?;
+            check_run(&record, &pointer).map_err(|(pointer, value, why)| {
+                ImportError::OutOfRange {
+                    source_name: source.to_string(),
+                    pointer,
+                    value,
+                    why,
+                }
+            })?;
             runs.push((record, identity, h));
         }
     }
@@ -503,8 +770,10 @@ fn run_record(variant: &str, r: RunJson) -> Result<RunRecord, String> {
         verification,
         verification_detail: r.verification_detail,
         message: r.message,
-        stdout_path: PathBuf::from(r.stdout_path),
-        stderr_path: PathBuf::from(r.stderr_path),
+        // Paths of another machine: memtrial opens only files it made, never a path from
+        // a record (a report shows the tail of a failed run's output).
+        stdout_path: PathBuf::new(),
+        stderr_path: PathBuf::new(),
         cgroup: r.cgroup,
         load: r.load,
         inside: r.inside,
@@ -531,11 +800,41 @@ pub fn import(
     }
     let parsed: Vec<Parsed> = records
         .iter()
-        .map(|(name, text)| parse(name, text))
+        .map(|(name, text)| parse(name, text.clone()))
         .collect::<Result<_, _>>()?;
+    import_parsed(store, parsed)
+}
+
+/// Records read and checked, not yet written: see [`read_files`] and [`import_records`].
+pub struct Records(Vec<Parsed>);
+
+/// Reads the record files at `paths`, each (at most [`MAX_RECORD_BYTES`]) read, checked and
+/// typed in turn, its text dropped before the next is read. Nothing is written.
+pub fn read_files(paths: &[std::path::PathBuf]) -> Result<Records, ImportError> {
+    if paths.is_empty() {
+        return Err(ImportError::Nothing);
+    }
+    let mut parsed = Vec::with_capacity(paths.len());
+    for p in paths {
+        let (name, text) = read_record(p)?;
+        parsed.push(parse(&name, text)?);
+    }
+    Ok(Records(parsed))
+}
+
+/// Imports records read by [`read_files`]: all of them or none, in one transaction.
+pub fn import_records(
+    store: &mut Store,
+    records: Records,
+) -> Result<Vec<FileOutcome>, ImportError> {
+    import_parsed(store, records.0)
+}
+
+/// Writes parsed records in one transaction.
+fn import_parsed(store: &mut Store, parsed: Vec<Parsed>) -> Result<Vec<FileOutcome>, ImportError> {
     let path = store.path.clone();
     let err = super::sqlite_err(&path);
-    let tx = store.conn.transaction().map_err(err)?;
+    let tx = super::immediate(&mut store.conn).map_err(err)?;
     let out = parsed
         .into_iter()
         .map(|p| import_one(&tx, p))
@@ -621,9 +920,12 @@ fn experiment_for(
         &p.plan,
         &p.host,
         planned,
-        p.status,
-        &p.created_at,
-        p.finished_at.as_deref(),
+        super::Made {
+            status: p.status,
+            created_at: &p.created_at,
+            finished_at: p.finished_at.as_deref(),
+            origin: super::Origin::Imported,
+        },
     )?;
     for n in &p.notes {
         event(tx, id, "note", n)?;
@@ -666,8 +968,8 @@ fn add_runs(
     };
     for (record, identity, h) in &p.runs {
         let present: bool = tx.query_row(
-            "SELECT EXISTS (SELECT 1 FROM runs WHERE identity = ?1)",
-            [identity],
+            "SELECT EXISTS (SELECT 1 FROM runs WHERE identity IN (?1, ?2))",
+            [&identity.stored, &identity.as_given],
             |r| r.get(0),
         )?;
         if let Some(host) = p.hosts.get(*h) {
@@ -682,7 +984,7 @@ fn add_runs(
         let Some(hid) = host_ids.get(*h) else {
             continue;
         };
-        insert_run(tx, experiment, seq, record, *hid, identity)?;
+        insert_run(tx, experiment, seq, record, *hid, &identity.stored)?;
         seq = seq.saturating_add(1);
         added.new_runs += 1;
     }
@@ -923,6 +1225,149 @@ mod tests {
         assert_eq!((again[0].new_runs, again[0].present_runs), (0, 9));
         let v3 = import(&mut s, &one("new.json", record(&e))).unwrap();
         assert_eq!(v3[0].experiment, out[0].experiment);
+    }
+
+    fn refusal(s: &mut Store, v: &Value) -> String {
+        let e = import(s, &one("r.json", v.to_string())).unwrap_err();
+        assert!(s.list().unwrap().is_empty(), "{e}");
+        e.to_string()
+    }
+
+    /// Issue 19 item 7: a size of 2^64-1 imported, then every report of the experiment
+    /// failed on "stored figure is corrupt: -1". Numbers beyond the store's types, and
+    /// durations that are none, are refused naming the field and the record.
+    #[test]
+    fn numbers_outside_the_store_are_refused_by_name() {
+        let (_d, mut s) = store();
+        let good: Value = serde_json::from_str(&record(&fixture::experiment())).unwrap();
+        let cases: [(&str, Value, &str); 6] = [
+            (
+                "/variants/0/runs/1/peak_rss_bytes",
+                u64::MAX.into(),
+                "18446744073709551615",
+            ),
+            (
+                "/variants/1/runs/0/minor_faults",
+                (1u64 << 63).into(),
+                "beyond what the store holds",
+            ),
+            ("/variants/0/runs/0/wall_seconds", (-1.0).into(), "-1"),
+            (
+                "/variants/0/runs/0/samples/0/rss_bytes",
+                u64::MAX.into(),
+                "at most 9223372036854775807",
+            ),
+            (
+                "/variants/0/runs/0/samples/0/t_seconds",
+                (-0.5).into(),
+                "-0.5",
+            ),
+            (
+                "/experiment/hosts/0/memory_bytes",
+                u64::MAX.into(),
+                "beyond what the store holds",
+            ),
+        ];
+        for (pointer, value, want) in cases {
+            let mut v = good.clone();
+            let Some(slot) = v.pointer_mut(pointer) else {
+                panic!("no {pointer} in the fixture's record");
+            };
+            *slot = value;
+            let text = refusal(&mut s, &v);
+            assert!(text.starts_with("r.json: "), "{text}");
+            assert!(text.contains(pointer), "{pointer}: {text}");
+            assert!(text.contains(want), "{pointer}: {text}");
+        }
+        // The largest stored number imports and reads back.
+        let mut v = good.clone();
+        v["variants"][0]["runs"][1]["peak_rss_bytes"] = (i64::MAX as u64).into();
+        let out = import(&mut s, &one("max.json", v.to_string())).unwrap();
+        let e = s.load(out[0].experiment).unwrap();
+        assert!(e.runs.iter().any(|r| r.peak_rss_bytes == i64::MAX as u64));
+    }
+
+    /// A plan memtrial could not have made: a baseline that is no variant, two variants of
+    /// one name, an empty environment key, absurd repetitions.
+    #[test]
+    fn impossible_plans_are_refused_by_name() {
+        let (_d, mut s) = store();
+        let good: Value = serde_json::from_str(&record(&fixture::experiment())).unwrap();
+        let mut baseline = good.clone();
+        baseline["experiment"]["plan"]["baseline"] = "nope".into();
+        let text = refusal(&mut s, &baseline);
+        assert!(
+            text.contains("/experiment/plan/baseline is \"nope\", not one of its variants"),
+            "{text}"
+        );
+        let mut dup = good.clone();
+        let first = dup["experiment"]["plan"]["variants"][0]["name"].clone();
+        dup["experiment"]["plan"]["variants"][1]["name"] = first;
+        let text = refusal(&mut s, &dup);
+        assert!(text.contains("/experiment/plan/variants/1/name"), "{text}");
+        assert!(text.contains("unique"), "{text}");
+        let mut env = good.clone();
+        env["experiment"]["plan"]["variants"][1]["env"] = serde_json::json!([["", "1"]]);
+        let text = refusal(&mut s, &env);
+        assert!(text.contains("/experiment/plan/variants/1/env"), "{text}");
+        let mut runs = good.clone();
+        runs["experiment"]["plan"]["runs"] = 4_000_000_000u64.into();
+        let text = refusal(&mut s, &runs);
+        assert!(
+            text.contains("/experiment/plan/runs is 4000000000"),
+            "{text}"
+        );
+        // The v2 form names the record's own fields.
+        let mut v2: Value = serde_json::from_str(&as_v2(&good.to_string())).unwrap();
+        v2["baseline"] = "nope".into();
+        let text = refusal(&mut s, &v2);
+        assert!(text.contains("/baseline is \"nope\""), "{text}");
+    }
+
+    /// A record's output paths are another machine's: they are not stored, so nothing here
+    /// ever opens them (a report reads the tail of a failed run's output).
+    #[test]
+    fn output_paths_of_a_record_are_not_kept() {
+        let (_d, mut s) = store();
+        let mut v: Value = serde_json::from_str(&record(&fixture::experiment())).unwrap();
+        v["variants"][0]["runs"][0]["stderr_path"] = "/etc/shadow".into();
+        v["variants"][0]["runs"][0]["stdout_path"] = "/proc/self/environ".into();
+        let out = import(&mut s, &one("p.json", v.to_string())).unwrap();
+        let e = s.load(out[0].experiment).unwrap();
+        assert!(e
+            .runs
+            .iter()
+            .all(|r| r.stdout_path.as_os_str().is_empty() && r.stderr_path.as_os_str().is_empty()));
+        // The same record again is the same runs; so is the record this store writes of
+        // them (blank paths), imported back.
+        let again = import(&mut s, &one("p.json", v.to_string())).unwrap();
+        assert_eq!(again[0].new_runs, 0);
+        let back = import(&mut s, &one("back.json", record(&e))).unwrap();
+        assert_eq!((back[0].new_runs, back[0].present_runs), (0, e.runs.len()));
+    }
+
+    /// A record larger than the limit is refused naming it, before it is parsed.
+    #[test]
+    fn an_oversized_record_is_refused_naming_the_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("big.json");
+        let f = std::fs::File::create(&path).unwrap();
+        f.set_len(MAX_RECORD_BYTES + 1).unwrap();
+        let e = read_files(std::slice::from_ref(&path)).err().unwrap();
+        assert!(matches!(e, ImportError::TooLarge { .. }), "{e}");
+        assert!(e.to_string().contains("64 MiB"), "{e}");
+        let e = read_files(&["/dev/zero".into()]).err().unwrap();
+        assert!(matches!(e, ImportError::TooLarge { .. }), "{e}");
+        // At the limit it is read (and then is not JSON).
+        std::fs::File::create(&path)
+            .unwrap()
+            .set_len(MAX_RECORD_BYTES)
+            .unwrap();
+        let e = read_files(std::slice::from_ref(&path)).err().unwrap();
+        assert!(matches!(e, ImportError::NotJson { .. }), "{e}");
+        std::fs::write(&path, b"{\"a\": \"\xff\"}").unwrap();
+        let e = read_files(&[path]).err().unwrap();
+        assert!(matches!(e, ImportError::NotText { byte: 7, .. }), "{e}");
     }
 
     proptest::proptest! {

@@ -16,7 +16,7 @@ use crate::record::{
 };
 
 /// The schema version this build writes (SQLite `user_version`).
-pub const SCHEMA_VERSION: i64 = 8;
+pub const SCHEMA_VERSION: i64 = 9;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -153,6 +153,119 @@ ALTER TABLE runs ADD COLUMN identity TEXT;
 CREATE UNIQUE INDEX runs_by_identity ON runs(identity);
 "#;
 
+/// Schema 9: where each experiment came from (`origin`: made here by `run`, or made by
+/// `import` from another host's record), which process runs it (`owner_*`: PID, start
+/// time, boot: a SIGKILLed owner is seen gone), and the run slots claimed by running
+/// memtrials (`slot_claims`: two resumes never run the same slot). Experiments of a v8
+/// store that an import touched count as imported: resuming one asks for confirmation,
+/// and their runs' output paths (possibly another machine's, named by a record) are
+/// blanked, since memtrial opens only files it made.
+const V9_STEP: &str = r#"
+ALTER TABLE experiments ADD COLUMN origin TEXT NOT NULL DEFAULT 'local';
+ALTER TABLE experiments ADD COLUMN owner_pid INTEGER;
+ALTER TABLE experiments ADD COLUMN owner_start INTEGER;
+ALTER TABLE experiments ADD COLUMN owner_boot TEXT;
+CREATE TABLE slot_claims (
+    experiment_id INTEGER NOT NULL REFERENCES experiments(id),
+    seq INTEGER NOT NULL,
+    owner_pid INTEGER NOT NULL,
+    owner_start INTEGER NOT NULL,
+    owner_boot TEXT NOT NULL,
+    PRIMARY KEY (experiment_id, seq)
+);
+UPDATE experiments SET origin = 'imported'
+    WHERE id IN (SELECT experiment_id FROM events WHERE kind = 'imported');
+UPDATE runs SET stdout_path = '', stderr_path = ''
+    WHERE experiment_id IN (SELECT id FROM experiments WHERE origin = 'imported');
+"#;
+
+/// Where an experiment came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// Made by `memtrial run` with this store.
+    Local,
+    /// Made by `memtrial import` from another host's record: its plan is data, never a
+    /// command to run here unconfirmed.
+    Imported,
+}
+
+impl Origin {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Origin::Local => "local",
+            Origin::Imported => "imported",
+        }
+    }
+    fn parse(s: &str) -> Option<Origin> {
+        match s {
+            "local" => Some(Origin::Local),
+            "imported" => Some(Origin::Imported),
+            _ => None,
+        }
+    }
+}
+
+/// A process that runs an experiment or holds a slot: PID, start time (clock ticks since
+/// boot, field 22 of `/proc/PID/stat`) and the boot's id — one process for good, as the
+/// cgroup names do it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Owner {
+    pub pid: i64,
+    pub start: i64,
+    pub boot: String,
+}
+
+fn boot_id() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+impl Owner {
+    /// This process.
+    pub fn me() -> Owner {
+        static ME: std::sync::OnceLock<Owner> = std::sync::OnceLock::new();
+        ME.get_or_init(|| {
+            let pid = std::process::id() as i32;
+            Owner {
+                pid: i64::from(pid),
+                start: crate::linux::proc::read_stat(pid)
+                    .ok()
+                    .and_then(|s| i64::try_from(s.starttime_ticks).ok())
+                    .unwrap_or(0),
+                boot: boot_id(),
+            }
+        })
+        .clone()
+    }
+
+    /// Still running: the same boot, a live PID with the recorded start time. An owner
+    /// of another boot (this machine restarted since) is gone.
+    pub fn alive(&self) -> bool {
+        if self.boot != Owner::me().boot || self.boot.is_empty() {
+            return false;
+        }
+        let Ok(pid) = i32::try_from(self.pid) else {
+            return false;
+        };
+        match crate::linux::proc::read_stat(pid) {
+            Ok(st) => i64::try_from(st.starttime_ticks).ok() == Some(self.start),
+            Err(_) => false,
+        }
+    }
+}
+
+/// What a claim of a run slot found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Claim {
+    /// The slot is this process's to run now.
+    Taken,
+    /// A run of the slot is already stored.
+    Done,
+    /// Another live memtrial runs it.
+    Busy,
+}
+
 /// The host's row (added if new); its id.
 fn host_id(tx: &Connection, h: &HostInfo) -> rusqlite::Result<i64> {
     let identity = h.identity();
@@ -180,6 +293,16 @@ fn host_id(tx: &Connection, h: &HostInfo) -> rusqlite::Result<i64> {
         [&identity],
         |r| r.get(0),
     )
+}
+
+/// Records this process as the one running `experiment`.
+fn set_owner(tx: &Connection, experiment: i64) -> rusqlite::Result<()> {
+    let me = Owner::me();
+    tx.execute(
+        "UPDATE experiments SET owner_pid = ?2, owner_start = ?3, owner_boot = ?4 WHERE id = ?1",
+        params![experiment, me.pid, me.start, me.boot],
+    )?;
+    Ok(())
 }
 
 /// `host`, or the experiment's own host when that is this machine recorded before its
@@ -210,16 +333,28 @@ fn same_host_as_recorded(
     })
 }
 
+/// How a new experiment row comes to be: its status and times, and where it came from.
+struct Made<'a> {
+    status: ExperimentStatus,
+    created_at: &'a str,
+    finished_at: Option<&'a str>,
+    origin: Origin,
+}
+
 /// Inserts an experiment and its variants; its id.
 fn insert_experiment(
     tx: &Connection,
     plan: &Plan,
     host: &HostInfo,
     runs_planned: usize,
-    status: ExperimentStatus,
-    created_at: &str,
-    finished_at: Option<&str>,
+    made: Made<'_>,
 ) -> rusqlite::Result<i64> {
+    let Made {
+        status,
+        created_at,
+        finished_at,
+        origin,
+    } = made;
     let json = |v: Result<String, serde_json::Error>| {
         v.map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))
     };
@@ -228,8 +363,8 @@ fn insert_experiment(
     let command_json = json(serde_json::to_string(&plan.command))?;
     tx.execute(
         "INSERT INTO experiments (created_at, finished_at, status, command_json, plan_json, host_json,
-            runs_planned, fingerprint)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            runs_planned, fingerprint, origin)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
         params![
             created_at,
             finished_at,
@@ -238,7 +373,8 @@ fn insert_experiment(
             plan_json,
             host_json,
             runs_planned as i64,
-            plan.fingerprint()
+            plan.fingerprint(),
+            origin.as_str(),
         ],
     )?;
     let id = tx.last_insert_rowid();
@@ -399,6 +535,17 @@ fn sqlite_err(path: &Path) -> impl Fn(rusqlite::Error) -> StoreError + Copy + '_
     }
 }
 
+/// A write transaction that takes the write lock at its start (`BEGIN IMMEDIATE`),
+/// waiting up to the busy timeout for it. A deferred one takes it at its first write, and
+/// SQLite answers a reader that wants to write while another writes with "database is
+/// locked" at once, whatever the timeout. Every write transaction of the store is one.
+fn immediate(conn: &mut Connection) -> rusqlite::Result<rusqlite::Transaction<'_>> {
+    conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+}
+
+/// How long a writer waits for another's write lock before giving up.
+const BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
 fn now() -> String {
     humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
 }
@@ -460,65 +607,81 @@ impl Store {
         }
     }
 
+    /// Brings the schema up to [`SCHEMA_VERSION`]. The version is read under the write
+    /// lock (`BEGIN IMMEDIATE`), so memtrials opening one new or old database at once
+    /// create or migrate it once: the others wait, then find it done.
     fn migrate(&self) -> Result<(), StoreError> {
         self.conn
-            .busy_timeout(std::time::Duration::from_secs(10))
+            .busy_timeout(BUSY_TIMEOUT)
             .map_err(|e| self.err(e))?;
-        let version: i64 = self
-            .conn
-            .query_row("PRAGMA user_version", [], |r| r.get(0))
-            .map_err(|e| self.err(e))?;
+        let read_version = || -> Result<i64, StoreError> {
+            self.conn
+                .query_row("PRAGMA user_version", [], |r| r.get(0))
+                .map_err(|e| self.err(e))
+        };
+        let version = read_version()?;
         if version > SCHEMA_VERSION {
             return Err(StoreError::NewerSchema {
                 path: self.path.clone(),
                 found: version,
             });
         }
+        if version == SCHEMA_VERSION {
+            return Ok(());
+        }
+        self.conn
+            .execute_batch("BEGIN IMMEDIATE;")
+            .map_err(|e| self.err(e))?;
+        // An error leaves the transaction open: dropping the connection rolls it back.
+        let version = read_version()?;
         if version == 0 {
             let batch = format!(
-                "BEGIN; {SCHEMA} {V8_STEP} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
+                "{SCHEMA} {V8_STEP} {V9_STEP} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
             );
             self.conn.execute_batch(&batch).map_err(|e| self.err(e))?;
-        } else {
-            // v2: the kernel's cgroup figures per run; v3: a server trial's load figures;
-            // v4: the inside view (allocator and runtime probes); v5: a worker's driven
-            // phase and its driver's figures; v6: the tree's peak USS (a column of its own
-            // beside peak_pss_bytes: a figure, not a probe's view); v7: a variant's own
-            // program or command; v8: hosts, fingerprints, run identities (see V8_STEP).
-            let mut steps = String::from("BEGIN;");
-            if version < 2 {
-                steps.push_str(" ALTER TABLE runs ADD COLUMN cgroup_json TEXT;");
-            }
-            if version < 3 {
-                steps.push_str(" ALTER TABLE runs ADD COLUMN load_json TEXT;");
-            }
-            if version < 4 {
-                steps.push_str(" ALTER TABLE runs ADD COLUMN inside_json TEXT;");
-            }
-            if version < 5 {
-                steps.push_str(" ALTER TABLE runs ADD COLUMN driver_json TEXT;");
-            }
-            if version < 6 {
-                steps.push_str(" ALTER TABLE runs ADD COLUMN peak_uss_bytes INTEGER;");
-                steps.push_str(" ALTER TABLE samples ADD COLUMN uss_bytes INTEGER;");
-            }
-            if version < 7 {
-                steps.push_str(" ALTER TABLE variants ADD COLUMN program_json TEXT;");
-            }
+            return Ok(());
+        }
+        // v2: the kernel's cgroup figures per run; v3: a server trial's load figures;
+        // v4: the inside view (allocator and runtime probes); v5: a worker's driven
+        // phase and its driver's figures; v6: the tree's peak USS (a column of its own
+        // beside peak_pss_bytes: a figure, not a probe's view); v7: a variant's own
+        // program or command; v8: hosts, fingerprints, run identities (see V8_STEP);
+        // v9: origins, owners, slot claims (see V9_STEP).
+        let mut steps = String::new();
+        if version < 2 {
+            steps.push_str(" ALTER TABLE runs ADD COLUMN cgroup_json TEXT;");
+        }
+        if version < 3 {
+            steps.push_str(" ALTER TABLE runs ADD COLUMN load_json TEXT;");
+        }
+        if version < 4 {
+            steps.push_str(" ALTER TABLE runs ADD COLUMN inside_json TEXT;");
+        }
+        if version < 5 {
+            steps.push_str(" ALTER TABLE runs ADD COLUMN driver_json TEXT;");
+        }
+        if version < 6 {
+            steps.push_str(" ALTER TABLE runs ADD COLUMN peak_uss_bytes INTEGER;");
+            steps.push_str(" ALTER TABLE samples ADD COLUMN uss_bytes INTEGER;");
+        }
+        if version < 7 {
+            steps.push_str(" ALTER TABLE variants ADD COLUMN program_json TEXT;");
+        }
+        if version < 8 {
+            steps.push_str(V8_STEP);
+        }
+        if version < 9 {
+            steps.push_str(V9_STEP);
+        }
+        if version < SCHEMA_VERSION {
+            self.conn.execute_batch(&steps).map_err(|e| self.err(e))?;
             if version < 8 {
-                steps.push_str(V8_STEP);
-            }
-            if version < SCHEMA_VERSION {
-                self.conn.execute_batch(&steps).map_err(|e| self.err(e))?;
-                // An error leaves the transaction open: closing the connection rolls it back.
-                if version < 8 {
-                    backfill_v8(&self.conn).map_err(|e| self.err(e))?;
-                }
-                self.conn
-                    .execute_batch(&format!("PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"))
-                    .map_err(|e| self.err(e))?;
+                backfill_v8(&self.conn).map_err(|e| self.err(e))?;
             }
         }
+        self.conn
+            .execute_batch(&format!("PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"))
+            .map_err(|e| self.err(e))?;
         Ok(())
     }
 
@@ -530,17 +693,21 @@ impl Store {
         runs_planned: usize,
     ) -> Result<i64, StoreError> {
         let err = sqlite_err(&self.path);
-        let tx = self.conn.transaction().map_err(err)?;
+        let tx = immediate(&mut self.conn).map_err(err)?;
         let id = insert_experiment(
             &tx,
             plan,
             host,
             runs_planned,
-            ExperimentStatus::Running,
-            &now(),
-            None,
+            Made {
+                status: ExperimentStatus::Running,
+                created_at: &now(),
+                finished_at: None,
+                origin: Origin::Local,
+            },
         )
         .map_err(err)?;
+        set_owner(&tx, id).map_err(err)?;
         tx.commit().map_err(err)?;
         Ok(id)
     }
@@ -554,20 +721,180 @@ impl Store {
         host: &HostInfo,
     ) -> Result<i64, StoreError> {
         let err = sqlite_err(&self.path);
-        let tx = self.conn.transaction().map_err(err)?;
+        let tx = immediate(&mut self.conn).map_err(err)?;
         let host = &same_host_as_recorded(&tx, experiment, host).map_err(err)?;
         let identity = import::run_identity(&crate::report::json::run_value(r), host);
         let h = host_id(&tx, host).map_err(err)?;
         let run_id = insert_run(&tx, experiment, seq, r, h, &identity).map_err(err)?;
+        // The slot is stored: its claim ends with it.
+        tx.execute(
+            "DELETE FROM slot_claims WHERE experiment_id = ?1 AND seq = ?2",
+            params![experiment, seq],
+        )
+        .map_err(err)?;
         tx.commit().map_err(err)?;
         Ok(run_id)
+    }
+
+    /// Claims the run slot `seq` of `experiment` for this process, atomically: a slot
+    /// whose run is stored (not interrupted) is [`Claim::Done`]; one claimed by another
+    /// live memtrial is [`Claim::Busy`]; otherwise its interrupted run, if any, is deleted
+    /// and the slot is this process's until its run is stored.
+    pub fn claim_slot(&mut self, experiment: i64, seq: u32) -> Result<Claim, StoreError> {
+        let err = sqlite_err(&self.path);
+        let me = Owner::me();
+        let tx = immediate(&mut self.conn).map_err(err)?;
+        let done: bool = tx
+            .query_row(
+                "SELECT EXISTS (SELECT 1 FROM runs WHERE experiment_id = ?1 AND seq = ?2
+                    AND status != 'interrupted')",
+                params![experiment, seq],
+                |r| r.get(0),
+            )
+            .map_err(err)?;
+        if done {
+            return Ok(Claim::Done);
+        }
+        let holder: Option<Owner> = tx
+            .query_row(
+                "SELECT owner_pid, owner_start, owner_boot FROM slot_claims
+                 WHERE experiment_id = ?1 AND seq = ?2",
+                params![experiment, seq],
+                |r| {
+                    Ok(Some(Owner {
+                        pid: r.get(0)?,
+                        start: r.get(1)?,
+                        boot: r.get(2)?,
+                    }))
+                },
+            )
+            .or_else(|e| match e {
+                rusqlite::Error::QueryReturnedNoRows => Ok(None),
+                e => Err(e),
+            })
+            .map_err(err)?;
+        if let Some(h) = holder {
+            if h != me && h.alive() {
+                return Ok(Claim::Busy);
+            }
+        }
+        tx.execute(
+            "DELETE FROM samples WHERE run_id IN (SELECT id FROM runs
+                WHERE experiment_id = ?1 AND seq = ?2 AND status = 'interrupted')",
+            params![experiment, seq],
+        )
+        .map_err(err)?;
+        tx.execute(
+            "DELETE FROM runs WHERE experiment_id = ?1 AND seq = ?2 AND status = 'interrupted'",
+            params![experiment, seq],
+        )
+        .map_err(err)?;
+        tx.execute(
+            "INSERT OR REPLACE INTO slot_claims (experiment_id, seq, owner_pid, owner_start, owner_boot)
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![experiment, seq, me.pid, me.start, me.boot],
+        )
+        .map_err(err)?;
+        tx.commit().map_err(err)?;
+        Ok(Claim::Taken)
+    }
+
+    /// Of `seqs`, the slots with no stored run yet (an interrupted one does not count).
+    pub fn missing_slots(&self, experiment: i64, seqs: &[u32]) -> Result<Vec<u32>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT DISTINCT seq FROM runs WHERE experiment_id = ?1 AND status != 'interrupted'",
+            )
+            .map_err(|e| self.err(e))?;
+        let done: std::collections::HashSet<u32> = stmt
+            .query_map([experiment], |r| r.get(0))
+            .map_err(|e| self.err(e))?
+            .collect::<rusqlite::Result<_>>()
+            .map_err(|e| self.err(e))?;
+        Ok(seqs.iter().copied().filter(|s| !done.contains(s)).collect())
+    }
+
+    /// Whether a memtrial other than this one still runs `experiment`: its owner, or a
+    /// holder of one of its slots, is alive.
+    pub fn run_elsewhere(&self, experiment: i64) -> Result<bool, StoreError> {
+        let me = Owner::me();
+        Ok(self
+            .holders(experiment)?
+            .into_iter()
+            .any(|o| o != me && o.alive()))
+    }
+
+    /// Whether any memtrial (this one included) still runs `experiment`. An experiment
+    /// stored before owners were recorded counts as running, as it was shown before.
+    fn still_running(&self, experiment: i64) -> Result<bool, StoreError> {
+        let owners = self.holders(experiment)?;
+        Ok(owners.is_empty() || owners.iter().any(Owner::alive))
+    }
+
+    /// The experiment's owner and the holders of its slot claims.
+    fn holders(&self, experiment: i64) -> Result<Vec<Owner>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT owner_pid, owner_start, owner_boot FROM experiments
+                    WHERE id = ?1 AND owner_pid IS NOT NULL
+                 UNION
+                 SELECT owner_pid, owner_start, owner_boot FROM slot_claims WHERE experiment_id = ?1",
+            )
+            .map_err(|e| self.err(e))?;
+        let owners = stmt
+            .query_map([experiment], |r| {
+                Ok(Owner {
+                    pid: r.get(0)?,
+                    start: r.get::<_, Option<i64>>(1)?.unwrap_or(0),
+                    boot: r.get::<_, Option<String>>(2)?.unwrap_or_default(),
+                })
+            })
+            .map_err(|e| self.err(e))?
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(|e| self.err(e))?;
+        Ok(owners)
+    }
+
+    /// Where the experiment came from.
+    pub fn origin(&self, experiment: i64) -> Result<Origin, StoreError> {
+        let text: String = self
+            .conn
+            .query_row(
+                "SELECT origin FROM experiments WHERE id = ?1",
+                [experiment],
+                |r| r.get(0),
+            )
+            .map_err(|e| match e {
+                rusqlite::Error::QueryReturnedNoRows => StoreError::NoSuchExperiment {
+                    path: self.path.clone(),
+                    id: experiment,
+                },
+                e => self.err(e),
+            })?;
+        Origin::parse(&text)
+            .ok_or_else(|| self.corrupt("experiment origin", format!("unknown value {text:?}")))
+    }
+
+    /// The newest experiment made by `memtrial run` with this store on the host named
+    /// `hostname`: what `run --resume` without an id resumes. Imported experiments never are.
+    pub fn latest_local_id(&self, hostname: &str) -> Result<Option<i64>, StoreError> {
+        self.conn
+            .query_row(
+                "SELECT max(id) FROM experiments WHERE origin = 'local'
+                    AND json_extract(host_json, '$.hostname') = ?1",
+                [hostname],
+                |r| r.get(0),
+            )
+            .map_err(|e| self.err(e))
     }
 
     /// Deletes the runs recorded as interrupted (and their samples), before a resume
     /// runs their slots again. Returns how many were deleted.
     pub fn delete_interrupted(&mut self, experiment: i64) -> Result<usize, StoreError> {
         let err = sqlite_err(&self.path);
-        let tx = self.conn.transaction().map_err(err)?;
+        let tx = immediate(&mut self.conn).map_err(err)?;
         tx.execute(
             "DELETE FROM samples WHERE run_id IN
                 (SELECT id FROM runs WHERE experiment_id = ?1 AND status = 'interrupted')",
@@ -585,6 +912,7 @@ impl Store {
             [experiment],
         )
         .map_err(err)?;
+        set_owner(&tx, experiment).map_err(err)?;
         tx.commit().map_err(err)?;
         Ok(n)
     }
@@ -684,10 +1012,18 @@ impl Store {
         while let Some(r) = rows.next().map_err(|e| self.err(e))? {
             let command_json: String = self.get(r, "command_json")?;
             let variants: Option<String> = self.get(r, "variant_names")?;
+            let id: i64 = self.get(r, "id")?;
+            let mut status =
+                self.parsed(r, "status", "experiment status", ExperimentStatus::parse)?;
+            // A memtrial killed (SIGKILL, a crash, a reboot) could not mark its experiment:
+            // "running" with no live owner and no live slot holder is interrupted.
+            if status == ExperimentStatus::Running && !self.still_running(id)? {
+                status = ExperimentStatus::Interrupted;
+            }
             out.push(ExperimentSummary {
-                id: self.get(r, "id")?,
+                id,
                 created_at: self.get(r, "created_at")?,
-                status: self.parsed(r, "status", "experiment status", ExperimentStatus::parse)?,
+                status,
                 command: serde_json::from_str(&command_json)
                     .map_err(|e| self.corrupt("command", e))?,
                 variants: variants
@@ -1177,7 +1513,7 @@ mod tests {
             .conn
             .query_row("PRAGMA user_version", [], |r| r.get(0))
             .unwrap();
-        assert_eq!(version, 8);
+        assert_eq!(version, SCHEMA_VERSION);
         assert_eq!(
             s.find_by_fingerprint(&plan().fingerprint()).unwrap(),
             Some(1)
@@ -1201,6 +1537,123 @@ mod tests {
         assert_eq!(e.hosts, vec![host, other]);
         assert_eq!(e.run_hosts, vec![0, 1, 0]);
         assert!(e.several_hosts());
+    }
+
+    /// A v8 database gains origins, owners and slot claims: its experiments are local,
+    /// except those an import touched (resumed only when confirmed); they list, load and
+    /// take new runs as before.
+    #[test]
+    fn v8_database_is_migrated_to_9() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("v8.db");
+        {
+            let c = Connection::open(&path).unwrap();
+            c.execute_batch(&format!("{SCHEMA} {V8_STEP} PRAGMA user_version = 8;"))
+                .unwrap();
+            for _ in 0..2 {
+                c.execute(
+                    "INSERT INTO experiments (created_at, status, command_json, plan_json, host_json,
+                        runs_planned, fingerprint)
+                     VALUES ('2026-01-01T00:00:00Z', 'running', '[\"true\"]', ?1, ?2, 2, 'f')",
+                    params![
+                        serde_json::to_string(&plan()).unwrap(),
+                        serde_json::to_string(&HostInfo::detect()).unwrap()
+                    ],
+                )
+                .unwrap();
+            }
+            c.execute(
+                "INSERT INTO events (experiment_id, at, kind, message)
+                 VALUES (2, 'now', 'imported', 'imported from x.json')",
+                [],
+            )
+            .unwrap();
+            c.execute(
+                "INSERT INTO runs (experiment_id, seq, variant, block, warmup, started_at, status,
+                    wall_seconds, cpu_user_seconds, cpu_sys_seconds, peak_rss_bytes, peak_rss_source,
+                    mean_rss_bytes, final_rss_bytes, peak_pss_bytes, peak_vsz_bytes, threads_peak,
+                    minor_faults, major_faults, processes_seen, allocator_detected, verification,
+                    verification_detail, stdout_path, stderr_path)
+                 VALUES (2, 9, 'glibc', 0, 0, 'now', 'failed', 1.0, 0.5, 0.1, 100, 'wait4_maxrss',
+                    50, 40, 90, 200, 1, 0, 0, 1, 'glibc', 'nothing_to_verify', '',
+                    '/proc/self/environ', '/etc/shadow')",
+                [],
+            )
+            .unwrap();
+        }
+        let mut s = Store::open(&path).unwrap();
+        let version: i64 = s
+            .conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(version, 9);
+        assert_eq!(s.origin(1).unwrap(), Origin::Local);
+        assert_eq!(s.origin(2).unwrap(), Origin::Imported);
+        let host = HostInfo::detect();
+        assert_eq!(s.latest_local_id(&host.hostname).unwrap(), Some(1));
+        // No owner was recorded: still listed as running, as before.
+        assert!(s
+            .list()
+            .unwrap()
+            .iter()
+            .all(|e| e.status == ExperimentStatus::Running));
+        assert_eq!(s.claim_slot(1, 0).unwrap(), Claim::Taken);
+        s.add_run(1, 0, &run(), &host).unwrap();
+        assert_eq!(s.claim_slot(1, 0).unwrap(), Claim::Done);
+        assert_eq!(s.missing_slots(1, &[0, 1]).unwrap(), vec![1]);
+        assert_eq!(s.load(1).unwrap().runs, vec![run()]);
+        // The imported run keeps no path a record named.
+        let imported = s.load(2).unwrap();
+        assert_eq!(imported.runs[0].stderr_path, PathBuf::new());
+        assert_eq!(imported.runs[0].stdout_path, PathBuf::new());
+        // Opening it again changes nothing.
+        drop(s);
+        let s = Store::open(&path).unwrap();
+        assert_eq!(s.origin(2).unwrap(), Origin::Imported);
+    }
+
+    /// A slot held by a live memtrial is busy; one held by a process that is gone is free.
+    #[test]
+    fn slot_claims_respect_live_holders_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Store::open(&dir.path().join("m.db")).unwrap();
+        let host = HostInfo::detect();
+        let id = s.create_experiment(&plan(), &host, 3).unwrap();
+        // PID 1 is alive, with its own start time.
+        let init = crate::linux::proc::read_stat(1).unwrap().starttime_ticks as i64;
+        let me = Owner::me();
+        for (seq, pid, start) in [(0, 1, init), (1, 1, init + 1), (2, i64::from(i32::MAX), 5)] {
+            s.conn
+                .execute(
+                    "INSERT INTO slot_claims VALUES (?1, ?2, ?3, ?4, ?5)",
+                    params![id, seq, pid, start, me.boot],
+                )
+                .unwrap();
+        }
+        assert_eq!(s.claim_slot(id, 0).unwrap(), Claim::Busy);
+        assert_eq!(s.claim_slot(id, 1).unwrap(), Claim::Taken);
+        assert_eq!(s.claim_slot(id, 2).unwrap(), Claim::Taken);
+        // Its own claim again: still its own.
+        assert_eq!(s.claim_slot(id, 2).unwrap(), Claim::Taken);
+        assert!(s.run_elsewhere(id).unwrap());
+    }
+
+    /// A running experiment whose owner is gone (SIGKILL) lists as interrupted.
+    #[test]
+    fn an_experiment_whose_owner_is_gone_lists_as_interrupted() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Store::open(&dir.path().join("m.db")).unwrap();
+        let id = s
+            .create_experiment(&plan(), &HostInfo::detect(), 1)
+            .unwrap();
+        assert_eq!(s.list().unwrap()[0].status, ExperimentStatus::Running);
+        s.conn
+            .execute(
+                "UPDATE experiments SET owner_pid = ?2 WHERE id = ?1",
+                params![id, i64::from(i32::MAX)],
+            )
+            .unwrap();
+        assert_eq!(s.list().unwrap()[0].status, ExperimentStatus::Interrupted);
     }
 
     #[test]

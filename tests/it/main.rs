@@ -22,5 +22,6 @@ mod ruby_probe;
 mod run;
 mod sandbox;
 mod server;
+mod store_trust;
 mod trust;
 mod worker;

@@ -380,6 +380,93 @@ proptest! {
     }
 }
 
+/// A real record: the first experiment of the committed v3 database, as `--json` writes it.
+fn a_record() -> serde_json::Value {
+    static RECORD: std::sync::OnceLock<serde_json::Value> = std::sync::OnceLock::new();
+    RECORD
+        .get_or_init(|| {
+            let dir = tempfile::tempdir().unwrap();
+            let db = dir.path().join("v3.db");
+            std::fs::copy(root().join("tests/fixtures/db/v3.db"), &db).unwrap();
+            let store = memtrial::store::Store::open_existing(&db).unwrap();
+            let e = store.load(1).unwrap();
+            let text = memtrial::report::json::render(&e, &memtrial::analysis::analyse(&e));
+            serde_json::from_str(&text).unwrap()
+        })
+        .clone()
+}
+
+/// Strings a hostile record may carry: line breaks, escape sequences, shell and SQL.
+fn hostile_string() -> impl Strategy<Value = String> {
+    prop_oneof![
+        token_text(),
+        Just("node-b\nimported 9 runs: all good".to_string()),
+        Just("\u{1b}[31mred\u{1b}]0;title\u{7}".to_string()),
+        Just("$(touch /tmp/memtrial-pwned)`id`".to_string()),
+        Just("x'; DROP TABLE runs; --".to_string()),
+        Just("\u{202e}evil".to_string()),
+        any_text(),
+    ]
+}
+
+/// Sizes a hostile record may carry: around the store's limit and the extremes.
+fn hostile_size() -> impl Strategy<Value = u64> {
+    prop_oneof![
+        Just(0u64),
+        Just(i64::MAX as u64),
+        Just(i64::MAX as u64 + 1),
+        Just(u64::MAX),
+        any::<u64>(),
+        0u64..(1 << 40),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: config().cases.min(64), ..config() })]
+
+    /// A real record with hostile strings (hostname, variant name, a note, a run's message)
+    /// and sizes (a peak, a sample): import never panics; it refuses every size the store
+    /// cannot hold, naming it; whatever it imports loads, analyses and renders again.
+    #[test]
+    fn records_with_hostile_strings_and_sizes(
+        host in hostile_string(),
+        message in hostile_string(),
+        note in hostile_string(),
+        peak in hostile_size(),
+        rss in hostile_size(),
+    ) {
+        let mut rec = a_record();
+        rec["experiment"]["hosts"][0]["hostname"] = host.clone().into();
+        rec["notes"] = serde_json::json!([note]);
+        let run = &mut rec["variants"][0]["runs"][0];
+        run["message"] = message.into();
+        run["peak_rss_bytes"] = peak.into();
+        if let Some(s) = run["samples"].get_mut(0) {
+            s["rss_bytes"] = rss.into();
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = memtrial::store::Store::open(&dir.path().join("p.db")).unwrap();
+        let r = memtrial::store::import::import(&mut store, &[("p.json".into(), rec.to_string())]);
+        let too_big = peak > i64::MAX as u64 || rss > i64::MAX as u64;
+        match r {
+            Ok(out) => {
+                prop_assert!(!too_big, "imported a size beyond the store: {peak} {rss}");
+                let e = store.load(out[0].experiment).unwrap();
+                let text = memtrial::report::json::render(&e, &memtrial::analysis::analyse(&e));
+                prop_assert!(serde_json::from_str::<serde_json::Value>(&text).is_ok());
+                prop_assert!(store.list().is_ok());
+            }
+            Err(e) => {
+                prop_assert!(store.list().unwrap().is_empty());
+                if too_big {
+                    let text = e.to_string();
+                    prop_assert!(text.contains("beyond what the store holds"), "{}", text);
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn huge_cpu_ranges_are_refused_not_allocated() {
     let e = memtrial::linux::cgroup::parse_cpu_list("0-4294967295").unwrap_err();

@@ -1,0 +1,476 @@
+//! The store's trust boundaries (issue 19): imported records are data, never commands;
+//! concurrent writers lose and duplicate nothing; numbers and sizes from outside are
+//! bounded and refused by name.
+
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+
+use serde_json::Value;
+
+use crate::common::*;
+
+fn cmd(dir: &Path, args: &[&str]) -> Command {
+    let mut c = Command::new(memtrial());
+    c.args(args)
+        .current_dir(dir)
+        .env("NO_COLOR", "1")
+        .env_remove("MEMTRIAL_HOST");
+    c
+}
+
+fn out(dir: &Path, args: &[&str]) -> Output {
+    cmd(dir, args).output().expect("run memtrial")
+}
+
+fn spawn(dir: &Path, args: &[&str]) -> Child {
+    cmd(dir, args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start memtrial")
+}
+
+fn ok(o: &Output, what: &str) -> String {
+    assert!(
+        o.status.success(),
+        "{what}: {}\n{}\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// A short real record (`--runs 2`, glibc and arena2, `/bin/true`) written by another
+/// host (`MEMTRIAL_HOST`), as JSON.
+fn record_of_another_host(dir: &Path) -> Value {
+    let o = cmd(
+        dir,
+        &[
+            "run",
+            "--db",
+            "other.db",
+            "--json",
+            "other.json",
+            "--variants",
+            "glibc,arena2",
+            "--runs",
+            "2",
+            "--seed",
+            "3",
+            "--no-probes",
+            "--quiet",
+            "--",
+            "/bin/true",
+        ],
+    )
+    .env("MEMTRIAL_HOST", "node-b")
+    .output()
+    .expect("run memtrial");
+    ok(&o, "the other host's run");
+    let text = std::fs::read_to_string(dir.join("other.json")).expect("record");
+    serde_json::from_str(&text).expect("JSON")
+}
+
+/// The record made hostile: interrupted, half its runs gone, and a command that would
+/// leave `marker` behind if it ever ran here.
+fn hostile(mut rec: Value, marker: &Path) -> Value {
+    let command: Vec<Value> = ["/bin/sh", "-c", &format!("touch {}", marker.display())]
+        .iter()
+        .map(|s| Value::from(*s))
+        .collect();
+    rec["experiment"]["status"] = "interrupted".into();
+    rec["experiment"]["command"] = Value::Array(command.clone());
+    rec["experiment"]["plan"]["command"] = Value::Array(command);
+    rec["experiment"]["plan"]["program"] = "/bin/sh".into();
+    rec["experiment"]["plan"]["workdir"] = "/".into();
+    for v in rec["variants"].as_array_mut().expect("variants") {
+        v["runs"].as_array_mut().expect("runs").truncate(1);
+    }
+    rec
+}
+
+/// Item 2: an imported interrupted experiment with a hostile command is never run by a
+/// plain `run --resume`, nor by naming it without the confirmation; it runs only when
+/// named and its command is repeated, and then its runs stay apart by host.
+#[test]
+fn an_imported_experiment_runs_nothing_unless_named_and_confirmed() {
+    if need_cgroups().is_none() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let marker = dir.join("marker");
+    let rec = hostile(record_of_another_host(dir), &marker);
+    std::fs::write(dir.join("evil.json"), rec.to_string()).unwrap();
+
+    // A store with one local experiment, interrupted by nothing (complete), then the import.
+    ok(
+        &out(
+            dir,
+            &[
+                "run",
+                "--variants",
+                "glibc",
+                "--runs",
+                "1",
+                "--no-probes",
+                "--quiet",
+                "--",
+                "/bin/true",
+            ],
+        ),
+        "local run",
+    );
+    let imported = ok(&out(dir, &["import", "evil.json"]), "import");
+    assert!(imported.contains("new experiment 2"), "{imported}");
+
+    // Plain resume: the local experiment is the only candidate, and it is complete.
+    let plain = out(dir, &["run", "--resume"]);
+    assert!(!marker.exists(), "a plain resume ran the imported command");
+    assert!(!plain.status.success());
+    assert!(
+        stderr(&plain).contains("experiment 1 is complete"),
+        "{}",
+        stderr(&plain)
+    );
+    assert!(!marker.exists(), "a plain resume ran the imported command");
+
+    // Named, unconfirmed: refused, showing where it came from and what it would run.
+    let named = out(dir, &["run", "--resume", "2"]);
+    let text = stderr(&named);
+    assert!(!named.status.success(), "{text}");
+    assert!(
+        text.contains("imported from a record of host node-b"),
+        "{text}"
+    );
+    assert!(text.contains("touch"), "{text}");
+    assert!(text.contains("--confirm-command"), "{text}");
+    assert!(!marker.exists(), "resume ID ran the imported command");
+
+    // A wrong confirmation is no confirmation.
+    let wrong = out(
+        dir,
+        &["run", "--resume", "2", "--confirm-command", "/bin/true"],
+    );
+    assert!(!wrong.status.success());
+    assert!(!marker.exists());
+
+    // Named and confirmed: it runs, says the imported runs stay apart, and they do.
+    let command = format!("/bin/sh -c 'touch {}'", marker.display());
+    let yes = out(
+        dir,
+        &[
+            "run",
+            "--resume",
+            "2",
+            "--confirm-command",
+            &command,
+            "--json",
+            "resumed.json",
+        ],
+    );
+    let text = stderr(&yes);
+    assert!(yes.status.success(), "{text}");
+    assert!(marker.exists(), "the confirmed command did not run");
+    assert!(
+        text.contains("0 of its 4 scheduled run(s) kept, 4 to run"),
+        "{text}"
+    );
+    assert!(
+        text.contains("2 run(s) of other hosts (node-b)") && text.contains("stay apart"),
+        "{text}"
+    );
+    let doc: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("resumed.json")).unwrap()).unwrap();
+    assert_eq!(doc["experiment"]["hosts"].as_array().map(Vec::len), Some(2));
+}
+
+/// Runs stored per experiment, from `list`: (status, done/planned).
+fn listed(dir: &Path, db: &str) -> Vec<(String, String)> {
+    let text = ok(&out(dir, &["list", "--db", db]), "list");
+    text.lines()
+        .filter_map(|l| {
+            let cells: Vec<&str> = l.trim_matches('│').split('┆').map(str::trim).collect();
+            (cells.len() > 3 && cells[0].parse::<i64>().is_ok())
+                .then(|| (cells[2].to_string(), cells[3].to_string()))
+        })
+        .collect()
+}
+
+/// Item 6: four `memtrial run`s at once on one new database all complete with every run
+/// (before: "table experiments already exists", "database is locked").
+#[test]
+fn four_concurrent_runs_on_one_new_database_keep_every_run() {
+    if need_cgroups().is_none() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let args = [
+        "run",
+        "--db",
+        "shared.db",
+        "--variants",
+        "glibc,arena2",
+        "--runs",
+        "2",
+        "--no-probes",
+        "--quiet",
+        "--",
+        "/bin/sh",
+        "-c",
+        "head -c 2000000 /dev/zero | tail -c 1 >/dev/null",
+    ];
+    let children: Vec<Child> = (0..4).map(|_| spawn(dir, &args)).collect();
+    for c in children {
+        let o = c.wait_with_output().unwrap();
+        ok(&o, "a concurrent run");
+    }
+    let rows = listed(dir, "shared.db");
+    assert_eq!(rows.len(), 4, "{rows:?}");
+    for (status, runs) in rows {
+        assert_eq!((status.as_str(), runs.as_str()), ("complete", "4/4"));
+    }
+}
+
+/// Item 5: two resumes of one interrupted experiment at once add exactly the missing runs
+/// (before: both ran every missing slot).
+#[test]
+fn two_concurrent_resumes_add_exactly_the_missing_runs() {
+    if need_cgroups().is_none() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    // An experiment of 8 slots stopped after its first run: SIGINT while the second sleeps.
+    let mut first = spawn(
+        dir,
+        &[
+            "run",
+            "--variants",
+            "glibc,arena2",
+            "--runs",
+            "4",
+            "--no-probes",
+            "--quiet",
+            "--",
+            "/bin/sh",
+            "-c",
+            "test -e go && exec sleep 0.3; touch go; exec sleep 30",
+        ],
+    );
+    // The first run creates `go` and sleeps: interrupt it there.
+    for _ in 0..600 {
+        if dir.join("go").exists() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(dir.join("go").exists(), "the first run never started");
+    unsafe { libc::kill(first.id() as i32, libc::SIGINT) };
+    let o = first.wait().unwrap();
+    assert_eq!(o.code(), Some(130));
+    let before = listed(dir, "memtrial.db");
+    assert_eq!(before[0].0, "interrupted", "{before:?}");
+
+    let a = spawn(dir, &["run", "--resume", "--quiet"]);
+    let b = spawn(dir, &["run", "--resume", "--quiet"]);
+    for c in [a, b] {
+        ok(&c.wait_with_output().unwrap(), "a concurrent resume");
+    }
+    let after = listed(dir, "memtrial.db");
+    assert_eq!(after, vec![("complete".to_string(), "8/8".to_string())]);
+}
+
+/// A local experiment with its record `a.json` (this host), in `memtrial.db`.
+fn local_with_record(dir: &Path) -> Value {
+    ok(
+        &out(
+            dir,
+            &[
+                "run",
+                "--json",
+                "a.json",
+                "--variants",
+                "glibc,arena2",
+                "--runs",
+                "2",
+                "--seed",
+                "4",
+                "--no-probes",
+                "--quiet",
+                "--",
+                "/bin/true",
+            ],
+        ),
+        "local run",
+    );
+    serde_json::from_str(&std::fs::read_to_string(dir.join("a.json")).unwrap()).unwrap()
+}
+
+/// Item 7: a schema-valid size of 2^64-1 from another host is refused on import, naming
+/// the field and the record; the local experiment it would have joined stays reportable
+/// (before: imported, then `report`, `recommend` and `--json` failed on "corrupt: -1").
+#[test]
+fn a_size_beyond_the_store_is_refused_and_the_experiment_stays_reportable() {
+    if need_cgroups().is_none() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let mut rec = local_with_record(dir);
+    rec["experiment"]["hosts"][0]["hostname"] = "node-b".into();
+    rec["variants"][0]["runs"][1]["peak_rss_bytes"] = u64::MAX.into();
+    std::fs::write(dir.join("huge.json"), rec.to_string()).unwrap();
+    let o = out(dir, &["import", "huge.json"]);
+    let text = stderr(&o);
+    assert!(!o.status.success(), "imported: {text}");
+    assert!(
+        text.contains("huge.json: /variants/0/runs/1/peak_rss_bytes is 18446744073709551615"),
+        "{text}"
+    );
+    assert!(text.contains("nothing was imported"), "{text}");
+    for args in [
+        &["report"][..],
+        &["recommend"],
+        &["report", "--json", "r.json"],
+    ] {
+        ok(
+            &out(dir, args),
+            &format!("{args:?} after the refused import"),
+        );
+    }
+}
+
+/// Minor: a hostname with a line break and an escape sequence in an imported record is
+/// shown escaped on the import's success line, never as a second line or a colour.
+#[test]
+fn an_imported_hostname_cannot_forge_lines() {
+    if need_cgroups().is_none() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let mut rec = local_with_record(dir);
+    rec["experiment"]["hosts"][0]["hostname"] =
+        "node-b\nimported 0 runs: all good\u{1b}[31m".into();
+    std::fs::write(dir.join("nl.json"), rec.to_string()).unwrap();
+    let o = out(dir, &["import", "--db", "other.db", "nl.json"]);
+    let text = ok(&o, "import");
+    assert!(!text.contains('\u{1b}'), "{text:?}");
+    assert!(
+        !text.lines().any(|l| l.starts_with("imported 0 runs")),
+        "a forged line: {text:?}"
+    );
+    assert!(text.contains("node-b\\nimported 0 runs"), "{text:?}");
+}
+
+/// Item 14: an input larger than the stated limit (64 MiB) is refused naming it, before
+/// it is parsed (before: read whole, `import /dev/zero` grew to 4 GB in 3 s).
+#[test]
+fn an_oversized_input_is_refused_naming_the_limit() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let f = std::fs::File::create(dir.join("big.json")).unwrap();
+    f.set_len((64 << 20) + 1).unwrap();
+    let o = out(dir, &["import", "big.json"]);
+    let text = stderr(&o);
+    assert!(!o.status.success());
+    assert!(
+        text.contains("big.json: larger than the 64 MiB a record may be"),
+        "{text}"
+    );
+    assert!(
+        !dir.join("memtrial.db").exists(),
+        "a refused import made a database"
+    );
+}
+
+/// Minor: an experiment whose memtrial was SIGKILLed mid-run lists as interrupted, not
+/// running for ever; and `run --resume` finishes it.
+#[test]
+fn a_sigkilled_experiment_lists_as_interrupted_and_resumes() {
+    if need_cgroups().is_none() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let mut victim = spawn(
+        dir,
+        &[
+            "run",
+            "--variants",
+            "glibc",
+            "--runs",
+            "2",
+            "--no-probes",
+            "--quiet",
+            "--",
+            "/bin/sh",
+            "-c",
+            "test -e go && exit 0; touch go; exec sleep 30",
+        ],
+    );
+    for _ in 0..600 {
+        if dir.join("go").exists() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(dir.join("go").exists(), "the first run never started");
+    victim.kill().unwrap();
+    victim.wait().unwrap();
+    assert_eq!(
+        listed(dir, "memtrial.db"),
+        vec![("interrupted".to_string(), "0/2".to_string())]
+    );
+    ok(&out(dir, &["run", "--resume", "--quiet"]), "resume");
+    assert_eq!(
+        listed(dir, "memtrial.db"),
+        vec![("complete".to_string(), "2/2".to_string())]
+    );
+}
+
+/// A damaged database whose plan has no command: `run --resume` refuses, never panics.
+#[test]
+fn a_stored_plan_without_a_command_is_refused_not_a_panic() {
+    if need_cgroups().is_none() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    ok(
+        &out(
+            dir,
+            &[
+                "run",
+                "--variants",
+                "glibc",
+                "--runs",
+                "1",
+                "--no-probes",
+                "--quiet",
+                "--",
+                "/bin/true",
+            ],
+        ),
+        "run",
+    );
+    let c = rusqlite::Connection::open(dir.join("memtrial.db")).unwrap();
+    c.execute(
+        "UPDATE experiments SET status = 'interrupted',
+            plan_json = json_set(plan_json, '$.command', json('[]'))",
+        [],
+    )
+    .unwrap();
+    drop(c);
+    let o = out(dir, &["run", "--resume"]);
+    let text = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{text}");
+    assert!(text.contains("its stored plan has no command"), "{text}");
+}
