@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use crate::backend::Backend;
 use crate::linux::host::HostInfo;
 use crate::plan::Plan;
-use crate::record::{ExperimentStatus, RunRecord, RunStatus};
+use crate::record::{Experiment, ExperimentStatus, RunRecord, RunStatus};
 use crate::schedule::{schedule, Slot};
 use crate::store::{Store, StoreError};
 use crate::trial::{default_probes, run_trial, Live, TrialError, TrialSpec};
@@ -73,6 +73,52 @@ pub fn log_dir_for(db: &Path, experiment: i64) -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("."))
         .join(format!("{stem}-logs"))
         .join(format!("exp-{experiment}"))
+}
+
+/// The stem of run `seq`'s files in `log_dir`: `<seq>-<variant>`, to which `.stdout`,
+/// `.stderr` and `.probe` are given.
+pub fn log_stem(log_dir: &Path, seq: u32, variant: &str) -> PathBuf {
+    log_dir.join(format!("{seq:03}-{variant}"))
+}
+
+/// Where the standard error of a stored run is, as far as memtrial itself knows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunLog {
+    /// A file this memtrial wrote: run `seq` of the experiment, under the log directory
+    /// beside the database (found from that knowledge, not from the record).
+    Own(PathBuf),
+    /// The record names a file this memtrial did not write here (an imported run, or a
+    /// database moved away from its logs): never opened.
+    Elsewhere { host: String, path: PathBuf },
+}
+
+/// Which of the two run `i` of `exp` (stored in `db`) has: its own log when the record's
+/// `stderr_path` is exactly the file the runner writes for that run of that experiment
+/// beside `db`, else the record's path, to be named and not read.
+pub fn stderr_log(db: &Path, exp: &Experiment, i: usize) -> Option<RunLog> {
+    let r = exp.runs.get(i)?;
+    let seq = *exp.seqs.get(i)?;
+    let elsewhere = || RunLog::Elsewhere {
+        host: exp.host_of(i).hostname.clone(),
+        path: r.stderr_path.clone(),
+    };
+    // A name that is not one plain file name cannot be one of the runner's logs.
+    let plain = !r.variant.is_empty()
+        && !r.variant.contains('/')
+        && !r.variant.contains('\0')
+        && r.variant != "."
+        && r.variant != "..";
+    if !plain {
+        return Some(elsewhere());
+    }
+    let dir = log_dir_for(db, exp.id);
+    let dir = std::path::absolute(&dir).unwrap_or(dir);
+    let own = log_stem(&dir, seq, &r.variant).with_extension("stderr");
+    Some(if own == r.stderr_path && own.starts_with(&dir) {
+        RunLog::Own(own)
+    } else {
+        elsewhere()
+    })
 }
 
 /// Which experiment to run: a new one, or the rest of a stored one.
@@ -204,7 +250,7 @@ fn run_slots(
             seq: slot.seq,
             block: slot.block,
             warmup: slot.warmup,
-            log_stem: log_dir.join(format!("{:03}-{}", slot.seq, variant.name)),
+            log_stem: log_stem(&log_dir, slot.seq, &variant.name),
             load_source: load_source.as_ref(),
         };
         let probes = default_probes(plan, variant, &spec.log_stem);

@@ -8,3 +8,4 @@ pub mod host;
 pub mod ldso;
 pub mod maps;
 pub mod proc;
+pub mod safe_file;

@@ -20,4 +20,5 @@ mod run;
 mod sandbox;
 mod server;
 mod trust;
+mod trust_report;
 mod worker;

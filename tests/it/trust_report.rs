@@ -1,0 +1,200 @@
+//! Trust boundaries of what `report`, `inspect` and the renderers read and print (issue 19):
+//! a record from another host is data — the files it names are never opened — and what
+//! other processes put in their names reaches the terminal escaped.
+
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::common::*;
+
+/// A watchdog, not a timing claim: a report that reads a FIFO or `/dev/zero` never ends.
+const HANG: Duration = Duration::from_secs(120);
+
+/// Runs memtrial in `dir` with a secret in its environment, under a 1 GiB address-space
+/// limit (an unbounded read fails instead of taking the machine), killed after [`HANG`].
+fn memtrial_watched(dir: &Path, args: &[&str]) -> Output {
+    let mut cmd = Command::new(memtrial());
+    cmd.args(args)
+        .current_dir(dir)
+        .env("NO_COLOR", "1")
+        .env("MEMTRIAL_TEST_SECRET", "environ-secret-7f3a")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    // SAFETY: setrlimit is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            let lim = libc::rlimit {
+                rlim_cur: 1 << 30,
+                rlim_max: 1 << 30,
+            };
+            if libc::setrlimit(libc::RLIMIT_AS, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().expect("start memtrial");
+    let start = Instant::now();
+    loop {
+        if child.try_wait().expect("wait").is_some() {
+            return child.wait_with_output().expect("output");
+        }
+        if start.elapsed() > HANG {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("output");
+            panic!(
+                "memtrial {args:?} still running after {HANG:?}: it hung\nstderr:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn mkfifo(p: &Path) {
+    let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).expect("path");
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo");
+}
+
+fn both(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// One failed run per variant, each writing a line to its stderr: the runs whose logs a
+/// report shows.
+fn failed_runs(dir: &Path) -> Value {
+    let o = memtrial_watched(
+        dir,
+        &[
+            "run",
+            "--no-probes",
+            "--runs",
+            "1",
+            "--seed",
+            "1",
+            "--variants",
+            "glibc",
+            "--variant",
+            "environ=T=1",
+            "--variant",
+            "fifo=T=2",
+            "--variant",
+            "zero=T=3",
+            "--variant",
+            "link=T=4",
+            "--db",
+            "a.db",
+            "--json",
+            "out.json",
+            "--",
+            "/bin/sh",
+            "-c",
+            "x=line; echo own-log-$x >&2; exit 3",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", both(&o));
+    assert_eq!(
+        both(&o).matches("| own-log-line").count(),
+        5,
+        "each failed run's own log is shown: {}",
+        both(&o)
+    );
+    serde_json::from_str(&std::fs::read_to_string(dir.join("out.json")).expect("out.json"))
+        .expect("JSON")
+}
+
+/// A record imported from elsewhere names `/proc/self/environ`, a FIFO, `/dev/zero` and a
+/// symbolic link to a secret as its runs' stderr: `report` opens none of them, says where
+/// the log is, and returns.
+#[test]
+fn report_never_opens_the_files_an_imported_record_names() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    let mut doc = failed_runs(dir);
+    std::fs::write(dir.join("secret"), "file-secret-91c2\n").expect("secret");
+    mkfifo(&dir.join("fifo"));
+    std::os::unix::fs::symlink(dir.join("secret"), dir.join("link")).expect("symlink");
+    let paths = [
+        ("glibc", dir.join("secret").display().to_string()),
+        ("environ", "/proc/self/environ".to_string()),
+        ("fifo", dir.join("fifo").display().to_string()),
+        ("zero", "/dev/zero".to_string()),
+        ("link", dir.join("link").display().to_string()),
+    ];
+    for v in doc["variants"].as_array_mut().expect("variants") {
+        let name = v["name"].as_str().expect("name").to_string();
+        let (_, path) = paths.iter().find(|(n, _)| *n == name).expect("variant");
+        for r in v["runs"].as_array_mut().expect("runs") {
+            r["stderr_path"] = Value::String(path.clone());
+        }
+    }
+    std::fs::write(dir.join("hostile.json"), doc.to_string()).expect("write");
+    let imp = memtrial_watched(dir, &["import", "--db", "b.db", "hostile.json"]);
+    assert_eq!(imp.status.code(), Some(0), "{}", both(&imp));
+
+    let rep = memtrial_watched(dir, &["report", "--db", "b.db"]);
+    let text = both(&rep);
+    assert_eq!(rep.status.code(), Some(0), "{text}");
+    for leak in [
+        "file-secret-91c2",
+        "environ-secret-7f3a",
+        "own-log-line",
+        "\0",
+    ] {
+        assert!(
+            !text.contains(leak),
+            "{leak:?} leaked into the report:\n{text}"
+        );
+    }
+    assert!(!text.contains("last lines of"), "{text}");
+    assert_eq!(
+        text.matches("not read here").count(),
+        5,
+        "each failed run says its log is elsewhere:\n{text}"
+    );
+}
+
+/// memtrial's own log of a run, replaced by a symbolic link to a secret or by a FIFO, is
+/// not followed nor waited on; the logs left as they were are still shown.
+#[test]
+fn report_reads_its_own_logs_only_as_regular_files() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    failed_runs(dir);
+    std::fs::write(dir.join("secret"), "file-secret-91c2\n").expect("secret");
+    let logs = dir.join("a-logs/exp-1");
+    let mut replaced = 0;
+    for entry in std::fs::read_dir(&logs).expect("logs") {
+        let p = entry.expect("entry").path();
+        let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        if !name.ends_with(".stderr") {
+            continue;
+        }
+        if name.contains("-link.") {
+            std::fs::remove_file(&p).expect("rm");
+            std::os::unix::fs::symlink(dir.join("secret"), &p).expect("symlink");
+            replaced += 1;
+        } else if name.contains("-fifo.") {
+            std::fs::remove_file(&p).expect("rm");
+            mkfifo(&p);
+            replaced += 1;
+        }
+    }
+    assert_eq!(replaced, 2);
+    let rep = memtrial_watched(dir, &["report", "--db", "a.db"]);
+    let text = both(&rep);
+    assert_eq!(rep.status.code(), Some(0), "{text}");
+    assert!(!text.contains("file-secret-91c2"), "{text}");
+    assert_eq!(text.matches("| own-log-line").count(), 3, "{text}");
+    assert!(text.contains("not a regular file"), "{text}");
+}
