@@ -198,3 +198,55 @@ fn report_reads_its_own_logs_only_as_regular_files() {
     assert_eq!(text.matches("| own-log-line").count(), 3, "{text}");
     assert!(text.contains("not a regular file"), "{text}");
 }
+
+/// Every run of a real experiment with its figures edited to `value`, imported into
+/// `db`: the record another host could send.
+fn import_edited(dir: &Path, db: &str, edit: impl Fn(&mut Value)) {
+    let o = memtrial_watched(
+        dir,
+        &[
+            "run",
+            "-q",
+            "--no-probes",
+            "--runs",
+            "1",
+            "--seed",
+            "1",
+            "--variants",
+            "glibc,arena1",
+            "--db",
+            "src.db",
+            "--json",
+            "src.json",
+            "--",
+            "/bin/true",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", both(&o));
+    let mut doc: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("src.json")).expect("src.json"))
+            .expect("JSON");
+    for v in doc["variants"].as_array_mut().expect("variants") {
+        for r in v["runs"].as_array_mut().expect("runs") {
+            edit(r);
+        }
+    }
+    std::fs::write(dir.join("edited.json"), doc.to_string()).expect("write");
+    let imp = memtrial_watched(dir, &["import", "--db", db, "edited.json"]);
+    assert_eq!(imp.status.code(), Some(0), "{}", both(&imp));
+}
+
+/// A wall time of 1.7976931348623157e308 s made the distribution chart's axis infinite and
+/// plotters' key-point loop never ended: the HTML report renders, with its charts.
+#[test]
+fn html_report_renders_the_largest_finite_wall_time() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    import_edited(dir, "b.db", |r| {
+        r["wall_seconds"] = serde_json::json!(f64::MAX);
+    });
+    let rep = memtrial_watched(dir, &["report", "-q", "--db", "b.db", "--html", "out.html"]);
+    assert_eq!(rep.status.code(), Some(0), "{}", both(&rep));
+    let html = std::fs::read_to_string(dir.join("out.html")).expect("out.html");
+    assert!(html.contains("<svg"), "the charts are there");
+}
