@@ -250,3 +250,76 @@ fn html_report_renders_the_largest_finite_wall_time() {
     let html = std::fs::read_to_string(dir.join("out.html")).expect("out.html");
     assert!(html.contains("<svg"), "the charts are there");
 }
+
+/// A process killed and reaped when dropped.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A real process whose name (`prctl(PR_SET_NAME)`) and argv[0] (`exec -a`) hold a clear
+/// screen, a window title, a BEL, a newline and a bidi override: `inspect` shows each as
+/// an escape, on its line.
+#[test]
+fn inspect_escapes_the_targets_name_and_command_line() {
+    if !need_python3() {
+        return;
+    }
+    // The interpreter itself: a version manager's shim would exec it again, argv[0] lost.
+    let py = Command::new("python3")
+        .args(["-c", "import sys; print(sys.executable)"])
+        .output()
+        .expect("python3");
+    let py = String::from_utf8_lossy(&py.stdout).trim().to_string();
+    let child = Command::new("bash")
+        .env("PY", &py)
+        .args([
+            "-c",
+            r#"exec -a $'\e]0;pwned-title\a\e[2Jargv-\u202ezero\nline' "$PY" -c '
+import ctypes, time
+ctypes.CDLL(None).prctl(15, b"\x1b[2J\x07nm\nx", 0, 0, 0)
+print("ready", flush=True)
+time.sleep(120)
+'"#,
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("bash");
+    let mut child = Killed(child);
+    let pid = child.0.id();
+    let mut line = String::new();
+    let out = child.0.stdout.take().expect("stdout");
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(out), &mut line).expect("ready");
+    assert_eq!(line.trim(), "ready");
+    let comm = std::fs::read(format!("/proc/{pid}/comm")).expect("comm");
+    assert!(comm.starts_with(b"\x1b[2J\x07nm\nx"), "{comm:?}");
+
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let pid = pid.to_string();
+    for args in [
+        vec!["inspect", pid.as_str()],
+        vec!["inspect", "--maps", pid.as_str()],
+    ] {
+        let o = memtrial_watched(tmp.path(), &args);
+        let text = both(&o);
+        assert_eq!(o.status.code(), Some(0), "{text}");
+        for raw in ['\x1b', '\x07', '\u{202e}'] {
+            assert!(!text.contains(raw), "{args:?} printed {raw:?} raw:\n{text}");
+        }
+        assert!(!text.lines().any(|l| l.starts_with('x')), "{text}");
+        assert!(text.contains(r"\x1b[2J\x07nm\nx"), "{text}");
+        if args.len() == 2 {
+            // The screen view shows the command line.
+            assert!(!text.lines().any(|l| l.starts_with("line")), "{text}");
+            assert!(
+                text.contains(r"$'\x1b]0;pwned-title\x07\x1b[2Jargv-\u202ezero\nline'"),
+                "{text}"
+            );
+        }
+    }
+}
