@@ -1,6 +1,7 @@
 //! Escaping and quoting of untrusted text (commands, environment values, messages from
 //! workloads) for each place memtrial writes it: a terminal, a shell line, a Dockerfile,
-//! YAML, Markdown. HTML escaping is maud's; CSV quoting is the `csv` crate's.
+//! YAML, Markdown, a CSV cell. HTML escaping is maud's; CSV quoting is the `csv` crate's,
+//! formula neutralising is here ([`csv_cell`]).
 //!
 //! The rule for every target: what comes from the input can never end the construct it
 //! sits in (a line, a quoted string, a code block) nor start a new one (a link, an HTML
@@ -248,9 +249,62 @@ pub fn markdown_code_block(info: &str, body: &str) -> String {
     format!("{fence}{info}\n{body}{fence}\n")
 }
 
+/// A plain decimal number (`-3`, `+0.5`, `-1.25e-3`): a spreadsheet reads it as a number,
+/// not a formula.
+fn is_plain_number(s: &str) -> bool {
+    let body = s.strip_prefix(['-', '+']).unwrap_or(s);
+    let (mantissa, exponent) = match body.split_once(['e', 'E']) {
+        Some((m, e)) => (m, Some(e.strip_prefix(['-', '+']).unwrap_or(e))),
+        None => (body, None),
+    };
+    let digits = |d: &str| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit());
+    let mantissa_ok = match mantissa.split_once('.') {
+        Some((i, f)) => {
+            (digits(i) || i.is_empty()) && (digits(f) || f.is_empty()) && i.len() + f.len() > 0
+        }
+        None => digits(mantissa),
+    };
+    mantissa_ok && exponent.is_none_or(digits)
+}
+
+/// A CSV cell a spreadsheet shows as text, never runs: a cell starting with `=`, `+`,
+/// `-`, `@`, a tab or a carriage return gets a leading `'` (OWASP's rule against CSV
+/// injection), unless it is a plain number (a negative number stays a number). Quoting
+/// of `,`, `"` and line breaks is the CSV writer's.
+pub fn csv_cell(s: &str) -> std::borrow::Cow<'_, str> {
+    match s.chars().next() {
+        Some('=' | '+' | '-' | '@' | '\t' | '\r') if !is_plain_number(s) => format!("'{s}").into(),
+        _ => s.into(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn csv_cells_that_would_start_a_formula_are_text_and_numbers_stay_numbers() {
+        for (cell, want) in [
+            ("=HYPERLINK(\"http://x\")", "'=HYPERLINK(\"http://x\")"),
+            ("+cmd|' /C calc'!A0", "'+cmd|' /C calc'!A0"),
+            ("-2+3", "'-2+3"),
+            ("@SUM(A1)", "'@SUM(A1)"),
+            ("\t=1", "'\t=1"),
+            ("\r=1", "'\r=1"),
+            ("-", "'-"),
+            ("-e5", "'-e5"),
+            ("-inf", "'-inf"),
+            ("-1", "-1"),
+            ("-1.250000", "-1.250000"),
+            ("+0.5", "+0.5"),
+            ("-1e-3", "-1e-3"),
+            ("-.5", "-.5"),
+            ("plain=ok", "plain=ok"),
+            ("", ""),
+        ] {
+            assert_eq!(csv_cell(cell), want, "{cell:?}");
+        }
+    }
 
     #[test]
     fn terminal_shows_controls_and_bidi_as_escapes() {

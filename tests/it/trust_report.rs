@@ -323,3 +323,39 @@ time.sleep(120)
         }
     }
 }
+
+/// Text from a record that a spreadsheet would run as a formula (`=`, `+`, `-`, `@`, tab,
+/// CR first) is written with a leading `'`; the figures stay numbers.
+#[test]
+fn csv_cells_from_a_record_never_start_a_formula() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    import_edited(dir, "b.db", |r| {
+        r["message"] = Value::String("=HYPERLINK(\"http://127.0.0.1/x\",\"open\")".into());
+        r["allocator_detected"] = Value::String("@SUM(1+1)".into());
+    });
+    let rep = memtrial_watched(dir, &["report", "-q", "--db", "b.db", "--csv", "out.csv"]);
+    assert_eq!(rep.status.code(), Some(0), "{}", both(&rep));
+    let text = std::fs::read_to_string(dir.join("out.csv")).expect("out.csv");
+    let mut rdr = csv::Reader::from_reader(text.as_bytes());
+    let headers = rdr.headers().expect("headers").clone();
+    let col = |name: &str| headers.iter().position(|h| h == name).expect(name);
+    let mut rows = 0;
+    for rec in rdr.records() {
+        let rec = rec.expect("row");
+        rows += 1;
+        for cell in rec.iter() {
+            assert!(
+                !cell.starts_with(['=', '+', '-', '@', '\t', '\r']),
+                "{cell:?} in {text}"
+            );
+        }
+        assert_eq!(
+            &rec[col("message")],
+            "'=HYPERLINK(\"http://127.0.0.1/x\",\"open\")"
+        );
+        assert_eq!(&rec[col("allocator_detected")], "'@SUM(1+1)");
+        assert!(rec[col("peak_rss_bytes")].parse::<u64>().is_ok());
+    }
+    assert_eq!(rows, 2, "{text}");
+}
