@@ -249,6 +249,27 @@ fn html_report_renders_the_largest_finite_wall_time() {
     assert_eq!(rep.status.code(), Some(0), "{}", both(&rep));
     let html = std::fs::read_to_string(dir.join("out.html")).expect("out.html");
     assert!(html.contains("<svg"), "the charts are there");
+    // Printed in a few characters, in the table and on the charts' axes alike.
+    let table = memtrial_watched(dir, &["report", "--db", "b.db"]);
+    let text = both(&table);
+    assert!(text.contains("1.80e308 s"), "{text}");
+    for (what, t) in [("table", &text), ("HTML", &html)] {
+        assert!(
+            !has_digit_run(t, 30),
+            "a number of 30 digits or more in the {what}"
+        );
+    }
+}
+
+fn has_digit_run(t: &str, n: usize) -> bool {
+    let mut run = 0;
+    for c in t.chars() {
+        run = if c.is_ascii_digit() { run + 1 } else { 0 };
+        if run >= n {
+            return true;
+        }
+    }
+    false
 }
 
 /// A process killed and reaped when dropped.
