@@ -50,6 +50,26 @@ pub fn terminal(s: &str) -> String {
     out
 }
 
+/// A whole document (HTML) whose markup is already escaped for its format: every control
+/// character but line breaks and tabs, and every bidirectional control, shown as its
+/// escape (`\x1b`, `\u{202e}`), so no text from outside can reorder what a reader sees
+/// or reach a terminal the document is printed on.
+pub fn visible_controls(s: &str) -> std::borrow::Cow<'_, str> {
+    let keep = |c: char| c == '\n' || c == '\t' || !is_unsafe_for_terminal(c);
+    if s.chars().all(keep) {
+        return s.into();
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        if keep(c) {
+            out.push(c);
+        } else {
+            visible(c, &mut out);
+        }
+    }
+    out.into()
+}
+
 /// Like [`terminal`], but line breaks (and tabs) stay: for messages of several lines.
 pub fn terminal_lines(s: &str) -> String {
     if !s
@@ -123,6 +143,40 @@ pub enum DockerfileRefusal {
     /// A line break or another control character: a Dockerfile instruction is one
     /// line, and its quoting has no escape for a line break.
     ControlCharacter,
+    /// A variable name a Dockerfile `ENV` cannot write as it is: `=` (the instruction
+    /// splits at the first one, so `K=EQ` with `v` would set `K` to `EQ=v`), blanks,
+    /// quotes, `$` or `\\`, or an empty name.
+    KeyName,
+}
+
+impl DockerfileRefusal {
+    /// Why, for a comment in the snippet.
+    pub fn reason(self) -> &'static str {
+        match self {
+            DockerfileRefusal::ControlCharacter => {
+                "its name or value holds a line break or another control character, which a Dockerfile ENV cannot carry"
+            }
+            DockerfileRefusal::KeyName => {
+                "its name holds '=', a blank, a quote, '$' or '\\' (or is empty), which a Dockerfile ENV would read as another variable"
+            }
+        }
+    }
+}
+
+/// A variable name for a Dockerfile `ENV` (`[A-Za-z0-9_.-]`, as is): anything else is
+/// refused, since Docker would read it as another name and value.
+pub fn dockerfile_env_key(k: &str) -> Result<&str, DockerfileRefusal> {
+    if k.chars().any(|c| c.is_control() || is_bidi_control(c)) {
+        return Err(DockerfileRefusal::ControlCharacter);
+    }
+    if !k.is_empty()
+        && k.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c))
+    {
+        Ok(k)
+    } else {
+        Err(DockerfileRefusal::KeyName)
+    }
 }
 
 /// A value for a Dockerfile `ENV`: as is when plain, else in double quotes with `\`,
@@ -307,6 +361,15 @@ mod tests {
     }
 
     #[test]
+    fn visible_controls_keeps_lines_and_tabs_and_shows_the_rest() {
+        assert_eq!(visible_controls("<p>a\n\tb</p>"), "<p>a\n\tb</p>");
+        assert_eq!(
+            visible_controls("<td>x\x1b[2J\u{202e}y\r\x07</td>"),
+            "<td>x\\x1b[2J\\u{202e}y\\r\\x07</td>"
+        );
+    }
+
+    #[test]
     fn terminal_shows_controls_and_bidi_as_escapes() {
         assert_eq!(terminal("plain — ü"), "plain — ü");
         assert_eq!(terminal("a\nb\tc\x1b[31m"), "a\\nb\\tc\\x1b[31m");
@@ -364,6 +427,26 @@ mod tests {
         assert_eq!(yaml_string("\x1b\u{202E}"), "\"\\u001b\\u202e\"");
         assert_eq!(yaml_name("MALLOC_CONF"), "MALLOC_CONF");
         assert_eq!(yaml_name("a: b"), "\"a: b\"");
+    }
+
+    #[test]
+    fn dockerfile_env_keys_are_plain_names_or_refused() {
+        assert_eq!(
+            dockerfile_env_key("MALLOC_ARENA_MAX"),
+            Ok("MALLOC_ARENA_MAX")
+        );
+        assert_eq!(dockerfile_env_key("a.b-c"), Ok("a.b-c"));
+        for k in ["K=EQ", "", "A B", "A\"B", "$X", "A\\B"] {
+            assert_eq!(
+                dockerfile_env_key(k),
+                Err(DockerfileRefusal::KeyName),
+                "{k:?}"
+            );
+        }
+        assert_eq!(
+            dockerfile_env_key("A\nB"),
+            Err(DockerfileRefusal::ControlCharacter)
+        );
     }
 
     #[test]
