@@ -403,4 +403,32 @@ mod tests {
             PathBuf::from("/data/x/trial-logs/exp-12")
         );
     }
+
+    /// A run's log is its own only when the record names exactly the file the runner
+    /// writes for that run beside the database; anything else is named, never opened.
+    #[test]
+    fn a_runs_own_log_is_found_from_its_place_not_its_record() {
+        let mut e = crate::report::fixture::experiment();
+        let db = Path::new("/data/x/trial.db");
+        let own = |seq: u32, v: &str| {
+            log_stem(Path::new("/data/x/trial-logs/exp-7"), seq, v).with_extension("stderr")
+        };
+        e.runs[0].stderr_path = own(0, "glibc");
+        e.runs[1].stderr_path = "/proc/self/environ".into();
+        e.runs[2].stderr_path = own(0, "glibc"); // another run's file
+        e.runs[3].variant = "../x".into();
+        e.runs[3].stderr_path = own(3, "../x");
+        assert_eq!(stderr_log(db, &e, 0), Some(RunLog::Own(own(0, "glibc"))));
+        for i in 1..=3 {
+            assert_eq!(
+                stderr_log(db, &e, i),
+                Some(RunLog::Elsewhere {
+                    host: "build-1".into(),
+                    path: e.runs[i].stderr_path.clone()
+                }),
+                "run {i}"
+            );
+        }
+        assert_eq!(stderr_log(db, &e, 99), None);
+    }
 }
