@@ -608,8 +608,24 @@ fn own_log(db: &Path, exp: &Experiment, i: usize, end: safe_file::End) -> Option
         safe_file::End::Tail => LOG_TAIL_BYTES,
     };
     match memtrial::runner::stderr_log(db, exp, i)? {
-        RunLog::Own(path) => safe_file::read_bounded(&path, limit, end).ok(),
+        RunLog::Own(path) => read_own(&path, limit, end).ok(),
         RunLog::Elsewhere { .. } => None,
+    }
+}
+
+/// Reads a run's own log `<dir>/<db-stem>-logs/exp-ID/<file>` from the database's
+/// directory down, no link followed on the way (the log directories included).
+fn read_own(
+    path: &Path,
+    limit: u64,
+    end: safe_file::End,
+) -> Result<Vec<u8>, safe_file::SafeFileError> {
+    match path.ancestors().nth(3) {
+        Some(root) => {
+            let rel = path.strip_prefix(root).unwrap_or(path);
+            safe_file::read_bounded_beneath(root, rel, limit, end)
+        }
+        None => safe_file::read_bounded(path, limit, end),
     }
 }
 
@@ -709,7 +725,7 @@ pub(crate) fn show_failures(db: &Path, exp: &Experiment, ui: &Ui) {
         );
         match memtrial::runner::stderr_log(db, exp, i) {
             Some(RunLog::Own(path)) => {
-                let tail = safe_file::read_bounded(&path, LOG_TAIL_BYTES, safe_file::End::Tail)
+                let tail = read_own(&path, LOG_TAIL_BYTES, safe_file::End::Tail)
                     .map(|b| last_lines(&b, 10));
                 let shown_path = escape::terminal(&path.display().to_string());
                 match tail {

@@ -197,6 +197,24 @@ fn report_reads_its_own_logs_only_as_regular_files() {
     assert!(!text.contains("file-secret-91c2"), "{text}");
     assert_eq!(text.matches("| own-log-line").count(), 3, "{text}");
     assert!(text.contains("not a regular file"), "{text}");
+
+    // The log directory itself replaced by a link to a directory of the same shape whose
+    // logs hold a secret: not followed either.
+    let decoy = dir.join("decoy");
+    std::fs::create_dir(&decoy).expect("decoy");
+    for entry in std::fs::read_dir(&logs).expect("logs") {
+        let p = entry.expect("entry").path();
+        if let Some(name) = p.file_name() {
+            std::fs::write(decoy.join(name), "file-secret-91c2\n").expect("decoy log");
+        }
+    }
+    std::fs::rename(&logs, dir.join("a-logs/exp-1.moved")).expect("move");
+    std::os::unix::fs::symlink(&decoy, &logs).expect("symlink");
+    let rep = memtrial_watched(dir, &["report", "--db", "a.db"]);
+    let text = both(&rep);
+    assert_eq!(rep.status.code(), Some(0), "{text}");
+    assert!(!text.contains("file-secret-91c2"), "{text}");
+    assert_eq!(text.matches("its stderr is not shown").count(), 5, "{text}");
 }
 
 /// Every run of a real experiment with its figures edited to `value`, imported into
