@@ -112,13 +112,39 @@ pub fn stderr_log(db: &Path, exp: &Experiment, i: usize) -> Option<RunLog> {
         return Some(elsewhere());
     }
     let dir = log_dir_for(db, exp.id);
-    let dir = std::path::absolute(&dir).unwrap_or(dir);
+    let dir = lexical(&std::path::absolute(&dir).unwrap_or(dir));
     let own = log_stem(&dir, seq, &r.variant).with_extension("stderr");
-    Some(if own == r.stderr_path && own.starts_with(&dir) {
+    // The same database reached another way (`../x.db`, a linked directory) names the
+    // same file: compared as text only, the record's path is never resolved or opened.
+    let recorded = lexical(&r.stderr_path);
+    let same = recorded == own
+        || std::fs::canonicalize(&dir).is_ok_and(|real| {
+            recorded == log_stem(&real, seq, &r.variant).with_extension("stderr")
+        });
+    Some(if same && own.starts_with(&dir) {
         RunLog::Own(own)
     } else {
         elsewhere()
     })
+}
+
+/// `path` with `.` dropped and `..` taken back textually (for comparing two spellings of
+/// one path, never for opening).
+fn lexical(path: &Path) -> PathBuf {
+    use std::path::Component;
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                if !out.pop() {
+                    out.push("..");
+                }
+            }
+            other => out.push(other),
+        }
+    }
+    out
 }
 
 /// Which experiment to run: a new one, or the rest of a stored one.
@@ -430,5 +456,13 @@ mod tests {
             );
         }
         assert_eq!(stderr_log(db, &e, 99), None);
+        // The database reached through `..`: the same files.
+        let around = Path::new("/data/y/../x/./trial.db");
+        assert_eq!(
+            stderr_log(around, &e, 0),
+            Some(RunLog::Own(own(0, "glibc")))
+        );
+        e.runs[0].stderr_path = "/data/x/trial-logs/exp-7/../exp-7/000-glibc.stderr".into();
+        assert_eq!(stderr_log(db, &e, 0), Some(RunLog::Own(own(0, "glibc"))));
     }
 }
