@@ -16,12 +16,13 @@ use memtrial::analysis::recommend::recommend;
 use memtrial::analysis::{analyse, any_failed};
 use memtrial::linux::cgroup;
 use memtrial::linux::host::HostInfo;
+use memtrial::linux::safe_file;
 use memtrial::plan::catalog::{CatalogKind, Distro, LibraryLocator, CATALOG};
 use memtrial::plan::{build_plan, read_plan_file, PlanContext, PlanInput};
 use memtrial::record::{Experiment, RunStatus};
 use memtrial::report::printer::{ColorMode, OutputTarget, Printer};
 use memtrial::report::{self, escape, ExportType, Grouping, Report};
-use memtrial::runner::{run_experiment, Event, Start};
+use memtrial::runner::{run_experiment, Event, RunLog, Start};
 use memtrial::store::Store;
 use memtrial::trial::Isolation;
 use memtrial::units::{format_bytes, format_seconds, parse_size};
@@ -536,7 +537,7 @@ pub(crate) fn run_and_present(
     )?;
     progress.finish();
     let exp = store.load(outcome.experiment)?;
-    let result = present(&exp, output, Grouping::Pooled, ui)?;
+    let result = present(db, &exp, output, Grouping::Pooled, ui)?;
     if outcome.interrupted {
         ui.note(&format!(
             "interrupted: {} completed run(s) are kept in {} (experiment {}).",
@@ -552,39 +553,83 @@ pub(crate) fn run_and_present(
     Ok(result)
 }
 
+/// How much of a run's own log a report reads: the head (where the loader complains) and
+/// the tail shown for a failed run.
+const LOG_HEAD_BYTES: u64 = 64 * 1024;
+const LOG_TAIL_BYTES: u64 = 8192;
+
+/// Bytes of run `i`'s standard error when it is a log this memtrial wrote beside `db`
+/// (found from the run's place in the experiment, never from the record's path), read
+/// through the one safe way; `None` for any other run, or a log that cannot be read so.
+fn own_log(db: &Path, exp: &Experiment, i: usize, end: safe_file::End) -> Option<Vec<u8>> {
+    let limit = match end {
+        safe_file::End::Head => LOG_HEAD_BYTES,
+        safe_file::End::Tail => LOG_TAIL_BYTES,
+    };
+    match memtrial::runner::stderr_log(db, exp, i)? {
+        RunLog::Own(path) => read_own(&path, limit, end).ok(),
+        RunLog::Elsewhere { .. } => None,
+    }
+}
+
+/// Reads a run's own log `<dir>/<db-stem>-logs/exp-ID/<file>` from the database's
+/// directory down, no link followed on the way (the log directories included).
+fn read_own(
+    path: &Path,
+    limit: u64,
+    end: safe_file::End,
+) -> Result<Vec<u8>, safe_file::SafeFileError> {
+    match path.ancestors().nth(3) {
+        Some(root) => {
+            let rel = path.strip_prefix(root).unwrap_or(path);
+            safe_file::read_bounded_beneath(root, rel, limit, end)
+        }
+        None => safe_file::read_bounded(path, limit, end),
+    }
+}
+
 /// The first bytes of a run's standard error: where the loader complains, before the
 /// program runs.
-/// Runs stored before the loader's complaint was recorded with the verdict get it now.
-fn with_loader_complaints(exp: &Experiment) -> Experiment {
-    let mut exp = exp.clone();
+/// Runs stored before the loader's complaint was recorded with the verdict get it now
+/// (from this memtrial's own logs only).
+fn with_loader_complaints(db: &Path, exp: &Experiment) -> Experiment {
+    let mut out = exp.clone();
     let preloads: std::collections::HashMap<String, String> = exp
         .plan
         .variants
         .iter()
         .filter_map(|v| Some((v.name.clone(), v.preload.as_ref()?.display().to_string())))
         .collect();
-    for r in exp
-        .runs
-        .iter_mut()
-        .filter(|r| r.status == RunStatus::VariantNotEffective)
-    {
+    for (i, r) in out.runs.iter_mut().enumerate() {
+        if r.status != RunStatus::VariantNotEffective {
+            continue;
+        }
         let Some(pre) = preloads.get(&r.variant) else {
             continue;
         };
-        let stderr = memtrial::probe::verify::head_of(&r.stderr_path, 64 * 1024);
+        let Some(head) = own_log(db, exp, i, safe_file::End::Head) else {
+            continue;
+        };
+        let stderr = String::from_utf8_lossy(&head);
         if let Some(d) =
             memtrial::probe::verify::explain_not_mapped(&r.verification_detail, &stderr, pre)
         {
             r.verification_detail = d;
         }
     }
-    exp
+    out
 }
 
 /// Prints the table (pooled, or one per host), writes JSON/CSV, shows the output of
 /// failed runs.
-fn present(exp: &Experiment, output: &OutputArgs, grouping: Grouping, ui: &Ui) -> Result<Outcome> {
-    let exp = &with_loader_complaints(exp);
+fn present(
+    db: &Path,
+    exp: &Experiment,
+    output: &OutputArgs,
+    grouping: Grouping,
+    ui: &Ui,
+) -> Result<Outcome> {
+    let exp = &with_loader_complaints(db, exp);
     let analysis = analyse(exp);
     let rec = recommend(&analysis);
     let report = Report {
@@ -606,7 +651,7 @@ fn present(exp: &Experiment, output: &OutputArgs, grouping: Grouping, ui: &Ui) -
     };
     let stdout_taken = outputs.iter().any(|(_, t)| t.is_stdout());
     ui.human(&String::from_utf8_lossy(&table), stdout_taken)?;
-    show_failures(exp, ui);
+    show_failures(db, exp, ui);
     for (format, target) in &outputs {
         let bytes = match grouping {
             Grouping::Pooled => format.serialize(&report)?,
@@ -621,14 +666,14 @@ fn present(exp: &Experiment, output: &OutputArgs, grouping: Grouping, ui: &Ui) -
     })
 }
 
-/// For each variant, the last lines of the first failed run's stderr.
-pub(crate) fn show_failures(exp: &Experiment, ui: &Ui) {
+/// For each variant, the last lines of the first failed run's stderr: read from this
+/// memtrial's own log of the run; a run whose log is elsewhere (another host's) is named.
+pub(crate) fn show_failures(db: &Path, exp: &Experiment, ui: &Ui) {
     let mut shown = std::collections::HashSet::new();
-    for r in exp
-        .runs
-        .iter()
-        .filter(|r| !r.warmup && matches!(r.status, RunStatus::Failed | RunStatus::Timeout))
-    {
+    for (i, r) in exp.runs.iter().enumerate() {
+        if r.warmup || !matches!(r.status, RunStatus::Failed | RunStatus::Timeout) {
+            continue;
+        }
         if !shown.insert(r.variant.clone()) {
             continue;
         }
@@ -637,37 +682,39 @@ pub(crate) fn show_failures(exp: &Experiment, ui: &Ui) {
             escape::terminal(&r.variant),
             escape::terminal(r.message.as_deref().unwrap_or("failed"))
         );
-        let tail = tail_lines(&r.stderr_path, 10);
-        if tail.is_empty() {
-            text.push_str(&format!(
-                "\n  (no output on stderr: {})",
-                r.stderr_path.display()
-            ));
-        } else {
-            text.push_str(&format!("\n  last lines of {}:", r.stderr_path.display()));
-            for l in tail {
-                text.push_str(&format!("\n  | {}", escape::terminal(&l)));
+        match memtrial::runner::stderr_log(db, exp, i) {
+            Some(RunLog::Own(path)) => {
+                let tail = read_own(&path, LOG_TAIL_BYTES, safe_file::End::Tail)
+                    .map(|b| last_lines(&b, 10));
+                let shown_path = escape::terminal(&path.display().to_string());
+                match tail {
+                    Ok(lines) if !lines.is_empty() => {
+                        text.push_str(&format!("\n  last lines of {shown_path}:"));
+                        for l in lines {
+                            text.push_str(&format!("\n  | {}", escape::terminal(&l)));
+                        }
+                    }
+                    Ok(_) => text.push_str(&format!("\n  (no output on stderr: {shown_path})")),
+                    Err(e) => text.push_str(&format!(
+                        "\n  (its stderr is not shown: {})",
+                        escape::terminal(&e.to_string())
+                    )),
+                }
             }
+            Some(RunLog::Elsewhere { host, path }) => text.push_str(&format!(
+                "\n  (its stderr stays on host {}: {}; not read here)",
+                escape::terminal(if host.is_empty() { "unknown" } else { &host }),
+                escape::terminal(&path.display().to_string())
+            )),
+            None => {}
         }
         ui.note(&text);
     }
 }
 
-fn tail_lines(path: &Path, n: usize) -> Vec<String> {
-    use std::io::{Read, Seek, SeekFrom};
-    let Ok(mut f) = std::fs::File::open(path) else {
-        return Vec::new();
-    };
-    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
-    let start = len.saturating_sub(8192);
-    if f.seek(SeekFrom::Start(start)).is_err() {
-        return Vec::new();
-    }
-    let mut buf = Vec::new();
-    if f.read_to_end(&mut buf).is_err() {
-        return Vec::new();
-    }
-    let text = String::from_utf8_lossy(&buf);
+/// The last `n` lines of `bytes` (invalid UTF-8 replaced).
+fn last_lines(bytes: &[u8], n: usize) -> Vec<String> {
+    let text = String::from_utf8_lossy(bytes);
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(n)..]
         .iter()
@@ -688,7 +735,7 @@ fn report_cmd(db: &Path, args: &ReportArgs, ui: &Ui) -> Result<Outcome> {
         None => Grouping::Pooled,
         Some(GroupBy::Host) => Grouping::ByHost,
     };
-    present(&exp, output, grouping, ui)?;
+    present(db, &exp, output, grouping, ui)?;
     Ok(Outcome::Ok)
 }
 

@@ -97,7 +97,7 @@ pub fn in_container_cmd(db: &Path, args: &RunArgs, index: u32, ui: &Ui) -> Resul
     )?;
     progress.finish();
     let exp = store.load(outcome.experiment)?;
-    print_record(&exp, &args.output, ui)?;
+    print_record(db, &exp, &args.output, ui)?;
     if outcome.interrupted || exp.runs.iter().any(|r| r.status == RunStatus::Interrupted) {
         return Ok(Outcome::Interrupted);
     }
@@ -185,6 +185,7 @@ fn slot_notes(
 /// Writes the asked-for outputs and prints the record as one `memtrial-record:` line on
 /// standard output (one run is no comparison: no table; a failed run's stderr is shown).
 fn print_record(
+    db: &Path,
     exp: &memtrial::record::Experiment,
     output: &crate::cli::OutputArgs,
     ui: &Ui,
@@ -198,7 +199,7 @@ fn print_record(
     };
     // One run is no comparison: no table; the run's line was shown, and a failed run's
     // stderr is. Standard output carries the record.
-    app::show_failures(exp, ui);
+    app::show_failures(db, exp, ui);
     for (format, target) in app::outputs(output) {
         ui.write_output(&target, &format.serialize(&report)?, format.flag())?;
     }

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use crate::backend::Backend;
 use crate::linux::host::HostInfo;
 use crate::plan::Plan;
-use crate::record::{ExperimentStatus, RunRecord, RunStatus};
+use crate::record::{Experiment, ExperimentStatus, RunRecord, RunStatus};
 use crate::schedule::{schedule, Slot};
 use crate::store::{Claim, Store, StoreError};
 use crate::trial::{default_probes, run_trial, Live, TrialError, TrialSpec};
@@ -73,6 +73,78 @@ pub fn log_dir_for(db: &Path, experiment: i64) -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("."))
         .join(format!("{stem}-logs"))
         .join(format!("exp-{experiment}"))
+}
+
+/// The stem of run `seq`'s files in `log_dir`: `<seq>-<variant>`, to which `.stdout`,
+/// `.stderr` and `.probe` are given.
+pub fn log_stem(log_dir: &Path, seq: u32, variant: &str) -> PathBuf {
+    log_dir.join(format!("{seq:03}-{variant}"))
+}
+
+/// Where the standard error of a stored run is, as far as memtrial itself knows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunLog {
+    /// A file this memtrial wrote: run `seq` of the experiment, under the log directory
+    /// beside the database (found from that knowledge, not from the record).
+    Own(PathBuf),
+    /// The record names a file this memtrial did not write here (an imported run, or a
+    /// database moved away from its logs): never opened.
+    Elsewhere { host: String, path: PathBuf },
+}
+
+/// Which of the two run `i` of `exp` (stored in `db`) has: its own log when the record's
+/// `stderr_path` is exactly the file the runner writes for that run of that experiment
+/// beside `db`, else the record's path, to be named and not read.
+pub fn stderr_log(db: &Path, exp: &Experiment, i: usize) -> Option<RunLog> {
+    let r = exp.runs.get(i)?;
+    let seq = *exp.seqs.get(i)?;
+    let elsewhere = || RunLog::Elsewhere {
+        host: exp.host_of(i).hostname.clone(),
+        path: r.stderr_path.clone(),
+    };
+    // A name that is not one plain file name cannot be one of the runner's logs.
+    let plain = !r.variant.is_empty()
+        && !r.variant.contains('/')
+        && !r.variant.contains('\0')
+        && r.variant != "."
+        && r.variant != "..";
+    if !plain {
+        return Some(elsewhere());
+    }
+    let dir = log_dir_for(db, exp.id);
+    let dir = lexical(&std::path::absolute(&dir).unwrap_or(dir));
+    let own = log_stem(&dir, seq, &r.variant).with_extension("stderr");
+    // The same database reached another way (`../x.db`, a linked directory) names the
+    // same file: compared as text only, the record's path is never resolved or opened.
+    let recorded = lexical(&r.stderr_path);
+    let same = recorded == own
+        || std::fs::canonicalize(&dir).is_ok_and(|real| {
+            recorded == log_stem(&real, seq, &r.variant).with_extension("stderr")
+        });
+    Some(if same && own.starts_with(&dir) {
+        RunLog::Own(own)
+    } else {
+        elsewhere()
+    })
+}
+
+/// `path` with `.` dropped and `..` taken back textually (for comparing two spellings of
+/// one path, never for opening).
+fn lexical(path: &Path) -> PathBuf {
+    use std::path::Component;
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                if !out.pop() {
+                    out.push("..");
+                }
+            }
+            other => out.push(other),
+        }
+    }
+    out
 }
 
 /// Which experiment to run: a new one, or the rest of a stored one.
@@ -220,7 +292,7 @@ fn run_slots(
             seq: slot.seq,
             block: slot.block,
             warmup: slot.warmup,
-            log_stem: log_dir.join(format!("{:03}-{}", slot.seq, variant.name)),
+            log_stem: log_stem(&log_dir, slot.seq, &variant.name),
             load_source: load_source.as_ref(),
         };
         let probes = default_probes(plan, variant, &spec.log_stem);
@@ -397,5 +469,41 @@ mod tests {
             log_dir_for(Path::new("/data/x/trial.sqlite"), 12),
             PathBuf::from("/data/x/trial-logs/exp-12")
         );
+    }
+
+    /// A run's log is its own only when the record names exactly the file the runner
+    /// writes for that run beside the database; anything else is named, never opened.
+    #[test]
+    fn a_runs_own_log_is_found_from_its_place_not_its_record() {
+        let mut e = crate::report::fixture::experiment();
+        let db = Path::new("/data/x/trial.db");
+        let own = |seq: u32, v: &str| {
+            log_stem(Path::new("/data/x/trial-logs/exp-7"), seq, v).with_extension("stderr")
+        };
+        e.runs[0].stderr_path = own(0, "glibc");
+        e.runs[1].stderr_path = "/proc/self/environ".into();
+        e.runs[2].stderr_path = own(0, "glibc"); // another run's file
+        e.runs[3].variant = "../x".into();
+        e.runs[3].stderr_path = own(3, "../x");
+        assert_eq!(stderr_log(db, &e, 0), Some(RunLog::Own(own(0, "glibc"))));
+        for i in 1..=3 {
+            assert_eq!(
+                stderr_log(db, &e, i),
+                Some(RunLog::Elsewhere {
+                    host: "build-1".into(),
+                    path: e.runs[i].stderr_path.clone()
+                }),
+                "run {i}"
+            );
+        }
+        assert_eq!(stderr_log(db, &e, 99), None);
+        // The database reached through `..`: the same files.
+        let around = Path::new("/data/y/../x/./trial.db");
+        assert_eq!(
+            stderr_log(around, &e, 0),
+            Some(RunLog::Own(own(0, "glibc")))
+        );
+        e.runs[0].stderr_path = "/data/x/trial-logs/exp-7/../exp-7/000-glibc.stderr".into();
+        assert_eq!(stderr_log(db, &e, 0), Some(RunLog::Own(own(0, "glibc"))));
     }
 }

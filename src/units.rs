@@ -113,30 +113,43 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
     Ok(bytes.round() as u64)
 }
 
-/// Formats bytes with a binary unit: `412.3 MiB`.
+/// Formats bytes with a binary unit: `412.3 MiB`; beyond 9999 EiB (only a figure from
+/// outside gets there) in scientific notation, `1.80e308 B`, never hundreds of digits.
 pub fn format_bytes(bytes: f64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    const UNITS: [&str; 7] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+    if !bytes.is_finite() {
+        return format!("{bytes} B");
+    }
     let mut v = bytes;
     let mut i = 0;
     while v.abs() >= 1024.0 && i < UNITS.len() - 1 {
         v /= 1024.0;
         i += 1;
     }
-    if i == 0 || v.abs() >= 100.0 {
+    if v.abs() >= 10000.0 {
+        format!("{bytes:.2e} B")
+    } else if i == 0 || v.abs() >= 100.0 {
         format!("{v:.0} {}", UNITS[i])
     } else {
         format!("{v:.1} {}", UNITS[i])
     }
 }
 
-/// Formats seconds compactly: `850 ms`, `3.42 s`, `12.5 min`.
+/// Formats seconds compactly: `850 ms`, `3.42 s`, `12.5 min`; beyond 100000 minutes (no
+/// run lasts that long; a figure from outside may say so) in scientific notation,
+/// `1.80e308 s`, never hundreds of digits.
 pub fn format_seconds(s: f64) -> String {
-    if s < 1.0 {
+    let a = s.abs();
+    if !s.is_finite() {
+        format!("{s} s")
+    } else if a < 1.0 {
         format!("{:.0} ms", s * 1000.0)
-    } else if s < 600.0 {
+    } else if a < 600.0 {
         format!("{s:.2} s")
-    } else {
+    } else if a < 6e6 {
         format!("{:.1} min", s / 60.0)
+    } else {
+        format!("{s:.2e} s")
     }
 }
 
@@ -186,5 +199,30 @@ mod tests {
         assert_eq!(format_bytes(412.0 * 1048576.0), "412 MiB");
         assert_eq!(format_seconds(0.85), "850 ms");
         assert_eq!(format_seconds(3.421), "3.42 s");
+        assert_eq!(format_seconds(900.0), "15.0 min");
+    }
+
+    #[test]
+    fn extreme_values_print_short() {
+        assert_eq!(format_bytes(f64::MAX), "1.80e308 B");
+        assert_eq!(format_bytes(-f64::MAX), "-1.80e308 B");
+        assert_eq!(format_bytes(u64::MAX as f64), "16.0 EiB");
+        assert_eq!(format_bytes(f64::NAN), "NaN B");
+        assert_eq!(format_seconds(f64::MAX), "1.80e308 s");
+        assert_eq!(format_seconds(-f64::MAX), "-1.80e308 s");
+        assert_eq!(format_seconds(-0.5), "-500 ms");
+        assert_eq!(format_seconds(f64::INFINITY), "inf s");
+        for v in [
+            f64::MAX,
+            -f64::MAX,
+            1e300,
+            -1e300,
+            f64::MIN_POSITIVE,
+            1e20,
+            -1e20,
+        ] {
+            assert!(format_bytes(v).len() <= 12, "{v}: {}", format_bytes(v));
+            assert!(format_seconds(v).len() <= 12, "{v}: {}", format_seconds(v));
+        }
     }
 }

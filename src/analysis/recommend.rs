@@ -416,13 +416,14 @@ pub fn how_to_apply(plan: &Plan, variant: &str) -> Option<HowToApply> {
         ));
     }
     for (k, val) in &env {
-        match (escape::dockerfile_value(k), escape::dockerfile_value(val)) {
-            (Ok(key), Ok(value)) if key == *k => {
-                docker.push_str(&format!("ENV {key}={value}\n"));
-            }
-            _ => docker.push_str(&format!(
-                "# {}: its name or value holds a line break or another control character, which a Dockerfile ENV cannot carry; set it when the container starts\n",
-                escape::terminal(k)
+        match escape::dockerfile_env_key(k)
+            .and_then(|key| Ok((key, escape::dockerfile_value(val)?)))
+        {
+            Ok((key, value)) => docker.push_str(&format!("ENV {key}={value}\n")),
+            Err(why) => docker.push_str(&format!(
+                "# {}: {}; set it when the container starts\n",
+                escape::terminal(k),
+                why.reason()
             )),
         }
     }
@@ -595,5 +596,35 @@ mod tests {
         assert!(h.check.contains("libjemalloc.so.2"));
         let a = how_to_apply(&e.plan, "arena2").unwrap();
         assert_eq!(a.dockerfile, "ENV MALLOC_ARENA_MAX=2\n");
+    }
+
+    /// `K=EQ` set to `v2` once became `ENV K=EQ=v2`, which Docker reads as `K` set to
+    /// `EQ=v2`: a name a Dockerfile cannot write is a comment saying why.
+    #[test]
+    fn a_dockerfile_never_writes_a_name_it_would_read_as_another() {
+        let mut e = fixture::experiment();
+        let v = e
+            .plan
+            .variants
+            .iter_mut()
+            .find(|v| v.name == "arena2")
+            .unwrap();
+        v.env = vec![
+            ("K=EQ".into(), "v2".into()),
+            ("OK".into(), "1".into()),
+            ("A\nB".into(), "x".into()),
+        ];
+        let a = how_to_apply(&e.plan, "arena2").unwrap();
+        assert!(!a.dockerfile.contains("ENV K="), "{}", a.dockerfile);
+        assert!(
+            a.dockerfile.contains("# K=EQ: its name holds '='"),
+            "{}",
+            a.dockerfile
+        );
+        assert!(a.dockerfile.contains("ENV OK=1\n"), "{}", a.dockerfile);
+        assert!(a
+            .dockerfile
+            .contains("# A\\nB: its name or value holds a line break"));
+        assert_eq!(a.dockerfile.lines().count(), 3, "{}", a.dockerfile);
     }
 }

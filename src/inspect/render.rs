@@ -5,11 +5,41 @@ use std::fmt::Write;
 use super::arenas::{LimitSource, Method};
 use super::procs::{RankBy, Top};
 use super::{Inspection, Sample, WatchEnd};
+use crate::report::escape;
 use crate::report::{ExportError, Exporter};
 use crate::units::{format_bytes, format_seconds};
 
 fn b(x: u64) -> String {
     format_bytes(x as f64)
+}
+
+/// A string from the inspected process (its name, paths, environment, files) for one
+/// line of the screen: every control and bidirectional character shown as an escape.
+fn esc(s: &str) -> String {
+    escape::terminal(s)
+}
+
+/// What leaves a text view: every control character escaped but the line breaks and the
+/// bold this renderer adds itself. Fields from the process are escaped one by one
+/// already ([`t`]); this catches any that was not.
+fn screen_safe(text: String) -> String {
+    const OWN: [&str; 2] = ["\x1b[1m", "\x1b[0m"];
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text.as_str();
+    while let Some(c) = rest.chars().next() {
+        if let Some(own) = OWN.iter().find(|o| rest.starts_with(**o)) {
+            out.push_str(own);
+            rest = &rest[own.len()..];
+            continue;
+        }
+        if c == '\n' || !escape::is_unsafe_for_terminal(c) {
+            out.push(c);
+        } else {
+            out.push_str(&escape::terminal(c.encode_utf8(&mut [0; 4])));
+        }
+        rest = &rest[c.len_utf8()..];
+    }
+    out
 }
 
 fn bold(s: &str, color: bool) -> String {
@@ -55,7 +85,9 @@ fn json_bytes<T: serde::Serialize + ?Sized>(v: &T) -> Result<Vec<u8>, ExportErro
 impl Exporter<Inspection> for InspectExport {
     fn serialize(&self, ins: &Inspection) -> Result<Vec<u8>, ExportError> {
         match *self {
-            InspectExport::Text { view, color } => Ok(render(ins, view, color).into_bytes()),
+            InspectExport::Text { view, color } => {
+                Ok(screen_safe(render(ins, view, color)).into_bytes())
+            }
             InspectExport::Json => json_bytes(ins),
         }
     }
@@ -64,7 +96,7 @@ impl Exporter<Inspection> for InspectExport {
 impl Exporter<Top> for InspectExport {
     fn serialize(&self, t: &Top) -> Result<Vec<u8>, ExportError> {
         match *self {
-            InspectExport::Text { color, .. } => Ok(render_top(t, color).into_bytes()),
+            InspectExport::Text { color, .. } => Ok(screen_safe(render_top(t, color)).into_bytes()),
             InspectExport::Json => json_bytes(t),
         }
     }
@@ -95,12 +127,12 @@ fn footer(o: &mut String, ins: &Inspection, color: bool) {
             o,
             "{} {} refused: {}",
             bold("Access", color),
-            a.denied.join(", "),
-            a.hint
+            esc(&a.denied.join(", ")),
+            esc(&a.hint)
         );
     }
     for m in &ins.missing {
-        let _ = writeln!(o, "note: {m}");
+        let _ = writeln!(o, "note: {}", esc(m));
     }
 }
 
@@ -112,7 +144,7 @@ pub fn render_maps(ins: &Inspection, color: bool) -> String {
         "{} {} ({}){} — address space by kind (from /proc/PID/smaps)",
         h("PID"),
         ins.pid,
-        ins.process.comm,
+        esc(&ins.process.comm),
         if ins.complete { "" } else { "  [partial]" }
     );
     if ins.mappings.is_empty() {
@@ -144,7 +176,7 @@ pub fn render_maps(ins: &Inspection, color: bool) -> String {
                     b(m.size_bytes),
                     b(m.rss_bytes),
                     b(m.pss_bytes),
-                    m.path.as_deref().unwrap_or("[anon]")
+                    esc(m.path.as_deref().unwrap_or("[anon]"))
                 );
             }
             if g.mappings as usize > g.largest.len() {
@@ -227,7 +259,7 @@ pub fn render_top(t: &Top, color: bool) -> String {
             o,
             "  {:>8} {:<16} {:>10} {:>10} {:>7}  {:<38} {:>7}",
             p.pid,
-            p.comm,
+            esc(&p.comm),
             b(p.rss_bytes),
             opt_b(p.pss_bytes),
             p.threads,
@@ -284,16 +316,17 @@ fn screen_process(o: &mut String, ins: &Inspection, color: bool) {
         "{} {} ({}){}",
         h("PID"),
         ins.pid,
-        p.comm,
+        esc(&p.comm),
         if ins.complete { "" } else { "  [partial]" }
     );
     let _ = writeln!(
         o,
         "  exe      {}",
-        p.exe.as_deref().unwrap_or("(unreadable)")
+        esc(p.exe.as_deref().unwrap_or("(unreadable)"))
     );
     if !p.cmdline.is_empty() {
-        let mut line = shell_words::join(&p.cmdline);
+        // Quoted for a shell, controls as `$'\x1b'`: pasteable and harmless.
+        let mut line = escape::shell_line(&p.cmdline);
         if line.chars().count() > 100 {
             line = line.chars().take(97).collect::<String>() + "...";
         }
@@ -305,7 +338,7 @@ fn screen_process(o: &mut String, ins: &Inspection, color: bool) {
         p.age_seconds.map_or("?".into(), age),
         p.threads,
         format_seconds(p.cpu_seconds),
-        p.state,
+        esc(&p.state.to_string()),
         p.ppid,
         if p.runtimes.is_empty() {
             String::new()
@@ -314,7 +347,7 @@ fn screen_process(o: &mut String, ins: &Inspection, color: bool) {
                 ", runtime {}",
                 p.runtimes
                     .iter()
-                    .map(|r| format!("{:?} ({})", r.runtime, r.evidence))
+                    .map(|r| format!("{:?} ({})", r.runtime, esc(&r.evidence)))
                     .collect::<Vec<_>>()
                     .join(", ")
             )
@@ -374,7 +407,7 @@ fn screen_tree(o: &mut String, ins: &Inspection, color: bool) {
                 o,
                 "  {:>8} {:<16} PSS {:>10}  RSS {:>10}  {} threads",
                 m.pid,
-                m.comm,
+                esc(&m.comm),
                 opt_b(m.pss_bytes),
                 b(m.rss_bytes),
                 m.threads
@@ -425,7 +458,7 @@ fn screen_allocator(o: &mut String, ins: &Inspection, color: bool) {
         format!(
             "glibc {} ({})",
             g.version,
-            g.banner.as_deref().unwrap_or(&g.library)
+            esc(g.banner.as_deref().unwrap_or(&g.library))
         )
     });
     match &ins.allocator {
@@ -437,12 +470,16 @@ fn screen_allocator(o: &mut String, ins: &Inspection, color: bool) {
             );
         }
         Some(a) => {
-            let _ = writeln!(o, "{} {}", h("Allocator"), a.name);
+            let _ = writeln!(o, "{} {}", h("Allocator"), esc(&a.name));
             for e in &a.evidence {
-                let _ = writeln!(o, "  - {e}");
+                let _ = writeln!(o, "  - {}", esc(e));
             }
             if !a.settings.is_empty() {
-                let s: Vec<String> = a.settings.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                let s: Vec<String> = a
+                    .settings
+                    .iter()
+                    .map(|(k, v)| escape::shell_assignment(k, v))
+                    .collect();
                 let _ = writeln!(o, "  settings {}", s.join(" "));
             }
         }
@@ -502,9 +539,13 @@ fn screen_cgroup(o: &mut String, ins: &Inspection, color: bool) {
             parts.push(match cpu.quota {
                 Some(q) => format!(
                     "CPU quota {:.2} CPU ({}/{} µs, {:?} {})",
-                    q.cpus, q.quota_us, q.period_us, cpu.version, cpu.path
+                    q.cpus,
+                    q.quota_us,
+                    q.period_us,
+                    cpu.version,
+                    esc(&cpu.path)
                 ),
-                None => format!("no CPU quota ({:?} {})", cpu.version, cpu.path),
+                None => format!("no CPU quota ({:?} {})", cpu.version, esc(&cpu.path)),
             });
         }
         if let Some(m) = &c.memory {
@@ -514,14 +555,14 @@ fn screen_cgroup(o: &mut String, ins: &Inspection, color: bool) {
                 m.limit_bytes.map_or("no limit".into(), b),
                 m.peak_bytes.map_or("?".into(), b),
                 m.version,
-                m.path
+                esc(&m.path)
             ));
         }
         if let Some(s) = &c.cpuset {
-            parts.push(format!("cpuset {} ({} CPUs)", s.cpus, s.count));
+            parts.push(format!("cpuset {} ({} CPUs)", esc(&s.cpus), s.count));
         }
         if let Some(a) = &c.cpus_allowed {
-            parts.push(format!("affinity {a}"));
+            parts.push(format!("affinity {}", esc(a)));
         }
         if c.own_pid_namespace == Some(true) {
             parts.push("own PID namespace (container)".into());
@@ -593,9 +634,9 @@ fn screen_advice(o: &mut String, ins: &Inspection, color: bool) {
     } else {
         let _ = writeln!(o, "{}", h("Advice"));
         for a in &ins.advice {
-            let _ = writeln!(o, "  ▸ {}", a.message);
+            let _ = writeln!(o, "  ▸ {}", esc(&a.message));
             for e in &a.evidence {
-                let _ = writeln!(o, "      because: {e}");
+                let _ = writeln!(o, "      because: {}", esc(e));
             }
         }
     }
@@ -624,6 +665,28 @@ mod tests {
     #[test]
     fn json_snapshot() {
         insta::assert_json_snapshot!(fixture::inspection());
+    }
+
+    #[test]
+    fn the_screen_keeps_its_own_bold_and_line_breaks_and_escapes_the_rest() {
+        let text = format!("{}\n\x07x\x1b[2J\u{202e}\n", bold("PID", true));
+        assert_eq!(
+            screen_safe(text),
+            "\x1b[1mPID\x1b[0m\n\\x07x\\x1b[2J\\u{202e}\n"
+        );
+        let mut ins = fixture::inspection();
+        ins.process.comm = "\x1b]0;t\x07n\nx".into();
+        ins.process.cmdline = vec!["a\x1b[2J".into(), "b\nc".into()];
+        let screen = render(&ins, View::Screen, false);
+        assert!(
+            screen.contains("PID 4242 (\\x1b]0;t\\x07n\\nx)"),
+            "{screen}"
+        );
+        assert!(
+            screen.contains("command  $'a\\x1b[2J' $'b\\nc'"),
+            "{screen}"
+        );
+        assert!(!screen.contains('\x1b') && !screen.contains('\x07'));
     }
 
     #[test]

@@ -1,22 +1,26 @@
-//! Opening a file in a tree another process controls, without trusting that tree.
+//! Opening a file whose path memtrial does not fully control, without trusting what lies there.
 //!
-//! The exporter runs as root and reads a report file that a watched process wrote into its
-//! own filesystem (`/proc/PID/root/...`). That process chooses what lies on the path: a
+//! Two callers, one rule. `report` reads the logs memtrial itself wrote beside its
+//! database, whose path could have been replaced since (a link to a secret, a FIFO); the
+//! exporter runs as root and reads a report file that a watched process wrote into its own
+//! filesystem (`/proc/PID/root/...`), where that process chooses what lies on the path: a
 //! symbolic link to a secret (resolved through `/proc/PID/root`, an absolute link lands in
 //! *our* root), a FIFO that blocks `open` forever, `/dev/zero`, a file that never ends.
-//! [`open_beneath`] is the one way such a file is opened:
 //!
-//! - the directory is memtrial's own (a flag), never a path the process named;
+//! - the directory is memtrial's own (its log directory, a flag), never a path a record or
+//!   another process named;
 //! - every component below the root is opened with `O_NOFOLLOW` (a symbolic link anywhere
 //!   is refused, not followed), and `..` or `.` never appear;
 //! - the file is opened `O_NOFOLLOW | O_NONBLOCK | O_NOCTTY` (a FIFO cannot block the
 //!   open, a terminal cannot become ours), then checked with `fstat`: a regular file only,
-//!   owned by root or by one of the uids given (the process's own);
-//! - reads of it are bounded by the caller ([`read_head_and_tail`]).
+//!   and, where the caller asks, owned by root or by one of the uids given;
+//! - reads are bounded ([`read_head_and_tail`], [`read_bounded`]), and never go past the
+//!   size the file had at open (a `/proc` pseudo-file, which says it is empty, reads empty).
 
 use std::ffi::CString;
 use std::fs::File;
 use std::io;
+use std::io::{Read, Seek, SeekFrom};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, MetadataExt};
@@ -102,6 +106,11 @@ fn kind_of(mode: u32) -> &'static str {
 /// time without following any symbolic link; the file must be a regular file owned by
 /// root or by one of `owners`. Never blocks on a FIFO, never opens a path with `..`.
 pub fn open_beneath(root: &Path, rel: &Path, owners: &[u32]) -> Result<File, SafeFileError> {
+    open_checked(root, rel, Some(owners))
+}
+
+/// [`open_beneath`] with the owner checked only when `owners` is given.
+fn open_checked(root: &Path, rel: &Path, owners: Option<&[u32]>) -> Result<File, SafeFileError> {
     let shown = root.join(rel);
     let mut names = Vec::new();
     for c in rel.components() {
@@ -142,12 +151,14 @@ pub fn open_beneath(root: &Path, rel: &Path, owners: &[u32]) -> Result<File, Saf
             kind: kind_of(meta.mode()),
         });
     }
-    if meta.uid() != 0 && !owners.contains(&meta.uid()) {
-        return Err(SafeFileError::Owner {
-            path: shown,
-            uid: meta.uid(),
-            allowed: owners.to_vec(),
-        });
+    if let Some(owners) = owners {
+        if meta.uid() != 0 && !owners.contains(&meta.uid()) {
+            return Err(SafeFileError::Owner {
+                path: shown,
+                uid: meta.uid(),
+                allowed: owners.to_vec(),
+            });
+        }
     }
     Ok(file)
 }
@@ -184,6 +195,60 @@ fn read_at_most(file: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         }
     }
     Ok(done)
+}
+
+/// Which end of the file a bounded read keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum End {
+    /// The first `limit` bytes.
+    Head,
+    /// The last `limit` bytes (the end of a log).
+    Tail,
+}
+
+/// At most `limit` bytes of the regular file at `path` (its last component not followed
+/// if it is a link), from its start or its end, and never more than it held at open.
+pub fn read_bounded(path: &Path, limit: u64, end: End) -> Result<Vec<u8>, SafeFileError> {
+    let (dir, name) = match (path.parent(), path.file_name()) {
+        (Some(d), Some(n)) if !d.as_os_str().is_empty() => (d, Path::new(n)),
+        (_, Some(n)) => (Path::new("."), Path::new(n)),
+        _ => {
+            return Err(SafeFileError::BadPath {
+                path: path.to_path_buf(),
+            })
+        }
+    };
+    read_opened(path, open_checked(dir, name, None)?, limit, end)
+}
+
+/// Like [`read_bounded`], for `root/rel`: no component below `root` may be a link.
+pub fn read_bounded_beneath(
+    root: &Path,
+    rel: &Path,
+    limit: u64,
+    end: End,
+) -> Result<Vec<u8>, SafeFileError> {
+    read_opened(&root.join(rel), open_checked(root, rel, None)?, limit, end)
+}
+
+fn read_opened(
+    path: &Path,
+    mut file: File,
+    limit: u64,
+    end: End,
+) -> Result<Vec<u8>, SafeFileError> {
+    let err = |source| SafeFileError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let len = file.metadata().map_err(err)?.len();
+    let want = len.min(limit);
+    if end == End::Tail {
+        file.seek(SeekFrom::Start(len - want)).map_err(err)?;
+    }
+    let mut buf = Vec::with_capacity(usize::try_from(want).unwrap_or(0).min(1 << 20));
+    file.take(want).read_to_end(&mut buf).map_err(err)?;
+    Ok(buf)
 }
 
 #[cfg(test)]
@@ -278,5 +343,98 @@ mod tests {
         }
         let e = open_beneath(d.path(), Path::new("f"), &[12345]).unwrap_err();
         assert!(matches!(e, SafeFileError::Owner { .. }), "{e}");
+    }
+
+    #[test]
+    fn reads_the_head_or_the_tail_of_a_regular_file_within_the_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("log");
+        std::fs::write(&p, b"0123456789").unwrap();
+        assert_eq!(read_bounded(&p, 4, End::Head).unwrap(), b"0123");
+        assert_eq!(read_bounded(&p, 4, End::Tail).unwrap(), b"6789");
+        assert_eq!(read_bounded(&p, 100, End::Tail).unwrap(), b"0123456789");
+        assert_eq!(read_bounded(&p, 0, End::Head).unwrap(), b"");
+    }
+
+    #[test]
+    fn a_symbolic_link_is_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let secret = dir.path().join("secret");
+        std::fs::write(&secret, b"secret").unwrap();
+        let link = dir.path().join("log");
+        std::os::unix::fs::symlink(&secret, &link).unwrap();
+        let e = read_bounded(&link, 100, End::Tail).unwrap_err();
+        assert!(matches!(e, SafeFileError::NotPlain { .. }), "{e}");
+    }
+
+    #[test]
+    fn a_fifo_is_refused_without_waiting_for_a_writer() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let e = read_bounded(&fifo, 100, End::Head).unwrap_err();
+        assert!(
+            matches!(e, SafeFileError::NotRegular { kind: "FIFO", .. }),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn devices_and_directories_are_refused() {
+        for (p, kind) in [("/dev/zero", "character device"), ("/tmp", "directory")] {
+            let e = read_bounded(Path::new(p), 100, End::Head).unwrap_err();
+            assert!(
+                matches!(e, SafeFileError::NotRegular { kind: k, .. } if k == kind),
+                "{p}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn beneath_a_directory_no_component_may_be_a_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("logs/exp-1")).unwrap();
+        std::fs::write(root.join("logs/exp-1/run.stderr"), b"own\n").unwrap();
+        let rel = Path::new("logs/exp-1/run.stderr");
+        assert_eq!(
+            read_bounded_beneath(root, rel, 100, End::Tail).unwrap(),
+            b"own\n"
+        );
+        // The same file name below a directory replaced by a link to elsewhere.
+        let elsewhere = root.join("elsewhere");
+        std::fs::create_dir_all(elsewhere.join("exp-2")).unwrap();
+        std::fs::write(elsewhere.join("exp-2/run.stderr"), b"secret").unwrap();
+        std::os::unix::fs::symlink(elsewhere.join("exp-2"), root.join("logs/exp-2")).unwrap();
+        let e = read_bounded_beneath(root, Path::new("logs/exp-2/run.stderr"), 100, End::Tail)
+            .unwrap_err();
+        assert!(matches!(e, SafeFileError::NotPlain { .. }), "{e}");
+        for bad in [
+            "../elsewhere/exp-2/run.stderr",
+            "/etc/hostname",
+            "",
+            "logs/exp-1",
+        ] {
+            let e = read_bounded_beneath(root, Path::new(bad), 100, End::Head).unwrap_err();
+            assert!(
+                matches!(
+                    e,
+                    SafeFileError::BadPath { .. }
+                        | SafeFileError::NotPlain { .. }
+                        | SafeFileError::NotRegular { .. }
+                ),
+                "{bad}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_proc_pseudo_file_reads_as_the_empty_file_it_says_it_is() {
+        assert_eq!(
+            read_bounded(Path::new("/proc/self/environ"), 1 << 20, End::Tail).unwrap(),
+            b""
+        );
     }
 }

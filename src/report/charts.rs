@@ -32,23 +32,87 @@ pub fn css_color(i: usize) -> String {
     format!("#{:02x}{:02x}{:02x}", c.0, c.1, c.2)
 }
 
-pub(super) type Chart<'a, 'b> =
-    ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+pub(super) type Chart<'a, 'b> = ChartContext<'a, SVGBackend<'b>, Cartesian2d<Clamped, Clamped>>;
 
-/// A chart with the house style: title, margins, label areas, and the given ranges.
+/// An `f64` axis on which a value far outside the range is drawn just beyond its edge:
+/// plotters' own mapping turns it into a pixel that overflows `i32` (a panic in a debug
+/// build, garbage otherwise).
+pub(super) struct Clamped(RangedCoordf64);
+
+impl Ranged for Clamped {
+    type FormatOption = plotters::coord::ranged1d::NoDefaultFormatting;
+    type ValueType = f64;
+
+    fn map(&self, value: &f64, limit: (i32, i32)) -> i32 {
+        let r = self.0.range();
+        let span = r.end - r.start;
+        let v = if value.is_nan() {
+            r.start
+        } else {
+            value.clamp(r.start - span, r.end + span)
+        };
+        self.0.map(&v, limit)
+    }
+
+    fn key_points<Hint: plotters::coord::ranged1d::KeyPointHint>(&self, hint: Hint) -> Vec<f64> {
+        self.0.key_points(hint)
+    }
+
+    fn range(&self) -> std::ops::Range<f64> {
+        self.0.range()
+    }
+}
+
+impl plotters::coord::ranged1d::ValueFormatter<f64> for Clamped {
+    /// plotters' own labels, but a huge value in scientific notation, not 300 digits.
+    fn format(value: &f64) -> String {
+        if value.abs() >= 1e15 {
+            format!("{value:.2e}")
+        } else {
+            <RangedCoordf64 as plotters::coord::ranged1d::ValueFormatter<f64>>::format(value)
+        }
+    }
+}
+
+/// The largest magnitude an axis reaches. plotters computes an axis's key points by
+/// stepping through its range in powers of ten; an infinite or NaN end (a padded
+/// `1.8e308`) made that loop run forever. Beyond this, values are drawn at the edge.
+const AXIS_LIMIT: f64 = 1e300;
+
+/// An axis range plotters can always lay out: finite ends within [`AXIS_LIMIT`], NaN
+/// taken as 0, and a non-empty span (an empty or reversed one widened upwards).
+pub(super) fn sane_range(r: std::ops::Range<f64>) -> std::ops::Range<f64> {
+    let clamp = |v: f64| {
+        if v.is_nan() {
+            0.0
+        } else {
+            v.clamp(-AXIS_LIMIT, AXIS_LIMIT)
+        }
+    };
+    let (lo, hi) = (clamp(r.start), clamp(r.end));
+    if hi > lo {
+        lo..hi
+    } else {
+        lo..lo + lo.abs().max(1.0)
+    }
+}
+
+/// A chart with the house style: title, margins, label areas, and the given ranges (made
+/// sane: see [`sane_range`]).
 pub(super) fn styled<'a, 'b>(
     root: &'a DrawingArea<SVGBackend<'b>, plotters::coord::Shift>,
     title: &str,
     x: std::ops::Range<f64>,
     y: std::ops::Range<f64>,
 ) -> Option<Chart<'a, 'b>> {
+    let (x, y) = (sane_range(x), sane_range(y));
     root.fill(&WHITE).ok()?;
     ChartBuilder::on(root)
         .caption(title, ("sans-serif", 18))
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(64)
-        .build_cartesian_2d(x, y)
+        .build_cartesian_2d(Clamped(x.into()), Clamped(y.into()))
         .ok()
 }
 
@@ -410,4 +474,58 @@ pub fn latency_percentiles(e: &Experiment, a: &Analysis) -> Option<String> {
         root.present().ok()?;
     }
     Some(svg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::analyse;
+    use crate::report::fixture;
+
+    #[test]
+    fn ranges_are_finite_bounded_and_non_empty() {
+        for (r, want) in [
+            (0.0..f64::INFINITY, 0.0..AXIS_LIMIT),
+            (0.0..f64::NAN, 0.0..1.0),
+            (f64::NEG_INFINITY..0.0, -AXIS_LIMIT..0.0),
+            (5.0..5.0, 5.0..10.0),
+            (3.0..1.0, 3.0..6.0),
+            (AXIS_LIMIT..f64::MAX, AXIS_LIMIT..2.0 * AXIS_LIMIT),
+            (-0.5..2.5, -0.5..2.5),
+        ] {
+            let got = sane_range(r.clone());
+            assert_eq!(got, want, "{r:?}");
+            assert!(got.start.is_finite() && got.end.is_finite() && got.end > got.start);
+        }
+    }
+
+    /// Every chart renders (and returns) with figures at the ends of what an f64 holds.
+    #[test]
+    fn every_chart_renders_extreme_finite_values() {
+        for v in [f64::MAX, -f64::MAX, 1e-300, f64::MIN_POSITIVE] {
+            let mut e = fixture::experiment();
+            for r in &mut e.runs {
+                r.wall_seconds = v;
+                r.cpu_user_seconds = v;
+                for s in &mut r.samples {
+                    s.t_seconds = v;
+                }
+            }
+            let a = analyse(&e);
+            let wall = distribution(&e, &a, crate::analysis::Figure::WallSeconds, "wall");
+            if v > 0.0 {
+                let svg = wall.unwrap_or_default();
+                assert!(svg.contains("<svg"), "{v}");
+                assert!(
+                    !svg.chars()
+                        .collect::<Vec<_>>()
+                        .windows(30)
+                        .any(|w| w.iter().all(char::is_ascii_digit)),
+                    "axis labels of {v} are short"
+                );
+            }
+            assert!(memory_over_time(&e, &a, Series::Rss).is_some(), "{v}");
+            let _ = memory_over_time(&e, &a, Series::Pss);
+        }
+    }
 }

@@ -1,6 +1,6 @@
 //! CSV: one row per run with every scalar figure.
 
-use super::{ExportError, Exporter, Report};
+use super::{escape, ExportError, Exporter, Report};
 use crate::record::Experiment;
 
 /// The column names, in order.
@@ -59,6 +59,20 @@ impl<'a> Exporter<Report<'a>> for SamplesCsvExporter {
     }
 }
 
+/// Writes one row, each cell neutralised for spreadsheets ([`escape::csv_cell`]): the one
+/// way a row leaves this module.
+fn row<I, S>(w: &mut csv::Writer<Vec<u8>>, cells: I) -> Result<(), csv::Error>
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<str>,
+{
+    w.write_record(
+        cells
+            .into_iter()
+            .map(|c| escape::csv_cell(c.as_ref()).into_owned()),
+    )
+}
+
 fn finish(w: csv::Writer<Vec<u8>>) -> Result<Vec<u8>, csv::Error> {
     w.into_inner().map_err(|e| csv::Error::from(e.into_error()))
 }
@@ -80,7 +94,8 @@ fn runs_csv(e: &Experiment) -> Result<Vec<u8>, csv::Error> {
         .filter_map(|r| r.driver.as_ref())
         .flat_map(|d| d.figures.keys().map(String::as_str))
         .collect();
-    w.write_record(
+    row(
+        &mut w,
         COLUMNS
             .iter()
             .map(|c| c.to_string())
@@ -135,7 +150,7 @@ fn runs_csv(e: &Experiment) -> Result<Vec<u8>, csv::Error> {
             opt(r.peak_uss_bytes.map(|v| v.to_string())),
             e.host_of(i).hostname.clone(),
         ];
-        w.write_record(fixed.into_iter().chain(driver))?;
+        row(&mut w, fixed.into_iter().chain(driver))?;
     }
     finish(w)
 }
@@ -149,35 +164,41 @@ pub fn render_samples(e: &Experiment) -> String {
 
 fn samples_csv(e: &Experiment) -> Result<Vec<u8>, csv::Error> {
     let mut w = csv::Writer::from_writer(Vec::new());
-    w.write_record([
-        "experiment_id",
-        "run",
-        "variant",
-        "warmup",
-        "t_seconds",
-        "rss_bytes",
-        "vsz_bytes",
-        "pss_bytes",
-        "threads",
-        "processes",
-        "uss_bytes",
-    ])?;
+    row(
+        &mut w,
+        [
+            "experiment_id",
+            "run",
+            "variant",
+            "warmup",
+            "t_seconds",
+            "rss_bytes",
+            "vsz_bytes",
+            "pss_bytes",
+            "threads",
+            "processes",
+            "uss_bytes",
+        ],
+    )?;
     for (i, r) in e.runs.iter().enumerate() {
         let run = e.seqs.get(i).copied().unwrap_or(i as u32).to_string();
         for s in &r.samples {
-            w.write_record([
-                e.id.to_string(),
-                run.clone(),
-                r.variant.clone(),
-                r.warmup.to_string(),
-                format!("{:.3}", s.t_seconds),
-                s.rss_bytes.to_string(),
-                s.vsz_bytes.to_string(),
-                s.pss_bytes.map(|v| v.to_string()).unwrap_or_default(),
-                s.threads.to_string(),
-                s.processes.to_string(),
-                s.uss_bytes.map(|v| v.to_string()).unwrap_or_default(),
-            ])?;
+            row(
+                &mut w,
+                [
+                    e.id.to_string(),
+                    run.clone(),
+                    r.variant.clone(),
+                    r.warmup.to_string(),
+                    format!("{:.3}", s.t_seconds),
+                    s.rss_bytes.to_string(),
+                    s.vsz_bytes.to_string(),
+                    s.pss_bytes.map(|v| v.to_string()).unwrap_or_default(),
+                    s.threads.to_string(),
+                    s.processes.to_string(),
+                    s.uss_bytes.map(|v| v.to_string()).unwrap_or_default(),
+                ],
+            )?;
         }
     }
     finish(w)

@@ -1,6 +1,7 @@
 //! Escaping and quoting of untrusted text (commands, environment values, messages from
 //! workloads) for each place memtrial writes it: a terminal, a shell line, a Dockerfile,
-//! YAML, Markdown. HTML escaping is maud's; CSV quoting is the `csv` crate's.
+//! YAML, Markdown, a CSV cell. HTML escaping is maud's; CSV quoting is the `csv` crate's,
+//! formula neutralising is here ([`csv_cell`]).
 //!
 //! The rule for every target: what comes from the input can never end the construct it
 //! sits in (a line, a quoted string, a code block) nor start a new one (a link, an HTML
@@ -47,6 +48,26 @@ pub fn terminal(s: &str) -> String {
         }
     }
     out
+}
+
+/// A whole document (HTML) whose markup is already escaped for its format: every control
+/// character but line breaks and tabs, and every bidirectional control, shown as its
+/// escape (`\x1b`, `\u{202e}`), so no text from outside can reorder what a reader sees
+/// or reach a terminal the document is printed on.
+pub fn visible_controls(s: &str) -> std::borrow::Cow<'_, str> {
+    let keep = |c: char| c == '\n' || c == '\t' || !is_unsafe_for_terminal(c);
+    if s.chars().all(keep) {
+        return s.into();
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        if keep(c) {
+            out.push(c);
+        } else {
+            visible(c, &mut out);
+        }
+    }
+    out.into()
 }
 
 /// Like [`terminal`], but line breaks (and tabs) stay: for messages of several lines.
@@ -122,6 +143,40 @@ pub enum DockerfileRefusal {
     /// A line break or another control character: a Dockerfile instruction is one
     /// line, and its quoting has no escape for a line break.
     ControlCharacter,
+    /// A variable name a Dockerfile `ENV` cannot write as it is: `=` (the instruction
+    /// splits at the first one, so `K=EQ` with `v` would set `K` to `EQ=v`), blanks,
+    /// quotes, `$` or `\\`, or an empty name.
+    KeyName,
+}
+
+impl DockerfileRefusal {
+    /// Why, for a comment in the snippet.
+    pub fn reason(self) -> &'static str {
+        match self {
+            DockerfileRefusal::ControlCharacter => {
+                "its name or value holds a line break or another control character, which a Dockerfile ENV cannot carry"
+            }
+            DockerfileRefusal::KeyName => {
+                "its name holds '=', a blank, a quote, '$' or '\\' (or is empty), which a Dockerfile ENV would read as another variable"
+            }
+        }
+    }
+}
+
+/// A variable name for a Dockerfile `ENV` (`[A-Za-z0-9_.-]`, as is): anything else is
+/// refused, since Docker would read it as another name and value.
+pub fn dockerfile_env_key(k: &str) -> Result<&str, DockerfileRefusal> {
+    if k.chars().any(|c| c.is_control() || is_bidi_control(c)) {
+        return Err(DockerfileRefusal::ControlCharacter);
+    }
+    if !k.is_empty()
+        && k.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c))
+    {
+        Ok(k)
+    } else {
+        Err(DockerfileRefusal::KeyName)
+    }
 }
 
 /// A value for a Dockerfile `ENV`: as is when plain, else in double quotes with `\`,
@@ -264,6 +319,35 @@ pub fn markdown_code_block(info: &str, body: &str) -> String {
     format!("{fence}{info}\n{body}{fence}\n")
 }
 
+/// A plain decimal number (`-3`, `+0.5`, `-1.25e-3`): a spreadsheet reads it as a number,
+/// not a formula.
+fn is_plain_number(s: &str) -> bool {
+    let body = s.strip_prefix(['-', '+']).unwrap_or(s);
+    let (mantissa, exponent) = match body.split_once(['e', 'E']) {
+        Some((m, e)) => (m, Some(e.strip_prefix(['-', '+']).unwrap_or(e))),
+        None => (body, None),
+    };
+    let digits = |d: &str| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit());
+    let mantissa_ok = match mantissa.split_once('.') {
+        Some((i, f)) => {
+            (digits(i) || i.is_empty()) && (digits(f) || f.is_empty()) && i.len() + f.len() > 0
+        }
+        None => digits(mantissa),
+    };
+    mantissa_ok && exponent.is_none_or(digits)
+}
+
+/// A CSV cell a spreadsheet shows as text, never runs: a cell starting with `=`, `+`,
+/// `-`, `@`, a tab or a carriage return gets a leading `'` (OWASP's rule against CSV
+/// injection), unless it is a plain number (a negative number stays a number). Quoting
+/// of `,`, `"` and line breaks is the CSV writer's.
+pub fn csv_cell(s: &str) -> std::borrow::Cow<'_, str> {
+    match s.chars().next() {
+        Some('=' | '+' | '-' | '@' | '\t' | '\r') if !is_plain_number(s) => format!("'{s}").into(),
+        _ => s.into(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -287,6 +371,39 @@ mod tests {
                 "{c}"
             );
         }
+    }
+
+    #[test]
+    fn csv_cells_that_would_start_a_formula_are_text_and_numbers_stay_numbers() {
+        for (cell, want) in [
+            ("=HYPERLINK(\"http://x\")", "'=HYPERLINK(\"http://x\")"),
+            ("+cmd|' /C calc'!A0", "'+cmd|' /C calc'!A0"),
+            ("-2+3", "'-2+3"),
+            ("@SUM(A1)", "'@SUM(A1)"),
+            ("\t=1", "'\t=1"),
+            ("\r=1", "'\r=1"),
+            ("-", "'-"),
+            ("-e5", "'-e5"),
+            ("-inf", "'-inf"),
+            ("-1", "-1"),
+            ("-1.250000", "-1.250000"),
+            ("+0.5", "+0.5"),
+            ("-1e-3", "-1e-3"),
+            ("-.5", "-.5"),
+            ("plain=ok", "plain=ok"),
+            ("", ""),
+        ] {
+            assert_eq!(csv_cell(cell), want, "{cell:?}");
+        }
+    }
+
+    #[test]
+    fn visible_controls_keeps_lines_and_tabs_and_shows_the_rest() {
+        assert_eq!(visible_controls("<p>a\n\tb</p>"), "<p>a\n\tb</p>");
+        assert_eq!(
+            visible_controls("<td>x\x1b[2J\u{202e}y\r\x07</td>"),
+            "<td>x\\x1b[2J\\u{202e}y\\r\\x07</td>"
+        );
     }
 
     #[test]
@@ -347,6 +464,26 @@ mod tests {
         assert_eq!(yaml_string("\x1b\u{202E}"), "\"\\u001b\\u202e\"");
         assert_eq!(yaml_name("MALLOC_CONF"), "MALLOC_CONF");
         assert_eq!(yaml_name("a: b"), "\"a: b\"");
+    }
+
+    #[test]
+    fn dockerfile_env_keys_are_plain_names_or_refused() {
+        assert_eq!(
+            dockerfile_env_key("MALLOC_ARENA_MAX"),
+            Ok("MALLOC_ARENA_MAX")
+        );
+        assert_eq!(dockerfile_env_key("a.b-c"), Ok("a.b-c"));
+        for k in ["K=EQ", "", "A B", "A\"B", "$X", "A\\B"] {
+            assert_eq!(
+                dockerfile_env_key(k),
+                Err(DockerfileRefusal::KeyName),
+                "{k:?}"
+            );
+        }
+        assert_eq!(
+            dockerfile_env_key("A\nB"),
+            Err(DockerfileRefusal::ControlCharacter)
+        );
     }
 
     #[test]

@@ -142,7 +142,9 @@ pub fn render(e: &Experiment, a: &Analysis, rec: &Recommendation) -> String {
             }
         }
     };
-    markup.into_string()
+    // Names, commands and messages come from outside: maud escapes HTML; a control or
+    // bidirectional character (ESC, U+202E) is shown as its escape, never kept raw.
+    super::escape::visible_controls(&markup.into_string()).into_owned()
 }
 
 /// The document head: charset, viewport, title and the inline style sheet.

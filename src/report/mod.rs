@@ -214,6 +214,8 @@ pub fn format_value(f: Figure, v: f64) -> String {
 
 #[cfg(test)]
 pub(crate) mod fixture;
+#[cfg(test)]
+mod hostile;
 
 #[cfg(test)]
 mod snapshots {

@@ -24,4 +24,5 @@ mod sandbox;
 mod server;
 mod store_trust;
 mod trust;
+mod trust_report;
 mod worker;
