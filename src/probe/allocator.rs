@@ -2,9 +2,12 @@
 //! build and embedded) is preloaded into the workload's processes after the variant's
 //! allocator. Each process appends one line per interval to `<dir>/<pid>` with the active
 //! allocator's own counters; this probe reads the new lines on the run's clock and sums
-//! the latest line of every live process into one series of live vs held bytes.
+//! the latest line of every live process into one series of live vs held bytes. Every line
+//! is a point at the moment it was written (the library's clock is the run's): the library
+//! samples densely at the start and at each new high of resident memory, between memtrial's
+//! ticks, and those are the samples that bracket a short run's peak.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
 use super::reports::{ProcessReports, ReportDir};
@@ -46,7 +49,23 @@ struct ProcessFile {
     exited: bool,
     /// The next figures line is the one written at exit (after `# exit`).
     exit_next: bool,
+    /// Figures lines not yet made points of the series, in the order written.
+    pending: Vec<Timed>,
 }
+
+/// One figures line with the moment it was written.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Timed {
+    /// `CLOCK_MONOTONIC`, nanoseconds.
+    ns: u64,
+    line: Line,
+    /// Written at exit.
+    exited: bool,
+}
+
+/// At most this many lines of one process wait to become points; beyond it (a writer far
+/// faster than the library's schedule) the newest replaces the last waiting one.
+const MAX_PENDING: usize = 4096;
 
 impl ProcessReports for ProcessFile {
     fn line(&mut self, line: &str) -> bool {
@@ -56,10 +75,19 @@ impl ProcessReports for ProcessFile {
             self.allocator = allocator;
             self.library = library;
             self.exit_next = false;
-        } else if let Some(l) = parse_line(line).filter(|l| *l != Line::default()) {
+        } else if let Some((ns, l)) = parse_timed(line).filter(|(_, l)| *l != Line::default()) {
             // A line with no figure at all (an allocator not yet initialised) says nothing.
             self.latest = Some(l);
             self.exited = std::mem::take(&mut self.exit_next);
+            let t = Timed {
+                ns,
+                line: l,
+                exited: self.exited,
+            };
+            if self.pending.len() >= MAX_PENDING {
+                self.pending.pop();
+            }
+            self.pending.push(t);
             return true;
         }
         false
@@ -82,9 +110,15 @@ struct Line {
 
 /// Parses one figures line (`<ns> <live> <held> … <thread cache>`, tab-separated, `-`
 /// for a figure the allocator does not offer). `None` for anything malformed.
+#[cfg(test)]
 fn parse_line(line: &str) -> Option<Line> {
+    parse_timed(line).map(|(_, l)| l)
+}
+
+/// A figures line with the moment it was written (`CLOCK_MONOTONIC` ns).
+fn parse_timed(line: &str) -> Option<(u64, Line)> {
     let mut f = line.split('\t');
-    f.next()?.parse::<u64>().ok()?;
+    let ns = f.next()?.parse::<u64>().ok()?;
     let mut v = || -> Option<Option<u64>> {
         match f.next()? {
             "-" => Some(None),
@@ -102,7 +136,7 @@ fn parse_line(line: &str) -> Option<Line> {
         arenas: v()?,
         thread_cache: v()?,
     };
-    f.next().is_none().then_some(line)
+    f.next().is_none().then_some((ns, line))
 }
 
 /// Parses a header (`# memtrial-probe 1 <pid> <allocator> <library…>`).
@@ -145,6 +179,10 @@ pub struct AllocatorProbe {
     series: Vec<AllocatorPoint>,
     /// Parallel to `series`: the point holds only samples written at exit.
     at_exit: Vec<bool>,
+    /// The latest line of each process in the run (and whether it was written at exit).
+    current: BTreeMap<i32, (Line, bool)>,
+    /// The run's start on `CLOCK_MONOTONIC`, in ns (learnt at the first tick).
+    start_ns: Option<i128>,
 }
 
 impl AllocatorProbe {
@@ -155,16 +193,40 @@ impl AllocatorProbe {
             interval_ms,
             series: Vec::new(),
             at_exit: Vec::new(),
+            current: BTreeMap::new(),
+            start_ns: None,
         }
     }
 
-    /// Adds a point from the latest lines of the processes in `pids`, if any of them
-    /// reported since the last point.
-    fn point(&mut self, t_seconds: f64, pids: &BTreeSet<i32>) {
-        if let Ok(reports) = self.reports.as_mut() {
-            if let Some(states) = reports.take_point(pids) {
-                add_point(&mut self.series, &mut self.at_exit, &states, t_seconds);
+    /// Makes every waiting line of the processes in `pids` a point at the moment it was
+    /// written (no later than `t_seconds`, the tick that read it); lines of other processes
+    /// are history and dropped.
+    fn points(&mut self, t_seconds: f64, pids: &BTreeSet<i32>) {
+        let Ok(reports) = self.reports.as_mut() else {
+            return;
+        };
+        let start = *self
+            .start_ns
+            .get_or_insert_with(|| monotonic_ns() - (t_seconds * 1e9) as i128);
+        self.current.retain(|pid, _| pids.contains(pid));
+        let mut events: Vec<(i32, Timed)> = Vec::new();
+        for (pid, state) in reports.each_mut() {
+            let waiting = std::mem::take(&mut state.pending);
+            if pids.contains(&pid) {
+                events.extend(waiting.into_iter().map(|t| (pid, t)));
             }
+        }
+        reports.sampled(pids.clone());
+        let _ = reports.take_point(pids);
+        events.sort_by_key(|(pid, t)| (t.ns, *pid));
+        let mut last_t = self.series.last().map_or(0.0, |p| p.t_seconds);
+        for (pid, t) in events {
+            self.current.insert(pid, (t.line, t.exited));
+            let at = ((t.ns as i128 - start) as f64 / 1e9).clamp(last_t, t_seconds.max(last_t));
+            last_t = at;
+            let lines: Vec<Line> = self.current.values().map(|(l, _)| *l).collect();
+            self.at_exit.push(self.current.values().all(|(_, e)| *e));
+            self.series.push(sum(&lines, at));
         }
     }
 
@@ -233,17 +295,16 @@ fn at_peak(series: &[AllocatorPoint], at_exit: &[bool]) -> Option<AllocatorPoint
         .cloned()
 }
 
-/// Adds a point summing the processes' latest reports (marked when all of them are the
-/// reports written at exit).
-fn add_point(
-    series: &mut Vec<AllocatorPoint>,
-    at_exit: &mut Vec<bool>,
-    states: &[&ProcessFile],
-    t_seconds: f64,
-) {
-    let lines: Vec<Line> = states.iter().filter_map(|f| f.latest).collect();
-    at_exit.push(states.iter().all(|f| f.exited));
-    series.push(sum(&lines, t_seconds));
+/// `CLOCK_MONOTONIC` now, in ns: the clock the library stamps its lines with (and the one
+/// `Instant` reads on Linux).
+fn monotonic_ns() -> i128 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec, which `ts` is.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as i128 * 1_000_000_000 + ts.tv_nsec as i128
 }
 
 /// The latest report of one process, as the exporter shows it.
@@ -348,17 +409,17 @@ impl Probe for AllocatorProbe {
             return;
         }
         if let Ok(reports) = self.reports.as_mut() {
-            if let Some(states) = reports.sample(tick.members) {
-                add_point(&mut self.series, &mut self.at_exit, &states, tick.t_seconds);
-            }
+            reports.read_new();
         }
+        let pids: BTreeSet<i32> = tick.members.iter().map(|m| m.pid).collect();
+        self.points(tick.t_seconds, &pids);
     }
 
     fn finish(mut self: Box<Self>, end: &RunEnd, record: &mut RunRecord) {
         let Some(pids) = super::reports::end_of_run(&mut self.reports, NAME, record) else {
             return;
         };
-        self.point(end.t_seconds, &pids);
+        self.points(end.t_seconds, &pids);
         let view = match &self.reports {
             Ok(reports) => self.view(reports, record),
             Err(reason) => Err(reason.clone()),

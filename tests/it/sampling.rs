@@ -1,0 +1,79 @@
+//! Sampling that serves short runs without flags, and an observer that stays out of the
+//! peak (issue 18): real C programs, real allocators, the real kernel's high-water marks.
+
+use serde_json::Value;
+
+use crate::common::*;
+
+/// The at-peak allocator figures (live, held) of every ok run of `variant`, and the
+/// longest gap between the allocator's samples in any run.
+fn at_peak_figures(doc: &Value, variant_name: &str) -> (Vec<f64>, Vec<f64>, f64) {
+    let (mut live, mut held, mut gap) = (Vec::new(), Vec::new(), 0.0f64);
+    for r in variant(doc, variant_name)["runs"].as_array().unwrap() {
+        assert_eq!(r["status"], "ok", "{r}");
+        let a = &r["inside"]["allocator"];
+        live.push(a["at_peak"]["live_bytes"].as_f64().unwrap_or(0.0));
+        held.push(a["at_peak"]["held_bytes"].as_f64().unwrap_or(0.0));
+        let t: Vec<f64> = a["series"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|p| p["t_seconds"].as_f64())
+            .collect();
+        gap = t.windows(2).map(|w| w[1] - w[0]).fold(gap, f64::max);
+    }
+    (live, held, gap)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn peak_threads_run(extra: &[&str]) -> Run {
+    let job = fixture("peak_threads").display().to_string();
+    let mut args = vec![
+        "run",
+        "--runs",
+        "3",
+        "--variants",
+        "glibc",
+        "--json",
+        "out.json",
+    ];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["--", &job]);
+    memtrial_in_tmp(&args)
+}
+
+/// A ~1 s job of 8 threads whose heap peaks mid-run: at the default probe interval its
+/// at-peak live and held bytes are within 10% of the same job sampled every 10 ms, and its
+/// allocator samples leave no gap of a quarter of the run.
+#[test]
+fn a_one_second_threaded_job_gets_its_allocator_peak_without_flags() {
+    if !need_c_compiler() {
+        return;
+    }
+    let plain = peak_threads_run(&[]);
+    assert_eq!(plain.code(), 0, "{}", plain.explain());
+    let dense = peak_threads_run(&["--probe-interval", "10ms"]);
+    assert_eq!(dense.code(), 0, "{}", dense.explain());
+    let (live, held, gap) = at_peak_figures(&plain.json(), "glibc");
+    let (dense_live, dense_held, _) = at_peak_figures(&dense.json(), "glibc");
+    let (live, held) = (median(live), median(held));
+    let (dense_live, dense_held) = (median(dense_live), median(dense_held));
+    // 8 threads × 8 MiB live at the peak.
+    assert!(dense_live > 48.0 * 1048576.0, "dense live {dense_live}");
+    assert!(
+        (live / dense_live - 1.0).abs() < 0.10,
+        "live at peak {live} vs {dense_live} sampled every 10 ms"
+    );
+    assert!(
+        (held / dense_held - 1.0).abs() < 0.10,
+        "held at peak {held} vs {dense_held} sampled every 10 ms"
+    );
+    assert!(
+        gap < 0.25,
+        "a gap of {gap} s between allocator samples in a 1 s run"
+    );
+}
