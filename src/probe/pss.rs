@@ -13,30 +13,46 @@ use crate::record::RunRecord;
 /// Share of one core that PSS reads (`smaps_rollup`) may use.
 pub const PSS_CPU_FRACTION: f64 = 0.002;
 
+/// CPU time PSS reads may take at the start of a run on top of [`PSS_CPU_FRACTION`]: a
+/// short run gets PSS samples in its first second, a long one averages the fraction.
+pub const PSS_START_BURST: Duration = Duration::from_millis(20);
+
 /// Keeps the cost of reading `smaps_rollup` (it walks page tables: ~30 ms for a
-/// 2 GiB process) within a fraction of one core.
+/// 2 GiB process) within a fraction of one core over the run, plus a burst at its start:
+/// a read is due while the time spent is at most `burst + fraction × time since the first
+/// read`.
 #[derive(Debug, Clone)]
 pub struct PssBudget {
     /// Fraction of one core PSS reads may use, e.g. 0.005.
     pub cpu_fraction: f64,
-    next_allowed: Option<Instant>,
+    /// CPU time allowed at once at the start.
+    pub burst: Duration,
+    started: Option<Instant>,
+    spent: Duration,
 }
 
 impl PssBudget {
     pub fn new(cpu_fraction: f64) -> Self {
         PssBudget {
             cpu_fraction,
-            next_allowed: None,
+            burst: PSS_START_BURST,
+            started: None,
+            spent: Duration::ZERO,
         }
     }
 
     fn due(&self, now: Instant) -> bool {
-        self.next_allowed.is_none_or(|t| now >= t)
+        let Some(start) = self.started else {
+            return true;
+        };
+        let allowed = self.burst.as_secs_f64()
+            + self.cpu_fraction * now.saturating_duration_since(start).as_secs_f64();
+        self.spent.as_secs_f64() <= allowed
     }
 
-    fn spent(&mut self, now: Instant, cost: Duration) {
-        let wait = cost.as_secs_f64() / self.cpu_fraction;
-        self.next_allowed = Some(now + Duration::from_secs_f64(wait));
+    fn spent(&mut self, started: Instant, cost: Duration) {
+        self.started.get_or_insert(started);
+        self.spent += cost;
     }
 }
 
@@ -209,13 +225,22 @@ mod tests {
     use std::process::Command;
 
     #[test]
-    fn pss_budget_spaces_reads() {
+    fn pss_budget_allows_a_burst_then_spaces_reads() {
         let mut b = PssBudget::new(0.01);
         let now = Instant::now();
         assert!(b.due(now));
+        // The start's burst (20 ms): two reads of 10 ms at once.
         b.spent(now, Duration::from_millis(10));
+        assert!(b.due(now));
+        b.spent(now, Duration::from_millis(10));
+        assert!(b.due(now));
+        b.spent(now, Duration::from_millis(10));
+        // 30 ms spent: 1% of a core earns the next 10 ms in a second.
         assert!(!b.due(now + Duration::from_millis(500)));
         assert!(b.due(now + Duration::from_millis(1001)));
+        b.spent(now, Duration::from_millis(10));
+        assert!(!b.due(now + Duration::from_millis(1500)));
+        assert!(b.due(now + Duration::from_millis(2001)));
     }
 
     #[test]
