@@ -77,3 +77,67 @@ fn a_one_second_threaded_job_gets_its_allocator_peak_without_flags() {
         "a gap of {gap} s between allocator samples in a 1 s run"
     );
 }
+
+/// The running (not at-exit) live bytes of a variant's first run after `from` seconds.
+fn live_after(doc: &Value, variant_name: &str, from: f64) -> Vec<f64> {
+    let run = &variant(doc, variant_name)["runs"][0];
+    assert_eq!(run["status"], "ok", "{variant_name}: {run}");
+    let wall = run["wall_seconds"].as_f64().unwrap_or(0.0);
+    run["inside"]["allocator"]["series"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| {
+            p["t_seconds"]
+                .as_f64()
+                .is_some_and(|t| t >= from && t < wall - 0.3)
+        })
+        .filter_map(|p| p["live_bytes"].as_f64())
+        .collect()
+}
+
+/// 20 threads churning a bounded working set, each also freeing scratch blocks that
+/// jemalloc keeps in its thread caches: jemalloc's live bytes are the program's (flat, and
+/// within 5% of glibc's for the same job), not the program's plus its caches.
+#[test]
+fn jemalloc_live_bytes_leave_out_its_thread_caches() {
+    if !need_c_compiler() || !need_allocators(&["jemalloc"]) {
+        return;
+    }
+    let job = fixture("bounded").display().to_string();
+    let r = memtrial_in_tmp(&[
+        "run",
+        "--runs",
+        "1",
+        "--variants",
+        "glibc,jemalloc",
+        "--json",
+        "out.json",
+        "--",
+        &job,
+        "20",
+        "3",
+    ]);
+    assert_eq!(r.code(), 0, "{}", r.explain());
+    let doc = r.json();
+    let glibc = live_after(&doc, "glibc", 0.5);
+    let je = live_after(&doc, "jemalloc", 0.5);
+    assert!(glibc.len() >= 3 && je.len() >= 3, "{glibc:?} {je:?}");
+    let (g, j) = (median(glibc), median(je.clone()));
+    assert!(
+        (j / g - 1.0).abs() < 0.05,
+        "jemalloc live {j} vs glibc live {g} for the same job"
+    );
+    let (lo, hi) = je
+        .iter()
+        .fold((f64::MAX, 0.0f64), |(lo, hi), v| (lo.min(*v), hi.max(*v)));
+    assert!(hi <= lo * 1.05, "jemalloc live not flat: {lo} .. {hi}");
+    let cache = variant(&doc, "jemalloc")["runs"][0]["inside"]["allocator"]["at_peak"]
+        ["thread_cache_bytes"]
+        .as_f64()
+        .unwrap_or(0.0);
+    assert!(
+        cache > 0.0,
+        "jemalloc's thread-cache bytes are reported apart"
+    );
+}
