@@ -200,10 +200,16 @@ impl TreeProbe {
     /// Finds new members (only when a process was created since the last look, or
     /// every [`FULL_SCAN_EVERY`]), drops departed ones and re-reads the rest.
     pub fn refresh(&mut self) {
-        let last = proc::last_pid();
         let now = Instant::now();
+        // Over its budget the search waits: the last PID is not even read.
+        let allowed = self.scan_allowed(now);
+        let last = if allowed {
+            proc::last_pid()
+        } else {
+            self.last_pid
+        };
         let due = self.next_full_scan.is_none_or(|t| now >= t);
-        if (last.is_none() || last != self.last_pid || due) && self.scan_allowed(now) {
+        if (last.is_none() || last != self.last_pid || due) && allowed {
             self.scan();
             self.first_scan.get_or_insert(now);
             self.scan_spent += now.elapsed();
