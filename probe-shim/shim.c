@@ -235,7 +235,7 @@ static void sample(void) {
  * the configured interval. Between samples /proc/self/statm is read every WATCH gap (DENSE_NS
  * while dense, then growing likewise up to WATCH_MAX_NS); a resident size HIGH_STEP
  * (1/50: 2%) above the last high takes a sample at once. */
-#define FIRST_NS 10000000ULL
+#define FIRST_NS 10000000ULL /* FIRST_SAMPLE_MS in src/probe/allocator.rs */
 #define DENSE_NS 10000000ULL
 #define DENSE_FOR_NS 1000000000ULL
 #define WATCH_MAX_NS 50000000ULL

@@ -246,13 +246,14 @@ impl AllocatorProbe {
         &self,
         reports: &ReportDir<ProcessFile>,
         record: &RunRecord,
+        end: &RunEnd,
     ) -> Result<AllocatorView, String> {
         let reporting: Vec<&ProcessFile> = reports
             .states()
             .filter(|f| !f.allocator.is_empty())
             .collect();
         if reporting.is_empty() {
-            return Err(why_no_reports(record));
+            return Err(why_no_reports(record, end.t_seconds));
         }
         let mut answered: Vec<&str> = reporting.iter().map(|f| f.allocator.as_str()).collect();
         answered.sort_unstable();
@@ -380,10 +381,25 @@ fn latest_of(head: &[u8], tail: &[u8], cut: bool) -> Option<LatestReport> {
     })
 }
 
+/// The library's first sample in a process is due this long after the process started
+/// (`FIRST_NS` in probe-shim/shim.c).
+pub const FIRST_SAMPLE_MS: u64 = 10;
+
+/// A run this short may have ended before any process's first sample was due.
+const SHORT_RUN_SECONDS: f64 = 0.05;
+
 /// Why no process reported: the kernel-side facts of the run say which case it is.
-fn why_no_reports(record: &RunRecord) -> String {
+fn why_no_reports(record: &RunRecord, run_seconds: f64) -> String {
     if record.allocator_detected.contains("static") {
         "the program is statically linked: the loader preloads nothing into it".into()
+    } else if run_seconds < SHORT_RUN_SECONDS {
+        format!(
+            "the run took {:.0} ms: the probe's first sample is due {} ms after a process \
+             starts, and it touches nothing before (so that it stays out of a small \
+             program's peak)",
+            run_seconds * 1000.0,
+            FIRST_SAMPLE_MS
+        )
     } else if record.processes_seen == 0 {
         "no process of the run lived long enough to be seen".into()
     } else {
@@ -449,7 +465,7 @@ impl Probe for AllocatorProbe {
         pids.append(&mut self.members_since);
         self.points(end.t_seconds, &pids);
         let view = match &self.reports {
-            Ok(reports) => self.view(reports, record),
+            Ok(reports) => self.view(reports, record, end),
             Err(reason) => Err(reason.clone()),
         };
         match view {
@@ -518,6 +534,16 @@ mod tests {
         assert_eq!(r.allocator, "glibc");
         assert_eq!((r.live_bytes, r.held_bytes), (Some(19990), Some(39980)));
         assert!(latest_report(&dir.path().join("8")).is_err());
+    }
+
+    #[test]
+    fn a_run_shorter_than_the_first_sample_says_so() {
+        let mut r = RunRecord::skeleton("v", 0, false, "now".into());
+        r.processes_seen = 1;
+        assert!(why_no_reports(&r, 0.002).contains("first sample is due 10 ms"));
+        assert!(why_no_reports(&r, 2.0).contains("no process loaded the probe library"));
+        r.allocator_detected = "static".into();
+        assert!(why_no_reports(&r, 0.002).contains("statically linked"));
     }
 
     #[test]
