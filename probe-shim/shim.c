@@ -39,6 +39,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -203,10 +204,34 @@ static uint64_t ns_of(clockid_t c) {
     return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
 }
 
+/* The report file as opened: a program that closes every descriptor (a daemon) and opens
+ * another file under the same number must not get our lines. */
+static dev_t fd_dev;
+static ino_t fd_ino;
+
+static char report_path[600];
+
+/* 1 while fd is the report file. When the program has closed it (and perhaps reused the
+ * number), the old number is forgotten (never closed: it is the program's now) and the
+ * file is opened again under a new one. */
+static int fd_is_ours(void) {
+    struct stat st;
+    if (fd < 0)
+        return 0;
+    if (fstat(fd, &st) == 0 && st.st_dev == fd_dev && st.st_ino == fd_ino)
+        return 1;
+    fd = open(report_path, O_WRONLY | O_APPEND | O_CLOEXEC);
+    if (fd >= 0 && (fstat(fd, &st) != 0 || st.st_dev != fd_dev || st.st_ino != fd_ino)) {
+        close(fd);
+        fd = -1;
+    }
+    return fd >= 0;
+}
+
 static void sample_locked(void) {
     struct figures f;
     char buf[256];
-    if (fd < 0)
+    if (!fd_is_ours())
         return;
     read_figures(&f);
     size_t n = 0;
@@ -293,6 +318,15 @@ static void open_report(void) {
     fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (fd < 0)
         return;
+    set_str(report_path, sizeof report_path, path);
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        close(fd);
+        fd = -1;
+        return;
+    }
+    fd_dev = st.st_dev;
+    fd_ino = st.st_ino;
     char head[700];
     n = put_str(head, 0, sizeof head - 64, "# memtrial-probe 1 ");
     n = put(head, n, (uint64_t)getpid(), ' ');
@@ -304,10 +338,22 @@ static void open_report(void) {
     (void)w;
 }
 
+static dev_t statm_dev;
+static ino_t statm_ino;
+
+/* 1 while statm_fd is still /proc/self/statm as opened (see fd_is_ours). */
+static int statm_is_ours(void) {
+    struct stat st;
+    if (statm_fd >= 0 &&
+        (fstat(statm_fd, &st) != 0 || st.st_dev != statm_dev || st.st_ino != statm_ino))
+        statm_fd = -1;
+    return statm_fd >= 0;
+}
+
 /* Resident pages of this process from statm (its second field); 0 when unreadable. */
 static uint64_t resident_pages(void) {
     char buf[128];
-    if (statm_fd < 0)
+    if (!statm_is_ours())
         return 0;
     ssize_t n = pread(statm_fd, buf, sizeof buf - 1, 0);
     if (n <= 0)
@@ -352,6 +398,13 @@ static void *loop(void *arg) {
     if (fd < 0)
         return NULL;
     statm_fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (statm_fd >= 0 && fstat(statm_fd, &st) == 0) {
+        statm_dev = st.st_dev;
+        statm_ino = st.st_ino;
+    } else {
+        statm_fd = -1;
+    }
     uint64_t high = 0;
     uint64_t gap = DENSE_NS < interval_ns ? DENSE_NS : interval_ns;
     uint64_t watch = DENSE_NS;
@@ -403,9 +456,10 @@ static void start(void) {
  * its first sample due FIRST_NS after the fork. */
 static void after_fork_child(void) {
     pthread_mutex_init(&lock, NULL);
-    if (fd >= 0)
+    struct stat st;
+    if (fd >= 0 && fstat(fd, &st) == 0 && st.st_dev == fd_dev && st.st_ino == fd_ino)
         close(fd);
-    if (statm_fd >= 0)
+    if (statm_is_ours())
         close(statm_fd);
     fd = statm_fd = -1;
     born_ns = raw_ns();
@@ -545,7 +599,7 @@ __attribute__((constructor)) static void init(void) {
  * begun: a process that ends before its first sample is due leaves no file. */
 __attribute__((destructor)) static void fini(void) {
     pthread_mutex_lock(&lock);
-    if (fd >= 0) {
+    if (fd_is_ours()) {
         ssize_t w = write(fd, "# exit\n", 7);
         (void)w;
         sample_locked();

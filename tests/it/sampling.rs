@@ -141,3 +141,36 @@ fn jemalloc_live_bytes_leave_out_its_thread_caches() {
         "jemalloc's thread-cache bytes are reported apart"
     );
 }
+
+/// A program that closes every descriptor (a daemon) and opens a file of its own gets the
+/// lowest free numbers, the probe's report file's among them: the probe must notice and
+/// never write its lines into the program's file (it reopens its own and goes on).
+#[test]
+fn the_probe_never_writes_into_a_file_of_the_program() {
+    if !need_c_compiler() {
+        return;
+    }
+    let prog = fixture("closes_fds").display().to_string();
+    let r = memtrial_in_tmp(&[
+        "run",
+        "--runs",
+        "1",
+        "--variants",
+        "glibc",
+        "--json",
+        "out.json",
+        "--",
+        &prog,
+        "own.txt",
+    ]);
+    assert_eq!(r.code(), 0, "{}", r.explain());
+    let own = std::fs::read_to_string(r.dir.path().join("own.txt")).unwrap_or_default();
+    assert_eq!(own, "mine\n", "the program's file got foreign lines");
+    let doc = r.json();
+    let a = &first_run(&doc, "glibc")["inside"]["allocator"];
+    let points = a["series"].as_array().map_or(0, Vec::len);
+    assert!(
+        points > 50,
+        "the probe went on sampling after the program closed its descriptors: {points} points"
+    );
+}
