@@ -537,6 +537,35 @@ mod tests {
     }
 
     #[test]
+    fn a_flood_of_lines_waits_in_bounded_memory_and_odd_clocks_stay_in_the_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut probe = AllocatorProbe::new(dir.path().join("a"), 1000);
+        let mut text = String::from("# memtrial-probe 1 7 glibc -\n");
+        for i in 0..(MAX_PENDING as u64 + 500) {
+            text.push_str(&format!("{}\t{i}\t{i}\t-\t-\t-\t-\t-\t-\t-\n", 1 + i));
+        }
+        // A clock far in the future and one at zero: both land within the run.
+        text.push_str(
+            "18446744073709551000\t5\t5\t-\t-\t-\t-\t-\t-\t-\n0\t6\t6\t-\t-\t-\t-\t-\t-\t-\n",
+        );
+        std::fs::write(dir.path().join("a").join("7"), text).unwrap();
+        if let Ok(r) = probe.reports.as_mut() {
+            r.read_new();
+            assert!(r.states().all(|f| f.pending.len() <= MAX_PENDING));
+        }
+        probe.points(2.5, &[7].into());
+        assert!(!probe.series.is_empty() && probe.series.len() <= MAX_PENDING);
+        assert!(probe
+            .series
+            .iter()
+            .all(|p| (0.0..=2.5).contains(&p.t_seconds)));
+        assert!(probe
+            .series
+            .windows(2)
+            .all(|w| w[0].t_seconds <= w[1].t_seconds));
+    }
+
+    #[test]
     fn a_run_shorter_than_the_first_sample_says_so() {
         let mut r = RunRecord::skeleton("v", 0, false, "now".into());
         r.processes_seen = 1;
