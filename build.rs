@@ -22,7 +22,11 @@ fn build_probe_shim(out: &std::path::Path) {
     let lib = out.join("libmemtrial-probe.so");
     let compiler = cc::Build::new().opt_level(2).get_compiler();
     let mut cmd = compiler.to_command();
-    cmd.args(["-shared", "-fPIC", "-O2", "-pthread", "-Wall", "-o"])
+    // One read-execute segment instead of three: fewer pages of the probe in a small
+    // program's RSS.
+    cmd.args(["-shared", "-fPIC", "-O2", "-pthread", "-Wall"])
+        .arg("-Wl,-z,noseparate-code")
+        .arg("-o")
         .arg(&lib)
         .arg("probe-shim/shim.c")
         .arg("-ldl");

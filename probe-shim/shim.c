@@ -1,17 +1,32 @@
 /*
  * memtrial's allocator probe: a small library preloaded into a run's processes after the
- * variant's own allocator. Every interval it asks the allocator that answers malloc for
- * its own counters and appends one line to <MEMTRIAL_PROBE_DIR>/<pid>; memtrial reads
- * the files on the run's clock (src/probe/allocator.rs). It defines no malloc, never
- * allocates on its sampling path, runs one thread per process (restarted in a forked
- * child) and does nothing when MEMTRIAL_PROBE_DIR is unset.
+ * variant's own allocator. It asks the allocator that answers malloc for its own counters
+ * and appends one line per sample to <MEMTRIAL_PROBE_DIR>/<pid>; memtrial reads the files
+ * on the run's clock (src/probe/allocator.rs). It defines no malloc, never allocates on its
+ * sampling path, runs one thread per process (restarted in a forked child) and does nothing
+ * when MEMTRIAL_PROBE_DIR is unset.
+ *
+ * When it samples: densely at the start and backing off - every 10 ms for the first second,
+ * then each gap half again as long as the last, up to MEMTRIAL_PROBE_INTERVAL_MS - and
+ * whenever the process reaches a new high of resident memory (2% above the last high, read
+ * from /proc/self/statm, a cheap read, every 10 ms for the first second and at most every
+ * 50 ms after), so that a sample lies at the peak. All of it within a CPU budget (below).
+ *
+ * What it touches before its first sample is due (10 ms after the process started): its
+ * sampling thread (small stack) and nothing else. The allocator is found, the file opened
+ * and the header written by that thread when the first sample is due, so a program that
+ * ends sooner (/bin/true) carries no more of the probe than the thread.
  *
  * Line format (tab-separated, "-" where the allocator offers no such figure):
  *   # memtrial-probe 1 <pid> <allocator> <library that defines malloc>
  *   <CLOCK_MONOTONIC ns> <live> <held> <free> <resident> <mapped> <retained> <metadata>
  *   <arenas> <thread cache>
  * live = bytes the program has allocated and not freed; held = bytes the allocator holds
- * from the system for them. The sample written at exit is preceded by a "# exit" line.
+ * from the system for them; thread cache = bytes of freed blocks the allocator keeps in its
+ * per-thread caches (jemalloc: stats.arenas.<all>.tcache_bytes, plus tcache_stashed_bytes;
+ * tcmalloc: tcmalloc.current_total_thread_cache_bytes), which live does NOT count: jemalloc's
+ * stats.allocated counts them, so live is stats.allocated minus them. The sample written at
+ * exit is preceded by a "# exit" line.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -24,6 +39,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -77,7 +94,18 @@ static void read_figures(struct figures *f) {
         uint64_t epoch = 1;
         size_t len = sizeof epoch;
         je_ctl("epoch", &epoch, &len, &epoch, len);
-        f->live = je_size("stats.allocated");
+        /* stats.allocated counts the regions parked in thread caches (jemalloc's own stats:
+         * curregs "including regions currently cached by tcache"): the program's live bytes
+         * are without them. 4096 is MALLCTL_ARENAS_ALL, the sum over arenas. */
+        uint64_t allocated = je_size("stats.allocated");
+        uint64_t cached = je_size("stats.arenas.4096.tcache_bytes");
+        uint64_t stashed = je_size("stats.arenas.4096.tcache_stashed_bytes");
+        if (cached != NONE && stashed != NONE)
+            cached += stashed;
+        f->thread_cache = cached;
+        f->live = allocated;
+        if (allocated != NONE && cached != NONE)
+            f->live = allocated >= cached ? allocated - cached : 0;
         f->metadata = je_size("stats.metadata");
         f->resident = je_size("stats.resident");
         /* Held: the pages of its extents that are resident, active or dirty (freed but
@@ -139,58 +167,6 @@ static size_t put(char *buf, size_t at, uint64_t v, char sep) {
     return at;
 }
 
-static void sample(void) {
-    struct figures f;
-    struct timespec ts;
-    char buf[256];
-    pthread_mutex_lock(&lock);
-    if (fd >= 0) {
-        read_figures(&f);
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        size_t n = 0;
-        n = put(buf, n, (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec, '\t');
-        n = put(buf, n, f.live, '\t');
-        n = put(buf, n, f.held, '\t');
-        n = put(buf, n, f.free, '\t');
-        n = put(buf, n, f.resident, '\t');
-        n = put(buf, n, f.mapped, '\t');
-        n = put(buf, n, f.retained, '\t');
-        n = put(buf, n, f.metadata, '\t');
-        n = put(buf, n, f.arenas, '\t');
-        n = put(buf, n, f.thread_cache, '\n');
-        ssize_t w = write(fd, buf, n);
-        (void)w;
-    }
-    pthread_mutex_unlock(&lock);
-}
-
-static uint64_t ns_of(clockid_t c) {
-    struct timespec ts;
-    clock_gettime(c, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
-
-/* The thread's CPU budget: BUDGET_PPM (0.15%) of one core over its life plus a 30 ms burst, so that
- * a short run gets every sample while a long one stays within the budget. Reading an
- * allocator is cheap except glibc's mallinfo2 on a fragmented heap, which walks every
- * free chunk of every arena (about 14 ms per sample at 100k free chunks): then samples
- * are skipped until the budget allows one. */
-#define BUDGET_PPM 1500
-#define BURST_NS 30000000ULL
-
-static void *loop(void *arg) {
-    (void)arg;
-    struct timespec pause = {interval_ms / 1000, (interval_ms % 1000) * 1000000L};
-    uint64_t born = ns_of(CLOCK_MONOTONIC);
-    for (;;) {
-        uint64_t allowed = BURST_NS + (ns_of(CLOCK_MONOTONIC) - born) / 1000000 * BUDGET_PPM;
-        if (ns_of(CLOCK_THREAD_CPUTIME_ID) <= allowed)
-            sample();
-        nanosleep(&pause, NULL);
-    }
-    return NULL;
-}
-
 /* Appends a string to buf (within cap); returns the new length. */
 static size_t put_str(char *buf, size_t at, size_t cap, const char *s) {
     while (*s && at < cap)
@@ -203,10 +179,138 @@ static void set_str(char *dst, size_t cap, const char *s) {
     dst[put_str(dst, 0, cap - 1, s)] = '\0';
 }
 
-/* Opens this process's file and starts its sampling thread. The path and the header are
- * put together by hand: snprintf's machinery is pages of libc that a small program
- * would otherwise never touch, and they count in its peak RSS. */
-static void start(void) {
+/* Raw system calls, for what runs before the first sample is due: libc's wrappers are pages
+ * of libc a small program never touches otherwise, and each new 64 KiB window of libc that
+ * is touched (the kernel maps pages around a faulting one) counts in the program's RSS. */
+static long raw4(long nr, long a, long b, long c, long d) {
+    long ret;
+    register long r10 __asm__("r10") = d;
+    __asm__ volatile("syscall"
+                     : "=a"(ret)
+                     : "a"(nr), "D"(a), "S"(b), "d"(c), "r"(r10)
+                     : "rcx", "r11", "memory");
+    return ret;
+}
+
+static uint64_t raw_ns(void) {
+    struct timespec ts = {0, 0};
+    raw4(SYS_clock_gettime, CLOCK_MONOTONIC, (long)&ts, 0, 0);
+    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t ns_of(clockid_t c) {
+    struct timespec ts;
+    clock_gettime(c, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+/* The report file as opened: a program that closes every descriptor (a daemon) and opens
+ * another file under the same number must not get our lines. */
+static dev_t fd_dev;
+static ino_t fd_ino;
+
+static char report_path[600];
+
+/* 1 while fd is the report file. When the program has closed it (and perhaps reused the
+ * number), the old number is forgotten (never closed: it is the program's now) and the
+ * file is opened again under a new one. */
+static int fd_is_ours(void) {
+    struct stat st;
+    if (fd < 0)
+        return 0;
+    if (fstat(fd, &st) == 0 && st.st_dev == fd_dev && st.st_ino == fd_ino)
+        return 1;
+    fd = open(report_path, O_WRONLY | O_APPEND | O_CLOEXEC);
+    if (fd >= 0 && (fstat(fd, &st) != 0 || st.st_dev != fd_dev || st.st_ino != fd_ino)) {
+        close(fd);
+        fd = -1;
+    }
+    return fd >= 0;
+}
+
+static void sample_locked(void) {
+    struct figures f;
+    char buf[256];
+    if (!fd_is_ours())
+        return;
+    read_figures(&f);
+    size_t n = 0;
+    n = put(buf, n, ns_of(CLOCK_MONOTONIC), '\t');
+    n = put(buf, n, f.live, '\t');
+    n = put(buf, n, f.held, '\t');
+    n = put(buf, n, f.free, '\t');
+    n = put(buf, n, f.resident, '\t');
+    n = put(buf, n, f.mapped, '\t');
+    n = put(buf, n, f.retained, '\t');
+    n = put(buf, n, f.metadata, '\t');
+    n = put(buf, n, f.arenas, '\t');
+    n = put(buf, n, f.thread_cache, '\n');
+    ssize_t w = write(fd, buf, n);
+    (void)w;
+}
+
+static void sample(void) {
+    pthread_mutex_lock(&lock);
+    sample_locked();
+    pthread_mutex_unlock(&lock);
+}
+
+/* The schedule. The first sample is due FIRST_NS after the process started; samples are
+ * DENSE_NS apart for DENSE_FOR_NS, then each gap is half again as long as the last, up to
+ * the configured interval. Between samples /proc/self/statm is read every WATCH gap (DENSE_NS
+ * while dense, then growing likewise up to WATCH_MAX_NS); a resident size HIGH_STEP
+ * (1/50: 2%) above the last high takes a sample at once. */
+#define FIRST_NS 10000000ULL /* FIRST_SAMPLE_MS in src/probe/allocator.rs */
+#define DENSE_NS 10000000ULL
+#define DENSE_FOR_NS 1000000000ULL
+#define WATCH_MAX_NS 50000000ULL
+#define HIGH_STEP 50
+
+/* The thread's CPU budget: BUDGET_PPM (0.15%) of one core over its life plus a 30 ms burst,
+ * so that a short run gets every sample while a long one stays within the budget. Reading an
+ * allocator is cheap except glibc's mallinfo2 on a fragmented heap, which walks every
+ * free chunk of every arena (about 14 ms per sample at 100k free chunks): then samples
+ * are skipped until the budget allows one. The statm reads count in the same budget (about
+ * 3 us each through a kept descriptor: 0.006% of a core at one per 50 ms). */
+#define BUDGET_PPM 1500
+#define BURST_NS 30000000ULL
+
+/* When this process started (the constructor, or the fork that made it). */
+static uint64_t born_ns;
+/* The allocator is known (survives a fork: the child has the parent's allocator). */
+static int resolved;
+/* /proc/self/statm, opened by the sampling thread; -1 when unreadable. */
+static int statm_fd = -1;
+
+static void find_malloc(void **base);
+static int same_object(void *fn, void *base);
+
+/* Which allocator answers malloc, checked against the library that defines it. */
+static void resolve(void) {
+    void *base = NULL;
+    find_malloc(&base);
+    je_ctl = (mallctl_fn)dlsym(RTLD_DEFAULT, "mallctl");
+    tc_prop = (tc_prop_fn)dlsym(RTLD_DEFAULT, "MallocExtension_GetNumericProperty");
+    mi_info = (mi_info_fn)dlsym(RTLD_DEFAULT, "mi_process_info");
+    /* An allocator's statistics count only if they live in the object that defines
+     * malloc: a program linking jemalloc's mallctl while malloc is glibc's is glibc. */
+    if (same_object((void *)je_ctl, base))
+        which = JEMALLOC;
+    else if (same_object((void *)tc_prop, base))
+        which = TCMALLOC;
+    else if (same_object((void *)mi_info, base))
+        which = MIMALLOC;
+    else if (strstr(lib, "/libc.so") || strstr(lib, "/libc-"))
+        which = GLIBC;
+    else
+        which = UNKNOWN;
+    resolved = 1;
+}
+
+/* Opens this process's file and writes its header (under the lock). The path and the
+ * header are put together by hand: snprintf's machinery is pages of libc that a small
+ * program would otherwise never touch, and they count in its peak RSS. */
+static void open_report(void) {
     char path[600];
     size_t n = put_str(path, 0, sizeof path - 24, dir);
     path[n++] = '/';
@@ -214,6 +318,15 @@ static void start(void) {
     fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (fd < 0)
         return;
+    set_str(report_path, sizeof report_path, path);
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        close(fd);
+        fd = -1;
+        return;
+    }
+    fd_dev = st.st_dev;
+    fd_ino = st.st_ino;
     char head[700];
     n = put_str(head, 0, sizeof head - 64, "# memtrial-probe 1 ");
     n = put(head, n, (uint64_t)getpid(), ' ');
@@ -223,24 +336,133 @@ static void start(void) {
     head[n++] = '\n';
     ssize_t w = write(fd, head, n);
     (void)w;
+}
+
+static dev_t statm_dev;
+static ino_t statm_ino;
+
+/* 1 while statm_fd is still /proc/self/statm as opened (see fd_is_ours). */
+static int statm_is_ours(void) {
+    struct stat st;
+    if (statm_fd >= 0 &&
+        (fstat(statm_fd, &st) != 0 || st.st_dev != statm_dev || st.st_ino != statm_ino))
+        statm_fd = -1;
+    return statm_fd >= 0;
+}
+
+/* Resident pages of this process from statm (its second field); 0 when unreadable. */
+static uint64_t resident_pages(void) {
+    char buf[128];
+    if (!statm_is_ours())
+        return 0;
+    ssize_t n = pread(statm_fd, buf, sizeof buf - 1, 0);
+    if (n <= 0)
+        return 0;
+    buf[n] = '\0';
+    const char *p = buf;
+    while (*p && *p != ' ')
+        p++;
+    uint64_t v = 0;
+    while (*p == ' ')
+        p++;
+    while (*p >= '0' && *p <= '9')
+        v = v * 10 + (uint64_t)(*p++ - '0');
+    return v;
+}
+
+static void sleep_until(uint64_t ns) {
+    struct timespec ts = {(time_t)(ns / 1000000000ULL), (long)(ns % 1000000000ULL)};
+    while (raw4(SYS_clock_nanosleep, CLOCK_MONOTONIC, TIMER_ABSTIME, (long)&ts, 0) != 0) {
+    }
+}
+
+/* The next gap after `gap`: DENSE_NS within the dense start, then half again as long, up to
+ * `cap`. */
+static uint64_t next_gap(uint64_t gap, uint64_t now, uint64_t cap) {
+    if (now - born_ns < DENSE_FOR_NS)
+        return DENSE_NS < cap ? DENSE_NS : cap;
+    gap += gap / 2;
+    return gap < cap ? gap : cap;
+}
+
+static void *loop(void *arg) {
+    (void)arg;
+    uint64_t interval_ns = (uint64_t)interval_ms * 1000000ULL;
+    /* Nothing of the probe but this thread exists before the first sample is due. */
+    sleep_until(born_ns + FIRST_NS);
+    pthread_mutex_lock(&lock);
+    if (!resolved)
+        resolve();
+    open_report();
+    pthread_mutex_unlock(&lock);
+    if (fd < 0)
+        return NULL;
+    statm_fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (statm_fd >= 0 && fstat(statm_fd, &st) == 0) {
+        statm_dev = st.st_dev;
+        statm_ino = st.st_ino;
+    } else {
+        statm_fd = -1;
+    }
+    uint64_t high = 0;
+    uint64_t gap = DENSE_NS < interval_ns ? DENSE_NS : interval_ns;
+    uint64_t watch = DENSE_NS;
+    uint64_t now = ns_of(CLOCK_MONOTONIC);
+    uint64_t next_sample = now;
+    for (;;) {
+        uint64_t allowed = BURST_NS + (now - born_ns) / 1000000 * BUDGET_PPM;
+        if (ns_of(CLOCK_THREAD_CPUTIME_ID) <= allowed) {
+            uint64_t rss = resident_pages();
+            int new_high = rss > high + high / HIGH_STEP;
+            if (rss > high)
+                high = rss;
+            if (new_high || now >= next_sample) {
+                sample();
+                if (now >= next_sample) {
+                    gap = next_gap(gap, now, interval_ns);
+                    next_sample = now + gap;
+                }
+            }
+        } else if (now >= next_sample) {
+            /* Over budget: this sample is skipped, the schedule goes on. */
+            gap = next_gap(gap, now, interval_ns);
+            next_sample = now + gap;
+        }
+        watch = next_gap(watch, now, WATCH_MAX_NS < interval_ns ? WATCH_MAX_NS : interval_ns);
+        uint64_t wake = now + watch;
+        if (wake > next_sample)
+            wake = next_sample;
+        sleep_until(wake);
+        now = ns_of(CLOCK_MONOTONIC);
+    }
+    return NULL;
+}
+
+/* Starts this process's sampling thread (a small stack; it touches nothing else until its
+ * first sample is due). */
+static void start(void) {
     pthread_t t;
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
     pthread_attr_setstacksize(&attr, 64 * 1024);
-    if (pthread_create(&t, &attr, loop, NULL) != 0) {
-        close(fd);
-        fd = -1;
-    }
+    int failed = pthread_create(&t, &attr, loop, NULL);
+    (void)failed; /* No thread: no reports, and memtrial says so. */
     pthread_attr_destroy(&attr);
 }
 
-/* In a forked child only the forking thread exists: a new file and thread of its own. */
+/* In a forked child only the forking thread exists: a new file and thread of its own,
+ * its first sample due FIRST_NS after the fork. */
 static void after_fork_child(void) {
     pthread_mutex_init(&lock, NULL);
-    if (fd >= 0)
+    struct stat st;
+    if (fd >= 0 && fstat(fd, &st) == 0 && st.st_dev == fd_dev && st.st_ino == fd_ino)
         close(fd);
-    fd = -1;
+    if (statm_is_ours())
+        close(statm_fd);
+    fd = statm_fd = -1;
+    born_ns = raw_ns();
     start();
 }
 
@@ -351,44 +573,36 @@ static int same_object(void *fn, void *base) {
     return fn && base && locate(fn, &w) && (void *)w.base == base;
 }
 
+/* Only what the thread needs: the directory, the interval (parsed by hand), the start time
+ * (a raw clock read) and the thread itself. */
 __attribute__((constructor)) static void init(void) {
     const char *d = getenv("MEMTRIAL_PROBE_DIR");
-    if (!d || !*d || strlen(d) >= sizeof dir)
+    size_t n = 0;
+    while (d && d[n] && n < sizeof dir)
+        n++;
+    if (!d || !n || n >= sizeof dir)
         return;
-    strcpy(dir, d);
+    born_ns = raw_ns();
+    memcpy(dir, d, n + 1);
     const char *iv = getenv("MEMTRIAL_PROBE_INTERVAL_MS");
-    if (iv && atol(iv) >= 10)
-        interval_ms = atol(iv);
-    /* The allocator that answers malloc, checked against the library that defines it. */
-    void *base = NULL;
-    find_malloc(&base);
-    je_ctl = (mallctl_fn)dlsym(RTLD_DEFAULT, "mallctl");
-    tc_prop = (tc_prop_fn)dlsym(RTLD_DEFAULT, "MallocExtension_GetNumericProperty");
-    mi_info = (mi_info_fn)dlsym(RTLD_DEFAULT, "mi_process_info");
-    /* An allocator's statistics count only if they live in the object that defines
-     * malloc: a program linking jemalloc's mallctl while malloc is glibc's is glibc. */
-    if (same_object((void *)je_ctl, base))
-        which = JEMALLOC;
-    else if (same_object((void *)tc_prop, base))
-        which = TCMALLOC;
-    else if (same_object((void *)mi_info, base))
-        which = MIMALLOC;
-    else if (strstr(lib, "/libc.so") || strstr(lib, "/libc-"))
-        which = GLIBC;
-    else
-        which = UNKNOWN;
+    long v = 0;
+    while (iv && *iv >= '0' && *iv <= '9' && v < 100000000L)
+        v = v * 10 + (*iv++ - '0');
+    if (v >= 10)
+        interval_ms = v;
     pthread_atfork(NULL, NULL, after_fork_child);
     start();
 }
 
 /* A last sample at exit: a batch job's final state, marked as such (the program has
- * freed what it frees before exit, so it is not its peak). */
+ * freed what it frees before exit, so it is not its peak). Only when the sampling had
+ * begun: a process that ends before its first sample is due leaves no file. */
 __attribute__((destructor)) static void fini(void) {
     pthread_mutex_lock(&lock);
-    if (fd >= 0) {
+    if (fd_is_ours()) {
         ssize_t w = write(fd, "# exit\n", 7);
         (void)w;
+        sample_locked();
     }
     pthread_mutex_unlock(&lock);
-    sample();
 }

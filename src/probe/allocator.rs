@@ -2,9 +2,12 @@
 //! build and embedded) is preloaded into the workload's processes after the variant's
 //! allocator. Each process appends one line per interval to `<dir>/<pid>` with the active
 //! allocator's own counters; this probe reads the new lines on the run's clock and sums
-//! the latest line of every live process into one series of live vs held bytes.
+//! the latest line of every live process into one series of live vs held bytes. Every line
+//! is a point at the moment it was written (the library's clock is the run's): the library
+//! samples densely at the start and at each new high of resident memory, between memtrial's
+//! ticks, and those are the samples that bracket a short run's peak.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
 use super::reports::{ProcessReports, ReportDir};
@@ -46,7 +49,23 @@ struct ProcessFile {
     exited: bool,
     /// The next figures line is the one written at exit (after `# exit`).
     exit_next: bool,
+    /// Figures lines not yet made points of the series, in the order written.
+    pending: Vec<Timed>,
 }
+
+/// One figures line with the moment it was written.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Timed {
+    /// `CLOCK_MONOTONIC`, nanoseconds.
+    ns: u64,
+    line: Line,
+    /// Written at exit.
+    exited: bool,
+}
+
+/// At most this many lines of one process wait to become points; beyond it (a writer far
+/// faster than the library's schedule) the newest replaces the last waiting one.
+const MAX_PENDING: usize = 4096;
 
 impl ProcessReports for ProcessFile {
     fn line(&mut self, line: &str) -> bool {
@@ -56,10 +75,19 @@ impl ProcessReports for ProcessFile {
             self.allocator = allocator;
             self.library = library;
             self.exit_next = false;
-        } else if let Some(l) = parse_line(line).filter(|l| *l != Line::default()) {
+        } else if let Some((ns, l)) = parse_timed(line).filter(|(_, l)| *l != Line::default()) {
             // A line with no figure at all (an allocator not yet initialised) says nothing.
             self.latest = Some(l);
             self.exited = std::mem::take(&mut self.exit_next);
+            let t = Timed {
+                ns,
+                line: l,
+                exited: self.exited,
+            };
+            if self.pending.len() >= MAX_PENDING {
+                self.pending.pop();
+            }
+            self.pending.push(t);
             return true;
         }
         false
@@ -82,9 +110,15 @@ struct Line {
 
 /// Parses one figures line (`<ns> <live> <held> … <thread cache>`, tab-separated, `-`
 /// for a figure the allocator does not offer). `None` for anything malformed.
+#[cfg(test)]
 fn parse_line(line: &str) -> Option<Line> {
+    parse_timed(line).map(|(_, l)| l)
+}
+
+/// A figures line with the moment it was written (`CLOCK_MONOTONIC` ns).
+fn parse_timed(line: &str) -> Option<(u64, Line)> {
     let mut f = line.split('\t');
-    f.next()?.parse::<u64>().ok()?;
+    let ns = f.next()?.parse::<u64>().ok()?;
     let mut v = || -> Option<Option<u64>> {
         match f.next()? {
             "-" => Some(None),
@@ -102,7 +136,7 @@ fn parse_line(line: &str) -> Option<Line> {
         arenas: v()?,
         thread_cache: v()?,
     };
-    f.next().is_none().then_some(line)
+    f.next().is_none().then_some((ns, line))
 }
 
 /// Parses a header (`# memtrial-probe 1 <pid> <allocator> <library…>`).
@@ -145,7 +179,21 @@ pub struct AllocatorProbe {
     series: Vec<AllocatorPoint>,
     /// Parallel to `series`: the point holds only samples written at exit.
     at_exit: Vec<bool>,
+    /// The latest line of each process in the run (and whether it was written at exit).
+    current: BTreeMap<i32, (Line, bool)>,
+    /// The run's start on `CLOCK_MONOTONIC`, in ns (learnt at the first tick).
+    start_ns: Option<i128>,
+    /// Processes in the run at any tick since the files were last read.
+    members_since: BTreeSet<i32>,
+    /// The next tick (seconds) at which the files are read.
+    next_read: f64,
 }
+
+/// After the run's first second the report files are read at most this often: every line
+/// carries the moment it was written, so reading later loses nothing, and a directory
+/// listing plus a read per process at every tick was a tenth of memtrial's cost of
+/// sampling a 1000-thread process.
+pub const READ_EVERY_SECONDS: f64 = 0.5;
 
 impl AllocatorProbe {
     /// A probe whose processes report into `dir` (created here) every `interval_ms`.
@@ -155,16 +203,42 @@ impl AllocatorProbe {
             interval_ms,
             series: Vec::new(),
             at_exit: Vec::new(),
+            current: BTreeMap::new(),
+            start_ns: None,
+            members_since: BTreeSet::new(),
+            next_read: 0.0,
         }
     }
 
-    /// Adds a point from the latest lines of the processes in `pids`, if any of them
-    /// reported since the last point.
-    fn point(&mut self, t_seconds: f64, pids: &BTreeSet<i32>) {
-        if let Ok(reports) = self.reports.as_mut() {
-            if let Some(states) = reports.take_point(pids) {
-                add_point(&mut self.series, &mut self.at_exit, &states, t_seconds);
+    /// Makes every waiting line of the processes in `pids` a point at the moment it was
+    /// written (no later than `t_seconds`, the tick that read it); lines of other processes
+    /// are history and dropped.
+    fn points(&mut self, t_seconds: f64, pids: &BTreeSet<i32>) {
+        let Ok(reports) = self.reports.as_mut() else {
+            return;
+        };
+        let start = *self
+            .start_ns
+            .get_or_insert_with(|| monotonic_ns() - (t_seconds * 1e9) as i128);
+        self.current.retain(|pid, _| pids.contains(pid));
+        let mut events: Vec<(i32, Timed)> = Vec::new();
+        for (pid, state) in reports.each_mut() {
+            let waiting = std::mem::take(&mut state.pending);
+            if pids.contains(&pid) {
+                events.extend(waiting.into_iter().map(|t| (pid, t)));
             }
+        }
+        reports.sampled(pids.clone());
+        let _ = reports.take_point(pids);
+        events.sort_by_key(|(pid, t)| (t.ns, *pid));
+        let mut last_t = self.series.last().map_or(0.0, |p| p.t_seconds);
+        for (pid, t) in events {
+            self.current.insert(pid, (t.line, t.exited));
+            let at = ((t.ns as i128 - start) as f64 / 1e9).clamp(last_t, t_seconds.max(last_t));
+            last_t = at;
+            let lines: Vec<Line> = self.current.values().map(|(l, _)| *l).collect();
+            self.at_exit.push(self.current.values().all(|(_, e)| *e));
+            self.series.push(sum(&lines, at));
         }
     }
 
@@ -172,13 +246,14 @@ impl AllocatorProbe {
         &self,
         reports: &ReportDir<ProcessFile>,
         record: &RunRecord,
+        end: &RunEnd,
     ) -> Result<AllocatorView, String> {
         let reporting: Vec<&ProcessFile> = reports
             .states()
             .filter(|f| !f.allocator.is_empty())
             .collect();
         if reporting.is_empty() {
-            return Err(why_no_reports(record));
+            return Err(why_no_reports(record, end.t_seconds));
         }
         let mut answered: Vec<&str> = reporting.iter().map(|f| f.allocator.as_str()).collect();
         answered.sort_unstable();
@@ -233,17 +308,16 @@ fn at_peak(series: &[AllocatorPoint], at_exit: &[bool]) -> Option<AllocatorPoint
         .cloned()
 }
 
-/// Adds a point summing the processes' latest reports (marked when all of them are the
-/// reports written at exit).
-fn add_point(
-    series: &mut Vec<AllocatorPoint>,
-    at_exit: &mut Vec<bool>,
-    states: &[&ProcessFile],
-    t_seconds: f64,
-) {
-    let lines: Vec<Line> = states.iter().filter_map(|f| f.latest).collect();
-    at_exit.push(states.iter().all(|f| f.exited));
-    series.push(sum(&lines, t_seconds));
+/// `CLOCK_MONOTONIC` now, in ns: the clock the library stamps its lines with (and the one
+/// `Instant` reads on Linux).
+fn monotonic_ns() -> i128 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec, which `ts` is.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as i128 * 1_000_000_000 + ts.tv_nsec as i128
 }
 
 /// The latest report of one process, as the exporter shows it.
@@ -307,10 +381,25 @@ pub fn latest_of(head: &[u8], tail: &[u8], cut: bool) -> Option<LatestReport> {
     })
 }
 
+/// The library's first sample in a process is due this long after the process started
+/// (`FIRST_NS` in probe-shim/shim.c).
+pub const FIRST_SAMPLE_MS: u64 = 10;
+
+/// A run this short may have ended before any process's first sample was due.
+const SHORT_RUN_SECONDS: f64 = 0.05;
+
 /// Why no process reported: the kernel-side facts of the run say which case it is.
-fn why_no_reports(record: &RunRecord) -> String {
+fn why_no_reports(record: &RunRecord, run_seconds: f64) -> String {
     if record.allocator_detected.contains("static") {
         "the program is statically linked: the loader preloads nothing into it".into()
+    } else if run_seconds < SHORT_RUN_SECONDS {
+        format!(
+            "the run took {:.0} ms: the probe's first sample is due {} ms after a process \
+             starts, and it touches nothing before (so that it stays out of a small \
+             program's peak)",
+            run_seconds * 1000.0,
+            FIRST_SAMPLE_MS
+        )
     } else if record.processes_seen == 0 {
         "no process of the run lived long enough to be seen".into()
     } else {
@@ -347,20 +436,36 @@ impl Probe for AllocatorProbe {
         if tick.kind != TickKind::Sample {
             return;
         }
+        self.members_since
+            .extend(tick.members.iter().map(|m| m.pid));
+        if tick.t_seconds < self.next_read {
+            return;
+        }
+        if tick.t_seconds >= 1.0 {
+            self.next_read = tick.t_seconds + READ_EVERY_SECONDS;
+        }
         if let Ok(reports) = self.reports.as_mut() {
-            if let Some(states) = reports.sample(tick.members) {
-                add_point(&mut self.series, &mut self.at_exit, &states, tick.t_seconds);
-            }
+            reports.read_new();
+        }
+        // The lines of every process that was in the run since the last read; then only
+        // the processes in it now stay current.
+        let since = std::mem::take(&mut self.members_since);
+        self.points(tick.t_seconds, &since);
+        let now: BTreeSet<i32> = tick.members.iter().map(|m| m.pid).collect();
+        self.current.retain(|pid, _| now.contains(pid));
+        if let Ok(reports) = self.reports.as_mut() {
+            reports.sampled(now);
         }
     }
 
     fn finish(mut self: Box<Self>, end: &RunEnd, record: &mut RunRecord) {
-        let Some(pids) = super::reports::end_of_run(&mut self.reports, NAME, record) else {
+        let Some(mut pids) = super::reports::end_of_run(&mut self.reports, NAME, record) else {
             return;
         };
-        self.point(end.t_seconds, &pids);
+        pids.append(&mut self.members_since);
+        self.points(end.t_seconds, &pids);
         let view = match &self.reports {
-            Ok(reports) => self.view(reports, record),
+            Ok(reports) => self.view(reports, record, end),
             Err(reason) => Err(reason.clone()),
         };
         match view {
@@ -429,6 +534,45 @@ mod tests {
         assert_eq!(r.allocator, "glibc");
         assert_eq!((r.live_bytes, r.held_bytes), (Some(19990), Some(39980)));
         assert!(latest_report(&dir.path().join("8")).is_err());
+    }
+
+    #[test]
+    fn a_flood_of_lines_waits_in_bounded_memory_and_odd_clocks_stay_in_the_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut probe = AllocatorProbe::new(dir.path().join("a"), 1000);
+        let mut text = String::from("# memtrial-probe 1 7 glibc -\n");
+        for i in 0..(MAX_PENDING as u64 + 500) {
+            text.push_str(&format!("{}\t{i}\t{i}\t-\t-\t-\t-\t-\t-\t-\n", 1 + i));
+        }
+        // A clock far in the future and one at zero: both land within the run.
+        text.push_str(
+            "18446744073709551000\t5\t5\t-\t-\t-\t-\t-\t-\t-\n0\t6\t6\t-\t-\t-\t-\t-\t-\t-\n",
+        );
+        std::fs::write(dir.path().join("a").join("7"), text).unwrap();
+        if let Ok(r) = probe.reports.as_mut() {
+            r.read_new();
+            assert!(r.states().all(|f| f.pending.len() <= MAX_PENDING));
+        }
+        probe.points(2.5, &[7].into());
+        assert!(!probe.series.is_empty() && probe.series.len() <= MAX_PENDING);
+        assert!(probe
+            .series
+            .iter()
+            .all(|p| (0.0..=2.5).contains(&p.t_seconds)));
+        assert!(probe
+            .series
+            .windows(2)
+            .all(|w| w[0].t_seconds <= w[1].t_seconds));
+    }
+
+    #[test]
+    fn a_run_shorter_than_the_first_sample_says_so() {
+        let mut r = RunRecord::skeleton("v", 0, false, "now".into());
+        r.processes_seen = 1;
+        assert!(why_no_reports(&r, 0.002).contains("first sample is due 10 ms"));
+        assert!(why_no_reports(&r, 2.0).contains("no process loaded the probe library"));
+        r.allocator_detected = "static".into();
+        assert!(why_no_reports(&r, 0.002).contains("statically linked"));
     }
 
     #[test]

@@ -10,33 +10,56 @@ use super::{Probe, RunEnd, Tick, TickKind};
 use crate::linux::proc::{self, ProcError};
 use crate::record::RunRecord;
 
-/// Share of one core that PSS reads (`smaps_rollup`) may use.
+/// Share of one core that PSS reads (`smaps_rollup`) may use while the run has several
+/// processes at once (where PSS and RSS differ: shared pages).
 pub const PSS_CPU_FRACTION: f64 = 0.002;
 
+/// Share of one core PSS reads may use while the run has one process: its PSS only
+/// repeats its RSS minus shared file pages, and a 1000-thread process of 250 MB costs
+/// 3 ms a read (0.2% of a core would be a read every 1.5 s, twice memtrial's whole budget
+/// for sampling it).
+pub const PSS_SINGLE_FRACTION: f64 = 0.0002;
+
+/// CPU time PSS reads may take at the start of a run on top of [`PSS_CPU_FRACTION`]: a
+/// short run gets PSS samples in its first second, a long one averages the fraction.
+pub const PSS_START_BURST: Duration = Duration::from_millis(20);
+
 /// Keeps the cost of reading `smaps_rollup` (it walks page tables: ~30 ms for a
-/// 2 GiB process) within a fraction of one core.
+/// 2 GiB process) within a fraction of one core over the run, plus a burst at its start:
+/// a read is due while the time spent is at most `burst + fraction × time since the first
+/// read`.
 #[derive(Debug, Clone)]
 pub struct PssBudget {
     /// Fraction of one core PSS reads may use, e.g. 0.005.
     pub cpu_fraction: f64,
-    next_allowed: Option<Instant>,
+    /// CPU time allowed at once at the start.
+    pub burst: Duration,
+    started: Option<Instant>,
+    spent: Duration,
 }
 
 impl PssBudget {
     pub fn new(cpu_fraction: f64) -> Self {
         PssBudget {
             cpu_fraction,
-            next_allowed: None,
+            burst: PSS_START_BURST,
+            started: None,
+            spent: Duration::ZERO,
         }
     }
 
     fn due(&self, now: Instant) -> bool {
-        self.next_allowed.is_none_or(|t| now >= t)
+        let Some(start) = self.started else {
+            return true;
+        };
+        let allowed = self.burst.as_secs_f64()
+            + self.cpu_fraction * now.saturating_duration_since(start).as_secs_f64();
+        self.spent.as_secs_f64() <= allowed
     }
 
-    fn spent(&mut self, now: Instant, cost: Duration) {
-        let wait = cost.as_secs_f64() / self.cpu_fraction;
-        self.next_allowed = Some(now + Duration::from_secs_f64(wait));
+    fn spent(&mut self, started: Instant, cost: Duration) {
+        self.started.get_or_insert(started);
+        self.spent += cost;
     }
 }
 
@@ -132,6 +155,9 @@ pub struct PssProbe {
     pids_read: BTreeSet<i32>,
     pub reads: u64,
     pub time: Duration,
+    /// The budget's share of a core with one live process, and with several.
+    single_fraction: f64,
+    several_fraction: f64,
 }
 
 impl PssProbe {
@@ -143,6 +169,17 @@ impl PssProbe {
             pids_read: BTreeSet::new(),
             reads: 0,
             time: Duration::ZERO,
+            single_fraction: PSS_SINGLE_FRACTION,
+            several_fraction: PSS_CPU_FRACTION,
+        }
+    }
+
+    /// A probe whose budget is `fraction` of a core whatever the number of processes.
+    pub fn with_fraction(fraction: f64) -> PssProbe {
+        PssProbe {
+            single_fraction: fraction,
+            several_fraction: fraction,
+            ..PssProbe::new()
         }
     }
 }
@@ -183,6 +220,10 @@ impl Probe for PssProbe {
             .filter(|m| m.state != 'Z')
             .map(|m| m.pid)
             .collect();
+        self.budget.cpu_fraction = match live.len() {
+            0 | 1 => self.single_fraction,
+            _ => self.several_fraction,
+        };
         if !live.is_empty() && self.budget.due(now) && !self.reader.busy {
             self.reader.request(live);
         }
@@ -205,17 +246,57 @@ impl Probe for PssProbe {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::probe::{Membership, ProbeSet, TreeProbe};
+    use crate::probe::{Member, Membership, ProbeSet, TreeProbe};
     use std::process::Command;
 
     #[test]
-    fn pss_budget_spaces_reads() {
+    fn pss_budget_allows_a_burst_then_spaces_reads() {
         let mut b = PssBudget::new(0.01);
         let now = Instant::now();
         assert!(b.due(now));
+        // The start's burst (20 ms): two reads of 10 ms at once.
         b.spent(now, Duration::from_millis(10));
+        assert!(b.due(now));
+        b.spent(now, Duration::from_millis(10));
+        assert!(b.due(now));
+        b.spent(now, Duration::from_millis(10));
+        // 30 ms spent: 1% of a core earns the next 10 ms in a second.
         assert!(!b.due(now + Duration::from_millis(500)));
         assert!(b.due(now + Duration::from_millis(1001)));
+        b.spent(now, Duration::from_millis(10));
+        assert!(!b.due(now + Duration::from_millis(1500)));
+        assert!(b.due(now + Duration::from_millis(2001)));
+    }
+
+    #[test]
+    fn one_process_gets_a_tenth_of_the_budget_of_several() {
+        let one = Member {
+            pid: std::process::id() as i32,
+            ppid: 1,
+            starttime_ticks: 0,
+            comm: "x".into(),
+            exec_generation: 0,
+            state: 'S',
+            rss_bytes: 0,
+            vsz_bytes: 0,
+            threads: 1,
+            hwm_bytes: 0,
+            peak_rss_bytes: 0,
+        };
+        fn tick(members: &[Member]) -> Tick<'_> {
+            Tick {
+                t_seconds: 0.0,
+                kind: TickKind::Sample,
+                members,
+            }
+        }
+        let mut p = PssProbe::new();
+        p.observe(&tick(std::slice::from_ref(&one)));
+        assert_eq!(p.budget.cpu_fraction, PSS_SINGLE_FRACTION);
+        let two = [one.clone(), Member { pid: 1, ..one }];
+        p.observe(&tick(&two));
+        assert_eq!(p.budget.cpu_fraction, PSS_CPU_FRACTION);
+        const { assert!(PSS_SINGLE_FRACTION * 10.0 <= PSS_CPU_FRACTION) };
     }
 
     #[test]
@@ -269,7 +350,7 @@ mod tests {
             program: None,
         };
         let mut verifier = crate::probe::Verifier::new(&variant);
-        let mut pss = PssProbe::new();
+        let mut pss = PssProbe::with_fraction(1.0);
         let worker = |tree: &TreeProbe| {
             tree.members()
                 .find(|m| m.ppid == master_pid && m.comm == "sleep")
@@ -291,7 +372,6 @@ mod tests {
                     members: &members,
                 };
                 verifier.observe(&tick);
-                pss.budget = PssBudget::new(1.0);
                 pss.observe(&tick);
                 t += 0.05;
                 if until(tree, pss) || Instant::now() > deadline {

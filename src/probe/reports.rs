@@ -117,6 +117,11 @@ impl<S: ProcessReports> ReportDir<S> {
         pids
     }
 
+    /// Every process that wrote a file: its pid and its state, to change.
+    pub fn each_mut(&mut self) -> impl Iterator<Item = (i32, &mut S)> {
+        self.files.iter_mut().map(|(pid, e)| (*pid, &mut e.state))
+    }
+
     /// Every process that wrote a file, with its state.
     pub fn states(&self) -> impl Iterator<Item = &S> {
         self.files.values().map(|e| &e.state)

@@ -11,6 +11,18 @@ use crate::record::{PeakSource, RunRecord, TreeSample};
 /// `/proc` is walked for new processes when the kernel's last PID changed, and at least this often.
 pub const FULL_SCAN_EVERY: Duration = Duration::from_secs(2);
 
+/// Share of one core the search for new members may use. Reading a cgroup's
+/// `cgroup.procs` lists and sorts every *thread* of the group (0.57 ms for a process of
+/// 1000 threads), and on a busy machine the kernel's last PID changes at every tick, so
+/// the search is paced by its own cost: after [`SCAN_BURST`], a search is due while the
+/// time spent searching is at most `SCAN_BURST + SCAN_CPU_FRACTION × time since the first`.
+/// A small tree (a search of ~20 µs) is still searched at every tick; one of 1000 threads
+/// about every 2 s.
+pub const SCAN_CPU_FRACTION: f64 = 0.0003;
+/// CPU time the search may take at once at the start of a run (the first second's dense
+/// samples find a shim's helpers and its exec at once).
+pub const SCAN_BURST: Duration = Duration::from_millis(5);
+
 /// memtrial's own helper processes (the JVM probe's `jcmd`): children of memtrial, so
 /// descendants of the run's ancestor when the run has no cgroup, but never the workload's.
 static HELPERS: std::sync::Mutex<Vec<i32>> = std::sync::Mutex::new(Vec::new());
@@ -97,6 +109,10 @@ pub struct TreeProbe {
     /// The last PID the kernel handed out when `/proc` was last scanned.
     last_pid: Option<i32>,
     next_full_scan: Option<Instant>,
+    /// The first search for members, and the CPU time (wall time of the reads) spent
+    /// searching since: the search's budget.
+    first_scan: Option<Instant>,
+    scan_spent: Duration,
 }
 
 impl TreeProbe {
@@ -111,7 +127,19 @@ impl TreeProbe {
             seen: HashSet::new(),
             last_pid: None,
             next_full_scan: None,
+            first_scan: None,
+            scan_spent: Duration::ZERO,
         }
+    }
+
+    /// Whether the search for members is within its budget at `now`.
+    fn scan_allowed(&self, now: Instant) -> bool {
+        let Some(first) = self.first_scan else {
+            return true;
+        };
+        let allowed = SCAN_BURST.as_secs_f64()
+            + SCAN_CPU_FRACTION * now.saturating_duration_since(first).as_secs_f64();
+        self.scan_spent.as_secs_f64() <= allowed
     }
 
     /// Leaves `pid` out of the run's processes, but follows its descendants.
@@ -172,11 +200,19 @@ impl TreeProbe {
     /// Finds new members (only when a process was created since the last look, or
     /// every [`FULL_SCAN_EVERY`]), drops departed ones and re-reads the rest.
     pub fn refresh(&mut self) {
-        let last = proc::last_pid();
         let now = Instant::now();
+        // Over its budget the search waits: the last PID is not even read.
+        let allowed = self.scan_allowed(now);
+        let last = if allowed {
+            proc::last_pid()
+        } else {
+            self.last_pid
+        };
         let due = self.next_full_scan.is_none_or(|t| now >= t);
-        if last.is_none() || last != self.last_pid || due {
+        if (last.is_none() || last != self.last_pid || due) && allowed {
             self.scan();
+            self.first_scan.get_or_insert(now);
+            self.scan_spent += now.elapsed();
             self.last_pid = last;
             self.next_full_scan = Some(now + FULL_SCAN_EVERY);
         }
@@ -393,6 +429,25 @@ mod tests {
         let _ = helper.wait();
         assert!(hidden, "a hidden helper joined the run");
         assert!(seen_again, "an unhidden process stays out of the run");
+    }
+
+    #[test]
+    fn the_search_for_members_is_paced_by_its_cost() {
+        let mut probe = TreeProbe::new(Membership::DescendantsOf(std::process::id() as i32));
+        let now = Instant::now();
+        assert!(
+            probe.scan_allowed(now),
+            "the first search is always allowed"
+        );
+        probe.first_scan = Some(now);
+        // A search of 0.57 ms (cgroup.procs of 1000 threads) after the burst is spent.
+        probe.scan_spent = SCAN_BURST + Duration::from_micros(570);
+        assert!(!probe.scan_allowed(now + Duration::from_millis(100)));
+        assert!(!probe.scan_allowed(now + Duration::from_secs(1)));
+        assert!(probe.scan_allowed(now + Duration::from_millis(1901)));
+        // Searches of 20 µs fit at every 100 ms tick.
+        probe.scan_spent = Duration::from_micros(20 * 10);
+        assert!(probe.scan_allowed(now + Duration::from_secs(1)));
     }
 
     #[test]

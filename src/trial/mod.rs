@@ -354,8 +354,9 @@ fn prepare(
     Ok((launch, port))
 }
 
-/// The run's clock: samples on the plan's interval (with early looks at 1, 3, 10 and
-/// 30 ms so that short-lived processes are verified), until the root exits. Ends the run
+/// The run's clock: samples densely at the start and backing off to the plan's interval
+/// ([`sample_gap`]), with early looks at 1, 3, 10 and 30 ms so that short-lived processes
+/// are verified, until the root exits. Ends the run
 /// itself on an interrupt, when the driver is done, or at the timeout.
 fn watch(
     run: &mut dyn RunHandle,
@@ -369,6 +370,7 @@ fn watch(
     let t0 = run.started();
     let early = [1u64, 3, 10, 30].map(Duration::from_millis);
     let (mut early_i, mut next_sample) = (0, Duration::ZERO);
+    let mut gap = Duration::ZERO;
     let mut ended_by = None;
     loop {
         late.look(t0);
@@ -380,7 +382,8 @@ fn watch(
                 rss_bytes,
             });
             while next_sample <= now {
-                next_sample += plan.interval();
+                gap = sample_gap(gap, now, plan.interval());
+                next_sample += gap;
             }
         } else if early_i < early.len() && now >= early[early_i] {
             probes.tick(now, TickKind::Look);
@@ -429,6 +432,21 @@ fn watch(
             Waited::Lost => return (None, ended_by),
         }
     }
+}
+
+/// Samples are [`DENSE_GAP`] apart for the run's first [`DENSE_FOR`] (a short run gets its
+/// shape and its peak without flags), then each gap is half again as long as the last, up
+/// to the plan's interval (never above it: a denser plan stays as dense).
+pub const DENSE_GAP: Duration = Duration::from_millis(10);
+/// See [`DENSE_GAP`].
+pub const DENSE_FOR: Duration = Duration::from_secs(1);
+
+/// The gap after `last` at `elapsed` into the run, for a plan interval of `interval`.
+pub fn sample_gap(last: Duration, elapsed: Duration, interval: Duration) -> Duration {
+    if elapsed < DENSE_FOR || last.is_zero() {
+        return DENSE_GAP.min(interval);
+    }
+    (last + last / 2).min(interval)
 }
 
 fn pids(members: &[crate::probe::Member]) -> Vec<i32> {

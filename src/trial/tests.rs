@@ -198,3 +198,39 @@ fn probes_see_every_tick_and_finish_once() {
     assert!(looks >= 4, "early looks and the look after exit: {looks}");
     assert_eq!(finished, 1);
 }
+
+#[test]
+fn sampling_is_dense_for_a_second_then_backs_off_to_the_interval() {
+    let ms = Duration::from_millis;
+    let interval = ms(100);
+    // Walk the clock as `watch` does: the times of the samples of a 5 s run.
+    let (mut t, mut gap, mut times) = (Duration::ZERO, Duration::ZERO, Vec::new());
+    while t < Duration::from_secs(5) {
+        times.push(t);
+        gap = super::sample_gap(gap, t, interval);
+        t += gap;
+    }
+    let first_second = times
+        .iter()
+        .filter(|x| **x < Duration::from_secs(1))
+        .count();
+    assert_eq!(first_second, 100, "every 10 ms for the first second");
+    let gaps: Vec<Duration> = times.windows(2).map(|w| w[1] - w[0]).collect();
+    assert!(
+        gaps.iter().all(|g| *g >= ms(10) && *g <= interval),
+        "{gaps:?}"
+    );
+    assert!(gaps.windows(2).all(|w| w[1] >= w[0]), "gaps never shrink");
+    assert_eq!(
+        *gaps.last().unwrap(),
+        interval,
+        "back at the plan's interval"
+    );
+    // A plan denser than 10 ms stays as dense; a wider one reaches its own interval.
+    assert_eq!(super::sample_gap(Duration::ZERO, ms(0), ms(5)), ms(5));
+    let mut g = ms(10);
+    for _ in 0..40 {
+        g = super::sample_gap(g, Duration::from_secs(2), Duration::from_secs(30));
+    }
+    assert_eq!(g, Duration::from_secs(30));
+}

@@ -20,6 +20,7 @@ mod props;
 mod reports;
 mod ruby_probe;
 mod run;
+mod sampling;
 mod sandbox;
 mod server;
 mod store_trust;

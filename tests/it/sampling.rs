@@ -1,0 +1,183 @@
+//! Sampling that serves short runs without flags, and an observer that stays out of the
+//! peak (issue 18): real C programs, real allocators, the real kernel's high-water marks.
+
+use serde_json::Value;
+
+use crate::common::*;
+
+/// The at-peak allocator figures (live, held) of every ok run of `variant`, and the
+/// longest gap between the allocator's samples within the first second of any run.
+fn at_peak_figures(doc: &Value, variant_name: &str) -> (Vec<f64>, Vec<f64>, f64) {
+    let (mut live, mut held, mut gap) = (Vec::new(), Vec::new(), 0.0f64);
+    for r in variant(doc, variant_name)["runs"].as_array().unwrap() {
+        assert_eq!(r["status"], "ok", "{r}");
+        let a = &r["inside"]["allocator"];
+        live.push(a["at_peak"]["live_bytes"].as_f64().unwrap_or(0.0));
+        held.push(a["at_peak"]["held_bytes"].as_f64().unwrap_or(0.0));
+        let t: Vec<f64> = a["series"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|p| p["t_seconds"].as_f64())
+            .collect();
+        // Within the dense first second (after it the gaps grow by design: a job slowed
+        // down by a busy machine outlives its second).
+        gap = t
+            .windows(2)
+            .filter(|w| w[1] <= 1.0)
+            .map(|w| w[1] - w[0])
+            .fold(gap, f64::max);
+    }
+    (live, held, gap)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn peak_threads_run(extra: &[&str]) -> Run {
+    let job = fixture("peak_threads").display().to_string();
+    let mut args = vec![
+        "run",
+        "--runs",
+        "3",
+        "--variants",
+        "glibc",
+        "--json",
+        "out.json",
+    ];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["--", &job]);
+    memtrial_in_tmp(&args)
+}
+
+/// A ~1 s job of 8 threads whose heap peaks mid-run: at the default probe interval its
+/// at-peak live and held bytes are within 10% of the same job sampled every 10 ms, and its
+/// allocator samples in the first second are never half a second apart (10 ms apart on an
+/// idle machine; a busy one delays the sampling thread; before, a second apart).
+#[test]
+fn a_one_second_threaded_job_gets_its_allocator_peak_without_flags() {
+    if !need_c_compiler() {
+        return;
+    }
+    let plain = peak_threads_run(&[]);
+    assert_eq!(plain.code(), 0, "{}", plain.explain());
+    let dense = peak_threads_run(&["--probe-interval", "10ms"]);
+    assert_eq!(dense.code(), 0, "{}", dense.explain());
+    let (live, held, gap) = at_peak_figures(&plain.json(), "glibc");
+    let (dense_live, dense_held, _) = at_peak_figures(&dense.json(), "glibc");
+    let (live, held) = (median(live), median(held));
+    let (dense_live, dense_held) = (median(dense_live), median(dense_held));
+    // 8 threads × 8 MiB live at the peak.
+    assert!(dense_live > 48.0 * 1048576.0, "dense live {dense_live}");
+    assert!(
+        (live / dense_live - 1.0).abs() < 0.10,
+        "live at peak {live} vs {dense_live} sampled every 10 ms"
+    );
+    assert!(
+        (held / dense_held - 1.0).abs() < 0.10,
+        "held at peak {held} vs {dense_held} sampled every 10 ms"
+    );
+    assert!(
+        gap < 0.5,
+        "a gap of {gap} s between allocator samples in the first second"
+    );
+}
+
+/// The running (not at-exit) live bytes of a variant's first run after `from` seconds.
+fn live_after(doc: &Value, variant_name: &str, from: f64) -> Vec<f64> {
+    let run = &variant(doc, variant_name)["runs"][0];
+    assert_eq!(run["status"], "ok", "{variant_name}: {run}");
+    let wall = run["wall_seconds"].as_f64().unwrap_or(0.0);
+    run["inside"]["allocator"]["series"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| {
+            p["t_seconds"]
+                .as_f64()
+                .is_some_and(|t| t >= from && t < wall - 0.3)
+        })
+        .filter_map(|p| p["live_bytes"].as_f64())
+        .collect()
+}
+
+/// 20 threads churning a bounded working set, each also freeing scratch blocks that
+/// jemalloc keeps in its thread caches: jemalloc's live bytes are the program's (flat, and
+/// within 5% of glibc's for the same job), not the program's plus its caches.
+#[test]
+fn jemalloc_live_bytes_leave_out_its_thread_caches() {
+    if !need_c_compiler() || !need_allocators(&["jemalloc"]) {
+        return;
+    }
+    let job = fixture("bounded").display().to_string();
+    let r = memtrial_in_tmp(&[
+        "run",
+        "--runs",
+        "1",
+        "--variants",
+        "glibc,jemalloc",
+        "--json",
+        "out.json",
+        "--",
+        &job,
+        "20",
+        "3",
+    ]);
+    assert_eq!(r.code(), 0, "{}", r.explain());
+    let doc = r.json();
+    let glibc = live_after(&doc, "glibc", 0.5);
+    let je = live_after(&doc, "jemalloc", 0.5);
+    assert!(glibc.len() >= 3 && je.len() >= 3, "{glibc:?} {je:?}");
+    let (g, j) = (median(glibc), median(je.clone()));
+    assert!(
+        (j / g - 1.0).abs() < 0.05,
+        "jemalloc live {j} vs glibc live {g} for the same job"
+    );
+    let (lo, hi) = je
+        .iter()
+        .fold((f64::MAX, 0.0f64), |(lo, hi), v| (lo.min(*v), hi.max(*v)));
+    assert!(hi <= lo * 1.05, "jemalloc live not flat: {lo} .. {hi}");
+    let cache = variant(&doc, "jemalloc")["runs"][0]["inside"]["allocator"]["at_peak"]
+        ["thread_cache_bytes"]
+        .as_f64()
+        .unwrap_or(0.0);
+    assert!(
+        cache > 0.0,
+        "jemalloc's thread-cache bytes are reported apart"
+    );
+}
+
+/// A program that closes every descriptor (a daemon) and opens a file of its own gets the
+/// lowest free numbers, the probe's report file's among them: the probe must notice and
+/// never write its lines into the program's file (it reopens its own and goes on).
+#[test]
+fn the_probe_never_writes_into_a_file_of_the_program() {
+    if !need_c_compiler() {
+        return;
+    }
+    let prog = fixture("closes_fds").display().to_string();
+    let r = memtrial_in_tmp(&[
+        "run",
+        "--runs",
+        "1",
+        "--variants",
+        "glibc",
+        "--json",
+        "out.json",
+        "--",
+        &prog,
+        "own.txt",
+    ]);
+    assert_eq!(r.code(), 0, "{}", r.explain());
+    let own = std::fs::read_to_string(r.dir.path().join("own.txt")).unwrap_or_default();
+    assert_eq!(own, "mine\n", "the program's file got foreign lines");
+    let doc = r.json();
+    let a = &first_run(&doc, "glibc")["inside"]["allocator"];
+    let points = a["series"].as_array().map_or(0, Vec::len);
+    assert!(
+        points > 50,
+        "the probe went on sampling after the program closed its descriptors: {points} points"
+    );
+}
