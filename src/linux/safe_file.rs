@@ -109,6 +109,12 @@ pub fn open_beneath(root: &Path, rel: &Path, owners: &[u32]) -> Result<File, Saf
     open_checked(root, rel, Some(owners))
 }
 
+/// [`open_beneath`] for a file of any owner: a file memtrial made below a directory of its
+/// own, where the workload (which knows the directory) could have put something else.
+pub fn open_regular_beneath(root: &Path, rel: &Path) -> Result<File, SafeFileError> {
+    open_checked(root, rel, None)
+}
+
 /// [`open_beneath`] with the owner checked only when `owners` is given.
 fn open_checked(root: &Path, rel: &Path, owners: Option<&[u32]>) -> Result<File, SafeFileError> {
     let shown = root.join(rel);

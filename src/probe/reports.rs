@@ -61,7 +61,11 @@ impl<S: ProcessReports> ReportDir<S> {
             let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
                 continue;
             };
-            read_file(&e.path(), self.files.entry(pid).or_default());
+            read_file(
+                &self.dir,
+                &e.file_name(),
+                self.files.entry(pid).or_default(),
+            );
         }
     }
 
@@ -150,9 +154,10 @@ pub fn end_of_run<S: ProcessReports>(
     }
 }
 
-/// Reads the whole new lines of one report file.
-fn read_file<S: ProcessReports>(path: &Path, entry: &mut Entry<S>) {
-    let Ok(mut f) = std::fs::File::open(path) else {
+/// Reads the whole new lines of one report file: a regular file, opened without following
+/// a link or waiting on a FIFO (the workload knows the directory and could put either there).
+fn read_file<S: ProcessReports>(dir: &Path, name: &std::ffi::OsStr, entry: &mut Entry<S>) {
+    let Ok(mut f) = crate::linux::safe_file::open_regular_beneath(dir, Path::new(name)) else {
         return;
     };
     if f.seek(SeekFrom::Start(entry.offset)).is_err() {

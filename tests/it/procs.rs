@@ -391,3 +391,48 @@ fn sigstop_of_memtrial_in_the_grace_period_marks_the_run() {
         "{message}"
     );
 }
+
+/// The workload knows its probe directory (`MEMTRIAL_PROBE_DIR`): a FIFO and a link to a
+/// secret put there under a process-like name must neither freeze the run (opening a FIFO
+/// waits for a writer) nor be read. A watchdog ends memtrial if it hangs, and the test
+/// then fails on its exit status.
+#[test]
+fn a_fifo_or_link_in_the_probe_directory_neither_freezes_nor_leaks() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("secret"), "not-a-probe-line\n").unwrap();
+    let script = format!(
+        "mkfifo \"$MEMTRIAL_PROBE_DIR/4242\" && ln -s {} \"$MEMTRIAL_PROBE_DIR/4243\" && sleep 2",
+        dir.path().join("secret").display()
+    );
+    let out = Command::new("timeout")
+        .args(["-s", "KILL", "120"])
+        .arg(memtrial())
+        .args([
+            "run",
+            "--runs",
+            "1",
+            "--variants",
+            "glibc",
+            "--json",
+            "out.json",
+            "--",
+            "sh",
+            "-c",
+        ])
+        .arg(&script)
+        .current_dir(dir.path())
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "memtrial hung or failed: {stderr}"
+    );
+    let doc: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("out.json")).unwrap())
+            .unwrap();
+    assert_eq!(first_run(&doc, "glibc")["status"], "ok");
+    assert!(!doc.to_string().contains("not-a-probe-line"));
+}
