@@ -1,10 +1,12 @@
 //! CSV: one row per run with every scalar figure.
 
 use super::{ExportError, Exporter, Report};
+use crate::analysis::Figure;
+use crate::record::evidence::Standing;
 use crate::record::Experiment;
 
 /// The column names, in order.
-pub const COLUMNS: [&str; 34] = [
+pub const COLUMNS: [&str; 35] = [
     "experiment_id",
     "variant",
     "block",
@@ -38,6 +40,7 @@ pub const COLUMNS: [&str; 34] = [
     "why",
     "why_detail",
     "peak_uss_bytes",
+    "absent",
     "host",
 ];
 
@@ -90,6 +93,18 @@ fn runs_csv(e: &Experiment) -> Result<Vec<u8>, csv::Error> {
         let al = r.inside.allocator.as_ref();
         let at = al.and_then(|a| a.at_peak.as_ref());
         let why = crate::analysis::why::run_why(r);
+        // A figure below its rule in this run is left empty; `absent` says why.
+        let stands = |f: Figure| crate::analysis::evidence::stands(f, r);
+        let shown = |f: Figure, v: String| if stands(f) { v } else { String::new() };
+        let absent: Vec<String> = Figure::ALL
+            .iter()
+            .filter_map(|f| match crate::analysis::evidence::of(*f, r)?.standing {
+                Standing::Absent { reason, remedy } => {
+                    Some(format!("{}: {reason}; {remedy} would give it", f.key()))
+                }
+                Standing::Stands => None,
+            })
+            .collect();
         let driver = names.iter().map(|n| {
             opt(r
                 .driver
@@ -113,9 +128,12 @@ fn runs_csv(e: &Experiment) -> Result<Vec<u8>, csv::Error> {
             format!("{:.6}", r.cpu_sys_seconds),
             r.peak_rss_bytes.to_string(),
             r.peak_rss_source.as_str().to_string(),
-            r.mean_rss_bytes.to_string(),
-            r.final_rss_bytes.to_string(),
-            opt(r.peak_pss_bytes.map(|v| v.to_string())),
+            shown(Figure::MeanRssBytes, r.mean_rss_bytes.to_string()),
+            shown(Figure::FinalRssBytes, r.final_rss_bytes.to_string()),
+            shown(
+                Figure::PeakPssBytes,
+                opt(r.peak_pss_bytes.map(|v| v.to_string())),
+            ),
             r.peak_vsz_bytes.to_string(),
             r.threads_peak.to_string(),
             r.minor_faults.to_string(),
@@ -125,14 +143,27 @@ fn runs_csv(e: &Experiment) -> Result<Vec<u8>, csv::Error> {
             opt(r.message.clone()),
             r.stderr_path.display().to_string(),
             opt(al.map(|a| a.answered.clone())),
-            opt(at.and_then(|p| p.live_bytes).map(|v| v.to_string())),
-            opt(at.and_then(|p| p.held_bytes).map(|v| v.to_string())),
-            opt(at
-                .and_then(|p| p.fragmentation())
-                .map(|v| format!("{v:.4}"))),
+            shown(
+                Figure::LiveAtPeakBytes,
+                opt(at.and_then(|p| p.live_bytes).map(|v| v.to_string())),
+            ),
+            shown(
+                Figure::HeldAtPeakBytes,
+                opt(at.and_then(|p| p.held_bytes).map(|v| v.to_string())),
+            ),
+            shown(
+                Figure::HeldOverLive,
+                opt(at
+                    .and_then(|p| p.fragmentation())
+                    .map(|v| format!("{v:.4}"))),
+            ),
             why.name().to_string(),
             why.sentence(),
-            opt(r.peak_uss_bytes.map(|v| v.to_string())),
+            shown(
+                Figure::PeakUssBytes,
+                opt(r.peak_uss_bytes.map(|v| v.to_string())),
+            ),
+            absent.join(" | "),
             e.host_of(i).hostname.clone(),
         ];
         w.write_record(fixed.into_iter().chain(driver))?;

@@ -95,7 +95,7 @@ fn records_of_two_hosts_join_one_experiment_and_report_per_host() {
 
     let b_doc: Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("b.json")).unwrap()).unwrap();
-    validate_schema(&b_doc, "experiment-v3.schema.json");
+    validate_schema(&b_doc, "experiment-v4.schema.json");
     assert_eq!(b_doc["experiment"]["host"]["hostname"], "node-b");
     assert_eq!(
         b_doc["experiment"]["host"]["container"]["cpu_quota_us"],
@@ -157,7 +157,7 @@ fn records_of_two_hosts_join_one_experiment_and_report_per_host() {
         "report --by host --json",
     );
     let doc: Value = serde_json::from_str(&std::fs::read_to_string(&by).unwrap()).unwrap();
-    validate_schema(&doc, "experiment-v3.schema.json");
+    validate_schema(&doc, "experiment-v4.schema.json");
     assert_eq!(doc["by_host"][0]["label"], "node-a");
     assert_eq!(doc["by_host"][1]["label"], "node-b");
     assert_eq!(doc["by_host"][1]["runs"], 4);
@@ -217,7 +217,7 @@ fn records_of_two_hosts_join_one_experiment_and_report_per_host() {
         "report --json",
     );
     let m: Value = serde_json::from_str(&std::fs::read_to_string(&merged).unwrap()).unwrap();
-    validate_schema(&m, "experiment-v3.schema.json");
+    validate_schema(&m, "experiment-v4.schema.json");
     assert_eq!(m["experiment"]["hosts"].as_array().map(Vec::len), Some(2));
     let back = ok(
         &in_dir(dir, &["import", "--db", "c.db", "merged.json"]),

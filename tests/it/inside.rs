@@ -306,7 +306,7 @@ fn a_database_from_the_previous_release_opens_reports_and_resumes() {
     let rep = run(&["report", "1", "--json", &json.display().to_string()]);
     assert!(rep.status.success(), "{rep:?}");
     let doc: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    validate_schema(&doc, "experiment-v3.schema.json");
+    validate_schema(&doc, "experiment-v4.schema.json");
     assert_eq!(doc["variants"].as_array().unwrap().len(), 2);
     assert_eq!(first_run(&doc, "glibc")["status"], "ok");
     // An experiment stored before probes existed resumes without them: its runs stay alike.

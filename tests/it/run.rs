@@ -393,7 +393,7 @@ fn plan_file_with_custom_variant() {
     let doc: Value =
         serde_json::from_str(&std::fs::read_to_string(dir.path().join("out.json")).unwrap())
             .unwrap();
-    validate_schema(&doc, "experiment-v3.schema.json");
+    validate_schema(&doc, "experiment-v4.schema.json");
     assert_eq!(doc["experiment"]["seed"], 5);
     let je = variant(&doc, "je-narrow");
     assert_eq!(je["env"]["MALLOC_CONF"], "narenas:1");
@@ -440,7 +440,7 @@ fn list_and_report_read_the_store_again() {
     assert!(lines[0].starts_with("experiment_id,variant,"));
     let json = run_in(&["report", "--json", "-"]);
     let doc: Value = serde_json::from_slice(&json.stdout).unwrap();
-    validate_schema(&doc, "experiment-v3.schema.json");
+    validate_schema(&doc, "experiment-v4.schema.json");
     let missing = run_in(&["report", "99"]);
     assert_eq!(missing.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&missing.stderr).contains("experiment 99 is not in"));

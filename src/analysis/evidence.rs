@@ -1,0 +1,495 @@
+//! The rule each kind of figure must meet before it is shown, and the evidence of one
+//! figure in one run (docs/methodology.md, "What each figure rests on").
+//!
+//! - Kernel marks and counters (peak RSS from `wait4`/`VmHWM`, the cgroup's peak, CPU and
+//!   wall time) and the load generator's counts are exact: they always stand.
+//! - A whole-run figure from the sampled series (mean RSS, final RSS) needs at least
+//!   [`MIN_SERIES_SAMPLES`] samples spanning at least [`MIN_SERIES_SHARE`] of the run.
+//! - A peak from PSS reads (peak PSS, peak USS) needs at least [`MIN_PSS_SAMPLES`] reads
+//!   spanning at least [`MIN_PSS_SHARE`] of the run.
+//! - The allocator's figures at the peak (live, held, held/live) need at least
+//!   [`MIN_ALLOCATOR_SAMPLES`] allocator samples, and the one they come from must lie at
+//!   the run's memory peak: the tree's RSS at the samples either side of it reaches
+//!   [`AT_PEAK_FRACTION`] of the run's peak.
+//!
+//! A figure below its rule is absent — with the reason and what would give it — and never
+//! enters a median, a ratio, a verdict, a Pareto front or a recommendation.
+
+use super::Figure;
+use crate::record::evidence::{Coverage, Evidence, Moment, Source, Standing};
+use crate::record::{PeakSource, RunRecord, TreeSample};
+
+/// Fewest tree samples for a whole-run figure (mean or final RSS).
+pub const MIN_SERIES_SAMPLES: usize = 4;
+/// Smallest share of the run the samples of a whole-run figure must span.
+pub const MIN_SERIES_SHARE: f64 = 0.75;
+/// Fewest PSS reads for peak PSS or USS.
+pub const MIN_PSS_SAMPLES: usize = 2;
+/// Smallest share of the run the PSS reads must span.
+pub const MIN_PSS_SHARE: f64 = 0.5;
+/// Fewest allocator samples for its figures at the peak.
+pub const MIN_ALLOCATOR_SAMPLES: usize = 2;
+/// The tree's RSS around the allocator's sample must reach this share of the run's peak
+/// for that sample to stand for the peak.
+pub const AT_PEAK_FRACTION: f64 = 0.9;
+/// The shortest `--interval` and `--probe-interval`, milliseconds.
+const SHORTEST_INTERVAL_MS: u64 = 10;
+
+fn plural(n: usize, one: &str) -> String {
+    if n == 1 {
+        format!("1 {one}")
+    } else {
+        format!("{n} {one}s")
+    }
+}
+
+/// Samples a suggested interval aims at over the run: well above every rule.
+const SUGGESTED_SAMPLES: f64 = 25.0;
+
+/// The interval that would give about [`SUGGESTED_SAMPLES`] samples over a run of `wall`
+/// seconds; `None` when even the shortest interval cannot give `need`.
+fn interval_for(wall: f64, need: usize) -> Option<u64> {
+    let ms = (wall * 1000.0 / SUGGESTED_SAMPLES).floor() as u64;
+    if ms >= SHORTEST_INTERVAL_MS {
+        Some(ms)
+    } else {
+        (wall * 1000.0 / SHORTEST_INTERVAL_MS as f64 >= need as f64).then_some(SHORTEST_INTERVAL_MS)
+    }
+}
+
+fn remedy(flag: &str, wall: f64, need: usize) -> String {
+    match interval_for(wall, need) {
+        Some(ms) => format!("{flag} {ms}ms"),
+        None => format!(
+            "a longer run: {} at the shortest {flag} ({SHORTEST_INTERVAL_MS}ms) cannot sample a {wall:.3} s run",
+            plural(need, "sample")
+        ),
+    }
+}
+
+fn span(ts: &[f64]) -> f64 {
+    match (ts.first(), ts.last()) {
+        (Some(a), Some(b)) => (b - a).max(0.0),
+        _ => 0.0,
+    }
+}
+
+/// A sampled figure: stands when enough samples span enough of the run.
+fn sampled(
+    r: &RunRecord,
+    moment: Moment,
+    ts: &[f64],
+    need: usize,
+    share: f64,
+    what: &str,
+    flag: &str,
+) -> Evidence {
+    let coverage = Coverage {
+        samples: ts.len(),
+        span_seconds: span(ts),
+        run_seconds: r.wall_seconds,
+        brackets_peak: None,
+    };
+    let standing = if ts.len() < need {
+        Standing::Absent {
+            reason: format!(
+                "{} in a {:.2} s run (needs {need})",
+                plural(ts.len(), what),
+                r.wall_seconds
+            ),
+            remedy: remedy(flag, r.wall_seconds, need),
+        }
+    } else if coverage.share() < share {
+        Standing::Absent {
+            reason: format!(
+                "{} cover {:.0}% of the {:.2} s run (needs {:.0}%)",
+                plural(ts.len(), what),
+                coverage.share() * 100.0,
+                r.wall_seconds,
+                share * 100.0
+            ),
+            remedy: remedy(flag, r.wall_seconds, need),
+        }
+    } else {
+        Standing::Stands
+    };
+    Evidence {
+        source: Source::SampledSeries,
+        moment,
+        coverage: Some(coverage),
+        standing,
+    }
+}
+
+/// The run's memory peak as the evidence rules compare against: the larger of the
+/// sampled tree sum and, for a run of one process at a time, the kernel's mark.
+fn reference_peak(r: &RunRecord) -> f64 {
+    let sampled = r.samples.iter().map(|s| s.rss_bytes).max().unwrap_or(0);
+    let kernel = if r.processes_at_once() <= 1 {
+        r.peak_rss_bytes
+    } else {
+        0
+    };
+    sampled.max(kernel) as f64
+}
+
+/// The tree's RSS around moment `t`: the higher of the samples either side of it.
+fn rss_around(samples: &[TreeSample], t: f64) -> Option<u64> {
+    let after = samples.iter().position(|s| s.t_seconds >= t);
+    let (before, after) = match after {
+        Some(0) => (None, samples.first()),
+        Some(i) => (samples.get(i - 1), samples.get(i)),
+        None => (samples.last(), None),
+    };
+    match (before, after) {
+        (None, None) => None,
+        (b, a) => Some(
+            b.map_or(0, |s| s.rss_bytes)
+                .max(a.map_or(0, |s| s.rss_bytes)),
+        ),
+    }
+}
+
+/// The evidence of the allocator's figures at the peak in one run.
+pub fn allocator_at_peak(r: &RunRecord) -> Option<Evidence> {
+    let a = r.inside.allocator.as_ref()?;
+    let ts: Vec<f64> = a.series.iter().map(|p| p.t_seconds).collect();
+    let at = a.at_peak.as_ref();
+    let reference = reference_peak(r);
+    let rss_there = at.and_then(|p| rss_around(&r.samples, p.t_seconds));
+    let brackets = match rss_there {
+        Some(rss) => reference > 0.0 && rss as f64 >= AT_PEAK_FRACTION * reference,
+        None => false,
+    };
+    let coverage = Coverage {
+        samples: ts.len(),
+        span_seconds: span(&ts),
+        run_seconds: r.wall_seconds,
+        brackets_peak: Some(brackets),
+    };
+    let flag = "--probe-interval";
+    let standing = if ts.len() < MIN_ALLOCATOR_SAMPLES || at.is_none() {
+        Standing::Absent {
+            reason: format!(
+                "{} in a {:.2} s run",
+                plural(ts.len(), "allocator sample"),
+                r.wall_seconds
+            ),
+            remedy: remedy(flag, r.wall_seconds, MIN_ALLOCATOR_SAMPLES + 1),
+        }
+    } else if !brackets {
+        let when = at.map_or(0.0, |p| p.t_seconds);
+        Standing::Absent {
+            reason: format!(
+                "none of {} lies at the memory peak (the nearest, at {when:.2} s of {:.2} s, saw RSS at {} of a {} peak)",
+                plural(ts.len(), "allocator sample"),
+                r.wall_seconds,
+                crate::units::format_bytes(rss_there.unwrap_or(0) as f64),
+                crate::units::format_bytes(reference),
+            ),
+            remedy: remedy(flag, r.wall_seconds, MIN_ALLOCATOR_SAMPLES + 1),
+        }
+    } else {
+        Standing::Stands
+    };
+    Some(Evidence {
+        source: Source::AllocatorProbe,
+        moment: Moment::Peak,
+        coverage: Some(coverage),
+        standing,
+    })
+}
+
+/// The evidence of figure `f` in run `r`; `None` where the run has no such figure.
+pub fn of(f: Figure, r: &RunRecord) -> Option<Evidence> {
+    f.of(r)?;
+    let tree_ts: Vec<f64> = r.samples.iter().map(|s| s.t_seconds).collect();
+    Some(match f {
+        Figure::PeakRssBytes => match r.peak_rss_source {
+            PeakSource::Wait4Maxrss | PeakSource::VmHwm => Evidence::exact(Source::KernelMark),
+            // The largest sampled sum, chosen only when above every kernel mark: it stands
+            // as the lower bound it is, with its samples.
+            PeakSource::SampledTreeSum => Evidence {
+                source: Source::SampledSeries,
+                moment: Moment::Peak,
+                coverage: Some(Coverage {
+                    samples: tree_ts.len(),
+                    span_seconds: span(&tree_ts),
+                    run_seconds: r.wall_seconds,
+                    brackets_peak: None,
+                }),
+                standing: Standing::Stands,
+            },
+        },
+        Figure::MeanRssBytes | Figure::FinalRssBytes => sampled(
+            r,
+            Moment::WholeRun,
+            &tree_ts,
+            MIN_SERIES_SAMPLES,
+            MIN_SERIES_SHARE,
+            "memory sample",
+            "--interval",
+        ),
+        Figure::PeakPssBytes | Figure::PeakUssBytes => {
+            let ts: Vec<f64> = r
+                .samples
+                .iter()
+                .filter(|s| s.pss_bytes.is_some())
+                .map(|s| s.t_seconds)
+                .collect();
+            let mut e = sampled(
+                r,
+                Moment::Peak,
+                &ts,
+                MIN_PSS_SAMPLES,
+                MIN_PSS_SHARE,
+                "PSS read",
+                "--interval",
+            );
+            if let Standing::Absent { remedy, .. } = &mut e.standing {
+                // PSS reads are spaced by their CPU budget, not by the interval alone.
+                *remedy = format!(
+                    "a run long enough for PSS reads within their budget (0.2% of a core) to span half of it; {remedy}"
+                );
+            }
+            e
+        }
+        Figure::PeakVszBytes | Figure::ThreadsPeak => Evidence {
+            source: Source::SampledSeries,
+            moment: Moment::Peak,
+            coverage: Some(Coverage {
+                samples: tree_ts.len(),
+                span_seconds: span(&tree_ts),
+                run_seconds: r.wall_seconds,
+                brackets_peak: None,
+            }),
+            standing: Standing::Stands,
+        },
+        Figure::CgroupPeakBytes | Figure::CgroupAnonPeakBytes => {
+            Evidence::exact(Source::KernelMark)
+        }
+        Figure::WallSeconds
+        | Figure::CpuSeconds
+        | Figure::CpuUserSeconds
+        | Figure::CpuSysSeconds
+        | Figure::ThrottledSeconds => Evidence::exact(Source::KernelCounter),
+        Figure::Requests
+        | Figure::ThroughputRps
+        | Figure::LatencyP50Ms
+        | Figure::LatencyP90Ms
+        | Figure::LatencyP95Ms
+        | Figure::LatencyP99Ms
+        | Figure::LatencyMaxMs
+        | Figure::Errors => Evidence::exact(Source::Driver),
+        Figure::LiveAtPeakBytes | Figure::HeldAtPeakBytes | Figure::HeldOverLive => {
+            allocator_at_peak(r)?
+        }
+    })
+}
+
+/// Whether figure `f` of run `r` meets its rule.
+pub fn stands(f: Figure, r: &RunRecord) -> bool {
+    of(f, r).is_some_and(|e| e.standing.stands())
+}
+
+/// How long several processes coexisted, as a share of the run, and whether PSS reads
+/// covered that stretch: a forking server shares for most of its run; a shim, a wrapper
+/// or `sh -c` only during start-up.
+pub fn sharing_share(r: &RunRecord) -> f64 {
+    let s = &r.samples;
+    if s.len() < 2 || r.wall_seconds <= 0.0 {
+        return 0.0;
+    }
+    let mut multi = 0.0;
+    for w in s.windows(2) {
+        if w[0].processes >= 2 {
+            multi += (w[1].t_seconds - w[0].t_seconds).max(0.0);
+        }
+    }
+    let total = (s[s.len() - 1].t_seconds - s[0].t_seconds).max(0.0);
+    if total <= 0.0 {
+        return 0.0;
+    }
+    (multi / total).clamp(0.0, 1.0)
+}
+
+/// The share of the run's multi-process stretch that PSS reads span.
+pub fn pss_share_of_sharing(r: &RunRecord) -> f64 {
+    let multi: Vec<f64> = r
+        .samples
+        .iter()
+        .filter(|s| s.processes >= 2)
+        .map(|s| s.t_seconds)
+        .collect();
+    let pss: Vec<f64> = r
+        .samples
+        .iter()
+        .filter(|s| s.processes >= 2 && s.pss_bytes.is_some())
+        .map(|s| s.t_seconds)
+        .collect();
+    let m = span(&multi);
+    if m <= 0.0 || pss.len() < MIN_PSS_SAMPLES {
+        return 0.0;
+    }
+    (span(&pss) / m).clamp(0.0, 1.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{AllocatorPoint, AllocatorView};
+
+    const MB: u64 = 1 << 20;
+
+    fn run(wall: f64, samples: &[(f64, u64, u32, Option<u64>)]) -> RunRecord {
+        let mut r = RunRecord::skeleton("v", 0, false, String::new());
+        r.status = crate::record::RunStatus::Ok;
+        r.wall_seconds = wall;
+        r.samples = samples
+            .iter()
+            .map(|&(t, rss, processes, pss)| TreeSample {
+                t_seconds: t,
+                rss_bytes: rss,
+                vsz_bytes: 0,
+                threads: 1,
+                pss_bytes: pss,
+                uss_bytes: pss,
+                processes,
+            })
+            .collect();
+        r.peak_rss_bytes = r.samples.iter().map(|s| s.rss_bytes).max().unwrap_or(0);
+        r.peak_pss_bytes = r.samples.iter().filter_map(|s| s.pss_bytes).max();
+        r.peak_uss_bytes = r.peak_pss_bytes;
+        r.mean_rss_bytes = 1;
+        r.final_rss_bytes = 1;
+        r
+    }
+
+    fn with_allocator(mut r: RunRecord, points: &[(f64, u64, u64)], at: usize) -> RunRecord {
+        let series: Vec<AllocatorPoint> = points
+            .iter()
+            .map(|&(t, live, held)| AllocatorPoint {
+                t_seconds: t,
+                live_bytes: Some(live),
+                held_bytes: Some(held),
+                ..Default::default()
+            })
+            .collect();
+        r.inside.allocator = Some(AllocatorView {
+            answered: "glibc".into(),
+            library: "libc.so.6".into(),
+            processes: 1,
+            interval_ms: 1000,
+            disagreement: None,
+            at_peak: series.get(at).cloned(),
+            peak_live_bytes: None,
+            peak_held_bytes: None,
+            series,
+        });
+        r
+    }
+
+    #[test]
+    fn a_mean_over_one_sample_of_a_short_run_is_absent_with_what_would_give_it() {
+        // A 42 ms run sampled once at its start: its "mean" is the start, not the run.
+        let r = run(0.042, &[(0.0, 306 << 10, 1, None)]);
+        let e = of(Figure::MeanRssBytes, &r).unwrap();
+        match &e.standing {
+            Standing::Absent { reason, remedy } => {
+                assert_eq!(reason, "1 memory sample in a 0.04 s run (needs 4)");
+                // Four samples fit in 42 ms only at the shortest interval.
+                assert_eq!(remedy, "--interval 10ms");
+            }
+            other => panic!("{other:?}"),
+        }
+        // The kernel's peak of the same run stands.
+        assert!(stands(Figure::PeakRssBytes, &r));
+    }
+
+    #[test]
+    fn a_mean_over_samples_spanning_the_run_stands() {
+        let pts: Vec<(f64, u64, u32, Option<u64>)> = (0..10)
+            .map(|i| (i as f64 * 0.1, 10 * MB, 1, None))
+            .collect();
+        let r = run(0.95, &pts);
+        assert!(stands(Figure::MeanRssBytes, &r));
+        // Samples only over the first third: the mean does not cover the run.
+        let r = run(3.0, &pts);
+        let e = of(Figure::MeanRssBytes, &r).unwrap();
+        assert!(!e.standing.stands(), "{e:?}");
+        assert!(
+            matches!(&e.standing, Standing::Absent { remedy, .. } if remedy == "--interval 120ms")
+        );
+    }
+
+    #[test]
+    fn allocator_figures_from_the_start_of_a_run_do_not_stand_for_its_peak() {
+        // The 1 s, 8-thread job: the allocator sampled at 0 s and at exit, RSS peaked between.
+        let pts: Vec<(f64, u64, u32, Option<u64>)> = (0..10)
+            .map(|i| {
+                let t = i as f64 * 0.1;
+                (
+                    t,
+                    if (0.3..0.8).contains(&t) {
+                        200 * MB
+                    } else {
+                        2 * MB
+                    },
+                    1,
+                    None,
+                )
+            })
+            .collect();
+        let r = with_allocator(
+            run(0.99, &pts),
+            &[(0.0, 1500, 132 << 10), (0.98, 1400, 120 << 10)],
+            0,
+        );
+        let e = allocator_at_peak(&r).unwrap();
+        assert_eq!(e.coverage.as_ref().unwrap().brackets_peak, Some(false));
+        match &e.standing {
+            Standing::Absent { reason, remedy } => {
+                assert!(
+                    reason.contains("none of 2 allocator samples lies at the memory peak"),
+                    "{reason}"
+                );
+                assert_eq!(remedy, "--probe-interval 39ms");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(!stands(Figure::HeldOverLive, &r));
+        // A sample in the plateau: it stands.
+        let r = with_allocator(
+            run(0.99, &pts),
+            &[
+                (0.0, 1500, 132 << 10),
+                (0.5, 150 * MB, 190 * MB),
+                (0.98, 1400, 120 << 10),
+            ],
+            1,
+        );
+        assert!(stands(Figure::LiveAtPeakBytes, &r));
+    }
+
+    #[test]
+    fn a_shim_shares_only_at_start_up() {
+        // Two processes for the first 0.4 s of a 4 s run, PSS read twice then.
+        let mut pts = vec![
+            (0.0, MB, 2, Some(MB)),
+            (0.2, MB, 3, Some(MB)),
+            (0.4, 2 * MB, 1, None),
+        ];
+        pts.extend((1..10).map(|i| (0.4 + i as f64 * 0.4, 100 * MB, 1, None)));
+        let r = run(4.0, &pts);
+        assert!(sharing_share(&r) < 0.2, "{}", sharing_share(&r));
+        assert!(!stands(Figure::PeakPssBytes, &r));
+        // A forking server: three processes throughout, PSS read across.
+        let pts: Vec<(f64, u64, u32, Option<u64>)> = (0..20)
+            .map(|i| (i as f64 * 0.2, 30 * MB, 3, (i % 4 == 0).then_some(20 * MB)))
+            .collect();
+        let r = run(4.0, &pts);
+        assert!(sharing_share(&r) > 0.9);
+        assert!(pss_share_of_sharing(&r) > 0.7);
+        assert!(stands(Figure::PeakPssBytes, &r));
+    }
+}
