@@ -37,8 +37,10 @@ pub enum Event<'a> {
     },
     TrialStart {
         slot: Slot,
-        /// 1-based position among the trials of this invocation.
+        /// 1-based position in the experiment's schedule (a resumed experiment goes on
+        /// counting where it stopped); the run's log files carry the same number.
         index: usize,
+        /// Runs in the experiment's schedule.
         total: usize,
         variant: &'a str,
     },
@@ -107,6 +109,7 @@ pub fn run_experiment(
     observer: &mut dyn FnMut(Event),
 ) -> Result<Outcome, RunError> {
     let all = schedule(plan.variants.len(), plan.warmup, plan.runs, plan.seed);
+    let planned = all.len();
     let (experiment, slots, host) = match start {
         Start::New { host, notes } => {
             let id = store.create_experiment(plan, host, all.len())?;
@@ -141,7 +144,7 @@ pub fn run_experiment(
         }
     };
     match run_slots(
-        store, plan, experiment, host, slots, backend, stop, observer,
+        store, plan, experiment, host, slots, planned, backend, stop, observer,
     ) {
         Ok(interrupted) => finish(store, experiment, interrupted),
         Err(e) => {
@@ -162,6 +165,7 @@ fn run_slots(
     experiment: i64,
     host: &HostInfo,
     slots: Vec<Slot>,
+    planned: usize,
     backend: &dyn Backend,
     stop: &AtomicBool,
     observer: &mut dyn FnMut(Event),
@@ -185,8 +189,10 @@ fn run_slots(
         log_dir: &log_dir,
     });
     let mut interrupted = false;
-    for (i, slot) in slots.into_iter().enumerate() {
-        let index = i + 1;
+    for slot in slots {
+        // Counted as the progress counts it, and the log files named the same: run 3 of 9
+        // writes `003-<variant>.stdout`.
+        let index = slot.seq as usize + 1;
         if stop.load(Ordering::SeqCst) {
             interrupted = true;
             break;
@@ -195,7 +201,7 @@ fn run_slots(
         observer(Event::TrialStart {
             slot,
             index,
-            total,
+            total: planned,
             variant: &variant.name,
         });
         let spec = TrialSpec {
@@ -204,7 +210,7 @@ fn run_slots(
             seq: slot.seq,
             block: slot.block,
             warmup: slot.warmup,
-            log_stem: log_dir.join(format!("{:03}-{}", slot.seq, variant.name)),
+            log_stem: log_dir.join(format!("{index:03}-{}", variant.name)),
             load_source: load_source.as_ref(),
         };
         let probes = default_probes(plan, variant, &spec.log_stem);
@@ -215,7 +221,7 @@ fn run_slots(
         observer(Event::TrialEnd {
             slot,
             index,
-            total,
+            total: planned,
             record: &record,
         });
         if record.status == RunStatus::Interrupted {

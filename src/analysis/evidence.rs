@@ -5,12 +5,15 @@
 //!   wall time) and the load generator's counts are exact: they always stand.
 //! - A whole-run figure from the sampled series (mean RSS, final RSS) needs at least
 //!   [`MIN_SERIES_SAMPLES`] samples spanning at least [`MIN_SERIES_SHARE`] of the run.
-//! - A peak from PSS reads (peak PSS, peak USS) needs at least [`MIN_PSS_SAMPLES`] reads
-//!   spanning at least [`MIN_PSS_SHARE`] of the run.
+//! - A peak from PSS reads (peak PSS, peak USS) needs at least [`MIN_PSS_SAMPLES`] reads,
+//!   one of them at the memory peak: taken at a sample whose tree RSS reaches
+//!   [`AT_PEAK_FRACTION`] of the largest sampled tree RSS (reads only during a shim's
+//!   start-up do not).
 //! - The allocator's figures at the peak (live, held, held/live) need at least
-//!   [`MIN_ALLOCATOR_SAMPLES`] allocator samples, and the one they come from must lie at
-//!   the run's memory peak: the tree's RSS at the samples either side of it reaches
-//!   [`AT_PEAK_FRACTION`] of the run's peak.
+//!   [`MIN_AT_PEAK_SAMPLES`] allocator samples at the run's memory peak — the tree's RSS
+//!   on both sides of each reaches [`AT_PEAK_FRACTION`] of the run's peak, and none in
+//!   the run's last [`END_SHARE`] (teardown) — and they come from the one of those where
+//!   the allocator held the most.
 //!
 //! A figure below its rule is absent — with the reason and what would give it — and never
 //! enters a median, a ratio, a verdict, a Pareto front or a recommendation.
@@ -25,8 +28,6 @@ pub const MIN_SERIES_SAMPLES: usize = 4;
 pub const MIN_SERIES_SHARE: f64 = 0.75;
 /// Fewest PSS reads for peak PSS or USS.
 pub const MIN_PSS_SAMPLES: usize = 2;
-/// Smallest share of the run the PSS reads must span.
-pub const MIN_PSS_SHARE: f64 = 0.5;
 /// Fewest allocator samples for its figures at the peak.
 pub const MIN_ALLOCATOR_SAMPLES: usize = 2;
 /// The tree's RSS around the allocator's sample must reach this share of the run's peak
@@ -133,64 +134,117 @@ fn reference_peak(r: &RunRecord) -> f64 {
     sampled.max(kernel) as f64
 }
 
-/// The tree's RSS around moment `t`: the higher of the samples either side of it.
+/// The tree's RSS around moment `t`: the lower of the samples either side of it (both
+/// must be near the peak for the moment to be at it).
 fn rss_around(samples: &[TreeSample], t: f64) -> Option<u64> {
-    let after = samples.iter().position(|s| s.t_seconds >= t);
-    let (before, after) = match after {
-        Some(0) => (None, samples.first()),
-        Some(i) => (samples.get(i - 1), samples.get(i)),
-        None => (samples.last(), None),
-    };
-    match (before, after) {
-        (None, None) => None,
-        (b, a) => Some(
-            b.map_or(0, |s| s.rss_bytes)
-                .max(a.map_or(0, |s| s.rss_bytes)),
-        ),
+    let after = samples.iter().position(|s| s.t_seconds >= t)?;
+    let at = samples.get(after)?;
+    if at.t_seconds == t || after == 0 {
+        return Some(at.rss_bytes);
     }
+    let before = samples.get(after - 1)?;
+    Some(before.rss_bytes.min(at.rss_bytes))
 }
 
-/// The evidence of the allocator's figures at the peak in one run.
+/// The last stretch of a run, in which a sample cannot be told from the program's
+/// teardown (freeing everything while RSS, not yet trimmed, still shows the peak): the
+/// last [`END_SHARE`] of the run, or after the last memory sample.
+fn in_teardown(r: &RunRecord, t: f64) -> bool {
+    let last = r.samples.last().map_or(0.0, |s| s.t_seconds);
+    t > last || t >= r.wall_seconds * (1.0 - END_SHARE)
+}
+
+/// Share of the run at its end in which an allocator sample does not stand for the peak.
+pub const END_SHARE: f64 = 0.05;
+
+/// Whether the allocator sample at `t` lies at the run's memory peak: the tree's RSS on
+/// both sides of it reaches [`AT_PEAK_FRACTION`] of the peak, and it is not in the run's
+/// teardown.
+fn at_the_peak(r: &RunRecord, t: f64, reference: f64) -> bool {
+    !in_teardown(r, t)
+        && reference > 0.0
+        && rss_around(&r.samples, t).is_some_and(|rss| rss as f64 >= AT_PEAK_FRACTION * reference)
+}
+
+/// The allocator's figures at the run's memory peak: among the allocator samples that lie
+/// at the peak, the one where it held the most (and, of those, where live was highest).
+/// The one computation behind "live at peak", "held at peak", held/live and the batch
+/// verdict's "at its peak" sentence; `None` when no sample meets the rule.
+pub fn at_peak_point(r: &RunRecord) -> Option<&crate::record::AllocatorPoint> {
+    let a = r.inside.allocator.as_ref()?;
+    if a.series.len() < MIN_ALLOCATOR_SAMPLES {
+        return None;
+    }
+    let reference = reference_peak(r);
+    let at: Vec<&crate::record::AllocatorPoint> = a
+        .series
+        .iter()
+        .filter(|p| at_the_peak(r, p.t_seconds, reference))
+        .collect();
+    // One sample on the plateau cannot tell the peak of live bytes from a moment after
+    // the program freed them (RSS, not yet trimmed, still shows the peak).
+    if at.len() < MIN_AT_PEAK_SAMPLES {
+        return None;
+    }
+    at.into_iter()
+        .max_by_key(|p| (p.held_bytes.is_some(), p.held_bytes, p.live_bytes))
+}
+
+/// Fewest allocator samples at the memory peak for its figures there to stand.
+pub const MIN_AT_PEAK_SAMPLES: usize = 2;
+
+/// The evidence of the allocator's figures at the peak in one run; `None` without the
+/// allocator probe's figures.
 pub fn allocator_at_peak(r: &RunRecord) -> Option<Evidence> {
     let a = r.inside.allocator.as_ref()?;
     let ts: Vec<f64> = a.series.iter().map(|p| p.t_seconds).collect();
-    let at = a.at_peak.as_ref();
     let reference = reference_peak(r);
-    let rss_there = at.and_then(|p| rss_around(&r.samples, p.t_seconds));
-    let brackets = match rss_there {
-        Some(rss) => reference > 0.0 && rss as f64 >= AT_PEAK_FRACTION * reference,
-        None => false,
-    };
+    let chosen = at_peak_point(r);
     let coverage = Coverage {
         samples: ts.len(),
         span_seconds: span(&ts),
         run_seconds: r.wall_seconds,
-        brackets_peak: Some(brackets),
+        brackets_peak: Some(chosen.is_some()),
     };
     let flag = "--probe-interval";
-    let standing = if ts.len() < MIN_ALLOCATOR_SAMPLES || at.is_none() {
+    let remedy = remedy(flag, r.wall_seconds, MIN_ALLOCATOR_SAMPLES + 1);
+    let standing = if chosen.is_some() {
+        Standing::Stands
+    } else if ts.len() < MIN_ALLOCATOR_SAMPLES {
         Standing::Absent {
             reason: format!(
                 "{} in a {:.2} s run",
                 plural(ts.len(), "allocator sample"),
                 r.wall_seconds
             ),
-            remedy: remedy(flag, r.wall_seconds, MIN_ALLOCATOR_SAMPLES + 1),
-        }
-    } else if !brackets {
-        let when = at.map_or(0.0, |p| p.t_seconds);
-        Standing::Absent {
-            reason: format!(
-                "none of {} lies at the memory peak (the nearest, at {when:.2} s of {:.2} s, saw RSS at {} of a {} peak)",
-                plural(ts.len(), "allocator sample"),
-                r.wall_seconds,
-                crate::units::format_bytes(rss_there.unwrap_or(0) as f64),
-                crate::units::format_bytes(reference),
-            ),
-            remedy: remedy(flag, r.wall_seconds, MIN_ALLOCATOR_SAMPLES + 1),
+            remedy,
         }
     } else {
-        Standing::Stands
+        // The sample nearest the peak in RSS terms, to say how far off it was.
+        let best = a
+            .series
+            .iter()
+            .filter(|p| !in_teardown(r, p.t_seconds))
+            .filter_map(|p| Some((p.t_seconds, rss_around(&r.samples, p.t_seconds)?)))
+            .max_by_key(|(_, rss)| *rss);
+        let nearest = match best {
+            Some((t, rss)) => format!(
+                "the nearest, at {t:.2} s, saw RSS at {} of a {} peak",
+                crate::units::format_bytes(rss as f64),
+                crate::units::format_bytes(reference)
+            ),
+            None => {
+                "the others came as the run ended, when a program frees what it held".to_string()
+            }
+        };
+        Standing::Absent {
+            reason: format!(
+                "none of {} in a {:.2} s run lies at the memory peak ({nearest})",
+                plural(ts.len(), "allocator sample"),
+                r.wall_seconds
+            ),
+            remedy,
+        }
     };
     Some(Evidence {
         source: Source::AllocatorProbe,
@@ -200,8 +254,66 @@ pub fn allocator_at_peak(r: &RunRecord) -> Option<Evidence> {
     })
 }
 
+/// The evidence of peak PSS (and USS, read with it) in one run: enough reads, one of them
+/// at the memory peak.
+fn pss_at_peak(r: &RunRecord) -> Evidence {
+    let reads: Vec<&TreeSample> = r.samples.iter().filter(|s| s.pss_bytes.is_some()).collect();
+    let ts: Vec<f64> = reads.iter().map(|s| s.t_seconds).collect();
+    let peak = r.samples.iter().map(|s| s.rss_bytes).max().unwrap_or(0) as f64;
+    let best = reads.iter().map(|s| s.rss_bytes).max().unwrap_or(0) as f64;
+    let at_peak = peak > 0.0 && best >= AT_PEAK_FRACTION * peak;
+    let coverage = Coverage {
+        samples: ts.len(),
+        span_seconds: span(&ts),
+        run_seconds: r.wall_seconds,
+        brackets_peak: Some(at_peak),
+    };
+    let budget = "PSS reads are spaced by their CPU budget (0.2% of a core)";
+    let standing = if ts.len() < MIN_PSS_SAMPLES {
+        Standing::Absent {
+            reason: format!(
+                "{} in a {:.2} s run (needs {MIN_PSS_SAMPLES})",
+                plural(ts.len(), "PSS read"),
+                r.wall_seconds
+            ),
+            remedy: format!("a longer run ({budget})"),
+        }
+    } else if !at_peak {
+        Standing::Absent {
+            reason: format!(
+                "none of {} lies at the memory peak (the tree's RSS at them reached {} of a {} peak)",
+                plural(ts.len(), "PSS read"),
+                crate::units::format_bytes(best),
+                crate::units::format_bytes(peak)
+            ),
+            remedy: format!("a run that stays near its peak longer ({budget})"),
+        }
+    } else {
+        Standing::Stands
+    };
+    Evidence {
+        source: Source::SampledSeries,
+        moment: Moment::Peak,
+        coverage: Some(coverage),
+        standing,
+    }
+}
+
 /// The evidence of figure `f` in run `r`; `None` where the run has no such figure.
 pub fn of(f: Figure, r: &RunRecord) -> Option<Evidence> {
+    if f.explains() {
+        // Present when the allocator offers the figure at all, standing or not.
+        let a = r.inside.allocator.as_ref()?;
+        let offers = |g: fn(&crate::record::AllocatorPoint) -> Option<u64>| {
+            a.series.iter().any(|p| g(p).is_some())
+        };
+        let offered = match f {
+            Figure::LiveAtPeakBytes => offers(|p| p.live_bytes),
+            Figure::HeldAtPeakBytes => offers(|p| p.held_bytes),
+            _ => offers(|p| p.live_bytes) && offers(|p| p.held_bytes),
+        };
+        return offered.then(|| allocator_at_peak(r)).flatten();
+    }
     f.of(r)?;
     let tree_ts: Vec<f64> = r.samples.iter().map(|s| s.t_seconds).collect();
     Some(match f {
@@ -230,30 +342,7 @@ pub fn of(f: Figure, r: &RunRecord) -> Option<Evidence> {
             "memory sample",
             "--interval",
         ),
-        Figure::PeakPssBytes | Figure::PeakUssBytes => {
-            let ts: Vec<f64> = r
-                .samples
-                .iter()
-                .filter(|s| s.pss_bytes.is_some())
-                .map(|s| s.t_seconds)
-                .collect();
-            let mut e = sampled(
-                r,
-                Moment::Peak,
-                &ts,
-                MIN_PSS_SAMPLES,
-                MIN_PSS_SHARE,
-                "PSS read",
-                "--interval",
-            );
-            if let Standing::Absent { remedy, .. } = &mut e.standing {
-                // PSS reads are spaced by their CPU budget, not by the interval alone.
-                *remedy = format!(
-                    "a run long enough for PSS reads within their budget (0.2% of a core) to span half of it; {remedy}"
-                );
-            }
-            e
-        }
+        Figure::PeakPssBytes | Figure::PeakUssBytes => pss_at_peak(r),
         Figure::PeakVszBytes | Figure::ThreadsPeak => Evidence {
             source: Source::SampledSeries,
             moment: Moment::Peak,
@@ -292,9 +381,8 @@ pub fn stands(f: Figure, r: &RunRecord) -> bool {
     of(f, r).is_some_and(|e| e.standing.stands())
 }
 
-/// How long several processes coexisted, as a share of the run, and whether PSS reads
-/// covered that stretch: a forking server shares for most of its run; a shim, a wrapper
-/// or `sh -c` only during start-up.
+/// How long several processes coexisted, as a share of the run: a forking server shares
+/// for most of its run; a shim, a wrapper or `sh -c` only during start-up.
 pub fn sharing_share(r: &RunRecord) -> f64 {
     let s = &r.samples;
     if s.len() < 2 || r.wall_seconds <= 0.0 {
@@ -311,27 +399,6 @@ pub fn sharing_share(r: &RunRecord) -> f64 {
         return 0.0;
     }
     (multi / total).clamp(0.0, 1.0)
-}
-
-/// The share of the run's multi-process stretch that PSS reads span.
-pub fn pss_share_of_sharing(r: &RunRecord) -> f64 {
-    let multi: Vec<f64> = r
-        .samples
-        .iter()
-        .filter(|s| s.processes >= 2)
-        .map(|s| s.t_seconds)
-        .collect();
-    let pss: Vec<f64> = r
-        .samples
-        .iter()
-        .filter(|s| s.processes >= 2 && s.pss_bytes.is_some())
-        .map(|s| s.t_seconds)
-        .collect();
-    let m = span(&multi);
-    if m <= 0.0 || pss.len() < MIN_PSS_SAMPLES {
-        return 0.0;
-    }
-    (span(&pss) / m).clamp(0.0, 1.0)
 }
 
 #[cfg(test)]
@@ -450,7 +517,9 @@ mod tests {
         match &e.standing {
             Standing::Absent { reason, remedy } => {
                 assert!(
-                    reason.contains("none of 2 allocator samples lies at the memory peak"),
+                    reason.contains(
+                        "none of 2 allocator samples in a 0.99 s run lies at the memory peak"
+                    ),
                     "{reason}"
                 );
                 assert_eq!(remedy, "--probe-interval 39ms");
@@ -458,7 +527,7 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert!(!stands(Figure::HeldOverLive, &r));
-        // A sample in the plateau: it stands.
+        // One sample on the plateau (it might come after the frees): not enough.
         let r = with_allocator(
             run(0.99, &pts),
             &[
@@ -468,7 +537,36 @@ mod tests {
             ],
             1,
         );
+        assert!(!stands(Figure::LiveAtPeakBytes, &r));
+        // Two: the one where the allocator held the most (then live was highest) stands.
+        let r = with_allocator(
+            run(0.99, &pts),
+            &[
+                (0.0, 1500, 132 << 10),
+                (0.4, 150 * MB, 190 * MB),
+                (0.6, 3000, 190 * MB),
+                (0.98, 1400, 120 << 10),
+            ],
+            1,
+        );
         assert!(stands(Figure::LiveAtPeakBytes, &r));
+        assert_eq!(Figure::LiveAtPeakBytes.of(&r), Some((150 * MB) as f64));
+        // A sample as the run ends, RSS not yet trimmed while everything is freed: it
+        // cannot be told from teardown.
+        let mut late = pts.clone();
+        late.iter_mut()
+            .filter(|p| p.0 >= 0.3)
+            .for_each(|p| p.1 = 200 * MB);
+        let r = with_allocator(
+            run(0.99, &late),
+            &[(0.0, 1500, 132 << 10), (0.97, 38 * MB, 130 * MB)],
+            1,
+        );
+        let e = allocator_at_peak(&r).unwrap();
+        assert!(
+            matches!(&e.standing, Standing::Absent { reason, .. } if reason.contains("the nearest, at 0.00 s")),
+            "{e:?}"
+        );
     }
 
     #[test]
@@ -489,7 +587,6 @@ mod tests {
             .collect();
         let r = run(4.0, &pts);
         assert!(sharing_share(&r) > 0.9);
-        assert!(pss_share_of_sharing(&r) > 0.7);
         assert!(stands(Figure::PeakPssBytes, &r));
     }
 }

@@ -153,19 +153,9 @@ impl Figure {
             Figure::LatencyP99Ms => r.load.as_ref()?.latency_p99_ms,
             Figure::LatencyMaxMs => r.load.as_ref()?.latency_max_ms,
             Figure::Errors => r.load.as_ref()?.errors.total() as f64,
-            Figure::LiveAtPeakBytes => {
-                r.inside.allocator.as_ref()?.at_peak.as_ref()?.live_bytes? as f64
-            }
-            Figure::HeldAtPeakBytes => {
-                r.inside.allocator.as_ref()?.at_peak.as_ref()?.held_bytes? as f64
-            }
-            Figure::HeldOverLive => r
-                .inside
-                .allocator
-                .as_ref()?
-                .at_peak
-                .as_ref()?
-                .fragmentation()?,
+            Figure::LiveAtPeakBytes => evidence::at_peak_point(r)?.live_bytes? as f64,
+            Figure::HeldAtPeakBytes => evidence::at_peak_point(r)?.held_bytes? as f64,
+            Figure::HeldOverLive => evidence::at_peak_point(r)?.fragmentation()?,
         })
     }
 
@@ -603,8 +593,7 @@ pub enum Sharing {
     Shared {
         processes: u32,
         share: f64,
-        /// PSS reads spanned at least half of the multi-process stretch in every run that
-        /// had one.
+        /// Peak PSS meets its rule (a read at the memory peak) in every run that shared.
         pss_covered: bool,
     },
 }
@@ -636,7 +625,7 @@ fn sharing(e: &Experiment, processes: u32) -> Sharing {
     let pss_covered = runs
         .iter()
         .filter(|r| evidence::sharing_share(r) >= MIN_SHARING_SHARE)
-        .all(|r| evidence::pss_share_of_sharing(r) >= 0.5);
+        .all(|r| evidence::stands(Figure::PeakPssBytes, r));
     Sharing::Shared {
         processes,
         share,

@@ -25,6 +25,10 @@ use crate::units::format_bytes;
 /// Held bytes at least this many times the live bytes count as fragmentation/retention.
 pub const FRAGMENTED: f64 = 1.25;
 
+/// The unused bytes (held − live) must be at least this share of the peak RSS for the
+/// report to headline fragmentation: a heap far smaller than the footprint is no story.
+pub const MATERIAL_SHARE: f64 = 0.05;
+
 /// The shortest steady phase on which live growth is called a leak: shorter, a process
 /// still warming up (caches filling, a JIT compiling, pools growing to their size) cannot
 /// be told from one that leaks (25 s of a Ruby worker warming up grew 187 MiB/min).
@@ -308,7 +312,7 @@ pub fn run_why(r: &RunRecord) -> Why {
                 missing: Some(reason),
             };
         }
-        let at = r.inside.allocator.as_ref().and_then(|a| a.at_peak.as_ref());
+        let at = super::evidence::at_peak_point(r);
         let live = at.and_then(|p| p.live_bytes);
         let held = at.and_then(|p| p.held_bytes);
         return Why::AtPeak {
@@ -619,7 +623,7 @@ mod tests {
         assert!(matches!(
             run_why(&w),
             Why::AtPeak {
-                live_bytes: Some(1200),
+                live_bytes: Some(1300),
                 ..
             }
         ));

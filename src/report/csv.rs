@@ -91,7 +91,8 @@ fn runs_csv(e: &Experiment) -> Result<Vec<u8>, csv::Error> {
     )?;
     for (i, r) in e.runs.iter().enumerate() {
         let al = r.inside.allocator.as_ref();
-        let at = al.and_then(|a| a.at_peak.as_ref());
+        // The allocator's figures at the memory peak, as analysis chooses them.
+        let at = crate::analysis::evidence::at_peak_point(r);
         let why = crate::analysis::why::run_why(r);
         // A figure below its rule in this run is left empty; `absent` says why.
         let stands = |f: Figure| crate::analysis::evidence::stands(f, r);

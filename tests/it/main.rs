@@ -3,6 +3,7 @@
 
 mod bad_input;
 mod common;
+mod evidence;
 mod exporter;
 mod forking;
 mod import;
