@@ -838,3 +838,66 @@ pub fn any_failed(e: &Experiment) -> bool {
         .iter()
         .any(|r| !r.warmup && r.status != RunStatus::Ok)
 }
+
+#[cfg(test)]
+mod departure_tests {
+    use super::*;
+    use crate::record::{AllocatorPoint, DriverFigures};
+
+    const MB: u64 = 1 << 20;
+
+    /// Every counted run a worker driven for `seconds`, its allocator's live bytes
+    /// sampled every second: flat under glibc, growing under jemalloc when `grows`.
+    fn driven(seconds: f64, grows: bool) -> Experiment {
+        let mut e = crate::report::fixture::experiment();
+        for r in e.runs.iter_mut() {
+            r.driver = Some(DriverFigures {
+                driven_start_seconds: 0.0,
+                ready_seconds: None,
+                driven_end_seconds: seconds,
+                figures: Default::default(),
+                ignored: Vec::new(),
+            });
+            let growing = grows && r.variant == "jemalloc";
+            if let Some(a) = r.inside.allocator.as_mut() {
+                a.series = (0..=seconds as u64)
+                    .map(|t| {
+                        let live = 100 * MB + if growing { t * 2 * MB } else { (t % 3) * 4096 };
+                        AllocatorPoint {
+                            t_seconds: t as f64,
+                            live_bytes: Some(live),
+                            held_bytes: Some(live + 10 * MB),
+                            ..Default::default()
+                        }
+                    })
+                    .collect();
+            }
+        }
+        e
+    }
+
+    #[test]
+    fn live_growth_under_one_allocator_while_the_baseline_is_flat_is_not_a_leak() {
+        let a = analyse(&driven(200.0, true));
+        let base = a.variants.iter().find(|s| s.name == "glibc").unwrap();
+        // Live flat under the baseline (its fixture's RSS grows: fragmentation, not a leak).
+        let v = &base.why.as_ref().unwrap().verdict;
+        assert!(v == "plateau" || v == "fragmentation", "{v}");
+        let je = a.variants.iter().find(|s| s.name == "jemalloc").unwrap();
+        let w = je.why.as_ref().unwrap();
+        assert_eq!(w.verdict, "allocator_departs", "{}", w.sentence);
+        assert!(w.sentence.starts_with("not a leak"), "{}", w.sentence);
+        assert!(w.sentence.contains("tcache_bytes"), "{}", w.sentence);
+        assert!(!w.runs.contains_key("leak"), "{:?}", w.runs);
+    }
+
+    #[test]
+    fn live_growth_over_a_short_steady_phase_is_too_short_everywhere() {
+        // 25 s of a warming-up worker: no leak under any allocator, and how long to run.
+        let a = analyse(&driven(25.0, true));
+        let je = a.variants.iter().find(|s| s.name == "jemalloc").unwrap();
+        let w = je.why.as_ref().unwrap();
+        assert_eq!(w.verdict, "too_short", "{}", w.sentence);
+        assert!(w.sentence.contains("run 2 more minutes"), "{}", w.sentence);
+    }
+}
