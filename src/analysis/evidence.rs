@@ -589,4 +589,49 @@ mod tests {
         assert!(sharing_share(&r) > 0.9);
         assert!(stands(Figure::PeakPssBytes, &r));
     }
+
+    #[test]
+    fn odd_runs_get_evidence_without_panicking() {
+        // Imported or damaged records: no samples, one, time going backwards, a zero,
+        // negative or non-finite wall time, allocator samples outside the run.
+        let walls = [0.0, -1.0, f64::NAN, f64::INFINITY, 1e-9, 1e12];
+        let shapes: Vec<Vec<(f64, u64, u32, Option<u64>)>> = vec![
+            vec![],
+            vec![(0.0, 0, 0, None)],
+            vec![
+                (5.0, MB, 3, Some(MB)),
+                (1.0, 2 * MB, 1, None),
+                (3.0, 0, 2, Some(0)),
+            ],
+            vec![
+                (f64::NAN, MB, 1, Some(MB)),
+                (f64::INFINITY, u64::MAX, u32::MAX, Some(u64::MAX)),
+            ],
+        ];
+        for wall in walls {
+            for shape in &shapes {
+                let base = run(wall, shape);
+                let odd = with_allocator(
+                    base.clone(),
+                    &[(-3.0, u64::MAX, 0), (f64::NAN, 0, u64::MAX), (1e9, 1, 1)],
+                    1,
+                );
+                for r in [&base, &odd] {
+                    for f in Figure::ALL {
+                        let _ = of(f, r);
+                    }
+                    let _ = sharing_share(r);
+                    let _ = at_peak_point(r);
+                    let mut glibc = r.clone();
+                    glibc.variant = "glibc".into();
+                    let e = crate::record::Experiment {
+                        runs: vec![glibc.clone(), glibc.clone(), glibc],
+                        ..crate::report::fixture::experiment()
+                    };
+                    let a = crate::analysis::analyse(&e);
+                    let _ = crate::report::evidence_lines(&a);
+                }
+            }
+        }
+    }
 }
