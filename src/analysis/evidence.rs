@@ -408,6 +408,9 @@ mod tests {
 
     const MB: u64 = 1 << 20;
 
+    /// A memory sample: seconds, RSS, processes, PSS.
+    type Point = (f64, u64, u32, Option<u64>);
+
     fn run(wall: f64, samples: &[(f64, u64, u32, Option<u64>)]) -> RunRecord {
         let mut r = RunRecord::skeleton("v", 0, false, String::new());
         r.status = crate::record::RunStatus::Ok;
@@ -595,7 +598,7 @@ mod tests {
         // Imported or damaged records: no samples, one, time going backwards, a zero,
         // negative or non-finite wall time, allocator samples outside the run.
         let walls = [0.0, -1.0, f64::NAN, f64::INFINITY, 1e-9, 1e12];
-        let shapes: Vec<Vec<(f64, u64, u32, Option<u64>)>> = vec![
+        let shapes: Vec<Vec<Point>> = vec![
             vec![],
             vec![(0.0, 0, 0, None)],
             vec![
