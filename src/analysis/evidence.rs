@@ -219,6 +219,19 @@ pub fn allocator_at_peak(r: &RunRecord) -> Option<Evidence> {
             ),
             remedy,
         }
+    } else if a
+        .series
+        .iter()
+        .any(|p| at_the_peak(r, p.t_seconds, reference))
+    {
+        Standing::Absent {
+            reason: format!(
+                "1 of {} in a {:.2} s run lies at the memory peak (needs {MIN_AT_PEAK_SAMPLES}: one cannot tell the peak of live bytes from a moment after they were freed, while RSS still shows the peak)",
+                plural(ts.len(), "allocator sample"),
+                r.wall_seconds
+            ),
+            remedy,
+        }
     } else {
         // The sample nearest the peak in RSS terms, to say how far off it was.
         let best = a
@@ -541,6 +554,11 @@ mod tests {
             1,
         );
         assert!(!stands(Figure::LiveAtPeakBytes, &r));
+        let e = allocator_at_peak(&r).unwrap();
+        assert!(
+            matches!(&e.standing, Standing::Absent { reason, .. } if reason.starts_with("1 of 3 allocator samples in a 0.99 s run lies at the memory peak (needs 2")),
+            "{e:?}"
+        );
         // Two: the one where the allocator held the most (then live was highest) stands.
         let r = with_allocator(
             run(0.99, &pts),
