@@ -405,14 +405,29 @@ fn runs_table(e: &Experiment) -> Markup {
                     td { (format_seconds(r.cpu_user_seconds + r.cpu_sys_seconds)) }
                     td { (format_bytes(r.peak_rss_bytes as f64)) }
                     td.l { (r.peak_rss_source.as_str()) }
-                    td { (format_bytes(r.mean_rss_bytes as f64)) }
-                    td { @if let Some(p) = r.peak_pss_bytes { (format_bytes(p as f64)) } @else { "—" } }
-                    td { @if let Some(p) = r.peak_uss_bytes { (format_bytes(p as f64)) } @else { "—" } }
+                    (run_cell(r, Figure::MeanRssBytes))
+                    (run_cell(r, Figure::PeakPssBytes))
+                    (run_cell(r, Figure::PeakUssBytes))
                     td { (r.threads_peak) }
                     td.l { (r.allocator_detected) }
                 }
             }
         }
+    }
+}
+
+/// One run's figure: its value where it meets its rule, "absent" (with why, on hover)
+/// where it does not, "—" where it was not measured.
+fn run_cell(r: &crate::record::RunRecord, f: Figure) -> Markup {
+    use crate::record::evidence::Standing;
+    let Some(v) = f.of(r) else {
+        return html! { td { "—" } };
+    };
+    match crate::analysis::evidence::of(f, r).map(|e| e.standing) {
+        Some(Standing::Absent { reason, remedy }) => html! {
+            td.ns title=(format!("{reason}; {remedy} would give it")) { (super::ABSENT) }
+        },
+        _ => html! { td { (format_bytes(v)) } },
     }
 }
 

@@ -280,7 +280,7 @@ fn refused_records_leave_the_store_unchanged_and_v2_still_imports() {
         &["import", "--db", "d.db", "v99.json"],
         &[
             "v99.json: schema_version 99",
-            "versions 2 to 3",
+            "versions 2 to 4",
             "upgrade memtrial",
             "nothing was imported",
         ],
@@ -314,8 +314,25 @@ fn refused_records_leave_the_store_unchanged_and_v2_still_imports() {
     let empty = ok(&in_dir(dir, &["list", "--db", "e.db"]), "list e.db");
     assert!(empty.contains("no experiments"), "{empty}");
 
-    // A v2 record (what 0.2 wrote): imported, saying what it lacks.
+    // A v2 record (what 0.2 wrote): imported, saying what it lacks. First what v4 added
+    // (each figure's evidence) taken out: that is a v3 record, which imports too.
     let mut v: Value = serde_json::from_str(&good).unwrap();
+    v["schema_version"] = 3.into();
+    v.as_object_mut().unwrap().remove("sharing");
+    v["recommendation"]
+        .as_object_mut()
+        .unwrap()
+        .remove("speed_figure");
+    for var in v["variants"].as_array_mut().unwrap() {
+        let s = var["summary"].as_object_mut().unwrap();
+        s.remove("evidence");
+        s.remove("live_departure");
+        if let Some(w) = s.get_mut("why").and_then(Value::as_object_mut) {
+            w.remove("live_bytes");
+            w.remove("held_bytes");
+        }
+    }
+    validate_schema(&v, "experiment-v3.schema.json");
     v["schema_version"] = 2.into();
     let e = v["experiment"].as_object_mut().unwrap();
     for k in ["fingerprint", "plan", "hosts"] {
