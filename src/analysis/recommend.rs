@@ -6,8 +6,9 @@ use serde::Serialize;
 use super::{Analysis, Figure, Ratio, VariantSummary, MIN_RUNS_FOR_SIGNIFICANCE};
 use crate::plan::Plan;
 
-/// The memory figure a recommendation weighs: peak RSS; for an experiment whose runs had
-/// several processes at once, peak PSS when every counted run has it. An RSS sum counts
+/// The memory figure a recommendation weighs: peak RSS; for an experiment whose processes
+/// shared for a meaningful share of the run ([`super::Sharing::Shared`], not a shim's
+/// start-up helpers), peak PSS when it meets its rule in every counted run. An RSS sum counts
 /// each shared page once per process that maps it (a forking server's copy-on-write heap
 /// N times over), so between variants that share differently it compares the wrong thing;
 /// PSS divides each shared page among the processes that map it.
