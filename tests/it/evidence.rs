@@ -311,3 +311,41 @@ fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
     }
     out
 }
+
+/// A run of a few milliseconds has its kernel peak, but no mean RSS: one or two samples
+/// cannot stand for the run. The table says why and what would give it.
+#[test]
+fn a_run_of_milliseconds_shows_its_peak_but_no_mean() {
+    let r = memtrial_in_tmp(&[
+        "run",
+        "--runs",
+        "3",
+        "--variants",
+        "glibc,arena1",
+        "--json",
+        "out.json",
+        "--",
+        "true",
+    ]);
+    assert_eq!(r.code(), 0, "{}", r.explain());
+    let doc = r.json();
+    for name in ["glibc", "arena1"] {
+        let s = &variant(&doc, name)["summary"];
+        assert!(s["peak_rss_bytes"]["median"].is_number(), "{s}");
+        assert!(s.get("mean_rss_bytes").is_none(), "{name}: {s}");
+        assert!(
+            s.get("ratio_to_baseline")
+                .and_then(|x| x.get("mean_rss_bytes"))
+                .is_none(),
+            "{name}: no ratio of an absent mean"
+        );
+        let absent = &s["evidence"]["mean_rss_bytes"]["absent"];
+        assert!(
+            absent["reason"].as_str().unwrap_or("").contains("run"),
+            "{absent}"
+        );
+        assert!(absent["remedy"].is_string(), "{absent}");
+    }
+    let table = r.stdout();
+    assert!(table.contains("glibc: mean RSS not shown: "), "{table}");
+}
