@@ -6,7 +6,7 @@ use crate::record::evidence::Standing;
 use crate::record::Experiment;
 
 /// The column names, in order.
-pub const COLUMNS: [&str; 35] = [
+pub const COLUMNS: [&str; 36] = [
     "experiment_id",
     "variant",
     "block",
@@ -40,6 +40,7 @@ pub const COLUMNS: [&str; 35] = [
     "why",
     "why_detail",
     "peak_uss_bytes",
+    "coverage",
     "absent",
     "host",
 ];
@@ -97,6 +98,25 @@ fn runs_csv(e: &Experiment) -> Result<Vec<u8>, csv::Error> {
         // A figure below its rule in this run is left empty; `absent` says why.
         let stands = |f: Figure| crate::analysis::evidence::stands(f, r);
         let shown = |f: Figure, v: String| if stands(f) { v } else { String::new() };
+        // What each shown sampled figure rests on, in the same words as the other formats.
+        let coverage: Vec<String> = Figure::ALL
+            .iter()
+            .filter_map(|f| {
+                let e = crate::analysis::evidence::of(*f, r)?;
+                let c = e.coverage.as_ref().filter(|_| e.standing.stands())?;
+                let mut w = format!(
+                    "{}: {}, {} samples over {:.0}% of the run",
+                    f.key(),
+                    e.source.words(),
+                    c.samples,
+                    c.share() * 100.0
+                );
+                if c.brackets_peak == Some(true) {
+                    w.push_str(", at the memory peak");
+                }
+                Some(w)
+            })
+            .collect();
         let absent: Vec<String> = Figure::ALL
             .iter()
             .filter_map(|f| match crate::analysis::evidence::of(*f, r)?.standing {
@@ -164,6 +184,7 @@ fn runs_csv(e: &Experiment) -> Result<Vec<u8>, csv::Error> {
                 Figure::PeakUssBytes,
                 opt(r.peak_uss_bytes.map(|v| v.to_string())),
             ),
+            coverage.join(" | "),
             absent.join(" | "),
             e.host_of(i).hostname.clone(),
         ];
