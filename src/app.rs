@@ -948,10 +948,10 @@ fn inspect_cmd(args: &InspectArgs, ui: &Ui) -> Result<Outcome> {
             crate::cli::RankByArg::Pss => memtrial::inspect::procs::RankBy::Pss,
         };
         let top = memtrial::inspect::run_top(n, by)?;
-        ui.human(
-            &String::from_utf8_lossy(&text.serialize(&top)?),
-            stdout_taken,
-        )?;
+        // `--json` on standard output: only the JSON, nothing for people beside it.
+        if !stdout_taken {
+            ui.human(&String::from_utf8_lossy(&text.serialize(&top)?), false)?;
+        }
         if let Some(t) = &json {
             ui.write_output(t, &InspectExport::Json.serialize(&top)?, "--json")?;
         }
@@ -975,10 +975,9 @@ fn inspect_cmd(args: &InspectArgs, ui: &Ui) -> Result<Outcome> {
     if opts.watch.is_some() {
         ui.live(None);
     }
-    ui.human(
-        &String::from_utf8_lossy(&text.serialize(&ins)?),
-        stdout_taken,
-    )?;
+    if !stdout_taken {
+        ui.human(&String::from_utf8_lossy(&text.serialize(&ins)?), false)?;
+    }
     if let Some(t) = &json {
         ui.write_output(t, &InspectExport::Json.serialize(&ins)?, "--json")?;
     }

@@ -37,8 +37,10 @@ pub enum Event<'a> {
     },
     TrialStart {
         slot: Slot,
-        /// 1-based position among the trials of this invocation.
+        /// 1-based position in the experiment's schedule (a resumed experiment goes on
+        /// counting where it stopped); the run's log files carry the same number.
         index: usize,
+        /// Runs in the experiment's schedule.
         total: usize,
         variant: &'a str,
     },
@@ -75,9 +77,15 @@ pub fn log_dir_for(db: &Path, experiment: i64) -> PathBuf {
         .join(format!("exp-{experiment}"))
 }
 
-/// The stem of run `seq`'s files in `log_dir`: `<seq>-<variant>`, to which `.stdout`,
-/// `.stderr` and `.probe` are given.
+/// The stem of run `seq`'s files in `log_dir`: `<n>-<variant>`, numbered as the progress
+/// counts the run (`[  3/9]` writes `003-…`: `seq + 1`), to which `.stdout`, `.stderr` and
+/// `.probe` are given.
 pub fn log_stem(log_dir: &Path, seq: u32, variant: &str) -> PathBuf {
+    log_dir.join(format!("{:03}-{variant}", u64::from(seq) + 1))
+}
+
+/// The stem earlier releases gave run `seq` (numbered from 0), so their logs stay found.
+fn legacy_log_stem(log_dir: &Path, seq: u32, variant: &str) -> PathBuf {
     log_dir.join(format!("{seq:03}-{variant}"))
 }
 
@@ -113,19 +121,21 @@ pub fn stderr_log(db: &Path, exp: &Experiment, i: usize) -> Option<RunLog> {
     }
     let dir = log_dir_for(db, exp.id);
     let dir = lexical(&std::path::absolute(&dir).unwrap_or(dir));
-    let own = log_stem(&dir, seq, &r.variant).with_extension("stderr");
-    // The same database reached another way (`../x.db`, a linked directory) names the
-    // same file: compared as text only, the record's path is never resolved or opened.
     let recorded = lexical(&r.stderr_path);
-    let same = recorded == own
-        || std::fs::canonicalize(&dir).is_ok_and(|real| {
-            recorded == log_stem(&real, seq, &r.variant).with_extension("stderr")
-        });
-    Some(if same && own.starts_with(&dir) {
-        RunLog::Own(own)
-    } else {
-        elsewhere()
-    })
+    let real = std::fs::canonicalize(&dir).ok();
+    for stem in [log_stem, legacy_log_stem] {
+        let own = stem(&dir, seq, &r.variant).with_extension("stderr");
+        // The same database reached another way (`../x.db`, a linked directory) names the
+        // same file: compared as text only, the record's path is never resolved or opened.
+        let same = recorded == own
+            || real.as_ref().is_some_and(|real| {
+                recorded == stem(real, seq, &r.variant).with_extension("stderr")
+            });
+        if same && own.starts_with(&dir) {
+            return Some(RunLog::Own(own));
+        }
+    }
+    Some(elsewhere())
 }
 
 /// `path` with `.` dropped and `..` taken back textually (for comparing two spellings of
@@ -179,6 +189,7 @@ pub fn run_experiment(
     observer: &mut dyn FnMut(Event),
 ) -> Result<Outcome, RunError> {
     let all = schedule(plan.variants.len(), plan.warmup, plan.runs, plan.seed);
+    let planned = all.len();
     let (experiment, slots, host, expected) = match start {
         Start::New { host, notes } => {
             let id = store.create_experiment(plan, host, all.len())?;
@@ -219,7 +230,7 @@ pub fn run_experiment(
         }
     };
     match run_slots(
-        store, plan, experiment, host, slots, backend, stop, observer,
+        store, plan, experiment, host, slots, planned, backend, stop, observer,
     ) {
         Ok(interrupted) => finish(store, experiment, &expected, interrupted),
         Err(e) => {
@@ -246,6 +257,7 @@ fn run_slots(
     experiment: i64,
     host: &HostInfo,
     slots: Vec<Slot>,
+    planned: usize,
     backend: &dyn Backend,
     stop: &AtomicBool,
     observer: &mut dyn FnMut(Event),
@@ -269,8 +281,10 @@ fn run_slots(
         log_dir: &log_dir,
     });
     let mut interrupted = false;
-    for (i, slot) in slots.into_iter().enumerate() {
-        let index = i + 1;
+    for slot in slots {
+        // Counted as the progress counts it, and the log files named the same: run 3 of 9
+        // writes `003-<variant>.stdout`.
+        let index = slot.seq as usize + 1;
         if stop.load(Ordering::SeqCst) {
             interrupted = true;
             break;
@@ -283,7 +297,7 @@ fn run_slots(
         observer(Event::TrialStart {
             slot,
             index,
-            total,
+            total: planned,
             variant: &variant.name,
         });
         let spec = TrialSpec {
@@ -303,7 +317,7 @@ fn run_slots(
         observer(Event::TrialEnd {
             slot,
             index,
-            total,
+            total: planned,
             record: &record,
         });
         if record.status == RunStatus::Interrupted {

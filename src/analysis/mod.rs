@@ -1,6 +1,7 @@
 //! Pure functions over stored runs: per-variant medians with intervals and
 //! ratios against the baseline.
 
+pub mod evidence;
 pub mod hosts;
 pub mod recommend;
 pub mod stats;
@@ -152,19 +153,9 @@ impl Figure {
             Figure::LatencyP99Ms => r.load.as_ref()?.latency_p99_ms,
             Figure::LatencyMaxMs => r.load.as_ref()?.latency_max_ms,
             Figure::Errors => r.load.as_ref()?.errors.total() as f64,
-            Figure::LiveAtPeakBytes => {
-                r.inside.allocator.as_ref()?.at_peak.as_ref()?.live_bytes? as f64
-            }
-            Figure::HeldAtPeakBytes => {
-                r.inside.allocator.as_ref()?.at_peak.as_ref()?.held_bytes? as f64
-            }
-            Figure::HeldOverLive => r
-                .inside
-                .allocator
-                .as_ref()?
-                .at_peak
-                .as_ref()?
-                .fragmentation()?,
+            Figure::LiveAtPeakBytes => evidence::at_peak_point(r)?.live_bytes? as f64,
+            Figure::HeldAtPeakBytes => evidence::at_peak_point(r)?.held_bytes? as f64,
+            Figure::HeldOverLive => evidence::at_peak_point(r)?.fragmentation()?,
         })
     }
 
@@ -240,6 +231,91 @@ pub struct VariantSummary {
     pub why: Option<WhySummary>,
     /// The figures a worker's `--driver` reported (`memtrial-figure`), by name.
     pub driver_figures: BTreeMap<String, DriverEstimate>,
+    /// Set when the allocator's live bytes at the peak depart from the baseline's on the
+    /// same program: by how much and why.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub live_departure: Option<String>,
+    /// What each figure rests on, over the counted runs; a figure no run supports is in
+    /// here and not in `figures`, with why and what would give it.
+    pub evidence: BTreeMap<Figure, FigureEvidence>,
+}
+
+/// A figure's evidence over a variant's counted runs.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FigureEvidence {
+    pub source: crate::record::evidence::Source,
+    pub moment: crate::record::evidence::Moment,
+    /// Counted runs that have the figure.
+    pub runs_with: usize,
+    /// Of those, the runs whose figure meets its rule (only they enter the median).
+    pub runs_standing: usize,
+    /// The median number of samples a run's figure rests on (sampled figures).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub samples: Option<f64>,
+    /// The median share of the run those samples span, 0 to 1.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub share: Option<f64>,
+    /// For a figure at the peak: the runs whose sample lies at the memory peak.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runs_at_peak: Option<usize>,
+    /// Set when no run's figure meets its rule: the figure is not shown.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub absent: Option<AbsentFigure>,
+}
+
+/// Why a figure is not shown, and what would give it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AbsentFigure {
+    pub reason: String,
+    pub remedy: String,
+}
+
+impl FigureEvidence {
+    /// Exact figures (kernel marks and counters, the driver's counts) need no coverage note.
+    pub fn exact(&self) -> bool {
+        self.moment == crate::record::evidence::Moment::Exact
+    }
+}
+
+/// The evidence of `f` over `runs`; `None` when no run has the figure.
+fn figure_evidence(runs: &[&RunRecord], f: Figure) -> Option<FigureEvidence> {
+    use crate::record::evidence::Standing;
+    let es: Vec<crate::record::evidence::Evidence> =
+        runs.iter().filter_map(|r| evidence::of(f, r)).collect();
+    let first = es.first()?;
+    let covs: Vec<&crate::record::evidence::Coverage> =
+        es.iter().filter_map(|e| e.coverage.as_ref()).collect();
+    let runs_standing = es.iter().filter(|e| e.standing.stands()).count();
+    let absent = (runs_standing == 0)
+        .then(|| {
+            es.iter().find_map(|e| match &e.standing {
+                Standing::Absent { reason, remedy } => Some(AbsentFigure {
+                    reason: if es.len() > 1 {
+                        format!("in every run; e.g. {reason}")
+                    } else {
+                        reason.clone()
+                    },
+                    remedy: remedy.clone(),
+                }),
+                Standing::Stands => None,
+            })
+        })
+        .flatten();
+    let med = |xs: Vec<f64>| (!xs.is_empty()).then(|| stats::median(&xs));
+    Some(FigureEvidence {
+        source: first.source,
+        moment: first.moment,
+        runs_with: es.len(),
+        runs_standing,
+        samples: med(covs.iter().map(|c| c.samples as f64).collect()),
+        share: med(covs.iter().map(|c| c.share()).collect()),
+        runs_at_peak: covs.iter().any(|c| c.brackets_peak.is_some()).then(|| {
+            covs.iter()
+                .filter(|c| c.brackets_peak == Some(true))
+                .count()
+        }),
+        absent,
+    })
 }
 
 /// A driver's figure summarised like every other: median, interval, ratio to the baseline.
@@ -323,6 +399,12 @@ pub struct WhySummary {
     pub runs: BTreeMap<String, usize>,
     /// The median run's verdict in words, with its figures.
     pub sentence: String,
+    /// The median run's live and held bytes, the figures its sentence states (the
+    /// headline quotes these, never other runs' medians).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub live_bytes: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub held_bytes: Option<f64>,
 }
 
 fn summarise_whys(runs: &[&RunRecord]) -> Option<WhySummary> {
@@ -342,10 +424,13 @@ fn summarise_whys(runs: &[&RunRecord]) -> Option<WhySummary> {
         whys.iter().filter(|(w, _)| w.name() == verdict).collect();
     with.sort_by_key(|(_, peak)| *peak);
     let median = with.get(with.len().saturating_sub(1) / 2)?;
+    let (live_bytes, held_bytes) = median.0.live_and_held();
     Some(WhySummary {
         sentence: median.0.sentence(),
         verdict,
         runs: counts,
+        live_bytes,
+        held_bytes,
     })
 }
 
@@ -400,42 +485,70 @@ pub fn trend_phrase(t: &trend::Trend) -> String {
             since_seconds
         ),
         trend::Trend::TooShort {
+            samples,
+            seconds,
+            need_seconds,
+            ..
+        } if *need_seconds >= why::MIN_LEAK_STEADY_SECONDS => format!(
+            "too short: {samples} samples over {seconds:.0} s of steady phase cannot tell growth from warm-up; a verdict needs {need_seconds:.0} s: run {} more",
+            why::more_minutes(need_seconds - seconds)
+        ),
+        trend::Trend::TooShort {
             samples, seconds, ..
         } => format!("too short to judge ({samples} samples over {seconds:.1} s)"),
     }
 }
 
-/// The trend of one run's tree RSS.
-pub fn run_trend(r: &RunRecord) -> trend::Trend {
+/// The trend of one run's tree RSS over its steady phase (a server's load, a worker's or
+/// service's driven phase); `None` for a batch run, which has no steady phase and gets no
+/// trend verdict. Growth over a phase shorter than [`why::MIN_LEAK_STEADY_SECONDS`] is
+/// "too short", never a leak: it cannot be told from warm-up.
+pub fn run_trend(r: &RunRecord) -> Option<trend::Trend> {
+    let (a, b) = why::steady_window(r)?;
     let series: Vec<(f64, f64)> = r
         .samples
         .iter()
+        .filter(|s| s.t_seconds >= a && s.t_seconds <= b)
         .map(|s| (s.t_seconds, s.rss_bytes as f64))
         .collect();
-    trend::trend(&series, &trend::TrendRules::default())
+    let rules = trend::TrendRules::default();
+    let t = trend::trend(&series, &rules);
+    Some(match t {
+        trend::Trend::Leak { .. } if b - a < why::MIN_LEAK_STEADY_SECONDS => {
+            trend::Trend::TooShort {
+                samples: series.len(),
+                seconds: b - a,
+                need_samples: rules.min_samples,
+                need_seconds: why::MIN_LEAK_STEADY_SECONDS,
+            }
+        }
+        t => t,
+    })
 }
 
 fn summarise_trends(runs: &[&RunRecord]) -> Option<TrendSummary> {
-    if runs.is_empty() {
+    let trends: Vec<(&RunRecord, trend::Trend)> = runs
+        .iter()
+        .filter_map(|r| Some((*r, run_trend(r)?)))
+        .collect();
+    if trends.is_empty() {
         return None;
     }
     let mut counts: BTreeMap<String, usize> = BTreeMap::new();
-    for r in runs {
-        *counts.entry(run_trend(r).name().to_string()).or_insert(0) += 1;
+    for (_, t) in &trends {
+        *counts.entry(t.name().to_string()).or_insert(0) += 1;
     }
     let verdict = counts
         .iter()
         .max_by_key(|(_, n)| **n)
         .map(|(v, _)| v.clone())?;
     // Words from the median run (by mean RSS) among those with the majority verdict.
-    let mut with: Vec<&&RunRecord> = runs
-        .iter()
-        .filter(|r| run_trend(r).name() == verdict)
-        .collect();
-    with.sort_by_key(|r| r.mean_rss_bytes);
+    let mut with: Vec<&(&RunRecord, trend::Trend)> =
+        trends.iter().filter(|(_, t)| t.name() == verdict).collect();
+    with.sort_by_key(|(r, _)| r.mean_rss_bytes);
     let median = with.get(with.len().saturating_sub(1) / 2)?;
     Some(TrendSummary {
-        sentence: trend_phrase(&run_trend(median)),
+        sentence: trend_phrase(&median.1),
         verdict,
         runs: counts,
     })
@@ -456,19 +569,76 @@ pub struct Analysis {
     /// A server trial (runs carry load figures).
     pub server: bool,
     /// The most processes alive at once in any measured run: from 2 on, the RSS sum
-    /// counts shared pages once per process, and PSS/USS are reported beside it.
+    /// counts shared pages once per process.
     pub processes_at_once: u32,
+    /// Whether the runs' processes shared for a meaningful share of the run (a forking
+    /// server) or only during start-up (a shim, a wrapper, `sh -c`).
+    pub sharing: Sharing,
+}
+
+/// Smallest share of a run during which several processes coexisted for the tree to count
+/// as one that shares memory (and PSS to be weighed).
+pub const MIN_SHARING_SHARE: f64 = 0.5;
+
+/// How the runs' processes coexisted.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Sharing {
+    /// One process at a time.
+    OneProcess,
+    /// Several processes, but only for a short stretch (start-up helpers of a shim or a
+    /// wrapper): not a tree that shares memory; the kernel's peak decides.
+    Brief { processes: u32, share: f64 },
+    /// Several processes for a meaningful share of the run (a forking server, a pool).
+    Shared {
+        processes: u32,
+        share: f64,
+        /// Peak PSS meets its rule (a read at the memory peak) in every run that shared.
+        pss_covered: bool,
+    },
 }
 
 impl Analysis {
-    /// Some run had several processes at once (a forking server, a pool of workers).
+    /// The runs' processes shared for a meaningful share of the run (a forking server, a
+    /// pool of workers): RSS sums double-count, PSS and USS are shown beside them.
     pub fn multi_process(&self) -> bool {
-        self.processes_at_once >= 2
+        matches!(self.sharing, Sharing::Shared { .. })
     }
 }
 
+/// How the counted runs' processes coexisted: the median run's share of time with two or
+/// more processes decides.
+fn sharing(e: &Experiment, processes: u32) -> Sharing {
+    if processes < 2 {
+        return Sharing::OneProcess;
+    }
+    let runs: Vec<&RunRecord> = e.runs.iter().filter(|r| r.counts()).collect();
+    let shares: Vec<f64> = runs.iter().map(|r| evidence::sharing_share(r)).collect();
+    let share = if shares.is_empty() {
+        0.0
+    } else {
+        stats::median(&shares)
+    };
+    if share < MIN_SHARING_SHARE {
+        return Sharing::Brief { processes, share };
+    }
+    let pss_covered = runs
+        .iter()
+        .filter(|r| evidence::sharing_share(r) >= MIN_SHARING_SHARE)
+        .all(|r| evidence::stands(Figure::PeakPssBytes, r));
+    Sharing::Shared {
+        processes,
+        share,
+        pss_covered,
+    }
+}
+
+/// The figure's values over the runs where it meets its rule (see [`evidence`]).
 fn values(runs: &[&RunRecord], f: Figure) -> Vec<f64> {
-    runs.iter().filter_map(|r| f.of(r)).collect()
+    runs.iter()
+        .filter(|r| evidence::stands(f, r))
+        .filter_map(|r| f.of(r))
+        .collect()
 }
 
 fn seed_for(base_seed: u64, variant_idx: usize, f: Figure) -> u64 {
@@ -513,7 +683,11 @@ pub fn analyse(e: &Experiment) -> Analysis {
         let is_baseline = v.name == e.plan.baseline;
         let mut figures = BTreeMap::new();
         let mut ratio_to_baseline = BTreeMap::new();
+        let mut evidence = BTreeMap::new();
         for f in Figure::ALL {
+            if let Some(ev) = figure_evidence(&ok, f) {
+                evidence.insert(f, ev);
+            }
             let xs = values(&ok, f);
             if xs.is_empty() {
                 continue;
@@ -565,19 +739,96 @@ pub fn analyse(e: &Experiment) -> Analysis {
             allocator_detected,
             figures,
             ratio_to_baseline,
+            evidence,
+            live_departure: None,
         });
     }
+    let processes_at_once = e
+        .runs
+        .iter()
+        .filter(|r| !r.warmup)
+        .map(RunRecord::processes_at_once)
+        .max()
+        .unwrap_or(0);
+    judge_departures(&mut variants, &e.plan.baseline);
     Analysis {
         baseline: e.plan.baseline.clone(),
         variants,
         server: e.plan.server.is_some(),
-        processes_at_once: e
-            .runs
-            .iter()
-            .filter(|r| !r.warmup)
-            .map(RunRecord::processes_at_once)
-            .max()
-            .unwrap_or(0),
+        processes_at_once,
+        sharing: sharing(e, processes_at_once),
+    }
+}
+
+/// Live figures at the peak that depart from the baseline's by more than this factor
+/// either way get an explanation.
+pub const LIVE_DEPARTS: f64 = 1.25;
+
+/// Why an allocator's live figure can depart from the baseline's on the same program;
+/// `higher`: this allocator counts more.
+fn departure_cause(allocator: &str, higher: bool) -> &'static str {
+    match (allocator, higher) {
+        (a, true) if a.contains("jemalloc") => {
+            "jemalloc's stats.allocated counts regions cached in its thread caches (stats.arenas.<i>.tcache_bytes) as allocated, and rounds each block up to its size class"
+        }
+        (a, true) if a.contains("mimalloc") => {
+            "mimalloc counts whole blocks of its size classes, and freed blocks not yet collected from other threads' pages"
+        }
+        (a, true) if a.contains("tcmalloc") => {
+            "tcmalloc counts each block at its size class"
+        }
+        (_, true) => "this allocator counts block headers, size-class rounding or its caches as allocated",
+        (_, false) => {
+            "the baseline's allocator counts more per block (glibc counts each chunk with its header and alignment) or holds the program's frees in caches it counts as in use"
+        }
+    }
+}
+
+/// The program's live bytes are the program's: where a variant's live figure departs from
+/// the baseline's, say why; and a variant whose live bytes "grow" while the same
+/// workload's are flat under the baseline is not called a leak (the allocator's count
+/// departs, not the program).
+fn judge_departures(variants: &mut [VariantSummary], baseline: &str) {
+    let Some(base) = variants.iter().find(|s| s.name == baseline) else {
+        return;
+    };
+    let base_live = base.figures.get(&Figure::LiveAtPeakBytes).map(|e| e.median);
+    let base_flat = base
+        .why
+        .as_ref()
+        .is_some_and(|w| matches!(w.verdict.as_str(), "plateau" | "fragmentation"));
+    let base_name = base.name.clone();
+    let base_alloc = base.allocator_detected.clone().unwrap_or_default();
+    for s in variants.iter_mut().filter(|s| s.name != baseline) {
+        let alloc = s.allocator_detected.clone().unwrap_or_default();
+        if let (Some(b), Some(v)) = (
+            base_live,
+            s.figures.get(&Figure::LiveAtPeakBytes).map(|e| e.median),
+        ) {
+            let r = v / b.max(1.0);
+            if !(1.0 / LIVE_DEPARTS..=LIVE_DEPARTS).contains(&r) && alloc != base_alloc {
+                s.live_departure = Some(format!(
+                    "live at peak {} under {} vs {} under {base_name} ({r:.2}×) on the same program: {}",
+                    crate::units::format_bytes(v),
+                    s.name,
+                    crate::units::format_bytes(b),
+                    departure_cause(&alloc, r > 1.0)
+                ));
+            }
+        }
+        let Some(w) = s.why.as_mut() else { continue };
+        if w.verdict == "leak" && base_flat {
+            let leaks = w.runs.remove("leak").unwrap_or(0);
+            *w.runs.entry("allocator_departs".into()).or_insert(0) += leaks;
+            w.verdict = "allocator_departs".into();
+            w.sentence = format!(
+                "not a leak: live bytes grow under {} but are flat under {base_name} on the same workload, so the growth is in {}'s count, not the program's ({}); was: {}",
+                s.name,
+                if alloc.is_empty() { "the allocator" } else { alloc.as_str() },
+                departure_cause(&alloc, true),
+                w.sentence
+            );
+        }
     }
 }
 
@@ -586,4 +837,67 @@ pub fn any_failed(e: &Experiment) -> bool {
     e.runs
         .iter()
         .any(|r| !r.warmup && r.status != RunStatus::Ok)
+}
+
+#[cfg(test)]
+mod departure_tests {
+    use super::*;
+    use crate::record::{AllocatorPoint, DriverFigures};
+
+    const MB: u64 = 1 << 20;
+
+    /// Every counted run a worker driven for `seconds`, its allocator's live bytes
+    /// sampled every second: flat under glibc, growing under jemalloc when `grows`.
+    fn driven(seconds: f64, grows: bool) -> Experiment {
+        let mut e = crate::report::fixture::experiment();
+        for r in e.runs.iter_mut() {
+            r.driver = Some(DriverFigures {
+                driven_start_seconds: 0.0,
+                ready_seconds: None,
+                driven_end_seconds: seconds,
+                figures: Default::default(),
+                ignored: Vec::new(),
+            });
+            let growing = grows && r.variant == "jemalloc";
+            if let Some(a) = r.inside.allocator.as_mut() {
+                a.series = (0..=seconds as u64)
+                    .map(|t| {
+                        let live = 100 * MB + if growing { t * 2 * MB } else { (t % 3) * 4096 };
+                        AllocatorPoint {
+                            t_seconds: t as f64,
+                            live_bytes: Some(live),
+                            held_bytes: Some(live + 10 * MB),
+                            ..Default::default()
+                        }
+                    })
+                    .collect();
+            }
+        }
+        e
+    }
+
+    #[test]
+    fn live_growth_under_one_allocator_while_the_baseline_is_flat_is_not_a_leak() {
+        let a = analyse(&driven(200.0, true));
+        let base = a.variants.iter().find(|s| s.name == "glibc").unwrap();
+        // Live flat under the baseline (its fixture's RSS grows: fragmentation, not a leak).
+        let v = &base.why.as_ref().unwrap().verdict;
+        assert!(v == "plateau" || v == "fragmentation", "{v}");
+        let je = a.variants.iter().find(|s| s.name == "jemalloc").unwrap();
+        let w = je.why.as_ref().unwrap();
+        assert_eq!(w.verdict, "allocator_departs", "{}", w.sentence);
+        assert!(w.sentence.starts_with("not a leak"), "{}", w.sentence);
+        assert!(w.sentence.contains("tcache_bytes"), "{}", w.sentence);
+        assert!(!w.runs.contains_key("leak"), "{:?}", w.runs);
+    }
+
+    #[test]
+    fn live_growth_over_a_short_steady_phase_is_too_short_everywhere() {
+        // 25 s of a warming-up worker: no leak under any allocator, and how long to run.
+        let a = analyse(&driven(25.0, true));
+        let je = a.variants.iter().find(|s| s.name == "jemalloc").unwrap();
+        let w = je.why.as_ref().unwrap();
+        assert_eq!(w.verdict, "too_short", "{}", w.sentence);
+        assert!(w.sentence.contains("run 2 more minutes"), "{}", w.sentence);
+    }
 }

@@ -6,8 +6,9 @@ use serde::Serialize;
 use super::{Analysis, Figure, Ratio, VariantSummary, MIN_RUNS_FOR_SIGNIFICANCE};
 use crate::plan::Plan;
 
-/// The memory figure a recommendation weighs: peak RSS; for an experiment whose runs had
-/// several processes at once, peak PSS when every counted run has it. An RSS sum counts
+/// The memory figure a recommendation weighs: peak RSS; for an experiment whose processes
+/// shared for a meaningful share of the run ([`super::Sharing::Shared`], not a shim's
+/// start-up helpers), peak PSS when it meets its rule in every counted run. An RSS sum counts
 /// each shared page once per process that maps it (a forking server's copy-on-write heap
 /// N times over), so between variants that share differently it compares the wrong thing;
 /// PSS divides each shared page among the processes that map it.
@@ -17,7 +18,14 @@ pub fn memory(a: &Analysis) -> Figure {
             .get(&Figure::PeakPssBytes)
             .is_some_and(|e| e.n == s.runs_ok)
     });
-    if a.multi_process() && pss_everywhere {
+    let pss_covered = matches!(
+        a.sharing,
+        super::Sharing::Shared {
+            pss_covered: true,
+            ..
+        }
+    );
+    if pss_covered && pss_everywhere {
         Figure::PeakPssBytes
     } else {
         Figure::PeakRssBytes
@@ -61,13 +69,25 @@ pub struct Recommendation {
     /// The memory figure weighed (`peak_rss_bytes`, or `peak_pss_bytes` when the runs had
     /// several processes at once; see [`memory`]).
     pub memory_figure: Figure,
-    /// Variants not dominated on (peak RSS, wall time) among those whose runs all succeeded.
+    /// The speed figure weighed: wall time of a batch job, p95 latency of a server.
+    pub speed_figure: Figure,
+    /// Variants not dominated on (memory figure, speed figure) among those whose runs all
+    /// succeeded.
     pub pareto_front: Vec<String>,
     /// Variants left out of the weighing, and why (failures, OOM kills, not effective).
     pub excluded: Vec<String>,
 }
 
 impl Recommendation {
+    /// The axes of the Pareto front, e.g. "peak RSS vs wall time".
+    pub fn axes(&self) -> String {
+        format!(
+            "{} vs {}",
+            label(self.memory_figure),
+            label(self.speed_figure)
+        )
+    }
+
     pub fn headline(&self) -> String {
         match &self.verdict {
             Verdict::Pick {
@@ -274,16 +294,18 @@ fn pick_tradeoffs(
         };
         let faster = 1.0 - ot / pt;
         let more_mem = om / pm - 1.0;
+        let than = format!("than {} (the pick)", pick.name);
+        let (mem, spd) = (label(memory), label(speed));
         if faster > 0.0 {
             tradeoffs.push(format!(
-                "{} is {:.0}% faster but uses {:.0}% more memory",
+                "{} is {:.0}% faster {than} but uses {:.0}% more memory ({mem}, {spd})",
                 other.name,
                 faster * 100.0,
                 more_mem * 100.0
             ));
         } else {
             tradeoffs.push(format!(
-                "{} uses {:.0}% {} memory and is {:.0}% slower",
+                "{} uses {:.0}% {} memory {than} and is {:.0}% slower ({mem}, {spd})",
                 other.name,
                 more_mem.abs() * 100.0,
                 if more_mem >= 0.0 { "more" } else { "less" },
@@ -308,6 +330,7 @@ pub fn recommend(a: &Analysis) -> Recommendation {
         return Recommendation {
             verdict: Verdict::NotEnoughRuns { reason },
             memory_figure,
+            speed_figure: SPEED,
             pareto_front: front,
             excluded,
         };
@@ -326,6 +349,7 @@ pub fn recommend(a: &Analysis) -> Recommendation {
                 ),
             },
             memory_figure,
+            speed_figure: SPEED,
             pareto_front: front,
             excluded,
         };
@@ -341,6 +365,7 @@ pub fn recommend(a: &Analysis) -> Recommendation {
                 ),
             },
             memory_figure,
+            speed_figure: SPEED,
             pareto_front: front,
             excluded,
         };
@@ -354,6 +379,7 @@ pub fn recommend(a: &Analysis) -> Recommendation {
             tradeoffs,
         },
         memory_figure,
+        speed_figure: SPEED,
         pareto_front: front,
         excluded,
     }
@@ -514,7 +540,9 @@ mod tests {
         assert_eq!(variant, "jemalloc");
         assert_eq!(r.pareto_front, ["arena2", "jemalloc"]);
         assert!(
-            tradeoffs[0].starts_with("arena2 uses 25% less memory and is 110% slower"),
+            tradeoffs[0].starts_with(
+                "arena2 uses 25% less memory than jemalloc (the pick) and is 110% slower (peak RSS, wall time)"
+            ),
             "{tradeoffs:?}"
         );
     }

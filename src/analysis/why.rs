@@ -25,21 +25,25 @@ use crate::units::format_bytes;
 /// Held bytes at least this many times the live bytes count as fragmentation/retention.
 pub const FRAGMENTED: f64 = 1.25;
 
-/// Why the allocator's figures at its sampled peak cannot stand for the run's peak: a run
-/// shorter than two probe intervals has a sample at its start and one at its exit, and
-/// the peak fell between them (a 0.5 s job sampled every second showed 1.2 KiB live
-/// beside a 217 MiB RSS peak).
-fn too_few_samples(r: &RunRecord, a: &crate::record::AllocatorView) -> Option<String> {
-    let interval = a.interval_ms as f64 / 1000.0;
-    if interval <= 0.0 || r.wall_seconds >= 2.0 * interval {
-        return None;
+/// The unused bytes (held − live) must be at least this share of the peak RSS for the
+/// report to headline fragmentation: a heap far smaller than the footprint is no story.
+pub const MATERIAL_SHARE: f64 = 0.05;
+
+/// The shortest steady phase on which live growth is called a leak: shorter, a process
+/// still warming up (caches filling, a JIT compiling, pools growing to their size) cannot
+/// be told from one that leaks (25 s of a Ruby worker warming up grew 187 MiB/min).
+pub const MIN_LEAK_STEADY_SECONDS: f64 = 120.0;
+
+/// Why the allocator's figures at its sampled peak cannot stand for the run's peak (see
+/// `analysis::evidence`): too few samples, or none at the peak (a 0.5 s job sampled every
+/// second showed 1.2 KiB live beside a 217 MiB RSS peak).
+fn at_peak_absent(r: &RunRecord) -> Option<String> {
+    match super::evidence::allocator_at_peak(r)?.standing {
+        crate::record::evidence::Standing::Absent { reason, remedy } => {
+            Some(format!("{reason}; {remedy} would give them"))
+        }
+        crate::record::evidence::Standing::Stands => None,
     }
-    let suggest_ms = ((r.wall_seconds * 1000.0 / 5.0).floor() as u64).max(10);
-    Some(format!(
-        "the run took {:.2} s, under two allocator samples ({} ms apart), so they cannot \
-         show its peak; use --probe-interval {suggest_ms}ms",
-        r.wall_seconds, a.interval_ms
-    ))
 }
 
 /// The verdict on one run.
@@ -72,12 +76,16 @@ pub enum Why {
         rss_bytes: f64,
         window_seconds: f64,
     },
-    /// Too few allocator samples in the steady window.
+    /// Too few allocator samples in the steady window, or a window too short to tell
+    /// growth from warm-up.
     TooShort {
         samples: usize,
         seconds: f64,
         need_samples: usize,
         need_seconds: f64,
+        /// Live bytes grew over the short window (it may be warm-up), in bytes per minute.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        grew_bytes_per_min: Option<f64>,
     },
     /// A batch job: its state at the RSS peak.
     AtPeak {
@@ -94,6 +102,29 @@ pub enum Why {
 }
 
 impl Why {
+    /// The live and held bytes the verdict states, if it states them.
+    pub fn live_and_held(&self) -> (Option<f64>, Option<f64>) {
+        match self {
+            Why::Leak { live_bytes, .. } => (Some(*live_bytes), None),
+            Why::Fragmentation {
+                live_bytes,
+                held_bytes,
+                ..
+            } => (Some(*live_bytes), Some(*held_bytes)),
+            Why::Plateau {
+                live_bytes,
+                held_bytes,
+                ..
+            } => (Some(*live_bytes), *held_bytes),
+            Why::AtPeak {
+                live_bytes,
+                held_bytes,
+                ..
+            } => (live_bytes.map(|v| v as f64), held_bytes.map(|v| v as f64)),
+            Why::TooShort { .. } | Why::RssOnly { .. } => (None, None),
+        }
+    }
+
     pub fn name(&self) -> &'static str {
         match self {
             Why::Leak { .. } => "leak",
@@ -160,6 +191,18 @@ impl Why {
                 seconds,
                 need_samples,
                 need_seconds,
+                grew_bytes_per_min: Some(g),
+            } => format!(
+                "too short: live bytes grew {}/min over {seconds:.0} s of steady load ({samples} allocator samples), which cannot be told from warm-up; a leak verdict needs {need_seconds:.0} s (and {need_samples} samples): run {}",
+                b(*g),
+                more_minutes(need_seconds - seconds)
+            ),
+            Why::TooShort {
+                samples,
+                seconds,
+                need_samples,
+                need_seconds,
+                grew_bytes_per_min: None,
             } => format!(
                 "too short to judge: {samples} allocator samples over {seconds:.1} s of steady load (need {need_samples} over {need_seconds:.0} s: a longer --duration or a shorter --probe-interval)"
             ),
@@ -195,6 +238,16 @@ impl Why {
                 super::trend_phrase(trend)
             ),
         }
+    }
+}
+
+/// "1 more minute", "3 more minutes" (for "run N more minutes"): rounded up.
+pub fn more_minutes(seconds: f64) -> String {
+    let m = (seconds.max(0.0) / 60.0).ceil().max(1.0) as u64;
+    if m == 1 {
+        "1 more minute".into()
+    } else {
+        format!("{m} more minutes")
     }
 }
 
@@ -251,12 +304,7 @@ fn missing_reason(r: &RunRecord) -> String {
 pub fn run_why(r: &RunRecord) -> Why {
     let rules = TrendRules::default();
     let Some(window) = steady_window(r) else {
-        if let Some(reason) = r
-            .inside
-            .allocator
-            .as_ref()
-            .and_then(|a| too_few_samples(r, a))
-        {
+        if let Some(reason) = at_peak_absent(r) {
             return Why::AtPeak {
                 live_bytes: None,
                 held_bytes: None,
@@ -264,7 +312,7 @@ pub fn run_why(r: &RunRecord) -> Why {
                 missing: Some(reason),
             };
         }
-        let at = r.inside.allocator.as_ref().and_then(|a| a.at_peak.as_ref());
+        let at = super::evidence::at_peak_point(r);
         let live = at.and_then(|p| p.live_bytes);
         let held = at.and_then(|p| p.held_bytes);
         return Why::AtPeak {
@@ -309,6 +357,17 @@ pub fn run_why(r: &RunRecord) -> Why {
             seconds,
             need_samples,
             need_seconds,
+            grew_bytes_per_min: None,
+        },
+        Trend::Leak {
+            slope_bytes_per_min,
+            ..
+        } if window_seconds < MIN_LEAK_STEADY_SECONDS => Why::TooShort {
+            samples: live.len(),
+            seconds: window_seconds,
+            need_samples: rules.min_samples,
+            need_seconds: MIN_LEAK_STEADY_SECONDS,
+            grew_bytes_per_min: Some(slope_bytes_per_min),
         },
         Trend::Leak {
             slope_bytes_per_min,
@@ -411,6 +470,31 @@ mod tests {
 
     #[test]
     fn growing_live_bytes_are_a_leak() {
+        // 150 s of steady load, sampled every second, live growing 2 MiB/s throughout.
+        let pts = (0..160).map(|i| {
+            let t = i as f64;
+            (
+                t,
+                50 * MB + (t * 2.0 * MB as f64) as u64,
+                60 * MB + (t * 2.0 * MB as f64) as u64,
+            )
+        });
+        let mut w = run(
+            pts.collect(),
+            |t| (100.0 * MB as f64 + t * 2e6) as u64,
+            true,
+        );
+        if let Some(l) = w.load.as_mut() {
+            l.load_end_seconds = 155.0;
+        }
+        let why = run_why(&w);
+        assert_eq!(why.name(), "leak", "{}", why.sentence());
+        assert!(why.sentence().contains("/min"));
+    }
+
+    #[test]
+    fn growth_over_a_steady_phase_shorter_than_the_minimum_is_too_short_not_a_leak() {
+        // 16 s of load: growth that may be warm-up (a Ruby worker filling its caches).
         let pts = (0..80).map(|i| {
             let t = i as f64 * 0.25;
             (
@@ -425,8 +509,10 @@ mod tests {
             true,
         );
         let why = run_why(&w);
-        assert_eq!(why.name(), "leak", "{}", why.sentence());
-        assert!(why.sentence().contains("/min"));
+        assert_eq!(why.name(), "too_short", "{}", why.sentence());
+        let s = why.sentence();
+        assert!(s.contains("needs 120 s"), "{s}");
+        assert!(s.contains("run 2 more minutes"), "{s}");
     }
 
     #[test]
@@ -486,8 +572,17 @@ mod tests {
 
     #[test]
     fn a_batch_job_gets_its_state_at_the_peak() {
-        let mut w = run(vec![(1.0, 100 * MB, 200 * MB)], |_| 210 * MB, false);
+        let mut w = run(
+            vec![
+                (0.0, MB, 2 * MB),
+                (1.0, 100 * MB, 200 * MB),
+                (2.0, 100 * MB, 200 * MB),
+            ],
+            |_| 210 * MB,
+            false,
+        );
         w.wall_seconds = 3.0;
+        w.peak_rss_bytes = 210 * MB;
         let why = run_why(&w);
         assert_eq!(why.name(), "at_peak");
         assert!(
@@ -511,15 +606,24 @@ mod tests {
                 held_bytes: None,
                 missing: Some(m),
                 ..
-            } => assert!(m.contains("--probe-interval 110ms"), "{m}"),
+            } => assert!(m.contains("--probe-interval 22ms"), "{m}"),
             other => panic!("{other:?}"),
         }
-        // Long enough for samples between start and exit: the figures stand.
+        // Samples between start and exit, one at the peak: the figures stand.
         w.wall_seconds = 2.5;
+        w.peak_rss_bytes = 217 * MB;
+        if let Some(a) = w.inside.allocator.as_mut() {
+            a.series.push(AllocatorPoint {
+                t_seconds: 1.0,
+                live_bytes: Some(1300),
+                held_bytes: Some(132 * 1024),
+                ..Default::default()
+            });
+        }
         assert!(matches!(
             run_why(&w),
             Why::AtPeak {
-                live_bytes: Some(1200),
+                live_bytes: Some(1300),
                 ..
             }
         ));

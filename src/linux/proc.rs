@@ -16,7 +16,7 @@ pub enum ProcError {
     #[error("process {pid} is gone")]
     Gone { pid: i32 },
     /// We are not allowed to read this file (ptrace-read permission is needed for some).
-    #[error("permission denied reading {path}: run as the process's owner or as root")]
+    #[error("permission denied reading {path}: {}", permission_hint())]
     PermissionDenied { path: PathBuf },
     /// Any other I/O error.
     #[error("cannot read {path}: {source}")]
@@ -24,6 +24,16 @@ pub enum ProcError {
     /// The text did not have the expected shape.
     #[error("cannot parse {what}: {reason}")]
     Parse { what: &'static str, reason: String },
+}
+
+/// What to do about a refused read: telling root to run as root helps nobody.
+fn permission_hint() -> &'static str {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } == 0 {
+        "memtrial already runs as root, so a policy around it refuses the read (a container without CAP_SYS_PTRACE, Yama's ptrace_scope, AppArmor or SELinux); run memtrial outside that sandbox or grant it CAP_SYS_PTRACE"
+    } else {
+        "run as the process's owner or as root"
+    }
 }
 
 fn parse_err(what: &'static str, reason: impl Into<String>) -> ProcError {
@@ -400,6 +410,22 @@ pub fn page_size() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refused_read_tells_root_something_other_than_to_run_as_root() {
+        let e = ProcError::PermissionDenied {
+            path: "/proc/1/smaps_rollup".into(),
+        };
+        let text = e.to_string();
+        assert!(text.starts_with("permission denied reading /proc/1/smaps_rollup: "));
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0 {
+            assert!(!text.contains("or as root"), "{text}");
+            assert!(text.contains("CAP_SYS_PTRACE"), "{text}");
+        } else {
+            assert!(text.contains("or as root"), "{text}");
+        }
+    }
 
     const STAT: &str = include_str!("../../tests/fixtures/proc/python_threads.stat");
     const STATUS: &str = include_str!("../../tests/fixtures/proc/python_threads.status");

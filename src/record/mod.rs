@@ -2,6 +2,7 @@
 //! produces and the store, analysis and reports read. No OS access and no logic
 //! beyond small accessors live here.
 
+pub mod evidence;
 pub mod inside;
 pub mod load;
 

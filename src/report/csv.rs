@@ -1,10 +1,12 @@
 //! CSV: one row per run with every scalar figure.
 
 use super::{escape, ExportError, Exporter, Report};
+use crate::analysis::Figure;
+use crate::record::evidence::Standing;
 use crate::record::Experiment;
 
 /// The column names, in order.
-pub const COLUMNS: [&str; 34] = [
+pub const COLUMNS: [&str; 36] = [
     "experiment_id",
     "variant",
     "block",
@@ -38,6 +40,8 @@ pub const COLUMNS: [&str; 34] = [
     "why",
     "why_detail",
     "peak_uss_bytes",
+    "coverage",
+    "absent",
     "host",
 ];
 
@@ -103,8 +107,40 @@ fn runs_csv(e: &Experiment) -> Result<Vec<u8>, csv::Error> {
     )?;
     for (i, r) in e.runs.iter().enumerate() {
         let al = r.inside.allocator.as_ref();
-        let at = al.and_then(|a| a.at_peak.as_ref());
+        // The allocator's figures at the memory peak, as analysis chooses them.
+        let at = crate::analysis::evidence::at_peak_point(r);
         let why = crate::analysis::why::run_why(r);
+        // A figure below its rule in this run is left empty; `absent` says why.
+        let stands = |f: Figure| crate::analysis::evidence::stands(f, r);
+        let shown = |f: Figure, v: String| if stands(f) { v } else { String::new() };
+        // What each shown sampled figure rests on, in the same words as the other formats.
+        let coverage: Vec<String> = Figure::ALL
+            .iter()
+            .filter_map(|f| {
+                let e = crate::analysis::evidence::of(*f, r)?;
+                let c = e.coverage.as_ref().filter(|_| e.standing.stands())?;
+                let mut w = format!(
+                    "{}: {}, {} samples over {:.0}% of the run",
+                    f.key(),
+                    e.source.words(),
+                    c.samples,
+                    c.share() * 100.0
+                );
+                if c.brackets_peak == Some(true) {
+                    w.push_str(", at the memory peak");
+                }
+                Some(w)
+            })
+            .collect();
+        let absent: Vec<String> = Figure::ALL
+            .iter()
+            .filter_map(|f| match crate::analysis::evidence::of(*f, r)?.standing {
+                Standing::Absent { reason, remedy } => {
+                    Some(format!("{}: {reason}; {remedy} would give it", f.key()))
+                }
+                Standing::Stands => None,
+            })
+            .collect();
         let driver = names.iter().map(|n| {
             opt(r
                 .driver
@@ -128,9 +164,12 @@ fn runs_csv(e: &Experiment) -> Result<Vec<u8>, csv::Error> {
             format!("{:.6}", r.cpu_sys_seconds),
             r.peak_rss_bytes.to_string(),
             r.peak_rss_source.as_str().to_string(),
-            r.mean_rss_bytes.to_string(),
-            r.final_rss_bytes.to_string(),
-            opt(r.peak_pss_bytes.map(|v| v.to_string())),
+            shown(Figure::MeanRssBytes, r.mean_rss_bytes.to_string()),
+            shown(Figure::FinalRssBytes, r.final_rss_bytes.to_string()),
+            shown(
+                Figure::PeakPssBytes,
+                opt(r.peak_pss_bytes.map(|v| v.to_string())),
+            ),
             r.peak_vsz_bytes.to_string(),
             r.threads_peak.to_string(),
             r.minor_faults.to_string(),
@@ -140,14 +179,28 @@ fn runs_csv(e: &Experiment) -> Result<Vec<u8>, csv::Error> {
             opt(r.message.clone()),
             r.stderr_path.display().to_string(),
             opt(al.map(|a| a.answered.clone())),
-            opt(at.and_then(|p| p.live_bytes).map(|v| v.to_string())),
-            opt(at.and_then(|p| p.held_bytes).map(|v| v.to_string())),
-            opt(at
-                .and_then(|p| p.fragmentation())
-                .map(|v| format!("{v:.4}"))),
+            shown(
+                Figure::LiveAtPeakBytes,
+                opt(at.and_then(|p| p.live_bytes).map(|v| v.to_string())),
+            ),
+            shown(
+                Figure::HeldAtPeakBytes,
+                opt(at.and_then(|p| p.held_bytes).map(|v| v.to_string())),
+            ),
+            shown(
+                Figure::HeldOverLive,
+                opt(at
+                    .and_then(|p| p.fragmentation())
+                    .map(|v| format!("{v:.4}"))),
+            ),
             why.name().to_string(),
             why.sentence(),
-            opt(r.peak_uss_bytes.map(|v| v.to_string())),
+            shown(
+                Figure::PeakUssBytes,
+                opt(r.peak_uss_bytes.map(|v| v.to_string())),
+            ),
+            coverage.join(" | "),
+            absent.join(" | "),
             e.host_of(i).hostname.clone(),
         ];
         row(&mut w, fixed.into_iter().chain(driver))?;

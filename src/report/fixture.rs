@@ -24,12 +24,14 @@ fn variant(name: &str, env: &[(&str, &str)], preload: Option<&str>) -> Variant {
 
 /// The allocator probe's view: every variant holds about 60% of its peak live; glibc
 /// holds twice what is live (fragmentation), jemalloc 1.1×; a ruby runtime view on glibc.
-fn inside(variant: &str, peak: u64, grows: bool) -> InsideView {
+fn inside(variant: &str, peak: u64, grows: bool, wall: f64) -> InsideView {
     let live = peak / 2;
     let held = if grows { live * 2 } else { live + live / 10 };
+    // Five samples over the run, the last two (the most held) at its peak.
+    let at = [0.0, 0.3, 0.6, 0.91, 0.93];
     let series: Vec<AllocatorPoint> = (0..=4)
         .map(|i| AllocatorPoint {
-            t_seconds: i as f64,
+            t_seconds: at[i as usize] * wall,
             live_bytes: Some(live * i / 4),
             held_bytes: Some(held * i / 4),
             free_bytes: Some((held - live) * i / 4),
@@ -80,12 +82,12 @@ fn inside(variant: &str, peak: u64, grows: bool) -> InsideView {
 
 fn run(variant: &str, block: u32, peak_mib: f64, wall: f64, status: RunStatus) -> RunRecord {
     let peak = (peak_mib * 1048576.0) as u64;
-    // 4 s sampled every 100 ms: glibc keeps growing, the others level off after 1 s.
+    // The run sampled 41 times: glibc keeps growing, the others level off after 1 s.
     let grows = variant == "glibc";
     let samples = (0..=40)
         .map(|i| {
-            let t = i as f64 * 0.1;
-            let frac = if grows { t / 4.0 } else { (t / 1.0).min(1.0) };
+            let t = i as f64 * wall / 40.0;
+            let frac = if grows { t / wall } else { (t / 1.0).min(1.0) };
             let rss = (peak as f64 * (0.05 + 0.95 * frac)) as u64;
             TreeSample {
                 t_seconds: t,
@@ -134,7 +136,7 @@ fn run(variant: &str, block: u32, peak_mib: f64, wall: f64, status: RunStatus) -
         stderr_path: format!("/tmp/logs/{block}-{variant}.stderr").into(),
         cgroup: None,
         load: None,
-        inside: inside(variant, peak, grows),
+        inside: inside(variant, peak, grows, wall),
         driver: None,
         samples,
     }

@@ -33,7 +33,7 @@ fn value(f: Figure, v: f64) -> String {
 
 fn cell(s: &VariantSummary, f: Figure) -> Markup {
     let Some(est) = s.figures.get(&f) else {
-        return html! { td.ns { "—" } };
+        return html! { td.ns { (super::missing_cell(s, f)) } };
     };
     let ratio = s.ratio_to_baseline.get(&f);
     html! {
@@ -63,7 +63,7 @@ fn tradeoffs(rec: &Recommendation) -> &[String] {
     }
 }
 
-fn verdict_block(rec: &Recommendation, speed: Figure) -> Markup {
+fn verdict_block(rec: &Recommendation) -> Markup {
     let pick = matches!(rec.verdict, Verdict::Pick { .. });
     html! {
         div class=(if pick { "verdict" } else { "verdict none" }) { (rec.headline()) }
@@ -71,7 +71,7 @@ fn verdict_block(rec: &Recommendation, speed: Figure) -> Markup {
             ul { @for t in tradeoffs(rec) { li { (t) } } }
         }
         p.small {
-            "Pareto front (" (crate::analysis::recommend::label(rec.memory_figure)) " vs " (crate::analysis::recommend::label(speed)) ", variants whose runs all succeeded): "
+            "Pareto front (" (rec.axes()) ", variants whose runs all succeeded): "
             @if rec.pareto_front.is_empty() { "none" } @else { (rec.pareto_front.join(", ")) }
             @if !rec.excluded.is_empty() {
                 br; "Left out: " (rec.excluded.join("; "))
@@ -169,7 +169,7 @@ fn title_and_verdict(e: &Experiment, a: &Analysis, rec: &Recommendation) -> Mark
             " · started " (e.created_at) " · " (e.status.as_str())
         }
         h2 { "Verdict" }
-        (verdict_block(rec, crate::analysis::recommend::speed(a)))
+        (verdict_block(rec))
         @let trends = super::table::why_lines(e, a);
         @if !trends.is_empty() {
             p { (super::table::WHY_HEADING) ":" }
@@ -218,6 +218,11 @@ fn figures_section(
         }
         @if let Some(legend) = super::multi_process_legend(a) {
             p.small { (legend) }
+        }
+        @let evidence = super::evidence_lines(a);
+        @if !evidence.is_empty() {
+            p.small { (super::EVIDENCE_HEADING) ":" }
+            ul.small { @for x in &evidence { li { (x) } } }
         }
         @let problems = super::table::problem_lines(e, a);
         @if !problems.is_empty() {
@@ -402,14 +407,29 @@ fn runs_table(e: &Experiment) -> Markup {
                     td { (format_seconds(r.cpu_user_seconds + r.cpu_sys_seconds)) }
                     td { (format_bytes(r.peak_rss_bytes as f64)) }
                     td.l { (r.peak_rss_source.as_str()) }
-                    td { (format_bytes(r.mean_rss_bytes as f64)) }
-                    td { @if let Some(p) = r.peak_pss_bytes { (format_bytes(p as f64)) } @else { "—" } }
-                    td { @if let Some(p) = r.peak_uss_bytes { (format_bytes(p as f64)) } @else { "—" } }
+                    (run_cell(r, Figure::MeanRssBytes))
+                    (run_cell(r, Figure::PeakPssBytes))
+                    (run_cell(r, Figure::PeakUssBytes))
                     td { (r.threads_peak) }
                     td.l { (r.allocator_detected) }
                 }
             }
         }
+    }
+}
+
+/// One run's figure: its value where it meets its rule, "absent" (with why, on hover)
+/// where it does not, "—" where it was not measured.
+fn run_cell(r: &crate::record::RunRecord, f: Figure) -> Markup {
+    use crate::record::evidence::Standing;
+    let Some(v) = f.of(r) else {
+        return html! { td { "—" } };
+    };
+    match crate::analysis::evidence::of(f, r).map(|e| e.standing) {
+        Some(Standing::Absent { reason, remedy }) => html! {
+            td.ns title=(format!("{reason}; {remedy} would give it")) { (super::ABSENT) }
+        },
+        _ => html! { td { (format_bytes(v)) } },
     }
 }
 

@@ -1,9 +1,10 @@
 //! The JSON record of an experiment (`--json FILE`). Versioned: `schema_version`
 //! changes when a name changes meaning or disappears; the JSON Schema lives in
-//! `docs/schema/experiment-v3.schema.json` (v2 added the probes inside the
+//! `docs/schema/experiment-v4.schema.json` (v2 added the probes inside the
 //! workload: `experiment.probes`, each run's `inside`, each summary's `why`; v3 what
 //! `memtrial import` needs: the plan's fingerprint, the whole plan, the hosts and each
-//! run's host).
+//! run's host; v4 what each figure rests on: each summary's `evidence`, a batch run's
+//! null `trend`, the recommendation's `speed_figure`, the experiment's `sharing`).
 
 use std::collections::BTreeMap;
 
@@ -15,10 +16,10 @@ use crate::linux::cgroup::{CgroupFigures, Limits};
 use crate::linux::host::HostInfo;
 use crate::record::{Experiment, RunRecord, TreeSample};
 
-pub const JSON_SCHEMA_VERSION: u32 = 3;
+pub const JSON_SCHEMA_VERSION: u32 = 4;
 
 /// The JSON Schemas of the versions `memtrial import` reads, by version.
-pub const SCHEMAS: [(u32, &str); 2] = [
+pub const SCHEMAS: [(u32, &str); 3] = [
     (
         2,
         include_str!("../../docs/schema/experiment-v2.schema.json"),
@@ -26,6 +27,10 @@ pub const SCHEMAS: [(u32, &str); 2] = [
     (
         3,
         include_str!("../../docs/schema/experiment-v3.schema.json"),
+    ),
+    (
+        4,
+        include_str!("../../docs/schema/experiment-v4.schema.json"),
     ),
 ];
 
@@ -37,6 +42,8 @@ struct Doc<'a> {
     baseline: &'a str,
     variants: Vec<VariantJson<'a>>,
     recommendation: Recommendation,
+    /// How the runs' processes coexisted (a shim's start-up helpers are not sharing).
+    sharing: crate::analysis::Sharing,
     notes: &'a [String],
     /// `report --by host --json`: each host's summaries, against the baseline on that host.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -178,6 +185,10 @@ struct SummaryJson<'a> {
     /// A worker's driver figures by name; absent when its driver reported none.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     driver_figures: &'a BTreeMap<String, crate::analysis::DriverEstimate>,
+    /// What each figure rests on; a figure below its rule is here with why, and not above.
+    evidence: BTreeMap<&'static str, &'a crate::analysis::FigureEvidence>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    live_departure: Option<&'a str>,
 }
 
 fn sample(s: &TreeSample) -> SampleJson {
@@ -259,6 +270,8 @@ fn summary(s: &VariantSummary) -> SummaryJson<'_> {
         trend: s.trend.as_ref(),
         why: s.why.as_ref(),
         driver_figures: &s.driver_figures,
+        evidence: s.evidence.iter().map(|(f, e)| (f.key(), e)).collect(),
+        live_departure: s.live_departure.as_deref(),
     }
 }
 
@@ -374,6 +387,7 @@ fn doc<'a>(e: &'a Experiment, a: &'a Analysis) -> Doc<'a> {
         baseline: &a.baseline,
         variants,
         recommendation: crate::analysis::recommend::recommend(a),
+        sharing: a.sharing,
         notes: &e.notes,
         by_host: None,
     }

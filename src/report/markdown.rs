@@ -60,7 +60,7 @@ fn table(a: &Analysis) -> String {
                     s.is_baseline,
                     s.ratio_to_baseline.get(&f),
                 ),
-                None => " — |".into(),
+                None => format!(" {} |", super::missing_cell(s, f)),
             });
         }
         for n in &driver {
@@ -103,6 +103,22 @@ pub fn render(e: &Experiment, a: &Analysis, rec: &Recommendation) -> String {
     ));
     if let Some(legend) = super::multi_process_legend(a) {
         out.push_str(&format!("\n{}\n", md(&legend)));
+    }
+    out.push_str(&format!(
+        "\nPareto front ({}): {}\n",
+        md(&rec.axes()),
+        if rec.pareto_front.is_empty() {
+            "none".to_string()
+        } else {
+            md(&rec.pareto_front.join(", "))
+        }
+    ));
+    let evidence = super::evidence_lines(a);
+    if !evidence.is_empty() {
+        out.push_str(&format!("\n{}:\n", md(super::EVIDENCE_HEADING)));
+        for t in evidence {
+            out.push_str(&format!("- {}\n", md(&t)));
+        }
     }
     let trends = super::table::why_lines(e, a);
     if !trends.is_empty() {

@@ -125,8 +125,8 @@ pub fn columns(a: &Analysis) -> Vec<(Figure, &'static str)> {
     } else {
         c.extend([(Figure::WallSeconds, "wall"), (Figure::CpuSeconds, "CPU")]);
     }
-    // The allocator's view, when any variant has it.
-    let probed = |f: Figure| a.variants.iter().any(|v| v.figures.contains_key(&f));
+    // The allocator's view, when any variant has it (shown, or absent with why).
+    let probed = |f: Figure| a.variants.iter().any(|v| v.evidence.contains_key(&f));
     for (f, h) in [
         (Figure::LiveAtPeakBytes, "live at peak"),
         (Figure::HeldAtPeakBytes, "held at peak"),
@@ -168,6 +168,15 @@ pub fn format_driver_value(v: f64, unit: Option<&str>) -> String {
 /// what an RSS sum counts, what PSS and USS count, and which figure the recommendation
 /// weighs. `None` for a single process (its report is unchanged).
 pub fn multi_process_legend(a: &Analysis) -> Option<String> {
+    if let crate::analysis::Sharing::Brief { processes, share } = a.sharing {
+        return Some(format!(
+            "up to {processes} processes at once, but for only {:.0}% of the run (start-up helpers: \
+a shim, a wrapper, sh -c): not a tree that shares memory, so the kernel's peak RSS decides \
+and PSS is not weighed (that needs several processes for at least {:.0}% of the run).",
+            share * 100.0,
+            crate::analysis::MIN_SHARING_SHARE * 100.0
+        ));
+    }
     if !a.multi_process() {
         return None;
     }
@@ -176,7 +185,7 @@ pub fn multi_process_legend(a: &Analysis) -> Option<String> {
         "the recommendation weighs peak PSS".to_string()
     } else {
         format!(
-            "the recommendation weighs {} (PSS was not read in every ok run)",
+            "the recommendation weighs {} (PSS reads did not cover the runs' shared stretch in every ok run)",
             crate::analysis::recommend::label(weighed)
         )
     };
@@ -189,6 +198,98 @@ PSS and USS are sampled from smaps_rollup within a CPU budget, not kernel high-w
 {which}; the trend and leak-or-fragmentation lines use the RSS sum.",
         a.processes_at_once
     ))
+}
+
+/// The heading of the evidence lines, in every format.
+pub const EVIDENCE_HEADING: &str =
+    "what the sampled figures rest on (a figure below its rule is not shown, and enters no ratio, verdict or recommendation)";
+
+/// The text of a cell whose figure is below its rule (the evidence lines say why).
+pub const ABSENT: &str = "absent";
+
+/// A table cell's text for a figure a variant does not show: "absent" when it was measured
+/// and is below its rule, "—" when it was not measured.
+pub fn missing_cell(s: &crate::analysis::VariantSummary, f: Figure) -> &'static str {
+    if s.evidence.get(&f).is_some_and(|e| e.absent.is_some()) {
+        ABSENT
+    } else {
+        "—"
+    }
+}
+
+fn column_label(f: Figure) -> &'static str {
+    match f {
+        Figure::LiveAtPeakBytes => "live at peak",
+        Figure::HeldAtPeakBytes => "held at peak",
+        Figure::HeldOverLive => "held/live",
+        Figure::FinalRssBytes => "final RSS",
+        _ => crate::analysis::recommend::label(f),
+    }
+}
+
+/// Per variant, what its sampled figures among `shown` rest on, and each absent figure
+/// with why and what would give it; the same words in every renderer. Exact figures
+/// (kernel marks and counters, the load generator's counts) are said once in the legend.
+pub fn evidence_lines(a: &Analysis) -> Vec<String> {
+    let shown: Vec<Figure> = columns(a)
+        .into_iter()
+        .map(|(f, _)| f)
+        .chain([Figure::FinalRssBytes])
+        .collect();
+    let mut out = Vec::new();
+    for s in &a.variants {
+        let mut covered = Vec::new();
+        let mut absent = Vec::new();
+        let mut allocator_said = false;
+        for f in &shown {
+            let Some(e) = s.evidence.get(f) else { continue };
+            if e.exact() {
+                continue;
+            }
+            let alloc = f.explains();
+            if alloc && allocator_said {
+                continue;
+            }
+            let label = if alloc {
+                "live/held at peak"
+            } else {
+                column_label(*f)
+            };
+            allocator_said |= alloc;
+            if let Some(x) = &e.absent {
+                absent.push(format!(
+                    "{label} not shown: {}; {} would give it",
+                    x.reason, x.remedy
+                ));
+                continue;
+            }
+            let mut words = format!("{label}: {}", e.source.words());
+            if let Some(n) = e.samples {
+                words.push_str(&format!(", {n:.0} samples"));
+            }
+            if let Some(share) = e.share {
+                words.push_str(&format!(" over {:.0}% of the run", share * 100.0));
+            }
+            if let Some(k) = e.runs_at_peak {
+                words.push_str(&format!(
+                    ", at the memory peak in {k} of {} runs",
+                    e.runs_with
+                ));
+            }
+            if e.runs_standing < e.runs_with {
+                words.push_str(&format!(
+                    " (from the {} of {} runs that meet its rule)",
+                    e.runs_standing, e.runs_with
+                ));
+            }
+            covered.push(words);
+        }
+        if !covered.is_empty() {
+            out.push(format!("{}: {}", s.name, covered.join("; ")));
+        }
+        out.extend(absent.into_iter().map(|x| format!("{}: {x}", s.name)));
+    }
+    out
 }
 
 /// A figure's value in its unit.
@@ -246,7 +347,7 @@ mod snapshots {
         );
         let v: serde_json::Value =
             serde_json::from_slice(&json::render_by_host(&e).expect("JSON")).expect("valid");
-        let schema: serde_json::Value = serde_json::from_str(json::SCHEMAS[1].1).expect("schema");
+        let schema: serde_json::Value = serde_json::from_str(json::SCHEMAS[2].1).expect("schema");
         let validator = jsonschema::validator_for(&schema).expect("schema compiles");
         assert!(validator.is_valid(&v));
         let b = &v["by_host"];
@@ -284,14 +385,14 @@ mod snapshots {
         let e = fixture::two_host_experiment();
         let v: serde_json::Value =
             serde_json::from_str(&json::render(&e, &analyse(&e))).expect("valid JSON");
-        let schema: serde_json::Value = serde_json::from_str(json::SCHEMAS[1].1).expect("schema");
+        let schema: serde_json::Value = serde_json::from_str(json::SCHEMAS[2].1).expect("schema");
         let validator = jsonschema::validator_for(&schema).expect("schema compiles");
         let errors: Vec<String> = validator
             .iter_errors(&v)
             .map(|e| format!("{e} at {}", e.instance_path))
             .collect();
         assert!(errors.is_empty(), "{errors:?}");
-        assert_eq!(v["schema_version"], 3);
+        assert_eq!(v["schema_version"], 4);
         assert_eq!(v["experiment"]["hosts"][1]["hostname"], "node-b");
         assert_eq!(v["experiment"]["fingerprint"], e.plan.fingerprint());
         assert_eq!(v["variants"][0]["runs"][3]["host"], 1);

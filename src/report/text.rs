@@ -52,7 +52,8 @@ pub fn recommendation(r: &Report<'_>) -> String {
         }
     }
     out.push_str(&format!(
-        "\nPareto front (peak RSS vs wall time): {}\n",
+        "\nPareto front ({}): {}\n",
+        rec.axes(),
         if rec.pareto_front.is_empty() {
             "none".to_string()
         } else {
@@ -61,6 +62,16 @@ pub fn recommendation(r: &Report<'_>) -> String {
     ));
     for x in &rec.excluded {
         out.push_str(&format!("left out: {}\n", terminal(x)));
+    }
+    let absent: Vec<String> = super::evidence_lines(r.analysis)
+        .into_iter()
+        .filter(|l| l.contains(" not shown: "))
+        .collect();
+    if !absent.is_empty() {
+        out.push_str("not weighed (below their rule):\n");
+        for x in absent {
+            out.push_str(&format!("  {}\n", terminal(&x)));
+        }
     }
     out
 }

@@ -1011,9 +1011,38 @@ mod tests {
         vec![(name.to_string(), text)]
     }
 
+    /// The v4 record as a v3 one: what v4 added (each figure's evidence) taken out.
+    fn as_v3(text: &str) -> String {
+        let mut v: Value = serde_json::from_str(text).unwrap();
+        v["schema_version"] = 3.into();
+        v.as_object_mut().unwrap().remove("sharing");
+        v["recommendation"]
+            .as_object_mut()
+            .unwrap()
+            .remove("speed_figure");
+        for var in v["variants"].as_array_mut().unwrap() {
+            let s = var["summary"].as_object_mut().unwrap();
+            s.remove("evidence");
+            s.remove("live_departure");
+            if let Some(w) = s.get_mut("why").and_then(Value::as_object_mut) {
+                w.remove("live_bytes");
+                w.remove("held_bytes");
+            }
+        }
+        v.to_string()
+    }
+
+    #[test]
+    fn a_v3_record_still_imports() {
+        let (_d, mut s) = store();
+        let e = fixture::experiment();
+        let out = import(&mut s, &one("v3.json", as_v3(&record(&e)))).unwrap();
+        assert_eq!(out[0].new_runs, 9);
+    }
+
     /// The v3 record as a v2 one: what v3 added taken out.
     fn as_v2(text: &str) -> String {
-        let mut v: Value = serde_json::from_str(text).unwrap();
+        let mut v: Value = serde_json::from_str(&as_v3(text)).unwrap();
         v["schema_version"] = 2.into();
         let e = v["experiment"].as_object_mut().unwrap();
         for k in ["fingerprint", "plan", "hosts"] {
@@ -1139,7 +1168,7 @@ mod tests {
         assert!(matches!(e, ImportError::Newer { found: 99, .. }), "{e}");
         let text = e.to_string();
         assert!(text.starts_with("new.json: schema_version 99"), "{text}");
-        assert!(text.contains("versions 2 to 3") && text.contains("upgrade memtrial"));
+        assert!(text.contains("versions 2 to 4") && text.contains("upgrade memtrial"));
         assert!(s.list().unwrap().is_empty());
     }
 

@@ -54,7 +54,7 @@ impl Run {
             )
         });
         let v: Value = serde_json::from_str(&text).expect("valid JSON");
-        validate_schema(&v, "experiment-v3.schema.json");
+        validate_schema(&v, "experiment-v4.schema.json");
         v
     }
 }
@@ -298,7 +298,7 @@ pub fn stop_signal_keeps_runs_and_leaves_nothing(sig: i32, seconds: &str) {
         .output()
         .unwrap();
     let doc: Value = serde_json::from_slice(&report.stdout).unwrap();
-    validate_schema(&doc, "experiment-v3.schema.json");
+    validate_schema(&doc, "experiment-v4.schema.json");
     assert_eq!(doc["experiment"]["status"], "interrupted");
     assert_eq!(first_run(&doc, "glibc")["status"], "interrupted");
 }

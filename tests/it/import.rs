@@ -95,7 +95,7 @@ fn records_of_two_hosts_join_one_experiment_and_report_per_host() {
 
     let b_doc: Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("b.json")).unwrap()).unwrap();
-    validate_schema(&b_doc, "experiment-v3.schema.json");
+    validate_schema(&b_doc, "experiment-v4.schema.json");
     assert_eq!(b_doc["experiment"]["host"]["hostname"], "node-b");
     assert_eq!(
         b_doc["experiment"]["host"]["container"]["cpu_quota_us"],
@@ -157,7 +157,7 @@ fn records_of_two_hosts_join_one_experiment_and_report_per_host() {
         "report --by host --json",
     );
     let doc: Value = serde_json::from_str(&std::fs::read_to_string(&by).unwrap()).unwrap();
-    validate_schema(&doc, "experiment-v3.schema.json");
+    validate_schema(&doc, "experiment-v4.schema.json");
     assert_eq!(doc["by_host"][0]["label"], "node-a");
     assert_eq!(doc["by_host"][1]["label"], "node-b");
     assert_eq!(doc["by_host"][1]["runs"], 4);
@@ -217,7 +217,7 @@ fn records_of_two_hosts_join_one_experiment_and_report_per_host() {
         "report --json",
     );
     let m: Value = serde_json::from_str(&std::fs::read_to_string(&merged).unwrap()).unwrap();
-    validate_schema(&m, "experiment-v3.schema.json");
+    validate_schema(&m, "experiment-v4.schema.json");
     assert_eq!(m["experiment"]["hosts"].as_array().map(Vec::len), Some(2));
     let back = ok(
         &in_dir(dir, &["import", "--db", "c.db", "merged.json"]),
@@ -280,7 +280,7 @@ fn refused_records_leave_the_store_unchanged_and_v2_still_imports() {
         &["import", "--db", "d.db", "v99.json"],
         &[
             "v99.json: schema_version 99",
-            "versions 2 to 3",
+            "versions 2 to 4",
             "upgrade memtrial",
             "nothing was imported",
         ],
@@ -315,8 +315,25 @@ fn refused_records_leave_the_store_unchanged_and_v2_still_imports() {
     // database.
     assert!(!dir.join("e.db").exists());
 
-    // A v2 record (what 0.2 wrote): imported, saying what it lacks.
+    // A v2 record (what 0.2 wrote): imported, saying what it lacks. First what v4 added
+    // (each figure's evidence) taken out: that is a v3 record, which imports too.
     let mut v: Value = serde_json::from_str(&good).unwrap();
+    v["schema_version"] = 3.into();
+    v.as_object_mut().unwrap().remove("sharing");
+    v["recommendation"]
+        .as_object_mut()
+        .unwrap()
+        .remove("speed_figure");
+    for var in v["variants"].as_array_mut().unwrap() {
+        let s = var["summary"].as_object_mut().unwrap();
+        s.remove("evidence");
+        s.remove("live_departure");
+        if let Some(w) = s.get_mut("why").and_then(Value::as_object_mut) {
+            w.remove("live_bytes");
+            w.remove("held_bytes");
+        }
+    }
+    validate_schema(&v, "experiment-v3.schema.json");
     v["schema_version"] = 2.into();
     let e = v["experiment"].as_object_mut().unwrap();
     for k in ["fingerprint", "plan", "hosts"] {

@@ -284,7 +284,7 @@ fn in_container_records_the_containers_limits_and_changes_nothing() {
     for variant in ["jemalloc", "arena2", "glibc"] {
         let (_, log) = &logs[slot_of(variant)];
         let doc = memtrial::kube::find_record(log).expect("a record in the log");
-        validate_schema(&doc, "experiment-v3.schema.json");
+        validate_schema(&doc, "experiment-v4.schema.json");
         let limits = &doc["experiment"]["limits"];
         assert_eq!(limits["memory_max"], MEMORY_LIMIT, "{log}");
         assert_eq!(
@@ -717,7 +717,7 @@ fn collect_gathers_one_record_per_index_and_says_what_is_missing() {
             serde_json::from_str(&std::fs::read_to_string(&file).expect("a record per index"))
                 .expect("JSON");
         assert_eq!(saved, memtrial::kube::find_record(log).expect("record"));
-        validate_schema(&saved, "experiment-v3.schema.json");
+        validate_schema(&saved, "experiment-v4.schema.json");
         limits.push(saved["experiment"]["limits"].clone());
     }
     // All pods of one Job record the same limits.

@@ -3,6 +3,7 @@
 
 mod bad_input;
 mod common;
+mod evidence;
 mod exporter;
 mod exporter_trust;
 mod forking;

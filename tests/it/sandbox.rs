@@ -271,7 +271,7 @@ fn sigint_then_resume_completes_the_experiment() {
     let doc: Value =
         serde_json::from_str(&std::fs::read_to_string(dir.path().join("out.json")).unwrap())
             .unwrap();
-    validate_schema(&doc, "experiment-v3.schema.json");
+    validate_schema(&doc, "experiment-v4.schema.json");
     assert_eq!(doc["experiment"]["status"], "complete");
     assert_eq!(doc["experiment"]["seed"], 3);
     for v in ["glibc", "arena2"] {
