@@ -517,7 +517,11 @@ mod tests {
             stderr_log(around, &e, 0),
             Some(RunLog::Own(own(0, "glibc")))
         );
-        e.runs[0].stderr_path = "/data/x/trial-logs/exp-7/../exp-7/000-glibc.stderr".into();
+        e.runs[0].stderr_path = "/data/x/trial-logs/exp-7/../exp-7/001-glibc.stderr".into();
         assert_eq!(stderr_log(db, &e, 0), Some(RunLog::Own(own(0, "glibc"))));
+        // A run of an earlier release, whose files were numbered from 0.
+        let legacy = PathBuf::from("/data/x/trial-logs/exp-7/000-glibc.stderr");
+        e.runs[0].stderr_path = legacy.clone();
+        assert_eq!(stderr_log(db, &e, 0), Some(RunLog::Own(legacy)));
     }
 }
