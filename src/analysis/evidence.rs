@@ -62,7 +62,8 @@ fn remedy(flag: &str, wall: f64, need: usize) -> String {
     match interval_for(wall, need) {
         Some(ms) => format!("{flag} {ms}ms"),
         None => format!(
-            "a longer run: {} at the shortest {flag} ({SHORTEST_INTERVAL_MS}ms) cannot sample a {wall:.3} s run",
+            "a run of at least {} ({} at the shortest {flag}, {SHORTEST_INTERVAL_MS}ms)",
+            crate::units::format_seconds(need as f64 * SHORTEST_INTERVAL_MS as f64 / 1000.0),
             plural(need, "sample")
         ),
     }
@@ -94,19 +95,19 @@ fn sampled(
     let standing = if ts.len() < need {
         Standing::Absent {
             reason: format!(
-                "{} in a {:.2} s run (needs {need})",
+                "{} in a {} run (needs {need})",
                 plural(ts.len(), what),
-                r.wall_seconds
+                crate::units::format_seconds(r.wall_seconds)
             ),
             remedy: remedy(flag, r.wall_seconds, need),
         }
     } else if coverage.share() < share {
         Standing::Absent {
             reason: format!(
-                "{} cover {:.0}% of the {:.2} s run (needs {:.0}%)",
+                "{} cover {:.0}% of the {} run (needs {:.0}%)",
                 plural(ts.len(), what),
                 coverage.share() * 100.0,
-                r.wall_seconds,
+                crate::units::format_seconds(r.wall_seconds),
                 share * 100.0
             ),
             remedy: remedy(flag, r.wall_seconds, need),
@@ -213,9 +214,9 @@ pub fn allocator_at_peak(r: &RunRecord) -> Option<Evidence> {
     } else if ts.len() < MIN_ALLOCATOR_SAMPLES {
         Standing::Absent {
             reason: format!(
-                "{} in a {:.2} s run",
+                "{} in a {} run",
                 plural(ts.len(), "allocator sample"),
-                r.wall_seconds
+                crate::units::format_seconds(r.wall_seconds)
             ),
             remedy,
         }
@@ -226,9 +227,9 @@ pub fn allocator_at_peak(r: &RunRecord) -> Option<Evidence> {
     {
         Standing::Absent {
             reason: format!(
-                "1 of {} in a {:.2} s run lies at the memory peak (needs {MIN_AT_PEAK_SAMPLES}: one cannot tell the peak of live bytes from a moment after they were freed, while RSS still shows the peak)",
+                "1 of {} in a {} run lies at the memory peak (needs {MIN_AT_PEAK_SAMPLES}: one cannot tell the peak of live bytes from a moment after they were freed, while RSS still shows the peak)",
                 plural(ts.len(), "allocator sample"),
-                r.wall_seconds
+                crate::units::format_seconds(r.wall_seconds)
             ),
             remedy,
         }
@@ -252,9 +253,9 @@ pub fn allocator_at_peak(r: &RunRecord) -> Option<Evidence> {
         };
         Standing::Absent {
             reason: format!(
-                "none of {} in a {:.2} s run lies at the memory peak ({nearest})",
+                "none of {} in a {} run lies at the memory peak ({nearest})",
                 plural(ts.len(), "allocator sample"),
-                r.wall_seconds
+                crate::units::format_seconds(r.wall_seconds)
             ),
             remedy,
         }
@@ -285,9 +286,9 @@ fn pss_at_peak(r: &RunRecord) -> Evidence {
     let standing = if ts.len() < MIN_PSS_SAMPLES {
         Standing::Absent {
             reason: format!(
-                "{} in a {:.2} s run (needs {MIN_PSS_SAMPLES})",
+                "{} in a {} run (needs {MIN_PSS_SAMPLES})",
                 plural(ts.len(), "PSS read"),
-                r.wall_seconds
+                crate::units::format_seconds(r.wall_seconds)
             ),
             remedy: format!("a longer run ({budget})"),
         }
@@ -479,7 +480,7 @@ mod tests {
         let e = of(Figure::MeanRssBytes, &r).unwrap();
         match &e.standing {
             Standing::Absent { reason, remedy } => {
-                assert_eq!(reason, "1 memory sample in a 0.04 s run (needs 4)");
+                assert_eq!(reason, "1 memory sample in a 42 ms run (needs 4)");
                 // Four samples fit in 42 ms only at the shortest interval.
                 assert_eq!(remedy, "--interval 10ms");
             }
@@ -534,7 +535,7 @@ mod tests {
             Standing::Absent { reason, remedy } => {
                 assert!(
                     reason.contains(
-                        "none of 2 allocator samples in a 0.99 s run lies at the memory peak"
+                        "none of 2 allocator samples in a 990 ms run lies at the memory peak"
                     ),
                     "{reason}"
                 );
@@ -556,7 +557,7 @@ mod tests {
         assert!(!stands(Figure::LiveAtPeakBytes, &r));
         let e = allocator_at_peak(&r).unwrap();
         assert!(
-            matches!(&e.standing, Standing::Absent { reason, .. } if reason.starts_with("1 of 3 allocator samples in a 0.99 s run lies at the memory peak (needs 2")),
+            matches!(&e.standing, Standing::Absent { reason, .. } if reason.starts_with("1 of 3 allocator samples in a 990 ms run lies at the memory peak (needs 2")),
             "{e:?}"
         );
         // Two: the one where the allocator held the most (then live was highest) stands.
