@@ -91,9 +91,7 @@ fn setsid_daemons_die_with_the_run(as_user: Option<u32>) {
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
-    let doc: Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.path().join("out.json")).unwrap())
-            .unwrap();
+    let doc = out_json(dir.path());
     assert_eq!(first_run(&doc, "glibc")["status"], "ok", "{stderr}");
     assert_eq!(
         pids_with_marker(&before_mark),
@@ -180,9 +178,7 @@ fn a_driver_line_without_newline_keeps_memtrial_small() {
         "memtrial's peak RSS was {} MiB reading a 300 MB line",
         peak >> 20
     );
-    let doc: Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.path().join("out.json")).unwrap())
-            .unwrap();
+    let doc = out_json(dir.path());
     let run = first_run(&doc, "glibc");
     assert_eq!(run["status"], "ok", "{stderr}");
     let driver = &run["driver"];
@@ -284,9 +280,7 @@ fn stopped_run(
     let timeout = extra.contains(&"--timeout") && !script.starts_with("sleep 1");
     // A run that times out makes memtrial exit 1.
     assert_eq!(status.code(), Some(if timeout { 1 } else { 0 }), "{stderr}");
-    let doc: Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.path().join("out.json")).unwrap())
-            .unwrap();
+    let doc = out_json(dir.path());
     (first_run(&doc, "glibc").clone(), stderr)
 }
 
@@ -363,9 +357,7 @@ fn a_drivers_memory_is_not_the_workloads_without_cgroups() {
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
-    let doc: Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.path().join("out.json")).unwrap())
-            .unwrap();
+    let doc = out_json(dir.path());
     let run = first_run(&doc, "glibc");
     assert_eq!(run["status"], "ok", "{stderr}");
     let peak = run["peak_rss_bytes"].as_u64().unwrap();
@@ -431,9 +423,15 @@ fn a_fifo_or_link_in_the_probe_directory_neither_freezes_nor_leaks() {
         Some(0),
         "memtrial hung or failed: {stderr}"
     );
-    let doc: Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.path().join("out.json")).unwrap())
-            .unwrap();
+    let doc = out_json(dir.path());
     assert_eq!(first_run(&doc, "glibc")["status"], "ok");
     assert!(!doc.to_string().contains("not-a-probe-line"));
+}
+
+/// The experiment's JSON that a run wrote to `dir/out.json`, checked against its schema.
+fn out_json(dir: &std::path::Path) -> Value {
+    let text = std::fs::read_to_string(dir.join("out.json")).expect("out.json");
+    let doc: Value = serde_json::from_str(&text).expect("valid JSON");
+    validate_schema(&doc, "experiment-v4.schema.json");
+    doc
 }
