@@ -210,6 +210,10 @@ def main():
     a = ap.parse_args()
     if a.runs_total < 1:
         ap.error("--runs-total must be at least 1")
+    # The workloads run in directories of their own: a relative path would name nothing there.
+    a.memtrial = os.path.abspath(a.memtrial)
+    if not os.access(a.memtrial, os.X_OK):
+        ap.error(f"--memtrial {a.memtrial}: not an executable (cargo build --release)")
     workdir = a.out or tempfile.mkdtemp(prefix="memtrial-sweep-")
     os.makedirs(workdir, exist_ok=True)
     burst = os.path.join(workdir, "burst")
