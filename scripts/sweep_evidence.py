@@ -71,26 +71,31 @@ def series_rule(run):
 
 
 def allocator_rule(run):
-    """Live/held at the peak: >= 2 allocator samples, the at-peak one at the memory peak
-    (tree RSS on both sides >= 90% of the peak) and not in the run's last 5%."""
+    """Live/held at the peak: >= 2 allocator samples at the memory peak, each with the tree's
+    RSS on both sides >= 90% of the peak and outside the run's teardown (its last 5%, or
+    after the last memory sample). Recomputed from the raw series, not from the probe's own
+    `at_peak` (which may fall in the teardown and is not what analysis uses)."""
     a = (run.get("inside") or {}).get("allocator")
-    if not a or len(a["series"]) < 2 or not a.get("at_peak"):
-        return False
-    t = a["at_peak"]["t_seconds"]
     samples = run["samples"]
-    if not samples:
+    if not a or len(a["series"]) < 2 or not samples:
         return False
     single = max(s["processes"] for s in samples) <= 1
     peak = max([s["rss_bytes"] for s in samples] + ([run["peak_rss_bytes"]] if single else []))
-    if t > samples[-1]["t_seconds"] or t >= run["wall_seconds"] * 0.95:
+    if peak <= 0:
         return False
-    after = next((i for i, s in enumerate(samples) if s["t_seconds"] >= t), None)
-    if after is None:
-        return False
-    rss = samples[after]["rss_bytes"]
-    if after > 0 and samples[after]["t_seconds"] != t:
-        rss = min(rss, samples[after - 1]["rss_bytes"])
-    return peak > 0 and rss >= 0.9 * peak
+
+    def at_peak(t):
+        if t > samples[-1]["t_seconds"] or t >= run["wall_seconds"] * 0.95:
+            return False
+        after = next((i for i, s in enumerate(samples) if s["t_seconds"] >= t), None)
+        if after is None:
+            return False
+        rss = samples[after]["rss_bytes"]
+        if after > 0 and samples[after]["t_seconds"] != t:
+            rss = min(rss, samples[after - 1]["rss_bytes"])
+        return rss >= 0.9 * peak
+
+    return sum(1 for p in a["series"] if at_peak(p["t_seconds"])) >= 2
 
 
 def pss_rule(run):
