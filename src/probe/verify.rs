@@ -536,11 +536,11 @@ pub fn explain_not_mapped(detail: &str, stderr_head: &str, preload: &str) -> Opt
 
 /// The first `limit` bytes of a file, as text (empty when it cannot be read).
 pub fn head_of(path: &Path, limit: u64) -> String {
-    use std::io::Read;
-    let mut buf = Vec::new();
-    if let Ok(f) = std::fs::File::open(path) {
-        let _ = f.take(limit).read_to_end(&mut buf);
-    }
+    // The workload knows this path (its own stderr) and could have put a FIFO or a link
+    // there: read only a regular file, without waiting, within the limit.
+    let buf =
+        crate::linux::safe_file::read_bounded(path, limit, crate::linux::safe_file::End::Head)
+            .unwrap_or_default();
     String::from_utf8_lossy(&buf).into_owned()
 }
 

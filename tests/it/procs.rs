@@ -435,3 +435,48 @@ fn out_json(dir: &std::path::Path) -> Value {
     validate_schema(&doc, "experiment-v4.schema.json");
     doc
 }
+
+/// The workload knows its own stderr's path: replaced by a FIFO, it must not freeze the
+/// run when memtrial reads the loader's words from it (a preload that did not take).
+#[test]
+fn a_workload_that_turns_its_stderr_into_a_fifo_cannot_freeze_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = dir.path().join("libnot-elf.so");
+    std::fs::write(&fake, "this is text, not a shared object\n".repeat(8)).unwrap();
+    let variant = format!("x=preload:{}", fake.display());
+    let out = Command::new("timeout")
+        .args(["-s", "KILL", "120"])
+        .arg(memtrial())
+        .args([
+            "run",
+            "--runs",
+            "1",
+            "--variants",
+            "glibc",
+            "--variant",
+            &variant,
+            "--json",
+            "out.json",
+            "--",
+            "/bin/sh",
+            "-c",
+            "p=$(readlink /proc/self/fd/2); rm -f \"$p\" && mkfifo \"$p\"; sleep 0.5",
+        ])
+        .current_dir(dir.path())
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // The preload did not take (exit 1, said); a hang would be the watchdog's SIGKILL.
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "memtrial hung or failed: {stderr}"
+    );
+    let doc = out_json(dir.path());
+    assert_eq!(
+        first_run(&doc, "x")["status"],
+        "variant_not_effective",
+        "{stderr}"
+    );
+}
