@@ -89,7 +89,7 @@ fn setsid_daemons_die_with_the_run(as_user: Option<u32>) {
         .env("NO_COLOR", "1")
         .output()
         .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = stderr_of(&out);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     let doc = out_json(dir.path());
     assert_eq!(first_run(&doc, "glibc")["status"], "ok", "{stderr}");
@@ -355,7 +355,7 @@ fn a_drivers_memory_is_not_the_workloads_without_cgroups() {
         .env("NO_COLOR", "1")
         .output()
         .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = stderr_of(&out);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     let doc = out_json(dir.path());
     let run = first_run(&doc, "glibc");
@@ -397,9 +397,7 @@ fn a_fifo_or_link_in_the_probe_directory_neither_freezes_nor_leaks() {
         "mkfifo \"$MEMTRIAL_PROBE_DIR/4242\" && ln -s {} \"$MEMTRIAL_PROBE_DIR/4243\" && sleep 2",
         dir.path().join("secret").display()
     );
-    let out = Command::new("timeout")
-        .args(["-s", "KILL", "120"])
-        .arg(memtrial())
+    let out = watched()
         .args([
             "run",
             "--runs",
@@ -417,7 +415,7 @@ fn a_fifo_or_link_in_the_probe_directory_neither_freezes_nor_leaks() {
         .env("NO_COLOR", "1")
         .output()
         .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = stderr_of(&out);
     assert_eq!(
         out.status.code(),
         Some(0),
@@ -444,9 +442,7 @@ fn a_workload_that_turns_its_stderr_into_a_fifo_cannot_freeze_the_run() {
     let fake = dir.path().join("libnot-elf.so");
     std::fs::write(&fake, "this is text, not a shared object\n".repeat(8)).unwrap();
     let variant = format!("x=preload:{}", fake.display());
-    let out = Command::new("timeout")
-        .args(["-s", "KILL", "120"])
-        .arg(memtrial())
+    let out = watched()
         .args([
             "run",
             "--runs",
@@ -466,7 +462,7 @@ fn a_workload_that_turns_its_stderr_into_a_fifo_cannot_freeze_the_run() {
         .env("NO_COLOR", "1")
         .output()
         .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = stderr_of(&out);
     // The preload did not take (exit 1, said); a hang would be the watchdog's SIGKILL.
     assert_eq!(
         out.status.code(),
@@ -479,4 +475,16 @@ fn a_workload_that_turns_its_stderr_into_a_fifo_cannot_freeze_the_run() {
         "variant_not_effective",
         "{stderr}"
     );
+}
+
+/// memtrial under a watchdog: a hang ends in SIGKILL after 120 s, so the test fails on the
+/// exit status instead of hanging the suite.
+fn watched() -> Command {
+    let mut c = Command::new("timeout");
+    c.args(["-s", "KILL", "120"]).arg(memtrial());
+    c
+}
+
+fn stderr_of(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
 }

@@ -265,13 +265,7 @@ fn two_concurrent_resumes_add_exactly_the_missing_runs() {
         ],
     );
     // The first run creates `go` and sleeps: interrupt it there.
-    for _ in 0..600 {
-        if dir.join("go").exists() {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    assert!(dir.join("go").exists(), "the first run never started");
+    wait_for_first_run(dir);
     unsafe { libc::kill(first.id() as i32, libc::SIGINT) };
     let o = first.wait().unwrap();
     assert_eq!(o.code(), Some(130));
@@ -416,13 +410,7 @@ fn a_sigkilled_experiment_lists_as_interrupted_and_resumes() {
             "test -e go && exit 0; touch go; exec sleep 30",
         ],
     );
-    for _ in 0..600 {
-        if dir.join("go").exists() {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    assert!(dir.join("go").exists(), "the first run never started");
+    wait_for_first_run(dir);
     victim.kill().unwrap();
     victim.wait().unwrap();
     assert_eq!(
@@ -473,4 +461,15 @@ fn a_stored_plan_without_a_command_is_refused_not_a_panic() {
     let text = stderr(&o);
     assert_eq!(o.status.code(), Some(2), "{text}");
     assert!(text.contains("its stored plan has no command"), "{text}");
+}
+
+/// Waits (at most 30 s) until the workload's first run has made `dir/go`.
+fn wait_for_first_run(dir: &Path) {
+    for _ in 0..600 {
+        if dir.join("go").exists() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(dir.join("go").exists(), "the first run never started");
 }
