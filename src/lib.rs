@@ -18,6 +18,8 @@ pub mod report;
 pub mod runner;
 pub mod schedule;
 pub mod store;
+#[cfg(test)]
+mod testing;
 pub mod trial;
 pub mod units;
 pub mod workload;

@@ -964,15 +964,17 @@ mod tests {
     fn v2_lifecycle_on_a_real_unified_mount() {
         use std::os::unix::process::CommandExt;
         // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
-            eprintln!("skipping: needs root");
+        let root = || unsafe { libc::geteuid() } == 0;
+        if !crate::testing::require("root", "run the tests as root", root) {
             return;
         }
         let mi = fs::read_to_string("/proc/self/mountinfo").unwrap();
-        let Some(m) = parse_mountinfo(&mi).into_iter().find(|m| m.v2) else {
-            eprintln!("skipping: no cgroup2 mount here");
+        let v2 = parse_mountinfo(&mi).into_iter().find(|m| m.v2);
+        let how = "a kernel with a cgroup2 mount (hybrid or unified)";
+        if !crate::testing::require("a cgroup2 mount", how, || v2.is_some()) {
             return;
-        };
+        }
+        let m = v2.expect("checked above");
         let h = Hierarchy::V2 {
             base: m.mount_point.join("memtrial-selftest"),
             mount: m.mount_point.clone(),
@@ -981,7 +983,8 @@ mod tests {
         let cg = match RunCgroup::create(&h, &name, &Limits::default()) {
             Ok(cg) => cg,
             Err(e) => {
-                eprintln!("skipping: cannot create a v2 group here: {e}");
+                let what = format!("a v2 group it can create ({e})");
+                crate::testing::require(&what, "a writable cgroup2 mount", || false);
                 return;
             }
         };

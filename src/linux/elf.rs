@@ -289,8 +289,12 @@ mod tests {
     fn fixtures() -> Option<&'static Path> {
         static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
         DIR.get_or_init(|| {
-            if Command::new("gcc").arg("--version").output().is_err() {
-                eprintln!("skipping: gcc not found, cannot build C fixtures");
+            let gcc = || Command::new("gcc").arg("--version").output().is_ok();
+            if !crate::testing::require(
+                "gcc to build the C fixtures",
+                "apt-get install -y gcc",
+                gcc,
+            ) {
                 return None;
             }
             // Next to the test binary (target/debug/deps), so nothing leaks into /tmp.
@@ -318,22 +322,20 @@ mod tests {
     /// A built fixture, or `None` with a printed reason.
     fn fixture(name: &str) -> Option<PathBuf> {
         let path = fixtures()?.join(name);
-        if path.exists() {
-            Some(path)
-        } else {
-            eprintln!("skipping: fixture {name} was not built (see build.sh output)");
-            None
-        }
+        let what = format!("the C fixture {name}");
+        crate::testing::require(&what, "see tests/fixtures/c/build.sh's output", || {
+            path.exists()
+        })
+        .then_some(path)
     }
 
     fn system_file(path: &str) -> Option<PathBuf> {
         let path = PathBuf::from(path);
-        if path.exists() {
-            Some(path)
-        } else {
-            eprintln!("skipping: {} not installed", path.display());
-            None
-        }
+        let what = path.display().to_string();
+        crate::testing::require(&what, "scripts/setup-tests.sh installs it", || {
+            path.exists()
+        })
+        .then_some(path)
     }
 
     fn facts(path: &Path) -> ElfFacts {
@@ -394,8 +396,7 @@ mod tests {
             .arg(&path)
             .status()
             .is_ok_and(|s| s.success());
-        if !ok {
-            eprintln!("skipping: strip not available");
+        if !crate::testing::require("strip", "apt-get install -y binutils", || ok) {
             return;
         }
         let f = facts(&stripped);

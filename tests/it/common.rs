@@ -158,26 +158,9 @@ pub fn fragment_cmd() -> Vec<String> {
 
 // ───────────── requirements: skip with a reason, or fail under MEMTRIAL_TEST_STRICT=1 ─────────────
 
-/// Whether missing requirements fail the test instead of skipping it
-/// (`MEMTRIAL_TEST_STRICT=1`, set by scripts/test.sh: CI never goes green by skipping).
-pub fn strict() -> bool {
-    std::env::var("MEMTRIAL_TEST_STRICT").is_ok_and(|v| v == "1")
-}
-
-/// Checks one requirement of the running test. When `check` says it is missing: under
-/// `MEMTRIAL_TEST_STRICT=1` the test fails; otherwise it prints
-/// `skipped: <test> needs <what> (<how to get it>)` and returns false, and the test returns.
-pub fn require(what: &str, how: &str, check: impl FnOnce() -> bool) -> bool {
-    if check() {
-        return true;
-    }
-    let thread = std::thread::current();
-    let test = thread.name().unwrap_or("this test");
-    let msg = format!("{test} needs {what} ({how})");
-    assert!(!strict(), "MEMTRIAL_TEST_STRICT=1 and {msg}");
-    eprintln!("skipped: {msg}");
-    false
-}
+#[path = "../../src/testing.rs"]
+mod testing;
+pub use testing::require;
 
 fn runs(cmd: &str) -> bool {
     Command::new(cmd)

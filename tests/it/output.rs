@@ -3,12 +3,7 @@
 
 use std::process::Command;
 
-use crate::common::{memtrial, memtrial_in_tmp};
-
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
+use crate::common::{is_root, memtrial, memtrial_in_tmp, require};
 
 #[test]
 fn list_shows_control_characters_escaped() {
@@ -91,8 +86,8 @@ fn quiet_demo_prints_nothing_but_the_table() {
 #[test]
 fn inspect_kernel_thread_says_kernel_thread_not_exited() {
     let comm = std::fs::read_to_string("/proc/2/comm").unwrap_or_default();
-    if comm.trim() != "kthreadd" {
-        eprintln!("skipping: PID 2 is not kthreadd here ({comm:?})");
+    let kthreadd = || comm.trim() == "kthreadd";
+    if !require("PID 2 to be kthreadd", "a host PID namespace", kthreadd) {
         return;
     }
     let r = memtrial_in_tmp(&["inspect", "2"]);
@@ -104,8 +99,7 @@ fn inspect_kernel_thread_says_kernel_thread_not_exited() {
 
 #[test]
 fn inspect_as_root_is_not_told_to_run_as_root() {
-    if !is_root() {
-        eprintln!("skipping: needs root");
+    if !require("root", "run the tests as root", is_root) {
         return;
     }
     let r = memtrial_in_tmp(&["inspect", "1"]);
