@@ -288,7 +288,7 @@ fn mean(xs: &[(f64, f64)]) -> f64 {
 
 /// Why no allocator figures are at hand for this run.
 fn missing_reason(r: &RunRecord) -> String {
-    if let Some(reason) = r.inside.absence(crate::probe::allocator::NAME) {
+    if let Some(reason) = r.inside.absence(crate::record::inside::ALLOCATOR_PROBE) {
         return reason.to_string();
     }
     match &r.inside.allocator {

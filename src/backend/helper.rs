@@ -351,7 +351,7 @@ pub fn exit_words(s: ExitStatus) -> String {
         (Some(c), _) => format!("exit code {c}"),
         (None, Some(sig)) => format!(
             "killed by signal {sig} ({})",
-            crate::trial::signal_name(sig)
+            crate::linux::proc::signal_name(sig)
         ),
         _ => "an unknown exit".into(),
     }

@@ -200,7 +200,7 @@ pub struct Plan {
     pub worker: Option<WorkerPlan>,
 }
 
-/// What happens around each run besides the workload: see [`crate::trial::drive`].
+/// What happens around each run besides the workload: the trial layer's `drive` module runs it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WorkerPlan {
     /// `--before CMD`: run by `/bin/sh -c` before each run's workload starts.

@@ -15,28 +15,17 @@ use super::{append_env, Probe, RunEnd, Tick, TickKind};
 use crate::record::{Absence, AllocatorPoint, AllocatorView, RunRecord};
 
 /// The probe's name, in records and messages.
-pub const NAME: &str = "allocator";
+pub const NAME: &str = crate::record::inside::ALLOCATOR_PROBE;
 
-#[cfg(memtrial_probe_shim)]
-const SHIM: Option<&[u8]> = Some(include_bytes!(concat!(
-    env!("OUT_DIR"),
-    "/libmemtrial-probe.so"
-)));
-#[cfg(not(memtrial_probe_shim))]
-const SHIM: Option<&[u8]> = None;
+/// The probe library built from probe-shim/shim.c by build.rs (which fails without a C
+/// compiler).
+const SHIM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libmemtrial-probe.so"));
 
 /// Where the embedded library is written for the loader: once per memtrial process.
 pub fn shim_path() -> Result<PathBuf, String> {
     static PATH: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
-    PATH.get_or_init(|| {
-        let bytes = SHIM.ok_or_else(|| {
-            "this memtrial was built without a C compiler, so it has no allocator probe \
-             (install gcc and libc6-dev and rebuild)"
-                .to_string()
-        })?;
-        super::files::install("libmemtrial-probe", "so", bytes)
-    })
-    .clone()
+    PATH.get_or_init(|| super::files::install("libmemtrial-probe", "so", SHIM))
+        .clone()
 }
 
 /// One process's latest report.

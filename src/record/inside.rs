@@ -4,6 +4,9 @@
 
 use serde::{Deserialize, Serialize};
 
+/// The allocator probe's name, in records (`absent[].probe`) and messages.
+pub const ALLOCATOR_PROBE: &str = "allocator";
+
 /// The inside view of one run.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct InsideView {

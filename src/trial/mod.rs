@@ -24,7 +24,6 @@ use drive::Driver;
 use status::{EndedBy, Facts};
 
 pub use crate::backend::local::Isolation;
-pub use status::signal_name;
 
 /// Errors that stop memtrial itself (not the workload: a workload's failure is a record).
 #[derive(Debug, thiserror::Error)]

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use crate::backend::ExitKind;
+use crate::linux::proc::signal_name;
 use crate::record::{RunStatus, Verification};
 
 /// Why memtrial ended the run itself.
@@ -102,24 +103,6 @@ pub fn exit_phrase(exit: Option<ExitKind>) -> String {
         Some(ExitKind::Code(c)) => format!("exit code {c}"),
         Some(ExitKind::Signal(s)) => format!("killed by {}", signal_name(s)),
         None => "no exit status".into(),
-    }
-}
-
-/// A signal's name, e.g. `SIGKILL`.
-pub fn signal_name(sig: i32) -> &'static str {
-    match sig {
-        libc::SIGHUP => "SIGHUP",
-        libc::SIGINT => "SIGINT",
-        libc::SIGQUIT => "SIGQUIT",
-        libc::SIGILL => "SIGILL",
-        libc::SIGABRT => "SIGABRT",
-        libc::SIGBUS => "SIGBUS",
-        libc::SIGFPE => "SIGFPE",
-        libc::SIGKILL => "SIGKILL",
-        libc::SIGSEGV => "SIGSEGV",
-        libc::SIGPIPE => "SIGPIPE",
-        libc::SIGTERM => "SIGTERM",
-        _ => "signal",
     }
 }
 
