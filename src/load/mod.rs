@@ -109,11 +109,6 @@ pub struct Errors {
 }
 
 impl Errors {
-    /// Failures without a response: connect, timeout and other.
-    pub fn transport(&self) -> u64 {
-        self.connect + self.timeout + self.other
-    }
-
     fn add(&mut self, o: &Errors) {
         self.connect += o.connect;
         self.timeout += o.timeout;

@@ -76,15 +76,6 @@ impl ExportType {
         }
     }
 
-    /// Whether the format is meant for programs (it may take standard output, and the
-    /// table then moves aside).
-    pub fn is_machine_readable(self) -> bool {
-        matches!(
-            self,
-            ExportType::Json | ExportType::Csv | ExportType::SamplesCsv | ExportType::Markdown
-        )
-    }
-
     pub fn exporter(self) -> Box<dyn for<'a> Exporter<Report<'a>>> {
         match self {
             ExportType::Table { color } => Box::new(table::TableExporter { color }),

@@ -95,7 +95,6 @@ type Sink = Arc<Mutex<dyn Write + Send>>;
 pub struct Printer {
     quiet: bool,
     color: bool,
-    stdout_tty: bool,
     stderr_tty: bool,
     stdout: Sink,
     stderr: Sink,
@@ -149,7 +148,6 @@ impl Printer {
                 ColorMode::Never => false,
                 ColorMode::Auto => stdout_tty && !no_color,
             },
-            stdout_tty,
             stderr_tty,
             stdout: Arc::new(Mutex::new(std::io::stdout())),
             stderr: Arc::new(Mutex::new(std::io::stderr())),
@@ -162,7 +160,6 @@ impl Printer {
         let p = Printer {
             quiet,
             color,
-            stdout_tty: false,
             stderr_tty: false,
             stdout: Arc::new(Mutex::new(Shared(Arc::clone(&c.stdout)))),
             stderr: Arc::new(Mutex::new(Shared(Arc::clone(&c.stderr)))),
@@ -177,10 +174,6 @@ impl Printer {
     /// Whether renderers may colour what they draw.
     pub fn color(&self) -> bool {
         self.color
-    }
-
-    pub fn stdout_is_terminal(&self) -> bool {
-        self.stdout_tty
     }
 
     /// Whether progress may be drawn in place (a bar, a live line): standard error is
