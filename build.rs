@@ -1,24 +1,40 @@
-//! Builds memtrial's spawner (spawner/spawn.c) as a small static executable that the
-//! binary embeds. Without a C compiler memtrial still builds and runs: it then spawns
-//! workloads through itself, whose larger start-up image can show in the peak of a
-//! very small program (see src/backend/spawn.rs).
+//! Builds the two C parts the binary embeds: the spawner (spawner/spawn.c, a small static
+//! executable between memtrial and the workload, so a small program's peak is its own) and
+//! the allocator probe (probe-shim/shim.c, a shared library preloaded into the run). Both
+//! are required: without a C compiler the build fails and says what to install, rather
+//! than producing a memtrial whose figures differ (scripts/setup.sh installs gcc and
+//! libc6-dev).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
+
+const INSTALL: &str = "install a C compiler and libc headers (Debian: apt-get install -y gcc \
+                       libc6-dev; scripts/setup.sh does it) and build again";
 
 fn main() {
     println!("cargo:rerun-if-changed=spawner/spawn.c");
     println!("cargo:rerun-if-changed=probe-shim/shim.c");
-    println!("cargo:rustc-check-cfg=cfg(memtrial_c_spawner)");
-    println!("cargo:rustc-check-cfg=cfg(memtrial_probe_shim)");
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
     build_probe_shim(&out);
     build_spawner(&out);
 }
 
-/// The allocator probe (probe-shim/shim.c): a shared library memtrial embeds and
-/// preloads into a run's processes. Without it memtrial runs without the allocator probe.
-fn build_probe_shim(out: &std::path::Path) {
+/// What a failed compiler run said, for the build's error.
+fn run(cmd: &mut Command) -> Result<(), String> {
+    match cmd.output() {
+        Ok(o) if o.status.success() => Ok(()),
+        Ok(o) => Err(format!(
+            "{}: {}",
+            o.status,
+            String::from_utf8_lossy(&o.stderr).trim()
+        )),
+        Err(e) => Err(format!("cannot run {:?}: {e}", cmd.get_program())),
+    }
+}
+
+/// The allocator probe: a shared library memtrial embeds and preloads into a run's
+/// processes.
+fn build_probe_shim(out: &Path) {
     let lib = out.join("libmemtrial-probe.so");
     let compiler = cc::Build::new().opt_level(2).get_compiler();
     let mut cmd = compiler.to_command();
@@ -30,20 +46,17 @@ fn build_probe_shim(out: &std::path::Path) {
         .arg(&lib)
         .arg("probe-shim/shim.c")
         .arg("-ldl");
-    if Command::status(&mut cmd).is_ok_and(|s| s.success()) {
-        println!("cargo:rustc-cfg=memtrial_probe_shim");
-    } else {
-        println!(
-            "cargo:warning=no C compiler could build probe-shim/shim.c: memtrial runs \
-             without its allocator probe (install gcc and libc6-dev)"
-        );
+    if let Err(e) = run(&mut cmd) {
+        panic!("cannot build the allocator probe (probe-shim/shim.c): {e}\n{INSTALL}");
     }
 }
 
-fn build_spawner(out: &std::path::Path) {
+/// The spawner: static (no loader, fewest private pages), or dynamic where libc.a is
+/// missing.
+fn build_spawner(out: &Path) {
     let exe = out.join("memtrial-spawn");
     let compiler = cc::Build::new().opt_level(2).get_compiler();
-    // Static first (no loader, fewest private pages); dynamic if libc.a is missing.
+    let mut errors = Vec::new();
     for extra in [&["-static"][..], &[][..]] {
         let mut cmd = compiler.to_command();
         cmd.args(extra)
@@ -51,13 +64,13 @@ fn build_spawner(out: &std::path::Path) {
             .arg("-o")
             .arg(&exe)
             .arg("spawner/spawn.c");
-        if Command::status(&mut cmd).is_ok_and(|s| s.success()) {
-            println!("cargo:rustc-cfg=memtrial_c_spawner");
-            return;
+        match run(&mut cmd) {
+            Ok(()) => return,
+            Err(e) => errors.push(e),
         }
     }
-    println!(
-        "cargo:warning=no C compiler could build spawner/spawn.c: memtrial spawns workloads \
-         through itself (install gcc and libc6-dev for exact peaks of very small programs)"
+    panic!(
+        "cannot build the spawner (spawner/spawn.c): {}\n{INSTALL}",
+        errors.join("; ")
     );
 }

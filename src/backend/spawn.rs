@@ -8,9 +8,10 @@
 //! the run's child execs a small spawner, and that process forks the workload: the
 //! workload's first image is a copy of the spawner, not of memtrial. The spawner is
 //! `spawner/spawn.c`, built static by `build.rs` and embedded (a few dozen KiB of private
-//! pages); without a C compiler at build time memtrial starts itself again
-//! (`/proc/self/exe __memtrial-spawn …`, [`spawner_main`]), a fresh image whose start-up
-//! pages (~1.3 MiB) can still show as the peak of a very small program. The spawner waits for the workload with `wait4`
+//! pages). Where the embedded spawner cannot be put in a memory file at run time, memtrial
+//! starts itself again (`/proc/self/exe __memtrial-spawn …`, [`spawner_main`]), a fresh
+//! image whose start-up pages (~1.3 MiB) can still show as the peak of a very small
+//! program. The spawner waits for the workload with `wait4`
 //! and reports the workload's exit and resource usage on a pipe, then exits the same way.
 //! The workload leads a process group of its own, which memtrial signals; the spawner
 //! ignores the usual stop signals all the same, so that it outlives the workload to
@@ -26,11 +27,8 @@ use std::sync::OnceLock;
 
 use super::{ExitKind, Usage};
 
-/// The spawner built from `spawner/spawn.c`, when the build had a C compiler.
-#[cfg(memtrial_c_spawner)]
+/// The spawner built from `spawner/spawn.c` by build.rs (which fails without a C compiler).
 const EMBEDDED: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/memtrial-spawn"));
-#[cfg(not(memtrial_c_spawner))]
-const EMBEDDED: &[u8] = &[];
 
 /// The program a run's child execs as its spawner: the embedded C spawner, run from a
 /// sealed memory file, or else memtrial itself (`/proc/self/exe`).
@@ -45,9 +43,6 @@ pub fn spawner_program() -> PathBuf {
 /// The embedded spawner in an anonymous memory file, sealed and reopened read-only (a
 /// file open for writing cannot be executed).
 fn embedded_memfd() -> std::io::Result<OwnedFd> {
-    if EMBEDDED.is_empty() {
-        return Err(std::io::ErrorKind::NotFound.into());
-    }
     // SAFETY: a NUL-terminated name and flags.
     let fd = unsafe {
         libc::memfd_create(
