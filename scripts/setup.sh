@@ -24,8 +24,8 @@ install_missing() {
 }
 
 # The allocators memtrial compares (glibc's malloc is always there), and the C compiler
-# with glibc's static library that build.rs uses for the small spawner memtrial embeds
-# (without them memtrial still builds, but a tiny program's peak includes ~1 MiB of its own).
+# with glibc's static library that build.rs needs for the small spawner and the allocator
+# probe memtrial embeds (without a C compiler the build fails, naming what to install).
 install_missing libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0 gcc libc6-dev
 
 if ! command -v cargo >/dev/null 2>&1; then
@@ -38,5 +38,7 @@ if ! command -v cargo >/dev/null 2>&1; then
   exit 1
 fi
 
-cargo build --release --locked --quiet
+# Not --quiet: a first build compiles for several minutes, and cargo's own progress shows it.
+echo "setup: building target/release/memtrial (a first build takes minutes on 2 cores)" >&2
+cargo build --release --locked
 echo "setup: ready — target/release/memtrial" >&2

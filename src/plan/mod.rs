@@ -937,7 +937,7 @@ fn line_col(text: &str, offset: usize) -> (usize, usize) {
     (line, col)
 }
 
-/// Defaults, documented in the README and `--help`.
+/// Defaults, documented in docs/ and `--help`.
 pub const DEFAULT_RUNS: u32 = 5;
 pub const DEFAULT_INTERVAL: &str = "100ms";
 pub const DEFAULT_GRACE_MS: u64 = 3000;
