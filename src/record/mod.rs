@@ -5,6 +5,7 @@
 pub mod evidence;
 pub mod inside;
 pub mod load;
+pub mod wire;
 
 use std::path::PathBuf;
 

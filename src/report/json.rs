@@ -12,27 +12,12 @@ use serde::Serialize;
 
 use crate::analysis::recommend::Recommendation;
 use crate::analysis::{Analysis, Estimate, Ratio, VariantSummary};
-use crate::linux::cgroup::{CgroupFigures, Limits};
+use crate::linux::cgroup::Limits;
 use crate::linux::host::HostInfo;
-use crate::record::{Experiment, RunRecord, TreeSample};
+use crate::record::wire::{run, RunJson};
+use crate::record::Experiment;
 
-pub const JSON_SCHEMA_VERSION: u32 = 4;
-
-/// The JSON Schemas of the versions `memtrial import` reads, by version.
-pub const SCHEMAS: [(u32, &str); 3] = [
-    (
-        2,
-        include_str!("../../docs/schema/experiment-v2.schema.json"),
-    ),
-    (
-        3,
-        include_str!("../../docs/schema/experiment-v3.schema.json"),
-    ),
-    (
-        4,
-        include_str!("../../docs/schema/experiment-v4.schema.json"),
-    ),
-];
+pub use crate::record::wire::{JSON_SCHEMA_VERSION, SCHEMAS};
 
 #[derive(Serialize)]
 struct Doc<'a> {
@@ -107,70 +92,6 @@ struct VariantJson<'a> {
 }
 
 #[derive(Serialize)]
-struct RunJson<'a> {
-    block: u32,
-    warmup: bool,
-    started_at: &'a str,
-    status: &'static str,
-    exit_code: Option<i32>,
-    signal: Option<i32>,
-    verified: bool,
-    verification: &'static str,
-    verification_detail: &'a str,
-    allocator_detected: &'a str,
-    wall_seconds: f64,
-    cpu_user_seconds: f64,
-    cpu_sys_seconds: f64,
-    peak_rss_bytes: u64,
-    peak_rss_source: &'static str,
-    mean_rss_bytes: u64,
-    final_rss_bytes: u64,
-    peak_pss_bytes: Option<u64>,
-    peak_uss_bytes: Option<u64>,
-    peak_vsz_bytes: u64,
-    threads_peak: u64,
-    minor_faults: u64,
-    major_faults: u64,
-    processes_seen: u32,
-    message: Option<&'a str>,
-    stdout_path: String,
-    stderr_path: String,
-    cgroup: Option<&'a CgroupFigures>,
-    requests: Option<u64>,
-    throughput_rps: Option<f64>,
-    errors: Option<&'a crate::record::load::ErrorCounts>,
-    latency_p50_ms: Option<f64>,
-    latency_p90_ms: Option<f64>,
-    latency_p95_ms: Option<f64>,
-    latency_p99_ms: Option<f64>,
-    latency_max_ms: Option<f64>,
-    load: Option<&'a crate::record::LoadFigures>,
-    /// A worker's or service's driven phase and its driver's figures.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    driver: Option<&'a crate::record::DriverFigures>,
-    /// What the probes inside the workload saw (allocator, runtimes); absent when none ran.
-    #[serde(skip_serializing_if = "crate::record::InsideView::is_empty")]
-    inside: &'a crate::record::InsideView,
-    samples: Vec<SampleJson>,
-    /// The run's host: an index into `experiment.hosts` (left out of a run's identity).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    host: Option<usize>,
-}
-
-#[derive(Serialize)]
-struct SampleJson {
-    t_seconds: f64,
-    rss_bytes: u64,
-    vsz_bytes: u64,
-    threads: u64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pss_bytes: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    uss_bytes: Option<u64>,
-    processes: u32,
-}
-
-#[derive(Serialize)]
 struct SummaryJson<'a> {
     runs_total: usize,
     runs_ok: usize,
@@ -189,69 +110,6 @@ struct SummaryJson<'a> {
     evidence: BTreeMap<&'static str, &'a crate::analysis::FigureEvidence>,
     #[serde(skip_serializing_if = "Option::is_none")]
     live_departure: Option<&'a str>,
-}
-
-fn sample(s: &TreeSample) -> SampleJson {
-    SampleJson {
-        t_seconds: (s.t_seconds * 1000.0).round() / 1000.0,
-        rss_bytes: s.rss_bytes,
-        vsz_bytes: s.vsz_bytes,
-        threads: s.threads,
-        pss_bytes: s.pss_bytes,
-        uss_bytes: s.uss_bytes,
-        processes: s.processes,
-    }
-}
-
-fn run(r: &RunRecord) -> RunJson<'_> {
-    RunJson {
-        block: r.block,
-        warmup: r.warmup,
-        started_at: &r.started_at,
-        status: r.status.as_str(),
-        exit_code: r.exit_code,
-        signal: r.signal,
-        verified: r.verification.ok(),
-        verification: r.verification.as_str(),
-        verification_detail: &r.verification_detail,
-        allocator_detected: &r.allocator_detected,
-        wall_seconds: r.wall_seconds,
-        cpu_user_seconds: r.cpu_user_seconds,
-        cpu_sys_seconds: r.cpu_sys_seconds,
-        peak_rss_bytes: r.peak_rss_bytes,
-        peak_rss_source: r.peak_rss_source.as_str(),
-        mean_rss_bytes: r.mean_rss_bytes,
-        final_rss_bytes: r.final_rss_bytes,
-        peak_pss_bytes: r.peak_pss_bytes,
-        peak_uss_bytes: r.peak_uss_bytes,
-        peak_vsz_bytes: r.peak_vsz_bytes,
-        threads_peak: r.threads_peak,
-        minor_faults: r.minor_faults,
-        major_faults: r.major_faults,
-        processes_seen: r.processes_seen,
-        message: r.message.as_deref(),
-        stdout_path: r.stdout_path.display().to_string(),
-        stderr_path: r.stderr_path.display().to_string(),
-        cgroup: r.cgroup.as_ref(),
-        requests: r.load.as_ref().map(|l| l.requests),
-        throughput_rps: r.load.as_ref().map(|l| l.throughput_rps),
-        errors: r.load.as_ref().map(|l| &l.errors),
-        latency_p50_ms: r.load.as_ref().map(|l| l.latency_p50_ms),
-        latency_p90_ms: r.load.as_ref().map(|l| l.latency_p90_ms),
-        latency_p95_ms: r.load.as_ref().map(|l| l.latency_p95_ms),
-        latency_p99_ms: r.load.as_ref().map(|l| l.latency_p99_ms),
-        latency_max_ms: r.load.as_ref().map(|l| l.latency_max_ms),
-        load: r.load.as_ref(),
-        driver: r.driver.as_ref(),
-        inside: &r.inside,
-        samples: r.samples.iter().map(sample).collect(),
-        host: None,
-    }
-}
-
-/// A run as the JSON record has it, without its host: what its identity is made of.
-pub fn run_value(r: &RunRecord) -> serde_json::Value {
-    serde_json::to_value(run(r)).unwrap_or(serde_json::Value::Null)
 }
 
 fn summary(s: &VariantSummary) -> SummaryJson<'_> {

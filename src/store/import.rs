@@ -21,11 +21,11 @@ use crate::plan::{
     Plan, ProbePlan, ServerPlan, Variant, VariantOrigin, VariantProgram, WorkerPlan,
     DEFAULT_GRACE_MS,
 };
+use crate::record::wire::{JSON_SCHEMA_VERSION, SCHEMAS};
 use crate::record::{
     DriverFigures, ExperimentStatus, InsideView, LoadFigures, PeakSource, RunRecord, RunStatus,
     TreeSample, Verification,
 };
-use crate::report::json::{JSON_SCHEMA_VERSION, SCHEMAS};
 
 /// The largest record file `memtrial import` reads (64 MiB): a record of a thousand runs
 /// of an hour each, sampled every second, is about half of it. A larger input is refused

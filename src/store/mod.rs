@@ -43,6 +43,8 @@ pub enum StoreError {
         what: &'static str,
         reason: String,
     },
+    #[error("database {}: the run cannot be stored: its record does not serialise ({reason})", path.display())]
+    Unwritable { path: PathBuf, reason: String },
 }
 
 pub struct Store {
@@ -723,7 +725,11 @@ impl Store {
         let err = sqlite_err(&self.path);
         let tx = immediate(&mut self.conn).map_err(err)?;
         let host = &same_host_as_recorded(&tx, experiment, host).map_err(err)?;
-        let identity = import::run_identity(&crate::report::json::run_value(r), host);
+        let value = crate::record::wire::run_value(r).map_err(|e| StoreError::Unwritable {
+            path: self.path.clone(),
+            reason: e.to_string(),
+        })?;
+        let identity = import::run_identity(&value, host);
         let h = host_id(&tx, host).map_err(err)?;
         let run_id = insert_run(&tx, experiment, seq, r, h, &identity).map_err(err)?;
         // The slot is stored: its claim ends with it.
