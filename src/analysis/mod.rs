@@ -494,8 +494,14 @@ pub fn trend_phrase(t: &trend::Trend) -> String {
             why::more_minutes(need_seconds - seconds)
         ),
         trend::Trend::TooShort {
-            samples, seconds, ..
-        } => format!("too short to judge ({samples} samples over {seconds:.1} s)"),
+            samples,
+            seconds,
+            late_samples,
+            ..
+        } => format!(
+            "too short to judge ({samples} samples over {seconds:.1} s{})",
+            trend::late_clause(*late_samples)
+        ),
     }
 }
 
@@ -520,6 +526,7 @@ pub fn run_trend(r: &RunRecord) -> Option<trend::Trend> {
                 seconds: b - a,
                 need_samples: rules.min_samples,
                 need_seconds: why::MIN_LEAK_STEADY_SECONDS,
+                late_samples: None,
             }
         }
         t => t,

@@ -85,7 +85,23 @@ pub enum Trend {
         seconds: f64,
         need_samples: usize,
         need_seconds: f64,
+        /// Enough samples in all, but only this many in the later half of the window,
+        /// where the slope is fitted (it needs [`MIN_FITTED_SAMPLES`]).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        late_samples: Option<usize>,
     },
+}
+
+/// The fewest samples in the later half of a window that a slope is fitted on.
+pub const MIN_FITTED_SAMPLES: usize = 3;
+
+/// ", but only N of them in the later half …" where that is why a series is too short.
+pub fn late_clause(late_samples: Option<usize>) -> String {
+    late_samples.map_or_else(String::new, |n| {
+        format!(
+            ", but only {n} of them in the later half, where the slope is fitted (it needs {MIN_FITTED_SAMPLES})"
+        )
+    })
 }
 
 impl Trend {
@@ -138,8 +154,10 @@ impl Trend {
                 seconds,
                 need_samples,
                 need_seconds,
+                late_samples,
             } => format!(
-                "too short to judge: {samples} samples over {seconds:.1} s (need at least {need_samples} samples over {need_seconds:.1} s)"
+                "too short to judge: {samples} samples over {seconds:.1} s{} (need at least {need_samples} samples over {need_seconds:.1} s)",
+                late_clause(*late_samples)
             ),
         }
     }
@@ -219,6 +237,7 @@ pub fn trend(series: &[(f64, f64)], rules: &TrendRules) -> Trend {
         seconds,
         need_samples: rules.min_samples,
         need_seconds: rules.min_seconds,
+        late_samples: None,
     };
     if samples < rules.min_samples.max(6) || seconds < rules.min_seconds {
         return too_short;
@@ -226,6 +245,27 @@ pub fn trend(series: &[(f64, f64)], rules: &TrendRules) -> Trend {
     let t0 = series[0].0;
     let mid = t0 + seconds / 2.0;
     let fitted: Vec<(f64, f64)> = series.iter().copied().filter(|p| p.0 >= mid).collect();
+    // Samples bunched at the start (dense start-up sampling, then a probe held to its CPU
+    // budget) leave too few where the slope is fitted: say so rather than "too few".
+    let late_short = || match too_short.clone() {
+        Trend::TooShort {
+            samples,
+            seconds,
+            need_samples,
+            need_seconds,
+            ..
+        } => Trend::TooShort {
+            samples,
+            seconds,
+            need_samples,
+            need_seconds,
+            late_samples: Some(fitted.len()),
+        },
+        other => other,
+    };
+    if fitted.len() < MIN_FITTED_SAMPLES {
+        return late_short();
+    }
     let Some((b, ci)) = ols_slope_ci95(&fitted) else {
         return too_short;
     };
@@ -373,6 +413,26 @@ mod tests {
             }
             other => panic!("expected shrinking, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn samples_bunched_at_the_start_are_too_short_and_say_why() {
+        // 40 samples in the first 0.4 s, then two near the end of a 3 s window: enough in
+        // all, too few in the later half where the slope is fitted.
+        let mut s: Vec<(f64, f64)> = (0..40).map(|i| (i as f64 * 0.01, 1e6)).collect();
+        s.push((2.5, 1e6));
+        s.push((3.0, 1e6));
+        let t = trend(&s, &TrendRules::default());
+        assert_eq!(t.name(), "too_short");
+        match &t {
+            Trend::TooShort { late_samples, .. } => assert_eq!(*late_samples, Some(2)),
+            other => panic!("{other:?}"),
+        }
+        let sentence = t.sentence();
+        assert!(
+            sentence.contains("only 2 of them in the later half"),
+            "{sentence}"
+        );
     }
 
     #[test]

@@ -86,6 +86,9 @@ pub enum Why {
         /// Live bytes grew over the short window (it may be warm-up), in bytes per minute.
         #[serde(skip_serializing_if = "Option::is_none")]
         grew_bytes_per_min: Option<f64>,
+        /// Enough samples in all, but only this many in the later half of the window.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        late_samples: Option<usize>,
     },
     /// A batch job: its state at the RSS peak.
     AtPeak {
@@ -192,6 +195,7 @@ impl Why {
                 need_samples,
                 need_seconds,
                 grew_bytes_per_min: Some(g),
+                ..
             } => format!(
                 "too short: live bytes grew {}/min over {seconds:.0} s of steady load ({samples} allocator samples), which cannot be told from warm-up; a leak verdict needs {need_seconds:.0} s (and {need_samples} samples): run {}",
                 b(*g),
@@ -203,8 +207,10 @@ impl Why {
                 need_samples,
                 need_seconds,
                 grew_bytes_per_min: None,
+                late_samples,
             } => format!(
-                "too short to judge: {samples} allocator samples over {seconds:.1} s of steady load (need {need_samples} over {need_seconds:.0} s: a longer --duration or a shorter --probe-interval)"
+                "too short to judge: {samples} allocator samples over {seconds:.1} s of steady load{} (need {need_samples} over {need_seconds:.0} s: a longer --duration or a shorter --probe-interval)",
+                super::trend::late_clause(*late_samples)
             ),
             Why::AtPeak {
                 live_bytes,
@@ -352,12 +358,14 @@ pub fn run_why(r: &RunRecord) -> Why {
             seconds,
             need_samples,
             need_seconds,
+            late_samples,
         } => Why::TooShort {
             samples,
             seconds,
             need_samples,
             need_seconds,
             grew_bytes_per_min: None,
+            late_samples,
         },
         Trend::Leak {
             slope_bytes_per_min,
@@ -368,6 +376,7 @@ pub fn run_why(r: &RunRecord) -> Why {
             need_samples: rules.min_samples,
             need_seconds: MIN_LEAK_STEADY_SECONDS,
             grew_bytes_per_min: Some(slope_bytes_per_min),
+            late_samples: None,
         },
         Trend::Leak {
             slope_bytes_per_min,
