@@ -65,13 +65,14 @@ pub fn build_plan(input: PlanInput, ctx: &PlanContext) -> Result<BuiltPlan, Plan
     let probes = build_probes(&input, &mut notes)?;
     let custom = custom_variants(&input.custom, ctx)?;
     let baseline_given = input.baseline.is_some();
-    let baseline = input.baseline.unwrap_or_else(|| "glibc".to_string());
-    let mut chosen = choose_variants(input.variants.as_deref(), &custom, ctx, &mut notes)?;
-    add_baseline(
-        &mut chosen,
+    let baseline = input
+        .baseline
+        .unwrap_or_else(|| DEFAULT_BASELINE.to_string());
+    let chosen = choose_variants(
+        input.variants.as_deref(),
+        &custom,
         &baseline,
         baseline_given,
-        &custom,
         ctx,
         &mut notes,
     )?;

@@ -47,64 +47,102 @@ pub(super) fn custom_variants(
 }
 
 /// Every variant memtrial knows here, catalog and custom, for messages.
-pub(super) fn known_variants(custom: &[Variant]) -> String {
+fn known_variants(custom: &[Variant]) -> String {
     let mut names: Vec<String> = catalog_names().iter().map(|s| s.to_string()).collect();
     names.extend(custom.iter().map(|c| c.name.clone()));
     names.join(", ")
 }
 
+/// The baseline when a plan names none.
+pub const DEFAULT_BASELINE: &str = "glibc";
+
+/// The variants a plan runs, by name, in order: the baseline first (when it was not
+/// among them), then the listed ones, then the custom ones not listed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Selection<'a> {
+    pub names: Vec<&'a str>,
+    /// The baseline was not listed and was put first.
+    pub baseline_added: bool,
+}
+
+/// Why a list of variant names selects nothing runnable. Each caller words it for its
+/// own setting (`--variants` for `run`, the plan's `variants` for `kube`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SelectionError<'a> {
+    /// Neither a catalog variant nor a custom one.
+    Unknown(&'a str),
+    /// Listed twice.
+    Twice(&'a str),
+    /// The list (after dropping empty names) is empty and there are no custom variants.
+    Empty,
+}
+
+/// The one variant-selection rule, used by `run` (building a plan) and by `kube`
+/// (sizing the Job), so that the pod at an index runs the slot `kube` counted there.
+///
+/// `listed` are the names asked for (each trimmed; empty ones skipped): each must be a
+/// catalog variant or one of `custom` (the names of the custom variants, as
+/// [`custom_variant_names`] gives them), and come once. The custom variants are always
+/// run, after the listed ones. The baseline comes first; it must be known too.
+pub fn select_variants<'a>(
+    listed: &'a [String],
+    custom: &[&'a str],
+    baseline: &'a str,
+) -> Result<Selection<'a>, SelectionError<'a>> {
+    let known = |n: &str| custom.contains(&n) || catalog_entry(n).is_some();
+    let mut names: Vec<&'a str> = Vec::new();
+    for name in listed.iter().map(|n| n.trim()).filter(|n| !n.is_empty()) {
+        if !known(name) {
+            return Err(SelectionError::Unknown(name));
+        }
+        if names.contains(&name) {
+            return Err(SelectionError::Twice(name));
+        }
+        names.push(name);
+    }
+    // Custom variants are always run: they were defined for a reason.
+    for &c in custom {
+        if !names.contains(&c) {
+            names.push(c);
+        }
+    }
+    if names.is_empty() {
+        return Err(SelectionError::Empty);
+    }
+    let baseline_added = !names.contains(&baseline);
+    if baseline_added {
+        if !known(baseline) {
+            return Err(SelectionError::Unknown(baseline));
+        }
+        names.insert(0, baseline);
+    }
+    Ok(Selection {
+        names,
+        baseline_added,
+    })
+}
+
 /// The variants to run: those named by `--variants` (custom ones always included), or
-/// the custom ones, or every catalog variant installed here (noting the others).
+/// the custom ones, or every catalog variant installed here (noting the others); the
+/// baseline first (noted when the user named it and not among them). The choice is
+/// [`select_variants`]'s.
 pub(super) fn choose_variants(
     names: Option<&[String]>,
     custom: &[Variant],
+    baseline: &str,
+    baseline_given: bool,
     ctx: &PlanContext,
     notes: &mut Vec<String>,
 ) -> Result<Vec<Variant>, PlanError> {
-    let mut chosen: Vec<Variant> = Vec::new();
-    let add = |v: Variant, chosen: &mut Vec<Variant>| -> Result<(), PlanError> {
-        if chosen.iter().any(|c| c.name == v.name) {
-            return Err(PlanError::DuplicateVariant { name: v.name });
-        }
-        chosen.push(v);
-        Ok(())
-    };
-    match names {
-        Some(names) => {
-            for name in names {
-                let name = name.trim();
-                if name.is_empty() {
-                    continue;
-                }
-                if let Some(c) = custom.iter().find(|c| c.name == name) {
-                    add(c.clone(), &mut chosen)?;
-                } else if catalog_entry(name).is_some() {
-                    add(
-                        catalog_variant(name, ctx, true)?.expect("required"),
-                        &mut chosen,
-                    )?;
-                } else {
-                    return Err(PlanError::UnknownVariant {
-                        name: name.to_string(),
-                        known: known_variants(custom),
-                    });
-                }
-            }
-            // Custom variants are always run: they were defined for a reason.
-            for c in custom {
-                if !chosen.iter().any(|v| v.name == c.name) {
-                    chosen.push(c.clone());
-                }
-            }
-        }
-        None if !custom.is_empty() => {
-            // The baseline plus the custom variants.
-            chosen.extend(custom.iter().cloned());
-        }
+    // Without `--variants` and custom variants: every catalog variant installed here.
+    let mut installed: Vec<Variant> = Vec::new();
+    let listed: Vec<String> = match names {
+        Some(names) => names.to_vec(),
+        None if !custom.is_empty() => Vec::new(),
         None => {
             for entry in catalog::CATALOG.iter() {
                 match catalog_variant(entry.name, ctx, false)? {
-                    Some(v) => chosen.push(v),
+                    Some(v) => installed.push(v),
                     None => {
                         if let CatalogKind::Preload(lib) = entry.kind {
                             notes.push(format!(
@@ -116,49 +154,42 @@ pub(super) fn choose_variants(
                     }
                 }
             }
+            installed.iter().map(|v| v.name.clone()).collect()
         }
-    }
-    if chosen.is_empty() {
-        return Err(PlanError::BadValue {
+    };
+    let custom_names: Vec<&str> = custom.iter().map(|c| c.name.as_str()).collect();
+    let selection = select_variants(&listed, &custom_names, baseline).map_err(|e| match e {
+        SelectionError::Unknown(name) => PlanError::UnknownVariant {
+            name: name.to_string(),
+            known: known_variants(custom),
+        },
+        SelectionError::Twice(name) => PlanError::DuplicateVariant {
+            name: name.to_string(),
+        },
+        SelectionError::Empty => PlanError::BadValue {
             flag: "--variants",
             value: names.map(|n| n.join(",")).unwrap_or_default(),
             reason: format!(
                 "no variants selected; known variants: {}",
                 known_variants(custom)
             ),
-        });
-    }
-    Ok(chosen)
-}
-
-/// The baseline runs first among the variants: added when it was not chosen (and said
-/// so when the user named it).
-pub(super) fn add_baseline(
-    chosen: &mut Vec<Variant>,
-    baseline: &str,
-    given: bool,
-    custom: &[Variant],
-    ctx: &PlanContext,
-    notes: &mut Vec<String>,
-) -> Result<(), PlanError> {
-    if chosen.iter().any(|v| v.name == baseline) {
-        return Ok(());
-    }
-    let base = if let Some(c) = custom.iter().find(|c| c.name == baseline) {
-        c.clone()
-    } else if catalog_entry(baseline).is_some() {
-        catalog_variant(baseline, ctx, true)?.expect("required")
-    } else {
-        return Err(PlanError::UnknownVariant {
-            name: baseline.to_string(),
-            known: known_variants(custom),
-        });
-    };
-    if given {
+        },
+    })?;
+    if selection.baseline_added && baseline_given {
         notes.push(format!("added the baseline '{baseline}' to the variants"));
     }
-    chosen.insert(0, base);
-    Ok(())
+    let mut chosen = Vec::with_capacity(selection.names.len());
+    for name in selection.names {
+        let v = if let Some(c) = custom.iter().find(|c| c.name == name) {
+            c.clone()
+        } else if let Some(v) = installed.iter().find(|v| v.name == name) {
+            v.clone()
+        } else {
+            catalog_variant(name, ctx, true)?.expect("required")
+        };
+        chosen.push(v);
+    }
+    Ok(chosen)
 }
 
 /// A catalog variant; `Ok(None)` when its library is missing and it was not required.
