@@ -17,7 +17,9 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use crate::plan::{settings, PlanInput, DEFAULT_RUNS};
+use crate::plan::{
+    select_variants, settings, PlanInput, SelectionError, DEFAULT_BASELINE, DEFAULT_RUNS,
+};
 use crate::report::escape;
 
 /// Where things are inside the pod.
@@ -145,53 +147,39 @@ pub fn plan_slots(input: &PlanInput) -> Result<(Vec<String>, u32), RenderError> 
                 .into(),
         ));
     };
-    let mut chosen: Vec<String> = Vec::new();
-    let mut add = |n: &str| -> Result<(), RenderError> {
-        if chosen.iter().any(|c| c == n) {
-            return Err(plan_err(format!(
-                "the plan names the variant '{n}' twice; name each once"
-            )));
-        }
-        chosen.push(n.to_string());
-        Ok(())
-    };
     // The names as `run --plan` checks them: the rule, not a catalog name, once.
     let custom = crate::plan::custom_variant_names(&input.custom)
         .map_err(|e| plan_err(format!("[[variant]]: {e}")))?;
-    // A misspelt variant would fail every pod: it is caught here.
-    let known =
-        |n: &str| crate::plan::catalog::CATALOG.iter().any(|e| e.name == n) || custom.contains(&n);
-    let unknown = |n: &str| {
-        let mut names: Vec<&str> = crate::plan::catalog::CATALOG
-            .iter()
-            .map(|e| e.name)
-            .collect();
-        names.extend(custom.iter().copied());
-        plan_err(format!(
-            "the plan names the variant '{n}', which is neither in the catalog nor one of its \
-             [[variant]]s; known: {}",
-            names.join(", ")
-        ))
-    };
-    for n in names.iter().map(|n| n.trim()).filter(|n| !n.is_empty()) {
-        if !known(n) {
-            return Err(unknown(n));
-        }
-        add(n)?;
-    }
-    // Custom variants always run, after the named ones; the baseline comes first.
-    for name in &custom {
-        if !chosen.iter().any(|x| x == name) {
-            chosen.push(name.to_string());
-        }
-    }
-    let baseline = input.baseline.as_deref().unwrap_or("glibc");
-    if !known(baseline) {
-        return Err(unknown(baseline));
-    }
-    if !chosen.iter().any(|x| x == baseline) {
-        chosen.insert(0, baseline.to_string());
-    }
+    // The variants as `run` chooses them, so that each pod's index is the slot counted
+    // here. A misspelt variant would fail every pod: it is caught here.
+    let baseline = input.baseline.as_deref().unwrap_or(DEFAULT_BASELINE);
+    let chosen: Vec<String> = select_variants(names, &custom, baseline)
+        .map_err(|e| match e {
+            SelectionError::Unknown(n) => {
+                let mut names: Vec<&str> = crate::plan::catalog::CATALOG
+                    .iter()
+                    .map(|e| e.name)
+                    .collect();
+                names.extend(custom.iter().copied());
+                plan_err(format!(
+                    "the plan names the variant '{n}', which is neither in the catalog nor one \
+                     of its [[variant]]s; known: {}",
+                    names.join(", ")
+                ))
+            }
+            SelectionError::Twice(n) => plan_err(format!(
+                "the plan names the variant '{n}' twice; name each once"
+            )),
+            SelectionError::Empty => plan_err(
+                "the plan's variants list is empty: name at least one, e.g. variants = \
+                 [\"glibc\", \"jemalloc\"] (memtrial run refuses a plan that selects none)"
+                    .into(),
+            ),
+        })?
+        .names
+        .into_iter()
+        .map(String::from)
+        .collect();
     let runs = settings::count("runs", input.runs.unwrap_or(DEFAULT_RUNS), settings::RUNS)
         .map_err(|e| plan_err(e.to_string()))?;
     let warmup = settings::count("warmup", input.warmup.unwrap_or(0), settings::WARMUP)
@@ -465,6 +453,74 @@ mod tests {
         for bad in ["8Q", "1M", "100T", "", "x"] {
             let e = memory_quantity(bad).unwrap_err().to_string();
             assert!(e.starts_with("--memory "), "{bad}: {e}");
+        }
+    }
+
+    /// `kube` sizes the Job from the plan alone; each pod builds the plan with `run`'s
+    /// builder and runs the slot at its index: both must choose the same variants, in the
+    /// same order (custom specs with '=' in their settings included).
+    #[test]
+    fn slots_name_the_variants_run_builds() {
+        use crate::plan::catalog::{Distro, LibAllocator, LibraryLocator};
+        use crate::plan::{build_plan, PlanContext};
+        // Every catalog library "installed": the pods' image has them all.
+        let libs = tempfile::tempdir().unwrap();
+        for lib in [
+            LibAllocator::Jemalloc,
+            LibAllocator::Tcmalloc,
+            LibAllocator::Mimalloc,
+        ] {
+            for soname in lib.sonames() {
+                std::fs::write(libs.path().join(soname), b"").unwrap();
+            }
+        }
+        let locator = LibraryLocator::in_dirs(vec![libs.path().to_path_buf()]);
+        let ctx = PlanContext {
+            locator: &locator,
+            distro: Distro::Debian,
+            path_var: "/usr/bin:/bin".into(),
+            workdir: std::env::temp_dir(),
+            online_cpus: 2,
+        };
+        let plans = [
+            "variants = [\"jemalloc\", \"arena2\"]\n".to_string(),
+            "variants = [\"arena2\", \"glibc\"]\nbaseline = \"arena2\"\n".to_string(),
+            "variants = [\"mimalloc\"]\nbaseline = \"tcmalloc\"\n".to_string(),
+            "variants = [\" tcmalloc \", \"\", \"big\"]\n\
+             [[variant]]\nname = \"big\"\nspec = \"MALLOC_ARENA_MAX=64 preload:jemalloc\"\n\
+             [[variant]]\nname = \"small\"\nenv = { MALLOC_ARENA_MAX = \"1\" }\n"
+                .to_string(),
+            "variants = []\nbaseline = \"c\"\n[[variant]]\nname = \"a.b\"\nspec = \"X=y=z\"\n\
+             [[variant]]\nname = \"c\"\nspec = \"Y==\"\n"
+                .to_string(),
+            "variants = [\"big\", \"jemalloc\"]\n[[variant]]\nname = \"big\"\n\
+             env = { MALLOC_CONF = \"narenas:2,dirty_decay_ms=0\" }\n"
+                .to_string(),
+        ];
+        for plan in &plans {
+            let text = format!("command = \"true\"\nruns = 2\n{plan}");
+            let input = parse_plan_text(&text).unwrap();
+            let (slots, _) = plan_slots(&input).unwrap_or_else(|e| panic!("{text}: {e}"));
+            let built = build_plan(input, &ctx).unwrap_or_else(|e| panic!("{text}: {e}"));
+            let run: Vec<&str> = built
+                .plan
+                .variants
+                .iter()
+                .map(|v| v.name.as_str())
+                .collect();
+            assert_eq!(slots, run, "{text}");
+        }
+        // And they refuse the same lists.
+        for plan in [
+            "variants = [\"glibc\", \"glibc\"]\n",
+            "variants = [\"jemaloc\"]\n",
+            "variants = [\"glibc\"]\nbaseline = \"nope\"\n",
+            "variants = [\"\"]\n",
+        ] {
+            let text = format!("command = \"true\"\n{plan}");
+            let input = parse_plan_text(&text).unwrap();
+            assert!(plan_slots(&input).is_err(), "{text}");
+            assert!(build_plan(input, &ctx).is_err(), "{text}");
         }
     }
 
