@@ -166,6 +166,7 @@ fn loaded_server(mode: &[&str], probe_interval: &str, duration: &str) -> Run {
 }
 
 #[test]
+#[ignore = "measures: the probe's CPU budget decides how many samples fall late in the window; runs alone in the second pass of scripts/test.sh"]
 fn a_fragmented_heap_under_steady_load_is_fragmentation_not_a_leak() {
     if !need_python3() {
         return;
@@ -173,9 +174,9 @@ fn a_fragmented_heap_under_steady_load_is_fragmentation_not_a_leak() {
     // 40 MiB under 5 s of load, sampled every 250 ms: glibc's mallinfo2 walks every free
     // chunk (about 0.7 ms for these 5,000). The dense start-up sampling spends most of the
     // probe's burst (30 ms), after which its budget (0.15% of a core) allows about two
-    // samples a second: enough in the later half of the window, where the slope is fitted,
-    // even on a loaded machine. With 80 MiB under 3 s of load a busy machine left two
-    // samples there, and the verdict was rightly "too short".
+    // samples a second on a quiet machine: enough in the later half of the window, where
+    // the slope is fitted. Beside the other tests of the suite only two of 85 fell there,
+    // and the verdict was rightly "too short": so this test runs alone.
     let r = loaded_server(&["fragment", "40"], "250ms", "5s");
     assert_eq!(r.code(), 0, "{}", r.explain());
     let doc = r.json();
