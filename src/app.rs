@@ -134,7 +134,13 @@ pub(crate) fn run_input(args: &RunArgs) -> Result<PlanInput> {
         output: _, // where reports go, not what runs
         command,
     } = args;
-    let crate::cli::WorkerArgs { before, driver } = worker;
+    let crate::cli::WorkerArgs {
+        before,
+        driver,
+        // Plan keys only (`[worker]`): the flags are `--duration`/`--cooldown` below.
+        duration: _,
+        cooldown: _,
+    } = worker;
     let crate::cli::ServerArgs {
         url,
         ready,
@@ -1080,7 +1086,9 @@ fn load_spec(args: &crate::cli::LoadArgs, ui: &Ui) -> Result<memtrial::load::Loa
             memtrial::load::source::RequestSource::Replay {
                 path: path.clone(),
                 speed: settings.speed,
-                methods: methods.clone(),
+                methods: methods
+                    .clone()
+                    .unwrap_or_else(memtrial::plan::settings::default_methods),
             },
             format!("--replay {}", path.display()),
         ),

@@ -5,6 +5,10 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+/// Server- and worker-trial flags: declared once, with the plan file's `[server]` and
+/// `[worker]` keys, in [`memtrial::plan`].
+pub use memtrial::plan::{ServerInput as ServerArgs, WorkerInput as WorkerArgs};
+
 #[derive(Debug, Parser)]
 #[command(
     name = "memtrial",
@@ -237,82 +241,6 @@ pub struct RunArgs {
     pub command: Vec<String>,
 }
 
-/// A worker trial: hooks and a driver around the workload (a queue worker, a consumer).
-#[derive(Debug, Args)]
-#[command(next_help_heading = "Worker trials")]
-pub struct WorkerArgs {
-    /// Run CMD with /bin/sh -c before each run's workload starts (reset a queue, load
-    /// fixtures), outside the variant and the run's cgroup; a non-zero exit fails the run.
-    /// Bounded by --timeout [default: 10m]. {port} and MEMTRIAL_VARIANT, MEMTRIAL_RUN,
-    /// MEMTRIAL_PORT name the run.
-    #[arg(long, value_name = "CMD")]
-    pub before: Option<String>,
-    /// Run CMD with /bin/sh -c beside the workload once it has started; its exit 0 stops
-    /// the workload and the run is ok, a non-zero exit fails it. It may print
-    /// `memtrial-figure NAME VALUE [UNIT]` lines (reported per variant) and
-    /// `memtrial-ready` (start-up over). Gets MEMTRIAL_PID too. Not with --url. Without
-    /// --url, --duration is the longest the driven phase lasts; without --driver, it is
-    /// how long a service runs before it is stopped (an ok run).
-    #[arg(long, value_name = "CMD")]
-    pub driver: Option<String>,
-}
-
-/// A server trial: the command is a server, put under HTTP load in every run.
-#[derive(Debug, Args)]
-#[command(next_help_heading = "Server trials")]
-pub struct ServerArgs {
-    /// The server's URL; `{port}` (here, in the command and in the environment) becomes a
-    /// free port per run, e.g. 'http://127.0.0.1:{port}/items'.
-    #[arg(long, value_name = "URL")]
-    pub url: Option<String>,
-    /// Path probed until the server answers [default: the URL's path].
-    #[arg(long, value_name = "PATH")]
-    pub ready: Option<String>,
-    /// How long the server may take to answer, up to 1h [default: 30s].
-    #[arg(long, value_name = "DURATION")]
-    pub ready_timeout: Option<String>,
-    /// Load before the measurement, excluded from every figure, up to 1 day [default: 0s].
-    #[arg(long, value_name = "DURATION")]
-    pub warmup_duration: Option<String>,
-    /// With --url: the measured load, up to 1 day [default: 30s]. Without: how long a
-    /// service runs before it is stopped (an ok run), or the longest a --driver drives,
-    /// up to 7 days.
-    #[arg(long, value_name = "DURATION")]
-    pub duration: Option<String>,
-    /// Time after the load to see how much memory the server gives back, up to 1 day
-    /// [default: 10s].
-    #[arg(long, value_name = "DURATION")]
-    pub cooldown: Option<String>,
-    /// Keep-alive connections, 1 to 100000 (within the open-file limit) [default: 16].
-    #[arg(long, value_name = "N")]
-    pub connections: Option<usize>,
-    /// Load-generator threads, 1 to 1024 and at most --connections [default: half the
-    /// CPUs, at least 1].
-    #[arg(long, value_name = "N")]
-    pub load_threads: Option<usize>,
-    /// Open loop: requests per second on a fixed schedule (latency from the intended send
-    /// time), 0.001 to 10000000; without it, a closed loop.
-    #[arg(long, value_name = "R")]
-    pub rate: Option<f64>,
-    /// A request without a complete response after this long is a timeout, up to 1h
-    /// [default: 10s].
-    #[arg(long, value_name = "DURATION")]
-    pub request_timeout: Option<String>,
-    /// Requests from a file: one `METHOD URL` or `URL` per line.
-    #[arg(long, value_name = "FILE")]
-    pub targets: Option<PathBuf>,
-    /// Replay the paths of an nginx/Apache combined access log.
-    #[arg(long, value_name = "LOG")]
-    pub replay: Option<PathBuf>,
-    /// Replay at the log's own pace times this factor, 0.001 to 1000000 (without it: as
-    /// fast as possible).
-    #[arg(long, value_name = "X", requires = "replay")]
-    pub speed: Option<f64>,
-    /// Methods replayed from the log [default: GET,HEAD].
-    #[arg(long, value_delimiter = ',', value_name = "LIST", requires = "replay")]
-    pub methods: Option<Vec<String>>,
-}
-
 #[derive(Debug, Args)]
 pub struct ReportArgs {
     /// Experiment id (see `memtrial list`) [default: the latest].
@@ -462,15 +390,9 @@ pub struct LoadArgs {
     /// as fast as --connections (or --rate) allow.
     #[arg(long, value_name = "X", requires = "replay")]
     pub speed: Option<f64>,
-    /// Methods replayed from the log.
-    #[arg(
-        long,
-        value_delimiter = ',',
-        default_value = "GET,HEAD",
-        value_name = "LIST",
-        requires = "replay"
-    )]
-    pub methods: Vec<String>,
+    /// Methods replayed from the log [default: GET,HEAD].
+    #[arg(long, value_delimiter = ',', value_name = "LIST", requires = "replay")]
+    pub methods: Option<Vec<String>>,
     /// A request without a complete response after this long counts as a timeout (at most
     /// 1h) [default: 5s].
     #[arg(long, value_name = "DURATION")]

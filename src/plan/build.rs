@@ -225,15 +225,7 @@ pub(super) fn build_server(
         ));
     }
     let load = settings::resolve_load(
-        &settings::LoadInput {
-            duration: s.duration.clone(),
-            warmup_duration: s.warmup_duration.clone(),
-            connections: s.connections,
-            threads: s.load_threads,
-            rate: s.rate,
-            request_timeout: s.request_timeout.clone(),
-            speed: s.speed,
-        },
+        &s.load_input(),
         settings::LoadCommand::ServerTrial,
         ctx.online_cpus,
     )?;
@@ -252,10 +244,7 @@ pub(super) fn build_server(
         (None, Some(p)) => RequestSource::Replay {
             path: ctx.workdir.join(p),
             speed: load.speed,
-            methods: s
-                .methods
-                .clone()
-                .unwrap_or_else(|| vec!["GET".into(), "HEAD".into()]),
+            methods: s.methods.clone().unwrap_or_else(settings::default_methods),
         },
         (None, None) => RequestSource::Url,
     };

@@ -204,6 +204,14 @@ pub struct LoadSettings {
     pub speed: Option<f64>,
 }
 
+/// The methods a replay keeps unless others are asked for ([`crate::load::DEFAULT_METHODS`]).
+pub fn default_methods() -> Vec<String> {
+    crate::load::DEFAULT_METHODS
+        .iter()
+        .map(|m| m.as_str().to_string())
+        .collect()
+}
+
 /// The default number of load threads, for both commands: half the online CPUs (the
 /// server under test usually shares the machine), at least 1, at most one per connection.
 pub fn default_load_threads(online_cpus: u32, connections: usize) -> usize {
