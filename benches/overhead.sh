@@ -9,7 +9,10 @@
 # /proc/PID/status (VmHWM) at t≈2s and t≈SECS-1 after the workload started, so the
 # steady-state figure excludes start-up; the whole-run figure is the last reading
 # before memtrial exits, over memtrial's whole lifetime. The workload's thread count
-# is read from its /proc/PID/status throughout the window.
+# is read from its /proc/PID/status throughout the window. Over the same window a minimal
+# sampler (benches/sampler_floor.c: wake each interval, one pread of the workload's status)
+# runs beside it: the floor this machine charges any sampler at that interval (on a VM a
+# wake-up alone can cost ~80 µs), against which memtrial's own figure is read.
 #
 # Environment (all optional):
 #   MEMTRIAL          memtrial binary        (default target/release/memtrial; built if missing)
@@ -75,6 +78,8 @@ fi
 
 HELPER=$TMP/threads_hold
 gcc -O2 -Wall -pthread -o "$HELPER" "$ROOT/benches/threads_hold.c" || die "compiling threads_hold.c failed"
+FLOOR=$TMP/sampler_floor
+gcc -O2 -Wall -o "$FLOOR" "$ROOT/benches/sampler_floor.c" || die "compiling sampler_floor.c failed"
 
 # Wall clock in microseconds.
 now() { local t=$EPOCHREALTIME; echo "${t/[.,]/}"; }
@@ -156,6 +161,15 @@ measure() {
     }
 
     sleep_until 2
+    # The floor: a minimal sampler of the same workload at the same interval, over the
+    # same window, beside memtrial.
+    local iv_ms=100 floor_out=$TMP/floor-$label.txt
+    case $interval in
+        *ms) iv_ms=${interval%ms} ;;
+        *s) iv_ms=$(( ${interval%s} * 1000 )) ;;
+    esac
+    "$FLOOR" "$wl" "$iv_ms" "$(( SECS - 3 ))" >"$floor_out" 2>&1 &
+    local floor_pid=$!
     local ta ca
     ta=$(now); ca=$(cpu_ticks "$MT_PID"); na=$(cpu_ns "$MT_PID")
     [[ -n $ca ]] || die "memtrial gone at t=2s (see $log)"
@@ -178,6 +192,8 @@ measure() {
         (( th > thr_max )) && thr_max=$th
     fi
     [[ -n $cb ]] || die "memtrial gone before t=$end s (see $log)"
+    wait "$floor_pid" || true
+    R_FLOOR=$(head -1 "$floor_out")
 
     # Whole run: keep reading until memtrial exits.
     local tl=$tb cl=$cb hwm=$hwm_b c h
@@ -224,6 +240,10 @@ report() {
         "$R_CPU_WIN" "$R_TICKS_WIN" "$R_WINDOW" "$(( SECS - 1 ))" "$CPU_TARGET" "$(verdict "$R_CPU_WIN" "$CPU_TARGET")"
     printf '  memtrial CPU, steady (ns)  : %6s %% of one core  (schedstat of all its threads)  target < %s%%  %s\n' \
         "$R_CPU_NS_WIN" "$CPU_TARGET" "$(verdict "$R_CPU_NS_WIN" "$CPU_TARGET")"
+    printf '  floor (minimal sampler)    : %6s %% of one core  (wakes each interval, one pread of status: what this machine charges a sampler)\n' \
+        "$R_FLOOR"
+    printf '  memtrial CPU above floor   : %6s %% of one core\n' \
+        "$(awk -v a="$R_CPU_NS_WIN" -v f="$R_FLOOR" 'BEGIN { printf "%.3f", a - f }')"
     printf '  memtrial CPU, whole run    : %6s %% of one core  (%s ticks over %ss)\n' \
         "$R_CPU_ALL" "$R_TICKS_ALL" "$R_WALL_ALL"
     printf '  memtrial VmHWM             : %6s MB                                       target < %s MB  %s\n' \

@@ -502,6 +502,7 @@ impl RunCgroup {
             hierarchy: self.hierarchy.clone(),
             dirs: self.dirs.clone(),
             figures: CgroupFigures::default(),
+            stat: Default::default(),
         }
     }
 
@@ -528,6 +529,8 @@ pub struct CgroupReader {
     hierarchy: Hierarchy,
     dirs: BTreeMap<Controller, PathBuf>,
     figures: CgroupFigures,
+    /// `memory.stat`, kept open: it is read on the run's clock.
+    stat: crate::linux::kept::KeptSlot,
 }
 
 impl CgroupReader {
@@ -547,10 +550,19 @@ impl CgroupReader {
     }
 
     /// Reads memory.stat; keeps the largest anon and page-cache figures seen.
-    pub fn sample(&mut self) -> Option<u64> {
+    pub fn sample(&mut self) {
         let v2 = matches!(self.hierarchy, Hierarchy::V2 { .. });
-        let d = self.dir_of(Controller::Memory)?.to_path_buf();
-        let stat = read_keyed(&d.join("memory.stat"));
+        let Some(d) = self
+            .dir_of(Controller::Memory)
+            .map(|d| d.join("memory.stat"))
+        else {
+            return;
+        };
+        let stat = self
+            .stat
+            .read(&d)
+            .map(|t| parse_flat_keyed(&String::from_utf8_lossy(t)))
+            .unwrap_or_default();
         let (anon, file) = if v2 {
             (stat.get("anon"), stat.get("file"))
         } else {
@@ -558,11 +570,6 @@ impl CgroupReader {
         };
         self.figures.anon_peak_bytes = self.figures.anon_peak_bytes.max(anon.copied().unwrap_or(0));
         self.figures.file_peak_bytes = self.figures.file_peak_bytes.max(file.copied().unwrap_or(0));
-        read_u64(&d.join(if v2 {
-            "memory.current"
-        } else {
-            "memory.usage_in_bytes"
-        }))
     }
 
     /// The kernel's figures for the run so far.

@@ -5,6 +5,7 @@ pub mod cgroup;
 pub mod container;
 pub mod elf;
 pub mod host;
+pub mod kept;
 pub mod ldso;
 pub mod maps;
 pub mod proc;

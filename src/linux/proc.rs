@@ -67,6 +67,33 @@ pub fn read_proc_file(pid: i32, file: &str) -> Result<Vec<u8>, ProcError> {
     read().map_err(|e| classify_io(pid, path.clone(), e))
 }
 
+/// A `/proc/{pid}/{file}` kept open (see [`super::kept`]), its errors told like
+/// [`read_proc_file`]'s.
+#[derive(Debug)]
+pub struct KeptProcFile {
+    pid: i32,
+    path: PathBuf,
+    file: super::kept::KeptFile,
+}
+
+impl KeptProcFile {
+    pub fn open(pid: i32, file: &str) -> Result<KeptProcFile, ProcError> {
+        let path = PathBuf::from(format!("/proc/{pid}/{file}"));
+        match super::kept::KeptFile::open(&path) {
+            Ok(file) => Ok(KeptProcFile { pid, path, file }),
+            Err(e) => Err(classify_io(pid, path, e)),
+        }
+    }
+
+    /// The file's whole text now.
+    pub fn read(&mut self) -> Result<&[u8], ProcError> {
+        let (pid, path) = (self.pid, &self.path);
+        self.file
+            .read()
+            .map_err(|e| classify_io(pid, path.clone(), e))
+    }
+}
+
 /// Reads at most `max` bytes of `/proc/{pid}/{file}`: for files whose size the process
 /// chooses (`cmdline`, `environ`), read for processes memtrial did not start.
 pub fn read_proc_file_at_most(pid: i32, file: &str, max: usize) -> Result<Vec<u8>, ProcError> {
@@ -85,6 +112,12 @@ pub fn read_proc_file_at_most(pid: i32, file: &str, max: usize) -> Result<Vec<u8
 pub fn last_pid() -> Option<i32> {
     let text = fs::read_to_string("/proc/loadavg").ok()?;
     parse_loadavg_last_pid(&text)
+}
+
+/// [`last_pid`] through a kept descriptor (read at every tick: see [`super::kept`]).
+pub fn last_pid_kept(loadavg: &mut super::kept::KeptSlot) -> Option<i32> {
+    let text = loadavg.read(std::path::Path::new("/proc/loadavg")).ok()?;
+    parse_loadavg_last_pid(std::str::from_utf8(text).ok()?)
 }
 
 pub fn parse_loadavg_last_pid(text: &str) -> Option<i32> {
@@ -264,10 +297,21 @@ pub fn parse_status(text: &str) -> Result<Status, ProcError> {
 /// Reads and parses `/proc/{pid}/status`.
 pub fn read_status(pid: i32) -> Result<Status, ProcError> {
     let bytes = read_proc_file(pid, "status")?;
+    status_of(pid, &bytes)
+}
+
+/// [`read_status`] through a kept descriptor (see [`KeptProcFile`]).
+pub fn read_kept_status(kept: &mut KeptProcFile) -> Result<Status, ProcError> {
+    let pid = kept.pid;
+    let bytes = kept.read()?;
+    status_of(pid, bytes)
+}
+
+fn status_of(pid: i32, bytes: &[u8]) -> Result<Status, ProcError> {
     if bytes.is_empty() {
         return Err(ProcError::Gone { pid });
     }
-    parse_status(&String::from_utf8_lossy(&bytes))
+    parse_status(&String::from_utf8_lossy(bytes))
 }
 
 /// The summed figures of `/proc/PID/smaps_rollup` (bytes).
@@ -539,6 +583,11 @@ mod tests {
         );
         assert_eq!(parse_loadavg_last_pid("garbage"), None);
         assert!(last_pid().is_some());
+        let mut kept = crate::linux::kept::KeptSlot::default();
+        let a = last_pid_kept(&mut kept).unwrap();
+        std::process::Command::new("true").status().unwrap();
+        let b = last_pid_kept(&mut kept).unwrap();
+        assert_ne!(a, b, "a process was created between the reads");
     }
 
     #[test]

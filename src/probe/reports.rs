@@ -5,7 +5,6 @@
 //! in the run at each sample.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
 /// What a probe keeps of one process's reports.
@@ -16,6 +15,8 @@ pub trait ProcessReports: Default {
 
 #[derive(Debug, Default)]
 struct Entry<S> {
+    /// The file, kept open once found (a read is then one system call).
+    file: Option<std::fs::File>,
     /// Bytes of the file consumed so far (whole lines only).
     offset: u64,
     /// A report arrived since the last point was taken.
@@ -98,6 +99,9 @@ impl<S: ProcessReports> ReportDir<S> {
         for (pid, e) in self.files.iter_mut() {
             if !pids.contains(pid) {
                 e.fresh = false;
+                // Only the run's processes keep a descriptor (a run of thousands of
+                // short-lived processes must not exhaust memtrial's); the end reopens.
+                e.file = None;
             }
         }
         self.last_members = pids;
@@ -157,16 +161,27 @@ pub fn end_of_run<S: ProcessReports>(
 /// Reads the whole new lines of one report file: a regular file, opened without following
 /// a link or waiting on a FIFO (the workload knows the directory and could put either there).
 fn read_file<S: ProcessReports>(dir: &Path, name: &std::ffi::OsStr, entry: &mut Entry<S>) {
-    let Ok(mut f) = crate::linux::safe_file::open_regular_beneath(dir, Path::new(name)) else {
+    use std::os::unix::fs::FileExt;
+    if entry.file.is_none() {
+        entry.file = crate::linux::safe_file::open_regular_beneath(dir, Path::new(name)).ok();
+    }
+    let Some(f) = &entry.file else {
         return;
     };
-    if f.seek(SeekFrom::Start(entry.offset)).is_err() {
-        return;
+    let mut buf = vec![0; 16 << 10];
+    let mut got = 0;
+    while (got as u64) < MAX_READ {
+        if got == buf.len() {
+            buf.resize((buf.len() * 2).min(MAX_READ as usize), 0);
+        }
+        match f.read_at(&mut buf[got..], entry.offset + got as u64) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return,
+        }
     }
-    let mut buf = Vec::new();
-    if f.take(MAX_READ).read_to_end(&mut buf).is_err() {
-        return;
-    }
+    buf.truncate(got);
     let Some(end) = buf.iter().rposition(|b| *b == b'\n') else {
         return;
     };

@@ -8,8 +8,12 @@ use super::{Probe, RunEnd, Tick};
 use crate::linux::proc;
 use crate::record::{PeakSource, RunRecord, TreeSample};
 
-/// `/proc` is walked for new processes when the kernel's last PID changed, and at least this often.
-pub const FULL_SCAN_EVERY: Duration = Duration::from_secs(2);
+/// `/proc` (or the run's cgroup) is searched for new processes when the kernel's last PID
+/// changed (a fork anywhere), and at least this often: a process can also join without a
+/// fork (moved into the run's cgroup from outside). Rare enough to wait for; a search of a
+/// 1000-thread cgroup costs about 0.35 ms, so every 2 s was a tenth of memtrial's CPU on a
+/// quiet machine.
+pub const FULL_SCAN_EVERY: Duration = Duration::from_secs(10);
 
 /// Share of one core the search for new members may use. Reading a cgroup's
 /// `cgroup.procs` lists and sorts every *thread* of the group (0.57 ms for a process of
@@ -113,7 +117,16 @@ pub struct TreeProbe {
     /// searching since: the search's budget.
     first_scan: Option<Instant>,
     scan_spent: Duration,
+    /// Members' `status` files kept open (at most [`KEPT_STATUS`] of them): a sample of a
+    /// member then costs one system call.
+    status_files: HashMap<i32, proc::KeptProcFile>,
+    /// `/proc/loadavg` (the last PID), kept open: read at every tick.
+    loadavg: crate::linux::kept::KeptSlot,
 }
+
+/// At most this many members' status files stay open; the rest are opened at each read
+/// (a tree of thousands of processes must not exhaust memtrial's descriptors).
+const KEPT_STATUS: usize = 64;
 
 impl TreeProbe {
     pub fn new(membership: Membership) -> Self {
@@ -129,6 +142,8 @@ impl TreeProbe {
             next_full_scan: None,
             first_scan: None,
             scan_spent: Duration::ZERO,
+            status_files: HashMap::new(),
+            loadavg: Default::default(),
         }
     }
 
@@ -204,7 +219,7 @@ impl TreeProbe {
         // Over its budget the search waits: the last PID is not even read.
         let allowed = self.scan_allowed(now);
         let last = if allowed {
-            proc::last_pid()
+            proc::last_pid_kept(&mut self.loadavg)
         } else {
             self.last_pid
         };
@@ -218,7 +233,7 @@ impl TreeProbe {
         }
         let mut vanished = Vec::new();
         for m in self.members.values_mut() {
-            let st = match proc::read_status(m.pid) {
+            let st = match read_member_status(&mut self.status_files, m.pid) {
                 Ok(st) => st,
                 Err(_) => {
                     vanished.push(m.pid);
@@ -246,6 +261,7 @@ impl TreeProbe {
 
     fn forget(&mut self, pids: Vec<i32>) {
         for p in pids {
+            self.status_files.remove(&p);
             if let Some(m) = self.members.remove(&p) {
                 self.departed_hwm = self.departed_hwm.max(m.hwm_bytes);
             }
@@ -356,6 +372,21 @@ impl Probe for TreeProbe {
         }
         record.samples = self.samples;
     }
+}
+
+/// A member's status, through its kept file when it has one or there is room for one.
+fn read_member_status(
+    kept: &mut HashMap<i32, proc::KeptProcFile>,
+    pid: i32,
+) -> Result<proc::Status, proc::ProcError> {
+    if !kept.contains_key(&pid) {
+        if kept.len() >= KEPT_STATUS {
+            return proc::read_status(pid);
+        }
+        kept.insert(pid, proc::KeptProcFile::open(pid, "status")?);
+    }
+    let file = kept.get_mut(&pid).expect("inserted above");
+    proc::read_kept_status(file)
 }
 
 /// The run's peak RSS and where it came from. Kernel high-water marks first:

@@ -122,6 +122,11 @@ impl Driver {
         }
     }
 
+    /// Whether this driver may end the run by itself (everything but a batch command).
+    pub fn may_finish(&self) -> bool {
+        !matches!(self, Driver::Wait)
+    }
+
     /// memtrial is ending the run: stop driving.
     pub fn halt(&self) {
         match self {

@@ -419,9 +419,16 @@ fn watch(
         if early_i < early.len() {
             wake = wake.min(early[early_i]);
         }
+        if let Some(t) = plan.timeout() {
+            wake = wake.min(t);
+        }
         let wait = wake
             .saturating_sub(t0.elapsed())
-            .min(Duration::from_millis(50));
+            .min(if driver.may_finish() {
+                POLL_DRIVEN
+            } else {
+                POLL_BATCH
+            });
         late.waiting(t0, wait);
         let waited = run.wait_exit(wait);
         late.look(t0);
@@ -432,6 +439,15 @@ fn watch(
         }
     }
 }
+
+/// Between samples the clock sleeps until the next one is due (the root's exit wakes it at
+/// once), but at most this long while a driver may end the run (its end is noticed within
+/// it)…
+const POLL_DRIVEN: Duration = Duration::from_millis(50);
+/// …or this long for a batch command, whose run only an interrupt or the timeout ends
+/// otherwise (the timeout is a due time of its own; an interrupt is noticed within this).
+/// Each wake-up of memtrial costs it CPU: at the default interval this halves them.
+const POLL_BATCH: Duration = Duration::from_millis(250);
 
 /// Samples are [`DENSE_GAP`] apart for the run's first [`DENSE_FOR`] (a short run gets its
 /// shape and its peak without flags), then each gap is half again as long as the last, up
