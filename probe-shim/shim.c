@@ -15,7 +15,9 @@
  * What it touches before its first sample is due (10 ms after the process started): its
  * sampling thread (small stack) and nothing else. The allocator is found, the file opened
  * and the header written by that thread when the first sample is due, so a program that
- * ends sooner (/bin/true) carries no more of the probe than the thread.
+ * ends sooner (/bin/true) carries no more of the probe than the thread - which is still
+ * ~90 KiB (pthread_create faults in a 64 KiB window of libc's read-only data, the TCB and
+ * stack): memtrial leaves the library out of a variant's next run after such a run.
  *
  * Line format (tab-separated, "-" where the allocator offers no such figure):
  *   # memtrial-probe 1 <pid> <allocator> <library that defines malloc>

@@ -281,6 +281,9 @@ fn run_slots(
         log_dir: &log_dir,
     });
     let mut interrupted = false;
+    // Variants whose last run ended before the allocator probe's first sample: their next
+    // run goes without it (see trial::ended_before_allocator_sample), with this reason.
+    let mut allocator_left_out: std::collections::HashMap<usize, String> = Default::default();
     for slot in slots {
         // Counted as the progress counts it, and the log files named the same: run 3 of 9
         // writes `003-<variant>.stdout`.
@@ -309,10 +312,21 @@ fn run_slots(
             log_stem: log_stem(&log_dir, slot.seq, &variant.name),
             load_source: load_source.as_ref(),
         };
-        let probes = default_probes(plan, variant, &spec.log_stem);
-        let record = run_trial(&spec, backend, probes, stop, &mut |live| {
+        let left_out = allocator_left_out.get(&slot.variant).cloned();
+        let probes = default_probes(plan, variant, &spec.log_stem, left_out.is_none());
+        let mut record = run_trial(&spec, backend, probes, stop, &mut |live| {
             observer(Event::Sample { slot, live })
         })?;
+        if let Some(reason) = left_out {
+            record.inside.absent.push(crate::record::Absence {
+                probe: crate::record::inside::ALLOCATOR_PROBE.into(),
+                reason,
+            });
+        }
+        match crate::trial::ended_before_allocator_sample(plan, &record, index) {
+            Some(why) => allocator_left_out.insert(slot.variant, why),
+            None => allocator_left_out.remove(&slot.variant),
+        };
         store.add_run(experiment, slot.seq, &record, host)?;
         observer(Event::TrialEnd {
             slot,

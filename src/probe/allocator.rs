@@ -384,8 +384,7 @@ fn why_no_reports(record: &RunRecord, run_seconds: f64) -> String {
     } else if run_seconds < SHORT_RUN_SECONDS {
         format!(
             "the run took {:.0} ms: the probe's first sample is due {} ms after a process \
-             starts, and it touches nothing before (so that it stays out of a small \
-             program's peak)",
+             starts",
             run_seconds * 1000.0,
             FIRST_SAMPLE_MS
         )

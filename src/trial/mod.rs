@@ -68,8 +68,14 @@ pub struct Live {
 
 /// The probes every run gets: PSS and the variant's verification (the tree sampler and
 /// the backend's own probes are added by the trial), then the plan's probes inside the
-/// workload, which report into `<log_stem>.probe/`.
-pub fn default_probes(plan: &Plan, variant: &Variant, log_stem: &Path) -> Vec<Box<dyn Probe>> {
+/// workload, which report into `<log_stem>.probe/` — the allocator probe only when
+/// `allocator` (see [`ended_before_allocator_sample`]).
+pub fn default_probes(
+    plan: &Plan,
+    variant: &Variant,
+    log_stem: &Path,
+    allocator: bool,
+) -> Vec<Box<dyn Probe>> {
     let mut probes: Vec<Box<dyn Probe>> = vec![
         Box::new(PssProbe::new()),
         Box::new(Verifier::for_run(plan, variant)),
@@ -77,6 +83,7 @@ pub fn default_probes(plan: &Plan, variant: &Variant, log_stem: &Path) -> Vec<Bo
     let dir = log_stem.with_extension("probe");
     for kind in &plan.probes.kinds {
         match kind {
+            ProbeKind::Allocator if !allocator => {}
             ProbeKind::Allocator => probes.push(Box::new(AllocatorProbe::new(
                 dir.join("allocator"),
                 plan.probes.interval_ms,
@@ -91,6 +98,34 @@ pub fn default_probes(plan: &Plan, variant: &Variant, log_stem: &Path) -> Vec<Bo
         }
     }
     probes
+}
+
+/// Why the variant's next run should go without the allocator probe, when `record` (run
+/// `index` of the schedule) ended before the probe's first sample in a process was due
+/// ([`crate::probe::allocator::FIRST_SAMPLE_MS`] after it started). In such a run the probe
+/// gives nothing, while its sampling thread is not free: `pthread_create` makes pages
+/// resident that a small single-threaded program never touches (a window of libc's
+/// read-only data, the thread's stack and TCB; about 90 KiB, a tenth of `/bin/true`'s
+/// peak). So the variant's next run goes without it, and the one after that again as long
+/// as runs stay this short; a run that lasts long enough brings it back.
+pub fn ended_before_allocator_sample(
+    plan: &Plan,
+    record: &RunRecord,
+    index: usize,
+) -> Option<String> {
+    let first_ms = crate::probe::allocator::FIRST_SAMPLE_MS;
+    let ms = record.wall_seconds * 1000.0;
+    (plan.probes.kinds.contains(&ProbeKind::Allocator)
+        && record.inside.allocator.is_none()
+        && ms < first_ms as f64)
+        .then(|| {
+            format!(
+                "left out of this run: the variant's previous run (run {index}) ended in {ms:.0} ms, \
+                 before the probe's first sample (due {first_ms} ms after a process starts), \
+                 where the probe gives nothing but its thread's own pages in a small \
+                 program's peak"
+            )
+        })
 }
 
 /// Runs one trial. `stop` is set by a signal handler when memtrial is interrupted.

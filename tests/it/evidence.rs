@@ -349,3 +349,103 @@ fn a_run_of_milliseconds_shows_its_peak_but_no_mean() {
     let table = r.stdout();
     assert!(table.contains("glibc: mean RSS not shown: "), "{table}");
 }
+
+/// The observer stays out of the peak: `/bin/true` ends long before the allocator probe's
+/// first sample (10 ms), so only the first run of a variant carries the probe (its thread
+/// adds ~90 KiB, a tenth of the peak); the later runs go without it and say why, and the
+/// median peak is within 5% of `--no-probes`. A run that lasts long enough brings the probe
+/// back for the next.
+#[test]
+fn true_peaks_the_same_with_the_default_probe_as_without() {
+    let peaks = |extra: &[&str]| -> (f64, Value) {
+        let mut args = vec![
+            "run",
+            "--runs",
+            "9",
+            "--variants",
+            "glibc",
+            "--json",
+            "out.json",
+        ];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--", "/bin/true"]);
+        let r = memtrial_in_tmp(&args);
+        assert_eq!(r.code(), 0, "{}", r.explain());
+        let doc = r.json();
+        let v = variant(&doc, "glibc").clone();
+        let median = f64_of(&v["summary"]["peak_rss_bytes"]["median"]).expect("a peak");
+        (median, v)
+    };
+    let (probed, v) = peaks(&[]);
+    let (bare, _) = peaks(&["--no-probes"]);
+    assert!(
+        (probed - bare).abs() <= 0.05 * bare,
+        "median peak {probed} with the default probe, {bare} without"
+    );
+    let runs = v["runs"].as_array().unwrap();
+    let reason = |r: &Value| -> String {
+        r["inside"]["absent"]
+            .as_array()
+            .and_then(|a| a.iter().find(|x| x["probe"] == "allocator"))
+            .and_then(|x| x["reason"].as_str())
+            .unwrap_or("")
+            .to_string()
+    };
+    assert!(
+        reason(&runs[0]).contains("first sample is due 10 ms"),
+        "{}",
+        runs[0]
+    );
+    for r in &runs[1..] {
+        assert!(reason(r).starts_with("left out of this run: "), "{r}");
+    }
+}
+
+#[test]
+fn a_run_long_enough_for_a_sample_brings_the_allocator_probe_back() {
+    // Short the first time (no flag yet), 300 ms from then on.
+    let dir = tempfile::tempdir().unwrap();
+    let flag = dir.path().join("flag");
+    let cmd = format!(
+        "if [ -e {f} ]; then sleep 0.3; fi; touch {f}",
+        f = flag.display()
+    );
+    let r = memtrial_in_tmp(&[
+        "run",
+        "--runs",
+        "3",
+        "--variants",
+        "glibc",
+        "--json",
+        "out.json",
+        "--",
+        "sh",
+        "-c",
+        &cmd,
+    ]);
+    assert_eq!(r.code(), 0, "{}", r.explain());
+    let doc = r.json();
+    let runs = variant(&doc, "glibc")["runs"].as_array().unwrap().clone();
+    let left_out = |r: &Value| {
+        r["inside"]["absent"].as_array().is_some_and(|a| {
+            a.iter().any(|x| {
+                x["reason"]
+                    .as_str()
+                    .is_some_and(|s| s.starts_with("left out of this run: "))
+            })
+        })
+    };
+    assert!(!left_out(&runs[0]), "{}", runs[0]);
+    // The first run was short: the second goes without the probe...
+    assert!(left_out(&runs[1]), "{}", runs[1]);
+    assert!(runs[1]["inside"]["allocator"].is_null(), "{}", runs[1]);
+    // ...and lasted 300 ms, so the third has it again, with samples.
+    assert!(!left_out(&runs[2]), "{}", runs[2]);
+    assert!(
+        runs[2]["inside"]["allocator"]["series"]
+            .as_array()
+            .is_some_and(|s| !s.is_empty()),
+        "{}",
+        runs[2]
+    );
+}
