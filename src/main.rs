@@ -1,9 +1,7 @@
 //! memtrial's entry point: parse, dispatch, print the error once, map to an exit code.
 
-mod app;
-mod app_kube;
-mod app_resume;
 mod cli;
+mod cmd;
 
 use std::process::ExitCode;
 
@@ -25,7 +23,7 @@ fn main() -> ExitCode {
         };
     }
     let cli = cli::Cli::parse();
-    match app::dispatch(cli) {
+    match cmd::dispatch(cli) {
         Ok(outcome) => ExitCode::from(outcome.code()),
         Err(e) => {
             // The error edge: control and bidirectional characters from the input

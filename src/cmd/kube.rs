@@ -6,7 +6,10 @@ use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 
-use crate::app::{self, Outcome, Ui};
+use super::experiment::{check_outputs, fit_fd_limit, outputs, plan_context, show_failures};
+use super::report::import_files;
+use super::run::run_input;
+use super::ui::{stop_flag, Outcome, Progress, Ui};
 use crate::cli::RunArgs;
 use memtrial::backend::container::{own_limits, ContainerBackend};
 use memtrial::linux::host::HostInfo;
@@ -44,15 +47,15 @@ fn limits_given(input: &memtrial::plan::PlanInput) -> Vec<(&'static str, &'stati
 /// `memtrial run --in-container --index N`: runs slot N of the plan's schedule here,
 /// under the container's own limits, and prints the record as one `memtrial-record:` line.
 pub fn in_container_cmd(db: &Path, args: &RunArgs, index: u32, ui: &Ui) -> Result<Outcome> {
-    app::check_outputs(&args.output)?;
-    let input = app::run_input(args)?;
+    check_outputs(&args.output)?;
+    let input = run_input(args)?;
     refuse_what_the_container_decides(args, &input, index)?;
     let container = own_limits();
     let mut locator = LibraryLocator::new();
     if let Some(dir) = std::env::var_os(memtrial::kube::LIB_DIR_ENV) {
         locator = locator.preferring(dir.into());
     }
-    let ctx = app::plan_context(&locator)?;
+    let ctx = plan_context(&locator)?;
     let built = build_plan(input, &ctx)?;
     let mut plan = built.plan;
     plan.limits = container.limits.clone();
@@ -69,7 +72,7 @@ pub fn in_container_cmd(db: &Path, args: &RunArgs, index: u32, ui: &Ui) -> Resul
         );
     };
     if let Some(s) = &plan.server {
-        app::fit_fd_limit(s.connections, s.threads, ui)?;
+        fit_fd_limit(s.connections, s.threads, ui)?;
     }
     let mut notes = built.notes.clone();
     for n in &notes {
@@ -81,8 +84,8 @@ pub fn in_container_cmd(db: &Path, args: &RunArgs, index: u32, ui: &Ui) -> Resul
     }
     let mut store = Store::open(db)?;
     let host = HostInfo::detect();
-    let stop = app::stop_flag()?;
-    let progress = app::Progress::new(&plan, ui);
+    let stop = stop_flag()?;
+    let progress = Progress::new(&plan, ui);
     let outcome = run_experiment(
         &mut store,
         &plan,
@@ -199,8 +202,8 @@ fn print_record(
     };
     // One run is no comparison: no table; the run's line was shown, and a failed run's
     // stderr is. Standard output carries the record.
-    app::show_failures(db, exp, ui);
-    for (format, target) in app::outputs(output) {
+    show_failures(db, exp, ui);
+    for (format, target) in outputs(output) {
         ui.write_output(&target, &format.serialize(&report)?, format.flag())?;
     }
     let json = ExportType::Json.serialize(&report)?;
@@ -438,7 +441,7 @@ fn collect_cmd(db: &Path, args: &crate::cli::CollectArgs, ui: &Ui) -> Result<Out
 fn hand_over(db: &Path, files: &[std::path::PathBuf], ui: &Ui) -> Result<bool> {
     let mut all = true;
     for f in files {
-        if let Err(e) = crate::app::import_files(db, std::slice::from_ref(f), ui) {
+        if let Err(e) = import_files(db, std::slice::from_ref(f), ui) {
             all = false;
             ui.note(&format!(
                 "NOT IMPORTED: {}: {}",

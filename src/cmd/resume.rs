@@ -9,7 +9,8 @@ use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 
-use crate::app::{check_outputs, fit_fd_limit, isolation, run_and_present, Outcome, Ui};
+use super::experiment::{check_outputs, fit_fd_limit, isolation, run_and_present};
+use super::ui::{Outcome, Ui};
 use crate::cli::OutputArgs;
 use memtrial::linux::host::HostInfo;
 use memtrial::plan::{Plan, VariantProgram};

@@ -1,0 +1,184 @@
+//! `memtrial run` (here) and `memtrial demo`: flags and plan file to a plan, then run it.
+
+use std::path::Path;
+
+use anyhow::{Context, Result};
+
+use crate::cli::{DemoArgs, OutputArgs, RunArgs};
+use memtrial::linux::host::HostInfo;
+use memtrial::plan::catalog::LibraryLocator;
+use memtrial::plan::{build_plan, read_plan_file, PlanInput};
+use memtrial::runner::Start;
+use memtrial::store::Store;
+
+use super::experiment::{
+    check_outputs, fit_fd_limit, isolation, isolation_note, plan_context, run_and_present,
+};
+use super::ui::{Outcome, Ui};
+
+/// The one place flags meet the plan file: every field of the parsed arguments is taken
+/// apart by name (no `..`), so a new flag cannot be dropped on the way to the plan.
+/// Defaults and validation follow once, in [`build_plan`].
+pub(crate) fn run_input(args: &RunArgs) -> Result<PlanInput> {
+    let RunArgs {
+        runs,
+        warmup,
+        variants,
+        custom,
+        baseline,
+        plan,
+        interval,
+        timeout,
+        seed,
+        memory_limit,
+        cpus,
+        cpuset,
+        pids_limit,
+        probes,
+        no_probes,
+        probe_interval,
+        resume: _,          // handled before: a resumed experiment keeps its stored plan
+        confirm_command: _, // only with --resume
+        in_container: _,    // handled before: where the run happens, not what runs
+        index: _,
+        server,
+        worker,
+        output: _, // where reports go, not what runs
+        command,
+    } = args;
+    let crate::cli::WorkerArgs {
+        before,
+        driver,
+        // Plan keys only (`[worker]`): the flags are `--duration`/`--cooldown` below.
+        duration: _,
+        cooldown: _,
+    } = worker;
+    let crate::cli::ServerArgs {
+        url,
+        ready,
+        ready_timeout,
+        warmup_duration,
+        duration,
+        cooldown,
+        connections,
+        load_threads,
+        rate,
+        request_timeout,
+        targets,
+        replay,
+        speed,
+        methods,
+    } = server;
+    let flags = PlanInput {
+        command: command.clone(),
+        variants: variants.clone(),
+        custom: custom.clone(),
+        baseline: baseline.clone(),
+        runs: *runs,
+        warmup: *warmup,
+        interval: interval.clone(),
+        timeout: timeout.clone(),
+        seed: *seed,
+        memory_limit: memory_limit.clone(),
+        cpus: cpus.clone(),
+        cpuset: cpuset.clone(),
+        pids_limit: *pids_limit,
+        server: memtrial::plan::ServerInput {
+            url: url.clone(),
+            ready: ready.clone(),
+            ready_timeout: ready_timeout.clone(),
+            warmup_duration: warmup_duration.clone(),
+            duration: duration.clone(),
+            cooldown: cooldown.clone(),
+            connections: *connections,
+            load_threads: *load_threads,
+            rate: *rate,
+            request_timeout: request_timeout.clone(),
+            targets: targets.clone(),
+            replay: replay.clone(),
+            speed: *speed,
+            methods: methods.clone(),
+        },
+        // `--duration` stays with the server settings here: without a URL anywhere
+        // (flags or plan file) the plan makes it the service's duration.
+        worker: memtrial::plan::WorkerInput {
+            before: before.clone(),
+            driver: driver.clone(),
+            duration: None,
+            // Likewise `--cooldown`: with a driver and no URL it is the driver's cool-down.
+            cooldown: None,
+        },
+        probes: probes.clone(),
+        no_probes: *no_probes,
+        probe_interval: probe_interval.clone(),
+    };
+    Ok(match plan {
+        Some(path) => flags.or(read_plan_file(path)?),
+        None => flags,
+    })
+}
+
+pub(super) fn run_cmd(db: &Path, args: &RunArgs, ui: &Ui) -> Result<Outcome> {
+    execute(db, run_input(args)?, &args.output, ui)
+}
+
+pub(super) fn demo_cmd(db: &Path, args: &DemoArgs, ui: &Ui) -> Result<Outcome> {
+    let exe = std::env::current_exe().context("cannot find memtrial's own executable")?;
+    let input = PlanInput {
+        command: vec![
+            exe.display().to_string(),
+            "workload".into(),
+            "fragment".into(),
+        ],
+        runs: Some(args.runs),
+        // A run of a few seconds: the allocator probe reports four times a second.
+        probe_interval: Some("250ms".into()),
+        ..Default::default()
+    };
+    ui.note("memtrial demo: the built-in fragmentation workload (`memtrial workload fragment`) under every available variant.");
+    let mut output = OutputArgs {
+        json: args.output.json.clone(),
+        csv: args.output.csv.clone(),
+        samples_csv: args.output.samples_csv.clone(),
+        html: args.output.html.clone(),
+        markdown: args.output.markdown.clone(),
+    };
+    output.html.get_or_insert_with(|| args.report.clone());
+    let outcome = execute(db, input, &output, ui)?;
+    if let Some(p) = &output.html {
+        let shown = std::path::absolute(p).unwrap_or_else(|_| p.clone());
+        ui.note(&format!("HTML report with charts: {}", shown.display()));
+    }
+    Ok(outcome)
+}
+
+fn execute(db: &Path, input: PlanInput, output: &OutputArgs, ui: &Ui) -> Result<Outcome> {
+    check_outputs(output)?;
+    let locator = LibraryLocator::new();
+    let ctx = plan_context(&locator)?;
+    let built = build_plan(input, &ctx)?;
+    for n in &built.notes {
+        ui.note(&format!("note: {n}"));
+    }
+    let plan = built.plan;
+    if let Some(s) = &plan.server {
+        fit_fd_limit(s.connections, s.threads, ui)?;
+    }
+    let mut store = Store::open(db)?;
+    let host = HostInfo::detect();
+    let isolation = isolation(&plan.limits, ui)?;
+    let mut notes = built.notes.clone();
+    notes.push(isolation_note(&isolation, &plan.limits));
+    run_and_present(
+        db,
+        &mut store,
+        &plan,
+        Start::New {
+            host: &host,
+            notes: &notes,
+        },
+        &isolation,
+        output,
+        ui,
+    )
+}
