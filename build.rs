@@ -4,9 +4,15 @@
 //! are required: without a C compiler the build fails and says what to install, rather
 //! than producing a memtrial whose figures differ (scripts/setup.sh installs gcc and
 //! libc6-dev).
+//!
+//! It also checks the library's layering (build/layers.rs): a module that uses a module
+//! of its own or a higher layer fails the build.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+#[path = "build/layers.rs"]
+mod layers;
 
 const INSTALL: &str = "install a C compiler and libc headers (Debian: apt-get install -y gcc \
                        libc6-dev; scripts/setup.sh does it) and build again";
@@ -14,6 +20,15 @@ const INSTALL: &str = "install a C compiler and libc headers (Debian: apt-get in
 fn main() {
     println!("cargo:rerun-if-changed=spawner/spawn.c");
     println!("cargo:rerun-if-changed=probe-shim/shim.c");
+    println!("cargo:rerun-if-changed=src");
+    println!("cargo:rerun-if-changed=build/layers.rs");
+    let wrong = layers::violations(Path::new("src"));
+    if !wrong.is_empty() {
+        panic!(
+            "the library's layering is broken:\n  {}",
+            wrong.join("\n  ")
+        );
+    }
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
     build_probe_shim(&out);
     build_spawner(&out);

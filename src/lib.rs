@@ -6,6 +6,7 @@
 
 pub mod analysis;
 pub mod backend;
+pub mod escape;
 pub mod exporter;
 pub mod inspect;
 pub mod kube;

@@ -431,7 +431,7 @@ fn package_for(lib: &str) -> Option<&'static str> {
 }
 
 pub fn how_to_apply(plan: &Plan, variant: &str) -> Option<HowToApply> {
-    use crate::report::escape;
+    use crate::escape;
     let v = plan.variant(variant)?;
     let mut env: Vec<(String, String)> = v.env.clone();
     if let Some(p) = &v.preload {

@@ -13,6 +13,7 @@ mod inspect;
 mod jvm_probe;
 mod kube;
 mod kube_trust;
+mod layers;
 mod load;
 mod output;
 mod procs;
