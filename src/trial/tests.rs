@@ -234,3 +234,35 @@ fn sampling_is_dense_for_a_second_then_backs_off_to_the_interval() {
     }
     assert_eq!(g, Duration::from_secs(30));
 }
+
+#[test]
+fn a_run_shorter_than_the_first_allocator_sample_leaves_the_probe_out_of_the_next() {
+    let mut plan = plan();
+    plan.probes.kinds = vec![crate::plan::ProbeKind::Allocator];
+    let mut r = RunRecord::skeleton("glibc", 0, false, "now".into());
+    r.wall_seconds = 0.004;
+    let why = ended_before_allocator_sample(&plan, &r, 7).expect("left out next");
+    assert!(
+        why.starts_with("left out of this run: the variant's previous run (run 7) ended in 4 ms"),
+        "{why}"
+    );
+    // Long enough for a sample, or figures after all, or no allocator probe planned: kept.
+    r.wall_seconds = 0.2;
+    assert_eq!(ended_before_allocator_sample(&plan, &r, 7), None);
+    r.wall_seconds = 0.004;
+    r.inside.allocator = Some(crate::record::AllocatorView {
+        answered: "glibc".into(),
+        library: "-".into(),
+        processes: 1,
+        interval_ms: 1000,
+        disagreement: None,
+        at_peak: None,
+        peak_live_bytes: None,
+        peak_held_bytes: None,
+        series: Vec::new(),
+    });
+    assert_eq!(ended_before_allocator_sample(&plan, &r, 7), None);
+    r.inside.allocator = None;
+    plan.probes.kinds.clear();
+    assert_eq!(ended_before_allocator_sample(&plan, &r, 7), None);
+}

@@ -350,12 +350,44 @@ fn a_run_of_milliseconds_shows_its_peak_but_no_mean() {
     assert!(table.contains("glibc: mean RSS not shown: "), "{table}");
 }
 
+/// The reason the allocator probe was absent from a run, if it was.
+fn allocator_absence(run: &Value) -> String {
+    run["inside"]["absent"]
+        .as_array()
+        .and_then(|a| a.iter().find(|x| x["probe"] == "allocator"))
+        .and_then(|x| x["reason"].as_str())
+        .unwrap_or("")
+        .to_string()
+}
+
+/// Holds every run after the first to the rule, whatever the machine's load made of the
+/// runs' lengths: a run goes without the allocator probe exactly when the variant's
+/// previous run (in the order of the schedule: one run of it per block) ended before the probe's first sample
+/// (10 ms) with no allocator figures. Returns how many runs went without it.
+fn check_left_out_rule(runs: &[Value]) -> usize {
+    let mut runs: Vec<&Value> = runs.iter().collect();
+    runs.sort_by_key(|r| r["block"].as_u64());
+    let mut left_out = 0;
+    for w in runs.windows(2) {
+        let (before, run) = (w[0], w[1]);
+        let short = before["wall_seconds"].as_f64().unwrap() < 0.010
+            && before["inside"]["allocator"].is_null();
+        let out = allocator_absence(run).starts_with("left out of this run: ");
+        assert_eq!(out, short, "after {before}\nthis run: {run}");
+        if out {
+            assert!(run["inside"]["allocator"].is_null(), "{run}");
+            left_out += 1;
+        }
+    }
+    left_out
+}
+
 /// The observer stays out of the peak: `/bin/true` ends long before the allocator probe's
 /// first sample (10 ms), so only the first run of a variant carries the probe (its thread
 /// adds ~90 KiB, a tenth of the peak); the later runs go without it and say why, and the
-/// median peak is within 5% of `--no-probes`. A run that lasts long enough brings the probe
-/// back for the next.
+/// median peak is within 5% of `--no-probes`.
 #[test]
+#[ignore = "measures: needs runs of /bin/true under 10 ms; runs alone in the second pass of scripts/test.sh"]
 fn true_peaks_the_same_with_the_default_probe_as_without() {
     let peaks = |extra: &[&str]| -> (f64, Value) {
         let mut args = vec![
@@ -383,25 +415,30 @@ fn true_peaks_the_same_with_the_default_probe_as_without() {
         "median peak {probed} with the default probe, {bare} without"
     );
     let runs = v["runs"].as_array().unwrap();
-    let reason = |r: &Value| -> String {
-        r["inside"]["absent"]
-            .as_array()
-            .and_then(|a| a.iter().find(|x| x["probe"] == "allocator"))
-            .and_then(|x| x["reason"].as_str())
-            .unwrap_or("")
-            .to_string()
-    };
-    assert!(
-        reason(&runs[0]).contains("first sample is due 10 ms"),
-        "{}",
-        runs[0]
-    );
-    for r in &runs[1..] {
-        assert!(reason(r).starts_with("left out of this run: "), "{r}");
-    }
+    assert!(check_left_out_rule(runs) >= 5, "{v}");
+}
+
+/// The rule under any load: each run is held to it, whatever its length came to.
+#[test]
+fn a_short_run_leaves_the_allocator_probe_out_of_the_next_one() {
+    let r = memtrial_in_tmp(&[
+        "run",
+        "--runs",
+        "4",
+        "--variants",
+        "glibc",
+        "--json",
+        "out.json",
+        "--",
+        "/bin/true",
+    ]);
+    assert_eq!(r.code(), 0, "{}", r.explain());
+    let doc = r.json();
+    check_left_out_rule(variant(&doc, "glibc")["runs"].as_array().unwrap());
 }
 
 #[test]
+#[ignore = "measures: needs the short runs under 10 ms; runs alone in the second pass of scripts/test.sh"]
 fn a_run_long_enough_for_a_sample_brings_the_allocator_probe_back() {
     // Short the first time (no flag yet), 300 ms from then on.
     let dir = tempfile::tempdir().unwrap();
@@ -425,22 +462,16 @@ fn a_run_long_enough_for_a_sample_brings_the_allocator_probe_back() {
     ]);
     assert_eq!(r.code(), 0, "{}", r.explain());
     let doc = r.json();
-    let runs = variant(&doc, "glibc")["runs"].as_array().unwrap().clone();
-    let left_out = |r: &Value| {
-        r["inside"]["absent"].as_array().is_some_and(|a| {
-            a.iter().any(|x| {
-                x["reason"]
-                    .as_str()
-                    .is_some_and(|s| s.starts_with("left out of this run: "))
-            })
-        })
-    };
-    assert!(!left_out(&runs[0]), "{}", runs[0]);
-    // The first run was short: the second goes without the probe...
-    assert!(left_out(&runs[1]), "{}", runs[1]);
-    assert!(runs[1]["inside"]["allocator"].is_null(), "{}", runs[1]);
-    // ...and lasted 300 ms, so the third has it again, with samples.
-    assert!(!left_out(&runs[2]), "{}", runs[2]);
+    let mut runs = variant(&doc, "glibc")["runs"].as_array().unwrap().clone();
+    runs.sort_by_key(|r| r["block"].as_u64());
+    // The first run was short: the second goes without the probe; it lasted 300 ms, so
+    // the third has it again, with samples.
+    assert_eq!(check_left_out_rule(&runs), 1, "{runs:?}");
+    assert!(
+        allocator_absence(&runs[1]).starts_with("left out"),
+        "{}",
+        runs[1]
+    );
     assert!(
         runs[2]["inside"]["allocator"]["series"]
             .as_array()
