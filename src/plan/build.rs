@@ -28,15 +28,16 @@ pub struct BuiltPlan {
 }
 
 /// Validates the input and resolves variants and the command.
-pub fn build_plan(input: PlanInput, ctx: &PlanContext) -> Result<BuiltPlan, PlanError> {
+pub fn build_plan(mut input: PlanInput, ctx: &PlanContext) -> Result<BuiltPlan, PlanError> {
     let mut notes = Vec::new();
     if input.command.is_empty() {
         return Err(PlanError::NoCommand);
     }
     let program = resolve_program(&input.command[0], &ctx.path_var, &ctx.workdir)?;
     let limits = build_limits(&input, ctx)?;
-    let (server_input, worker_input) = route_duration(&input.server, &input.worker);
-    let server = build_server(&server_input, ctx, &mut notes)?;
+    let url_given = input.server.url.is_some();
+    input.route_to_worker(url_given);
+    let server = build_server(&input.server, ctx, &mut notes)?;
 
     let runs = input.runs.unwrap_or(DEFAULT_RUNS);
     if runs == 0 {
@@ -60,7 +61,7 @@ pub fn build_plan(input: PlanInput, ctx: &PlanContext) -> Result<BuiltPlan, Plan
     if let Some(seed) = input.seed {
         settings::count("--seed", seed, settings::SEED)?;
     }
-    let worker = build_worker(&worker_input, server.is_some(), timeout, ctx)?;
+    let worker = build_worker(&input.worker, server.is_some(), timeout, ctx)?;
 
     let probes = build_probes(&input, &mut notes)?;
     let custom = custom_variants(&input.custom, ctx)?;
@@ -288,19 +289,6 @@ pub(super) fn build_server(
 
 /// `--before`'s bound when the run has no `--timeout`.
 pub const DEFAULT_BEFORE_TIMEOUT_MS: u64 = 10 * 60 * 1000;
-
-/// `--duration` without a URL anywhere is the service's (or the driven phase's) duration.
-pub(super) fn route_duration(s: &ServerInput, w: &WorkerInput) -> (ServerInput, WorkerInput) {
-    let (mut s, mut w) = (s.clone(), w.clone());
-    if s.url.is_none() && w.duration.is_none() {
-        w.duration = s.duration.take();
-    }
-    // A driver's cool-down: `--cooldown` without `--url`.
-    if s.url.is_none() && w.cooldown.is_none() {
-        w.cooldown = s.cooldown.take();
-    }
-    (s, w)
-}
 
 pub(super) fn build_worker(
     w: &WorkerInput,

@@ -223,9 +223,31 @@ impl ServerInput {
 }
 
 impl PlanInput {
+    /// The one rule for `duration` and `cooldown` without a URL anywhere (`url_given`
+    /// false): `--duration`/`--cooldown` (or a plan's `[server]` keys) are then the
+    /// service's run time (or the driven phase's bound) and the driver's cool-down, the
+    /// worker's settings, unless the worker's own were given beside them.
+    pub fn route_to_worker(&mut self, url_given: bool) {
+        if url_given {
+            return;
+        }
+        let (s, w) = (&mut self.server, &mut self.worker);
+        if w.duration.is_none() {
+            w.duration = s.duration.take();
+        }
+        if w.cooldown.is_none() {
+            w.cooldown = s.cooldown.take();
+        }
+    }
+
     /// Fills what this input leaves open from `other` (a plan file); flags win.
     /// Both sides are taken apart completely, so a new setting cannot be dropped here.
-    pub fn or(self, other: PlanInput) -> PlanInput {
+    pub fn or(mut self, mut other: PlanInput) -> PlanInput {
+        // Each side's `duration`/`cooldown` goes where it belongs before they meet, so a
+        // flag wins over the file's key for the same thing as any flag does.
+        let url_anywhere = self.server.url.is_some() || other.server.url.is_some();
+        self.route_to_worker(url_anywhere);
+        other.route_to_worker(url_anywhere);
         let PlanInput {
             command,
             variants,
@@ -268,21 +290,8 @@ impl PlanInput {
         } = other;
         let mut all_custom = file_custom;
         all_custom.extend(custom);
-        // `--duration` on the command line without a URL anywhere is the service's
-        // duration: it wins over the file's `[worker] duration` as any flag does.
-        let flag_duration = server.duration.clone();
-        let file_server_duration = file_server.duration.clone();
         let server = server.or(file_server);
-        let mut worker = worker.or(file_worker);
-        let server = if server.url.is_none() && flag_duration.is_some() {
-            worker.duration = flag_duration;
-            ServerInput {
-                duration: file_server_duration,
-                ..server
-            }
-        } else {
-            server
-        };
+        let worker = worker.or(file_worker);
         PlanInput {
             command: if command.is_empty() {
                 file_command

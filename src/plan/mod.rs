@@ -467,6 +467,31 @@ env = { RUBYOPT = "--yjit" }
         assert_eq!(w.driver.as_deref(), Some("sleep 1"));
         assert_eq!(w.duration_ms, Some(3000));
         assert_eq!(w.before_timeout_ms, DEFAULT_BEFORE_TIMEOUT_MS);
+        // One rule for both keys: --cooldown wins over the file's [worker] cooldown too,
+        // and over a [server] duration that, without a URL, is the worker's.
+        let file = parse_plan_text(
+            "command = \"true\"\n[server]\nduration = \"10m\"\n[worker]\n\
+             driver = \"sleep 1\"\ncooldown = \"9s\"\n",
+        )
+        .unwrap();
+        let mut flags = PlanInput::default();
+        flags.server.duration = Some("3s".into());
+        flags.server.cooldown = Some("2s".into());
+        let w = build(flags.or(file.clone())).unwrap().plan.worker.unwrap();
+        assert_eq!((w.duration_ms, w.cooldown_ms), (Some(3000), 2000));
+        let w = build(PlanInput::default().or(file.clone()))
+            .unwrap()
+            .plan
+            .worker
+            .unwrap();
+        assert_eq!((w.duration_ms, w.cooldown_ms), (Some(600_000), 9000));
+        // A URL among the flags makes the file's [server] duration the load's.
+        let mut flags = PlanInput::default();
+        flags.server.url = Some("http://127.0.0.1:{port}/".into());
+        let file = parse_plan_text("command = \"true\"\n[server]\nduration = \"10m\"\n").unwrap();
+        let p = build(flags.or(file)).unwrap().plan;
+        assert_eq!(p.server.unwrap().duration_ms, 600_000);
+        assert!(p.worker.is_none());
         let e = parse_plan_text("[worker]\ndriverr = \"x\"\n").unwrap_err();
         assert!(e.contains("line 2") && e.contains("driverr"), "{e}");
     }
