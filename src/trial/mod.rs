@@ -121,9 +121,8 @@ pub fn ended_before_allocator_sample(
         .then(|| {
             format!(
                 "left out of this run: the variant's previous run (run {index}) ended in {ms:.0} ms, \
-                 before the probe's first sample (due {first_ms} ms after a process starts), \
-                 where the probe gives nothing but its thread's own pages in a small \
-                 program's peak"
+                 before the probe's first sample ({first_ms} ms after a process starts): in \
+                 runs that short it adds only its thread's own pages to the peak"
             )
         })
 }
