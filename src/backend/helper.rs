@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 
 use crate::linux::cgroup::{self, RunCgroup};
 use crate::linux::proc;
+use crate::probe::Helpers;
 
 /// The variable that marks a helper's processes, `<memtrial pid>-<n>`: without a cgroup,
 /// what a helper left in a session of its own is told from the workload's by it.
@@ -45,6 +46,8 @@ pub struct Helper {
     child: Child,
     /// Its process group (the shell's pid).
     pgid: i32,
+    /// The run's helper processes, where it is hidden from the workload's until reaped.
+    helpers: Helpers,
     /// The shell's start time (clock ticks after boot): nothing older is the helper's.
     started_ticks: u64,
     /// `MARK_VAR`'s value for this helper.
@@ -64,6 +67,7 @@ impl Helper {
         stdout: Option<File>,
         stderr: File,
         group: Option<RunCgroup>,
+        helpers: &Helpers,
     ) -> std::io::Result<Helper> {
         // What a helper's shell orphans when it exits comes to memtrial, not to init.
         crate::backend::become_subreaper();
@@ -104,7 +108,7 @@ impl Helper {
         let pgid = child.id() as i32;
         // Without a cgroup a run's processes are memtrial's descendants: the helper and
         // what it starts are not the workload's.
-        crate::probe::tree::hide_helper(pgid);
+        helpers.hide(pgid);
         let started_ticks = proc::read_stat(pgid).map_or(0, |s| s.starttime_ticks);
         let keeping = match group {
             Some(g) => Keeping::Cgroup(g),
@@ -116,6 +120,7 @@ impl Helper {
         Ok(Helper {
             child,
             pgid,
+            helpers: helpers.clone(),
             started_ticks,
             mark,
             keeping,
@@ -134,7 +139,7 @@ impl Helper {
             self.status = self.child.try_wait().ok().flatten();
             if self.status.is_some() {
                 // Reaped: its PID may name a process of the run again.
-                crate::probe::tree::unhide_helper(self.pgid);
+                self.helpers.unhide(self.pgid);
             }
         }
         self.status
@@ -263,7 +268,7 @@ impl Drop for Helper {
         self.kill_all();
         if self.status.is_none() {
             let _ = self.child.wait();
-            crate::probe::tree::unhide_helper(self.pgid);
+            self.helpers.unhide(self.pgid);
         }
     }
 }

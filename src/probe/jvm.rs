@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::tree::{hide_helper, unhide_helper};
+use super::tree::Helpers;
 use super::{append_env, Member, Probe, RunEnd, Tick, TickKind};
 use crate::record::{Absence, FigureUnit, RunRecord, RuntimeFigure, RuntimeSeries, RuntimeView};
 
@@ -346,6 +346,8 @@ struct InFlight {
     /// Owns the pipes; reaped with `wait4`, never by std.
     child: Child,
     pid: i32,
+    /// Where it is hidden from the run's processes until reaped.
+    helpers: Helpers,
     out: Vec<u8>,
     err: Vec<u8>,
     started: Instant,
@@ -389,7 +391,7 @@ fn drain(r: &mut impl Read, buf: &mut Vec<u8>) {
 }
 
 impl InFlight {
-    fn start(jcmd: &Path, pid: i32) -> std::io::Result<InFlight> {
+    fn start(jcmd: &Path, pid: i32, helpers: &Helpers) -> std::io::Result<InFlight> {
         let mut cmd = Command::new(jcmd);
         cmd.args(JCMD_JVM_OPTIONS)
             .arg(pid.to_string())
@@ -409,7 +411,7 @@ impl InFlight {
         }
         let child = cmd.spawn()?;
         let jpid = child.id() as i32;
-        hide_helper(jpid);
+        helpers.hide(jpid);
         for fd in [
             child.stdout.as_ref().map(|o| o.as_raw_fd()),
             child.stderr.as_ref().map(|e| e.as_raw_fd()),
@@ -422,6 +424,7 @@ impl InFlight {
         Ok(InFlight {
             child,
             pid: jpid,
+            helpers: helpers.clone(),
             out: Vec::new(),
             err: Vec::new(),
             started: Instant::now(),
@@ -455,7 +458,7 @@ impl InFlight {
             return None;
         }
         self.reaped = true;
-        unhide_helper(self.pid);
+        self.helpers.unhide(self.pid);
         self.drain();
         let tv = |t: libc::timeval| {
             Duration::from_secs(t.tv_sec.max(0) as u64)
@@ -487,7 +490,7 @@ impl Drop for InFlight {
             libc::kill(self.pid, libc::SIGKILL);
             libc::wait4(self.pid, &mut status, 0, std::ptr::null_mut());
         }
-        unhide_helper(self.pid);
+        self.helpers.unhide(self.pid);
     }
 }
 
@@ -570,6 +573,8 @@ pub struct JvmProbe {
     cpu: Duration,
     reads_ok: u32,
     reads_failed: u32,
+    /// The run's helper processes, where its jcmd reads are hidden.
+    helpers: Helpers,
 }
 
 impl JvmProbe {
@@ -584,6 +589,7 @@ impl JvmProbe {
             cpu: Duration::ZERO,
             reads_ok: 0,
             reads_failed: 0,
+            helpers: Helpers::default(),
         }
     }
 
@@ -698,7 +704,7 @@ impl JvmProbe {
                 continue;
             }
             jvm.last_start = Some(now);
-            match InFlight::start(&jcmd, key.0) {
+            match InFlight::start(&jcmd, key.0, &self.helpers) {
                 Ok(f) => {
                     jvm.in_flight = Some(f);
                     running += 1;
@@ -860,6 +866,10 @@ impl JvmProbe {
 impl Probe for JvmProbe {
     fn name(&self) -> &'static str {
         NAME
+    }
+
+    fn share_helpers(&mut self, helpers: &Helpers) {
+        self.helpers = helpers.clone();
     }
 
     fn instrument(&mut self, env: &mut Vec<(String, String)>) {

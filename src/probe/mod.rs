@@ -32,7 +32,7 @@ pub use cgroup::CgroupProbe;
 pub use jvm::JvmProbe;
 pub use pss::PssProbe;
 pub use ruby::RubyProbe;
-pub use tree::{Member, Membership, TreeProbe};
+pub use tree::{Helpers, Member, Membership, TreeProbe};
 pub use verify::Verifier;
 
 /// Why a tick happens.
@@ -78,6 +78,9 @@ pub trait Probe: Send {
     fn instrument(&mut self, _env: &mut Vec<(String, String)>) {}
     /// Before launch, after every probe has instrumented: the environment the workload gets.
     fn launching(&mut self, _env: &[(String, String)]) {}
+    /// The run's helper processes: a probe that starts a process of its own (the JVM
+    /// probe's `jcmd`) hides it there, so that the tree sampler leaves it out.
+    fn share_helpers(&mut self, _helpers: &Helpers) {}
 }
 
 /// Appends `value` to the environment variable `key` of the workload, separated by `sep`:
@@ -102,7 +105,10 @@ pub struct ProbeSet {
 }
 
 impl ProbeSet {
-    pub fn new(tree: TreeProbe, others: Vec<Box<dyn Probe>>) -> ProbeSet {
+    pub fn new(tree: TreeProbe, mut others: Vec<Box<dyn Probe>>) -> ProbeSet {
+        for p in &mut others {
+            p.share_helpers(tree.helpers());
+        }
         ProbeSet {
             tree,
             others,

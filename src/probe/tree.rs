@@ -27,27 +27,32 @@ pub const SCAN_CPU_FRACTION: f64 = 0.0003;
 /// samples find a shim's helpers and its exec at once).
 pub const SCAN_BURST: Duration = Duration::from_millis(5);
 
-/// memtrial's own helper processes (the JVM probe's `jcmd`): children of memtrial, so
-/// descendants of the run's ancestor when the run has no cgroup, but never the workload's.
-static HELPERS: std::sync::Mutex<Vec<i32>> = std::sync::Mutex::new(Vec::new());
+/// One run's helper processes, which memtrial started and which are never the workload's
+/// (a `--before` hook, a `--driver`, the JVM probe's `jcmd`): children of memtrial, so
+/// descendants of the run's ancestor when the run has no cgroup. Whoever starts one hides
+/// it here; the run's tree sampler, which holds the same handle, leaves it out.
+#[derive(Debug, Clone, Default)]
+pub struct Helpers(std::sync::Arc<std::sync::Mutex<Vec<i32>>>);
 
-/// Keeps `pid`, a helper memtrial started, out of every run's processes until
-/// [`unhide_helper`]. Call it before the next tick, right after starting the helper.
-pub fn hide_helper(pid: i32) {
-    if let Ok(mut h) = HELPERS.lock() {
-        h.push(pid);
+impl Helpers {
+    /// Keeps `pid` out of the run's processes until [`Helpers::unhide`]. Call it before the
+    /// next tick, right after starting the helper.
+    pub fn hide(&self, pid: i32) {
+        if let Ok(mut h) = self.0.lock() {
+            h.push(pid);
+        }
     }
-}
 
-/// The helper `pid` was reaped: its PID may name a process of the run again.
-pub fn unhide_helper(pid: i32) {
-    if let Ok(mut h) = HELPERS.lock() {
-        h.retain(|p| *p != pid);
+    /// The helper `pid` was reaped: its PID may name a process of the run again.
+    pub fn unhide(&self, pid: i32) {
+        if let Ok(mut h) = self.0.lock() {
+            h.retain(|p| *p != pid);
+        }
     }
-}
 
-fn helpers() -> Vec<i32> {
-    HELPERS.lock().map(|h| h.clone()).unwrap_or_default()
+    fn pids(&self) -> Vec<i32> {
+        self.0.lock().map(|h| h.clone()).unwrap_or_default()
+    }
 }
 
 /// How the run's processes are found.
@@ -122,6 +127,8 @@ pub struct TreeProbe {
     status_files: HashMap<i32, proc::KeptProcFile>,
     /// `/proc/loadavg` (the last PID), kept open: read at every tick.
     loadavg: crate::linux::kept::KeptSlot,
+    /// The run's helper processes, left out.
+    helpers: Helpers,
 }
 
 /// At most this many members' status files stay open; the rest are opened at each read
@@ -144,6 +151,7 @@ impl TreeProbe {
             scan_spent: Duration::ZERO,
             status_files: HashMap::new(),
             loadavg: Default::default(),
+            helpers: Helpers::default(),
         }
     }
 
@@ -155,6 +163,17 @@ impl TreeProbe {
         let allowed = SCAN_BURST.as_secs_f64()
             + SCAN_CPU_FRACTION * now.saturating_duration_since(first).as_secs_f64();
         self.scan_spent.as_secs_f64() <= allowed
+    }
+
+    /// Leaves the processes hidden in `helpers` out of the run's processes.
+    pub fn with_helpers(mut self, helpers: Helpers) -> Self {
+        self.helpers = helpers;
+        self
+    }
+
+    /// The run's helper processes, for the probes that start some.
+    pub fn helpers(&self) -> &Helpers {
+        &self.helpers
     }
 
     /// Leaves `pid` out of the run's processes, but follows its descendants.
@@ -304,7 +323,7 @@ impl TreeProbe {
         };
         let listed: HashSet<i32> = pids.iter().copied().collect();
         self.strangers.retain(|p| listed.contains(p));
-        let helpers = helpers();
+        let helpers = self.helpers.pids();
         // Departed members, and members whose PID now names another process.
         let stale: Vec<i32> = self
             .members
@@ -448,17 +467,27 @@ mod tests {
             .spawn()
             .unwrap();
         let pid = helper.id() as i32;
-        hide_helper(pid);
-        let mut probe = TreeProbe::new(Membership::DescendantsOf(std::process::id() as i32));
+        let helpers = Helpers::default();
+        helpers.hide(pid);
+        let mut probe = TreeProbe::new(Membership::DescendantsOf(std::process::id() as i32))
+            .with_helpers(helpers.clone());
+        // Another run's helpers are that run's: this probe does not leave them out.
+        let mut other = TreeProbe::new(Membership::DescendantsOf(std::process::id() as i32));
+        other.sample(0.0);
+        let others_see_it = other.members().any(|m| m.pid == pid);
         probe.sample(0.0);
         let hidden = !probe.members().any(|m| m.pid == pid);
-        unhide_helper(pid);
+        helpers.unhide(pid);
         probe.next_full_scan = None;
         probe.sample(0.1);
         let seen_again = probe.members().any(|m| m.pid == pid);
         drop(helper.stdin.take());
         let _ = helper.wait();
         assert!(hidden, "a hidden helper joined the run");
+        assert!(
+            others_see_it,
+            "one run's helpers hid a process from another run"
+        );
         assert!(seen_again, "an unhidden process stays out of the run");
     }
 

@@ -49,6 +49,8 @@ pub struct DriverStart<'a> {
     pub backend: &'a dyn crate::backend::Backend,
     /// The name of that cgroup.
     pub group_name: String,
+    /// The run's helper processes, left out of its processes.
+    pub helpers: crate::probe::Helpers,
 }
 
 pub struct HttpDriver {
@@ -79,6 +81,7 @@ impl Driver {
                         bound,
                         cooldown: Duration::from_millis(w.cooldown_ms),
                         grace: plan.grace(),
+                        helpers: s.helpers.clone(),
                     },
                     t0,
                 )

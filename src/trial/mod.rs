@@ -140,8 +140,10 @@ pub fn run_trial(
     let mut record = RunRecord::skeleton(&spec.variant.name, spec.block, spec.warmup, started_at);
     let mut probes = probes;
     let (launch, port) = prepare(spec, &mut record, &mut probes)?;
+    // The processes memtrial starts for this run (hook, driver, jcmd): never the workload's.
+    let helpers = crate::probe::Helpers::default();
     if let Some(before) = plan.worker.as_ref().and_then(|w| w.before.as_ref()) {
-        if let Some(end) = run_before(spec, before, port, stop, backend)? {
+        if let Some(end) = run_before(spec, before, port, stop, backend, &helpers)? {
             (record.status, record.message) = end;
             return Ok(record);
         }
@@ -155,7 +157,9 @@ pub fn run_trial(
     };
     let t0 = run.started();
     let mut probes = ProbeSet::new(
-        TreeProbe::new(run.membership()).hiding(run.spawner()),
+        TreeProbe::new(run.membership())
+            .hiding(run.spawner())
+            .with_helpers(helpers.clone()),
         probes.into_iter().chain(run.probes()).collect(),
     );
     let mut env = helper_env(spec, port);
@@ -169,6 +173,7 @@ pub fn run_trial(
             log_stem: &spec.log_stem,
             backend,
             group_name: crate::linux::cgroup::helper_group_name(spec.seq, "driver"),
+            helpers,
         },
         t0,
     )?;
@@ -247,6 +252,7 @@ fn run_before(
     port: Option<u16>,
     stop: &AtomicBool,
     backend: &dyn Backend,
+    helpers: &crate::probe::Helpers,
 ) -> Result<Option<(crate::record::RunStatus, Option<String>)>, TrialError> {
     use crate::backend::helper;
     use crate::record::RunStatus;
@@ -277,6 +283,7 @@ fn run_before(
         Some(open(&out_path)?),
         open(&err_path)?,
         backend.helper_cgroup(&crate::linux::cgroup::helper_group_name(spec.seq, "before"))?,
+        helpers,
     )
     .map_err(TrialError::Before)?;
     let (exit, _took) = helper::run_to_end(hook, timeout, &|| stop.load(Ordering::SeqCst));

@@ -189,6 +189,8 @@ pub struct DriverSetup<'a> {
     pub grace: Duration,
     /// A cgroup of its own, when memtrial makes cgroups.
     pub group: Option<crate::linux::cgroup::RunCgroup>,
+    /// The run's helper processes: the driver is one.
+    pub helpers: crate::probe::Helpers,
 }
 
 impl WorkerDriver {
@@ -197,7 +199,7 @@ impl WorkerDriver {
         let stderr_path = s.log_stem.with_extension("driver.stderr");
         let mut out = File::create(&stdout_path)?;
         let err = File::create(&stderr_path)?;
-        let mut h = Helper::start(s.command, &s.env, s.workdir, None, err, s.group)?;
+        let mut h = Helper::start(s.command, &s.env, s.workdir, None, err, s.group, &s.helpers)?;
         let started = t0.elapsed().as_secs_f64();
         let collected = Arc::new(Mutex::new(Collected::default()));
         let pipe = h.take_stdout();
