@@ -11,27 +11,33 @@
 //!
 //! A process may exit at any moment. Exiting before the first read is an error;
 //! exiting later gives a partial inspection (`complete: false`) that says what is missing.
+//!
+//! The data model lives in `model`, reading another process's files (and saying
+//! which right was missing) in `access`, and the small facts read on the way
+//! (runtime, age, cgroup limits) in `facts`; this file gathers them.
 
 pub mod advice;
 pub mod arenas;
 pub mod classify;
 pub use crate::linux::container;
+mod access;
+mod facts;
 #[cfg(test)]
 mod fixture;
 pub mod glibc;
+mod model;
 pub mod procs;
 pub mod render;
 
+pub use access::*;
+use facts::*;
+pub use model::*;
+
 use std::io;
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
-
-use crate::analysis::trend::{self, Trend, TrendRules};
-use crate::linux::allocator::{detect_allocator, linked_allocators, needed_of_file};
-use crate::linux::elf::{self, Linkage};
+use crate::analysis::trend::{self, TrendRules};
 use crate::linux::host;
 use crate::linux::maps::{self, Mapping};
 use crate::linux::proc::{self, ProcError};
@@ -40,22 +46,6 @@ pub use advice::{Advice, AdviceKind};
 pub use classify::{Group, Kind};
 pub use container::Container;
 
-/// Version of the JSON document; bumped on any incompatible change.
-pub const SCHEMA_VERSION: u32 = 1;
-
-/// Errors of `inspect`.
-#[derive(Debug, thiserror::Error)]
-pub enum InspectError {
-    #[error("no process with PID {pid}")]
-    NotFound { pid: i32 },
-    #[error("process {pid} ({comm}) is a zombie: it has exited and its parent (PID {ppid}) has not reaped it; there is no memory left to inspect")]
-    Zombie { pid: i32, comm: String, ppid: i32 },
-    #[error("PID {pid} ({comm}) is a kernel thread: it has no user memory, no executable and no allocator to inspect")]
-    KernelThread { pid: i32, comm: String },
-    #[error(transparent)]
-    Proc(ProcError),
-}
-
 impl From<ProcError> for InspectError {
     fn from(e: ProcError) -> Self {
         match e {
@@ -63,196 +53,6 @@ impl From<ProcError> for InspectError {
             e => InspectError::Proc(e),
         }
     }
-}
-
-/// A runtime recognised in the process.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Runtime {
-    Ruby,
-    Python,
-    Jvm,
-    Node,
-    Go,
-    Erlang,
-    Perl,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct RuntimeHint {
-    pub runtime: Runtime,
-    pub evidence: String,
-}
-
-/// What the process is.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Process {
-    pub comm: String,
-    /// Target of `/proc/PID/exe` (`None` when not readable).
-    pub exe: Option<String>,
-    pub cmdline: Vec<String>,
-    pub state: char,
-    pub ppid: i32,
-    pub threads: u64,
-    pub age_seconds: Option<f64>,
-    pub cpu_seconds: f64,
-    pub runtimes: Vec<RuntimeHint>,
-}
-
-/// What the process holds (bytes). Flattened into the top of the JSON document.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Memory {
-    /// `VmRSS` of `/proc/PID/status`.
-    pub rss_bytes: u64,
-    pub rss_anon_bytes: u64,
-    pub rss_file_bytes: u64,
-    pub rss_shmem_bytes: u64,
-    /// From `smaps_rollup`; `None` when not readable.
-    pub pss_bytes: Option<u64>,
-    pub uss_bytes: Option<u64>,
-    pub swap_bytes: u64,
-    /// `VmHWM`: the kernel's high-water mark of RSS.
-    pub peak_rss_bytes: u64,
-    /// `VmSize`: the address space, what `pmap` totals.
-    pub vsz_bytes: u64,
-}
-
-/// Which allocator answers `malloc`, and why we think so.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Allocator {
-    /// As [`detect_allocator`] names it: `glibc`, `jemalloc`, `glibc (static executable)`, …
-    pub name: String,
-    pub evidence: Vec<String>,
-    /// `static` or `dynamic`; `None` when the executable could not be read.
-    pub linkage: Option<String>,
-    pub defines_malloc: Option<bool>,
-    pub ld_preload: Option<String>,
-    /// Why `LD_PRELOAD` names an allocator that does not answer `malloc`.
-    pub preload_ignored: Option<String>,
-    /// Allocator and runtime settings in the initial environment.
-    pub settings: Vec<(String, String)>,
-}
-
-impl Allocator {
-    /// glibc malloc answers (dynamic or static).
-    pub fn is_glibc(&self) -> bool {
-        self.name.starts_with("glibc")
-    }
-}
-
-/// glibc arenas: how many, found how, against which limit.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Arenas {
-    /// Arenas, the main one included.
-    pub count: u64,
-    /// `exact` (distinct heap headers) or `estimate` (heap-shaped mappings, an upper bound).
-    pub method: arenas::Method,
-    /// Non-main heaps found.
-    pub heaps: u64,
-    /// The most arenas glibc creates in this process.
-    pub limit: u64,
-    pub limit_source: arenas::LimitSource,
-    pub threads: u64,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Host {
-    pub online_cpus: u32,
-    pub memory_bytes: u64,
-}
-
-/// One sample of a watch.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct Sample {
-    pub t_seconds: f64,
-    pub rss_bytes: u64,
-    /// `None` where `smaps_rollup` was not readable.
-    pub pss_bytes: Option<u64>,
-    pub threads: u64,
-    /// glibc arenas (`None` unless glibc malloc answers and the count could be taken).
-    pub arenas: Option<u64>,
-}
-
-/// Why a watch ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum WatchEnd {
-    Completed,
-    ProcessExited,
-    Interrupted,
-}
-
-/// An RSS time series and its verdict.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Watch {
-    pub interval_seconds: f64,
-    pub requested_seconds: f64,
-    pub end: WatchEnd,
-    pub samples: Vec<Sample>,
-    pub trend: Trend,
-}
-
-/// Totals over all mappings, beside the kernel's own totals, so the breakdown can
-/// be checked: `size_bytes` is what `pmap -x` totals (virtual), `rollup_rss_bytes`
-/// what `smaps_rollup` says is resident.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct MappingTotals {
-    pub mappings: u64,
-    pub size_bytes: u64,
-    pub rss_bytes: u64,
-    pub pss_bytes: u64,
-    pub uss_bytes: u64,
-    pub swap_bytes: u64,
-    /// `Rss` of `/proc/PID/smaps_rollup` (`None`: unreadable).
-    pub rollup_rss_bytes: Option<u64>,
-    /// `Pss` of `/proc/PID/smaps_rollup`.
-    pub rollup_pss_bytes: Option<u64>,
-}
-
-/// Why some files of the process could not be read, and what would allow it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Access {
-    /// memtrial's effective UID.
-    pub our_uid: u32,
-    /// The process's real UID (`None`: unknown).
-    pub owner_uid: Option<u32>,
-    /// The files refused (`smaps`, `environ`, `exe`, `mem`, …).
-    pub denied: Vec<String>,
-    /// What to do about it.
-    pub hint: String,
-}
-
-/// Everything `inspect` found. Plain data.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Inspection {
-    pub schema_version: u32,
-    pub pid: i32,
-    /// False when the process exited (or a file was unreadable) part-way.
-    pub complete: bool,
-    /// What could not be read, and why.
-    pub missing: Vec<String>,
-    /// Set when files were refused for lack of permission.
-    pub access: Option<Access>,
-    pub threads: u64,
-    #[serde(flatten)]
-    pub memory: Memory,
-    pub process: Process,
-    /// Size/RSS/PSS/USS/swap by kind of mapping (see [`classify`]).
-    pub mappings: Vec<Group>,
-    pub mapping_totals: Option<MappingTotals>,
-    /// Thread stacks recognised in the maps (heuristic; see [`classify`]).
-    pub thread_stacks: Option<u64>,
-    pub allocator: Option<Allocator>,
-    /// The glibc the process runs (from its mapped libc), `None` when not found.
-    pub glibc: Option<glibc::GlibcVersion>,
-    /// `None` unless glibc malloc answers.
-    pub glibc_arenas: Option<Arenas>,
-    pub cgroup: Option<Container>,
-    pub host: Host,
-    /// Sums over the process and its descendants (`--tree`).
-    pub tree: Option<procs::Tree>,
-    pub advice: Vec<Advice>,
-    pub watch: Option<Watch>,
 }
 
 /// Collects "missing" notes; remembers that the process is gone.
@@ -292,110 +92,6 @@ impl Partial {
         }
     }
 }
-
-/// `PF_KTHREAD` in the flags of `/proc/PID/stat`.
-const PF_KTHREAD: u64 = 0x0020_0000;
-
-/// Whether the process is a kernel thread: `Kthread: 1` in its status (kernel 6.8+),
-/// else `PF_KTHREAD` in the flags of its stat (field 9).
-fn is_kernel_thread(stat_text: &str, status_text: &str) -> bool {
-    if let Some(v) = status_text.lines().find_map(|l| l.strip_prefix("Kthread:")) {
-        return v.trim() == "1";
-    }
-    stat_text
-        .rfind(')')
-        .and_then(|close| stat_text[close + 1..].split_ascii_whitespace().nth(6))
-        .and_then(|f| f.parse::<u64>().ok())
-        .is_some_and(|flags| flags & PF_KTHREAD != 0)
-}
-
-/// memtrial's effective UID.
-fn our_uid() -> u32 {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { ::libc::geteuid() }
-}
-
-/// The real UID of a process, from the `Uid:` line of its status.
-fn owner_uid(status_text: &str) -> Option<u32> {
-    status_text
-        .lines()
-        .find_map(|l| l.strip_prefix("Uid:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-}
-
-/// Whether memtrial holds `CAP_SYS_PTRACE` (bit 19 of `CapEff` in its status).
-fn has_ptrace_capability() -> Option<bool> {
-    let text = std::fs::read_to_string("/proc/self/status").ok()?;
-    let hex = text.lines().find_map(|l| l.strip_prefix("CapEff:"))?.trim();
-    let caps = u64::from_str_radix(hex, 16).ok()?;
-    // CAP_SYS_PTRACE is capability 19 (linux/capability.h).
-    Some(caps & (1 << 19) != 0)
-}
-
-/// What to do when files of `pid` are refused.
-pub fn access_hint(pid: i32, our: u32, owner: Option<u32>) -> String {
-    let yama = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope")
-        .ok()
-        .and_then(|t| t.trim().parse::<u32>().ok());
-    access_hint_for(pid, our, owner, has_ptrace_capability(), yama)
-}
-
-/// [`access_hint`] from what it depends on: memtrial's UID, the owner's, whether
-/// memtrial holds `CAP_SYS_PTRACE`, and Yama's `ptrace_scope`.
-pub fn access_hint_for(
-    pid: i32,
-    our: u32,
-    owner: Option<u32>,
-    ptrace_cap: Option<bool>,
-    yama: Option<u32>,
-) -> String {
-    const NEED: &str = "smaps, smaps_rollup, environ, exe and mem need ptrace-read access to the process (PTRACE_MODE_READ)";
-    let yama_note = match yama {
-        Some(n) if n >= 1 => format!(
-            "; kernel.yama.ptrace_scope={n} also restricts ptrace-read access{}",
-            match n {
-                1 => " to ancestors (or CAP_SYS_PTRACE)",
-                2 => " to CAP_SYS_PTRACE",
-                _ => " entirely (scope 3: not even root may attach)",
-            }
-        ),
-        _ => String::new(),
-    };
-    if our == 0 {
-        // Root was refused: telling root to run as root helps nobody.
-        let why = match ptrace_cap {
-            Some(false) => "memtrial runs as root but without CAP_SYS_PTRACE (containers drop it; grant it, e.g. `docker run --cap-add SYS_PTRACE`)".to_string(),
-            _ => format!(
-                "memtrial already runs as root{}, so the refusal comes from a security policy around it — a sandbox memtrial runs in (Landlock, a container), Yama, AppArmor or SELinux{}: run memtrial outside that sandbox, or in the same one as the process",
-                if ptrace_cap == Some(true) { " with CAP_SYS_PTRACE" } else { "" },
-                if pid == 1 { "; PID 1 (the init of the machine, VM or container) is often outside a sandbox's reach" } else { "" }
-            ),
-        };
-        return format!("{NEED}: {why}{yama_note}");
-    }
-    let who = match owner {
-        Some(o) if o != our => format!(
-            "PID {pid} belongs to UID {o} and memtrial runs as UID {our}: run memtrial as UID {o} or as root"
-        ),
-        _ => "run memtrial as root".to_string(),
-    };
-    format!("{NEED}: {who} (or grant CAP_SYS_PTRACE){yama_note}")
-}
-
-const SETTINGS_PREFIXES: [&str; 12] = [
-    "MALLOC_",
-    "GLIBC_TUNABLES",
-    "LD_PRELOAD",
-    "TCMALLOC_",
-    "MIMALLOC_",
-    "PYTHONMALLOC",
-    "RUBY_YJIT",
-    "RUBYOPT",
-    "JAVA_TOOL_OPTIONS",
-    "GOGC",
-    "GOMEMLIMIT",
-    "NODE_OPTIONS",
-];
 
 /// Inspects `pid` once.
 pub fn gather(pid: i32) -> Result<Inspection, InspectError> {
@@ -506,19 +202,6 @@ pub fn gather(pid: i32) -> Result<Inspection, InspectError> {
     };
     ins.advice = advice::advise(&ins);
     Ok(ins)
-}
-
-/// What could not be read for lack of rights, and what would help.
-fn access_of(p: &Partial, status_text: &str) -> Option<Access> {
-    (!p.denied.is_empty()).then(|| {
-        let owner = owner_uid(status_text);
-        Access {
-            our_uid: our_uid(),
-            owner_uid: owner,
-            denied: p.denied.clone(),
-            hint: access_hint(p.pid, our_uid(), owner),
-        }
-    })
 }
 
 /// The host's CPUs and memory.
@@ -670,199 +353,6 @@ fn last_look(p: &mut Partial, started: u64) {
             ));
         }
     }
-}
-
-/// What the executable says, plus whether it is a Go program.
-struct ExeFacts {
-    elf: elf::ElfFacts,
-    go: bool,
-}
-
-fn exe_elf_facts(pid: i32, link_target: Option<&str>) -> Result<ExeFacts, String> {
-    let path = crate::linux::proc::exe_file(pid, link_target);
-    let facts = elf::inspect_elf(&path).map_err(|e| e.to_string())?;
-    Ok(ExeFacts {
-        go: is_go_program(&path),
-        elf: facts,
-    })
-}
-
-/// A Go executable carries a `.go.buildinfo` section.
-fn is_go_program(path: &Path) -> bool {
-    let Ok(f) = std::fs::File::open(path) else {
-        return false;
-    };
-    // SAFETY: read-only private mapping of an executable that is running (ETXTBSY).
-    let Ok(bytes) = (unsafe { memmap2::Mmap::map(&f) }) else {
-        return false;
-    };
-    let Ok(e) = goblin::elf::Elf::parse(&bytes) else {
-        return false;
-    };
-    e.section_headers
-        .iter()
-        .any(|s| e.shdr_strtab.get_at(s.sh_name) == Some(".go.buildinfo"))
-}
-
-fn file_name(p: &str) -> &str {
-    p.rsplit('/').next().unwrap_or(p)
-}
-
-fn allocator_facts(libs: &[String], exe: Option<&ExeFacts>, env: &[(String, String)]) -> Allocator {
-    let f = exe.map(|e| &e.elf);
-    let linked = f.map_or_else(Vec::new, |f| {
-        linked_allocators(f, libs, &mut |p| needed_of_file(p))
-    });
-    let name = detect_allocator(libs, f, &linked).to_string();
-    let mut evidence = Vec::new();
-    if let Some(f) = f {
-        match &f.linkage {
-            Linkage::Static => evidence.push(
-                "the executable is statically linked (no PT_INTERP): the dynamic loader never runs"
-                    .into(),
-            ),
-            Linkage::Dynamic { interpreter } => {
-                evidence.push(format!("dynamically linked (interpreter {interpreter})"))
-            }
-        }
-        if f.defines_malloc {
-            evidence.push("the executable defines malloc itself".into());
-        }
-        if let Some(b) = f.bundled_allocator {
-            evidence.push(format!("allocator symbols in the executable: {b:?}").to_lowercase());
-        }
-    }
-    let alloc_libs: Vec<&String> = libs
-        .iter()
-        .filter(|l| elf::allocator_of_library(l).is_some())
-        .collect();
-    for l in &alloc_libs {
-        evidence.push(format!("{} is mapped", l));
-    }
-    if alloc_libs.is_empty() {
-        if let Some(libc) = libs.iter().find(|l| glibc::is_libc(l)) {
-            evidence.push(format!(
-                "no other allocator library is mapped; malloc comes from glibc's {libc}"
-            ));
-        }
-    }
-    let ld_preload = env
-        .iter()
-        .find(|(k, _)| k == "LD_PRELOAD")
-        .map(|(_, v)| v.clone());
-    for l in &linked {
-        evidence.push(format!(
-            "the program is built with {}: {l}",
-            l.name.as_str()
-        ));
-    }
-    if let Some(pre) = &ld_preload {
-        evidence.push(format!("LD_PRELOAD={pre} in the initial environment"));
-        let over = pre
-            .split([' ', ':'])
-            .filter(|s| elf::allocator_of_library(s).is_some())
-            .find_map(|s| crate::linux::allocator::preload_over_linked(s, &linked));
-        evidence.extend(over);
-    }
-    let preload_alloc = ld_preload.as_deref().and_then(|pre| {
-        pre.split([' ', ':'])
-            .filter(|s| !s.is_empty())
-            .find_map(elf::allocator_of_library)
-    });
-    let preload_ignored = match (preload_alloc, f) {
-        (Some(_), Some(f)) if f.linkage == Linkage::Static => Some(
-            "LD_PRELOAD names an allocator, but a static executable ignores LD_PRELOAD".to_string(),
-        ),
-        (Some(_), Some(f)) if f.defines_malloc => Some(
-            "LD_PRELOAD names an allocator, but the executable's own malloc comes first in symbol lookup"
-                .to_string(),
-        ),
-        (Some(b), _) if !libs.iter().any(|l| elf::allocator_of_library(l) == Some(b)) => Some(
-            "LD_PRELOAD names an allocator that is not mapped (setuid program, or a wrong path?)"
-                .to_string(),
-        ),
-        _ => None,
-    };
-    let settings = env
-        .iter()
-        .filter(|(k, _)| SETTINGS_PREFIXES.iter().any(|p| k.starts_with(p)))
-        .cloned()
-        .collect();
-    Allocator {
-        name,
-        evidence,
-        linkage: f.map(|f| match f.linkage {
-            Linkage::Static => "static".into(),
-            Linkage::Dynamic { .. } => "dynamic".into(),
-        }),
-        defines_malloc: f.map(|f| f.defines_malloc),
-        ld_preload,
-        preload_ignored,
-        settings,
-    }
-}
-
-fn runtime_hints(
-    libs: &[String],
-    exe: Option<&str>,
-    cmdline: &[String],
-    facts: Option<&ExeFacts>,
-) -> Vec<RuntimeHint> {
-    let mut out: Vec<RuntimeHint> = Vec::new();
-    let mut add = |runtime: Runtime, evidence: String| {
-        if !out.iter().any(|h| h.runtime == runtime) {
-            out.push(RuntimeHint { runtime, evidence });
-        }
-    };
-    for l in libs {
-        let n = file_name(l);
-        let rt = if n.starts_with("libruby") {
-            Some(Runtime::Ruby)
-        } else if n.starts_with("libpython") {
-            Some(Runtime::Python)
-        } else if n == "libjvm.so" {
-            Some(Runtime::Jvm)
-        } else if n.starts_with("libnode.so") {
-            Some(Runtime::Node)
-        } else if n.starts_with("libperl.so") {
-            Some(Runtime::Perl)
-        } else {
-            None
-        };
-        if let Some(rt) = rt {
-            add(rt, format!("{n} is mapped"));
-        }
-    }
-    let exe_name = exe
-        .map(|e| file_name(e.strip_suffix(" (deleted)").unwrap_or(e)).to_string())
-        .or_else(|| cmdline.first().map(|c| file_name(c).to_string()));
-    if let Some(n) = exe_name {
-        let rt = if n.starts_with("ruby") {
-            Some(Runtime::Ruby)
-        } else if n.starts_with("python") {
-            Some(Runtime::Python)
-        } else if n == "java" {
-            Some(Runtime::Jvm)
-        } else if n == "node" || n == "nodejs" {
-            Some(Runtime::Node)
-        } else if n == "beam.smp" {
-            Some(Runtime::Erlang)
-        } else if n.starts_with("perl") {
-            Some(Runtime::Perl)
-        } else {
-            None
-        };
-        if let Some(rt) = rt {
-            add(rt, format!("executable {n}"));
-        }
-    }
-    if facts.is_some_and(|f| f.go) {
-        add(
-            Runtime::Go,
-            "the executable has a .go.buildinfo section (Go's heap does not use malloc)".into(),
-        );
-    }
-    out
 }
 
 /// The glibc arena count of `pid` now (heap headers, or the estimate when
