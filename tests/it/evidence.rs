@@ -385,15 +385,17 @@ fn check_left_out_rule(runs: &[Value]) -> usize {
 /// The observer stays out of the peak: `/bin/true` ends long before the allocator probe's
 /// first sample (10 ms), so only the first run of a variant carries the probe (its thread
 /// adds ~90 KiB, a tenth of the peak); the later runs go without it and say why, and the
-/// median peak is within 5% of `--no-probes`.
+/// median peak is within 5% of `--no-probes`. `/bin/true`'s own peak (wait4's maxrss) ranges
+/// over ±10% from run to run on a quiet machine, so each side pools 2 × 31 runs, taken in
+/// turn, before medians are compared.
 #[test]
 #[ignore = "measures: needs runs of /bin/true under 10 ms; runs alone in the second pass of scripts/test.sh"]
 fn true_peaks_the_same_with_the_default_probe_as_without() {
-    let peaks = |extra: &[&str]| -> (f64, Value) {
+    let peaks = |extra: &[&str]| -> (Vec<f64>, Value) {
         let mut args = vec![
             "run",
             "--runs",
-            "9",
+            "31",
             "--variants",
             "glibc",
             "--json",
@@ -405,17 +407,33 @@ fn true_peaks_the_same_with_the_default_probe_as_without() {
         assert_eq!(r.code(), 0, "{}", r.explain());
         let doc = r.json();
         let v = variant(&doc, "glibc").clone();
-        let median = f64_of(&v["summary"]["peak_rss_bytes"]["median"]).expect("a peak");
-        (median, v)
+        let each = v["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|run| run["peak_rss_bytes"].as_f64().expect("a peak"))
+            .collect();
+        (each, v)
     };
-    let (probed, v) = peaks(&[]);
-    let (bare, _) = peaks(&["--no-probes"]);
+    let median = |mut xs: Vec<f64>| {
+        xs.sort_by(f64::total_cmp);
+        xs[xs.len() / 2]
+    };
+    let (mut probed, mut bare, mut last) = (Vec::new(), Vec::new(), Value::Null);
+    for _ in 0..2 {
+        let (p, v) = peaks(&[]);
+        probed.extend(p);
+        check_left_out_rule(v["runs"].as_array().unwrap());
+        last = v;
+        bare.extend(peaks(&["--no-probes"]).0);
+    }
+    let (probed, bare) = (median(probed), median(bare));
     assert!(
         (probed - bare).abs() <= 0.05 * bare,
         "median peak {probed} with the default probe, {bare} without"
     );
-    let runs = v["runs"].as_array().unwrap();
-    assert!(check_left_out_rule(runs) >= 5, "{v}");
+    let runs = last["runs"].as_array().unwrap();
+    assert!(check_left_out_rule(runs) >= 25, "{last}");
 }
 
 /// The rule under any load: each run is held to it, whatever its length came to.
