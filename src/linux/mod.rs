@@ -2,7 +2,7 @@
 
 pub mod allocator;
 pub mod cgroup;
-pub mod container;
+pub use cgroup::container;
 pub mod elf;
 pub mod host;
 pub mod kept;

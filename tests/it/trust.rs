@@ -218,7 +218,7 @@ fn stale_groups_of_a_memtrial_started_elsewhere_are_cleaned() {
         Hierarchy::V2 { mount, .. } => mount.clone(),
         Hierarchy::V1 { .. } => match mounts
             .iter()
-            .find(|m| !m.v2 && m.controllers.iter().any(|c| c == "memory"))
+            .find(|m| !m.is_v2() && m.controllers.iter().any(|c| c == "memory"))
         {
             Some(m) => m.mount_point.clone(),
             None => return,

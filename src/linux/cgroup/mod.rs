@@ -1,14 +1,19 @@
 //! Control groups, v1, v2 and hybrid: one fresh cgroup per run, with container-like
 //! limits, the kernel's figures for the whole tree, and a teardown that leaves nothing.
 //!
-//! `run.rs` makes, kills and removes a run's group; `reader.rs` reads its figures;
-//! `stale.rs` names memtrial's groups and removes those left by a memtrial that died; here,
-//! the hierarchy (v1, v2, hybrid) from mountinfo, limits and the parsers.
+//! `mounts.rs` is the one reading of mountinfo and `/proc/PID/cgroup`; `run.rs` makes,
+//! kills and removes a run's group; `reader.rs` reads its figures; `stale.rs` names
+//! memtrial's groups and removes those left by a memtrial that died; `container.rs` reads
+//! the limits of any process's cgroup, read-only; here, the layout memtrial's groups go in
+//! (v1, v2, hybrid), limits and the flat-keyed and CPU-list parsers.
 
+pub mod container;
+mod mounts;
 mod reader;
 mod run;
 mod stale;
 
+pub use mounts::*;
 pub use reader::*;
 pub use run::*;
 pub use stale::*;
@@ -33,6 +38,8 @@ pub enum CgroupError {
     },
     #[error("the {0} controller is not available in this cgroup hierarchy")]
     MissingController(&'static str),
+    #[error("cannot read /proc/self/cgroup: {0}")]
+    Membership(MembershipError),
 }
 
 fn io_err<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> CgroupError + 'a {
@@ -116,78 +123,19 @@ impl Hierarchy {
     }
 }
 
-/// A line of `/proc/self/mountinfo` that mounts a cgroup file system.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CgroupMount {
-    pub mount_point: PathBuf,
-    /// The path inside the hierarchy that is mounted (usually `/`).
-    pub root: String,
-    pub v2: bool,
-    /// v1 controllers from the super options (`rw,cpu,cpuacct` → cpu, cpuacct).
-    pub controllers: Vec<String>,
-}
-
-/// Parses `/proc/self/mountinfo`, keeping cgroup and cgroup2 mounts.
-pub fn parse_mountinfo(text: &str) -> Vec<CgroupMount> {
-    text.lines()
-        .filter_map(|line| {
-            let (left, right) = line.split_once(" - ")?;
-            let l: Vec<&str> = left.split_whitespace().collect();
-            let r: Vec<&str> = right.split_whitespace().collect();
-            let fstype = *r.first()?;
-            if fstype != "cgroup" && fstype != "cgroup2" {
-                return None;
-            }
-            Some(CgroupMount {
-                mount_point: PathBuf::from(unescape_mount(l.get(4)?)),
-                root: l.get(3)?.to_string(),
-                v2: fstype == "cgroup2",
-                controllers: r
-                    .get(2)
-                    .map(|o| {
-                        o.split(',')
-                            .filter(|x| !x.contains('=') && !matches!(*x, "rw" | "ro"))
-                            .map(String::from)
-                            .collect()
-                    })
-                    .unwrap_or_default(),
-            })
-        })
-        .collect()
-}
-
-fn unescape_mount(s: &str) -> String {
-    s.replace("\\040", " ")
-        .replace("\\011", "\t")
-        .replace("\\134", "\\")
-}
-
-/// Parses `/proc/PID/cgroup`: hierarchy id, controllers, path.
-pub fn parse_proc_cgroup(text: &str) -> Vec<(String, String)> {
-    text.lines()
-        .filter_map(|l| {
-            let mut it = l.splitn(3, ':');
-            let _id = it.next()?;
-            let ctrls = it.next()?;
-            let path = it.next()?;
-            Some((ctrls.to_string(), path.to_string()))
-        })
-        .collect()
-}
-
 /// Decides the layout from mount and membership text (pure, for tests).
 pub fn hierarchy_from(mountinfo: &str, self_cgroup: &str) -> Result<Hierarchy, CgroupError> {
     let mounts = parse_mountinfo(mountinfo);
-    let membership = parse_proc_cgroup(self_cgroup);
+    let membership = parse_proc_cgroup(self_cgroup).map_err(CgroupError::Membership)?;
     let v1: Vec<&CgroupMount> = mounts
         .iter()
-        .filter(|m| !m.v2 && !m.controllers.is_empty())
+        .filter(|m| !m.is_v2() && !m.controllers.is_empty())
         .collect();
     let has_v1_memory = v1
         .iter()
         .any(|m| m.controllers.iter().any(|c| c == "memory"));
     if !has_v1_memory {
-        if let Some(m) = mounts.iter().find(|m| m.v2) {
+        if let Some(m) = mounts.iter().find(|m| m.is_v2()) {
             // v2: our groups go under the root of the tree (the root cgroup may hold
             // processes and enable controllers for its children; a leaf may not).
             return Ok(Hierarchy::V2 {
@@ -208,13 +156,12 @@ pub fn hierarchy_from(mountinfo: &str, self_cgroup: &str) -> Result<Hierarchy, C
         // Nest under memtrial's own group of that controller, so limits above still apply.
         let own = membership
             .iter()
-            .find(|(ctrls, _)| ctrls.split(',').any(|x| x == c.name()))
-            .map(|(_, p)| p.as_str())
+            .find(|l| l.controllers.iter().any(|x| x == c.name()))
+            .map(|l| l.path.as_str())
             .unwrap_or("/");
-        let rel = own
-            .strip_prefix(m.root.trim_end_matches('/'))
-            .unwrap_or(own);
-        let dir = m.mount_point.join(rel.trim_start_matches('/'));
+        let dir = m
+            .dir_of(own)
+            .unwrap_or_else(|| m.mount_point.join(own.trim_start_matches('/')));
         bases.insert(c, dir.join("memtrial"));
     }
     Ok(Hierarchy::V1 { bases })
@@ -395,6 +342,24 @@ mod tests {
         ));
     }
 
+    /// mountinfo and membership are read by the same parsers as `container` uses: a mount
+    /// whose path holds an escaped space is found, and a membership that is not
+    /// `ID:CONTROLLERS:PATH` is an error that names the line, not a silent "/".
+    #[test]
+    fn one_reading_of_mounts_and_membership() {
+        let mi = "35 31 0:32 / /sys/fs/cgroup/mem\\040ory rw - cgroup cgroup rw,memory\n";
+        let Ok(Hierarchy::V1 { bases }) = hierarchy_from(mi, "4:memory:/svc\n") else {
+            panic!("a v1 layout")
+        };
+        assert_eq!(
+            bases[&Controller::Memory],
+            Path::new("/sys/fs/cgroup/mem ory/svc/memtrial")
+        );
+        let e = hierarchy_from(mi, "memory:/svc\n").unwrap_err();
+        assert!(matches!(e, CgroupError::Membership(_)), "{e}");
+        assert!(e.to_string().contains("memory:/svc"), "{e}");
+    }
+
     #[test]
     fn keyed_files() {
         let v1_oom = "oom_kill_disable 0\nunder_oom 0\noom_kill 3\n";
@@ -428,7 +393,7 @@ mod tests {
             return;
         }
         let mi = fs::read_to_string("/proc/self/mountinfo").unwrap();
-        let v2 = parse_mountinfo(&mi).into_iter().find(|m| m.v2);
+        let v2 = parse_mountinfo(&mi).into_iter().find(|m| m.is_v2());
         let how = "a kernel with a cgroup2 mount (hybrid or unified)";
         if !crate::testing::require("a cgroup2 mount", how, || v2.is_some()) {
             return;
@@ -466,13 +431,5 @@ mod tests {
         drop(cg);
         assert!(!dir.exists(), "removed");
         let _ = fs::remove_dir(m.mount_point.join("memtrial-selftest"));
-    }
-
-    #[test]
-    fn proc_cgroup_lines() {
-        let v = parse_proc_cgroup("4:memory:/a/b\n1:cpu,cpuacct:/\n0::/x\n");
-        assert_eq!(v[0], ("memory".to_string(), "/a/b".to_string()));
-        assert_eq!(v[1].0, "cpu,cpuacct");
-        assert_eq!(v[2], (String::new(), "/x".to_string()));
     }
 }

@@ -78,13 +78,17 @@ pub(super) fn memtrial_bases(h: &Hierarchy) -> Vec<(Controller, PathBuf)> {
         .unwrap_or_default();
     for m in mounts {
         let controllers: Vec<Controller> = match h {
-            Hierarchy::V2 { .. } if m.v2 => vec![Controller::Memory],
-            Hierarchy::V1 { .. } if !m.v2 => Controller::ALL
+            Hierarchy::V2 { .. } if m.is_v2() => vec![Controller::Memory],
+            Hierarchy::V1 { .. } if !m.is_v2() => Controller::ALL
                 .into_iter()
                 .filter(|c| m.controllers.iter().any(|x| x == c.name()))
                 .collect(),
             _ => continue,
         };
+        if controllers.is_empty() {
+            // A named v1 hierarchy (name=systemd) or one of controllers memtrial never uses.
+            continue;
+        }
         for dir in find_dirs_named(&m.mount_point, "memtrial") {
             for c in &controllers {
                 if !bases.iter().any(|(bc, bp)| bc == c && *bp == dir) {
