@@ -9,12 +9,12 @@
 
 /// Characters a terminal acts on instead of showing: C0 and C1 controls, DEL, and the
 /// Unicode bidirectional controls that reorder what is shown (U+202E and friends).
-pub fn is_unsafe_for_terminal(c: char) -> bool {
+pub(crate) fn is_unsafe_for_terminal(c: char) -> bool {
     c.is_control() || is_bidi_control(c)
 }
 
 /// Unicode's explicit bidirectional formatting characters and marks.
-pub fn is_bidi_control(c: char) -> bool {
+pub(crate) fn is_bidi_control(c: char) -> bool {
     matches!(
         c,
         '\u{061C}' | '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}'
@@ -54,7 +54,7 @@ pub fn terminal(s: &str) -> String {
 /// character but line breaks and tabs, and every bidirectional control, shown as its
 /// escape (`\x1b`, `\u{202e}`), so no text from outside can reorder what a reader sees
 /// or reach a terminal the document is printed on.
-pub fn visible_controls(s: &str) -> std::borrow::Cow<'_, str> {
+pub(crate) fn visible_controls(s: &str) -> std::borrow::Cow<'_, str> {
     let keep = |c: char| c == '\n' || c == '\t' || !is_unsafe_for_terminal(c);
     if s.chars().all(keep) {
         return s.into();
@@ -165,7 +165,7 @@ impl DockerfileRefusal {
 
 /// A variable name for a Dockerfile `ENV` (`[A-Za-z0-9_.-]`, as is): anything else is
 /// refused, since Docker would read it as another name and value.
-pub fn dockerfile_env_key(k: &str) -> Result<&str, DockerfileRefusal> {
+pub(crate) fn dockerfile_env_key(k: &str) -> Result<&str, DockerfileRefusal> {
     if k.chars().any(|c| c.is_control() || is_bidi_control(c)) {
         return Err(DockerfileRefusal::ControlCharacter);
     }
@@ -182,7 +182,7 @@ pub fn dockerfile_env_key(k: &str) -> Result<&str, DockerfileRefusal> {
 /// A value for a Dockerfile `ENV`: as is when plain, else in double quotes with `\`,
 /// `"` and `$` escaped (so nothing is substituted). A value with a line break or another
 /// control character cannot be written in an instruction at all.
-pub fn dockerfile_value(v: &str) -> Result<String, DockerfileRefusal> {
+pub(crate) fn dockerfile_value(v: &str) -> Result<String, DockerfileRefusal> {
     if v.chars().any(|c| c.is_control() || is_bidi_control(c)) {
         return Err(DockerfileRefusal::ControlCharacter);
     }
@@ -206,7 +206,7 @@ pub fn dockerfile_value(v: &str) -> Result<String, DockerfileRefusal> {
 /// A YAML scalar in double quotes: `\`, `"` and every control, bidirectional or
 /// non-printable character escaped, so the value stays on its line and parses back to
 /// exactly itself.
-pub fn yaml_string(v: &str) -> String {
+pub(crate) fn yaml_string(v: &str) -> String {
     let mut out = String::from("\"");
     for c in v.chars() {
         match c {
@@ -229,7 +229,7 @@ pub fn yaml_string(v: &str) -> String {
 }
 
 /// A YAML key or plain name: as is when made of `[A-Za-z0-9_.-]`, quoted otherwise.
-pub fn yaml_name(v: &str) -> String {
+pub(crate) fn yaml_name(v: &str) -> String {
     if !v.is_empty()
         && v.chars()
             .all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c))
@@ -244,7 +244,7 @@ pub fn yaml_name(v: &str) -> String {
 /// non-printable character and every character YAML 1.1 reads as a line break (U+0085,
 /// U+2028, U+2029) shown as an escape, so the comment cannot end and start a key or a
 /// document (`---`).
-pub fn yaml_comment(s: &str) -> String {
+pub(crate) fn yaml_comment(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         if is_unsafe_for_terminal(c) || matches!(c, '\u{FEFF}' | '\u{2028}' | '\u{2029}') {
@@ -260,7 +260,7 @@ pub fn yaml_comment(s: &str) -> String {
 /// (`<`, `>`, `&` become entities), no links or images (`](`, `][`, `]:` lose their
 /// meaning), no emphasis or code spans started by the input, no line break, no `|`
 /// ending a table cell, no control or bidirectional character.
-pub fn markdown_text(s: &str) -> String {
+pub(crate) fn markdown_text(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     let mut chars = s.chars().peekable();
     while let Some(c) = chars.next() {
@@ -284,7 +284,7 @@ pub fn markdown_text(s: &str) -> String {
 
 /// Untrusted text inside a Markdown code span (`` `…` `` — nothing is interpreted
 /// there but backticks and, in a table, `|`).
-pub fn markdown_code(s: &str) -> String {
+pub(crate) fn markdown_code(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         match c {
@@ -300,7 +300,7 @@ pub fn markdown_code(s: &str) -> String {
 
 /// A fenced Markdown code block holding `body`: the fence is longer than any run of
 /// backticks in the body, so nothing in it can close the block early.
-pub fn markdown_code_block(info: &str, body: &str) -> String {
+pub(crate) fn markdown_code_block(info: &str, body: &str) -> String {
     let mut longest = 0;
     let mut run = 0;
     for c in body.chars() {
@@ -341,7 +341,7 @@ fn is_plain_number(s: &str) -> bool {
 /// `-`, `@`, a tab or a carriage return gets a leading `'` (OWASP's rule against CSV
 /// injection), unless it is a plain number (a negative number stays a number). Quoting
 /// of `,`, `"` and line breaks is the CSV writer's.
-pub fn csv_cell(s: &str) -> std::borrow::Cow<'_, str> {
+pub(crate) fn csv_cell(s: &str) -> std::borrow::Cow<'_, str> {
     match s.chars().next() {
         Some('=' | '+' | '-' | '@' | '\t' | '\r') if !is_plain_number(s) => format!("'{s}").into(),
         _ => s.into(),

@@ -64,7 +64,7 @@ pub struct Outcome {
 }
 
 /// Where the workload's output of an experiment goes: `<db-stem>-logs/exp-<id>/` beside the database.
-pub fn log_dir_for(db: &Path, experiment: i64) -> PathBuf {
+pub(crate) fn log_dir_for(db: &Path, experiment: i64) -> PathBuf {
     let stem = db
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
@@ -80,7 +80,7 @@ pub fn log_dir_for(db: &Path, experiment: i64) -> PathBuf {
 /// The stem of run `seq`'s files in `log_dir`: `<n>-<variant>`, numbered as the progress
 /// counts the run (`[  3/9]` writes `003-…`: `seq + 1`), to which `.stdout`, `.stderr` and
 /// `.probe` are given.
-pub fn log_stem(log_dir: &Path, seq: u32, variant: &str) -> PathBuf {
+pub(crate) fn log_stem(log_dir: &Path, seq: u32, variant: &str) -> PathBuf {
     log_dir.join(format!("{:03}-{variant}", u64::from(seq) + 1))
 }
 

@@ -41,7 +41,7 @@ impl DurationRange {
     }
 
     /// From zero (included) to `max`.
-    pub const fn up_to(max: Duration) -> DurationRange {
+    pub(crate) const fn up_to(max: Duration) -> DurationRange {
         DurationRange {
             min: Duration::ZERO,
             max,
@@ -154,7 +154,7 @@ pub fn format_seconds(s: f64) -> String {
 }
 
 /// The hex SHA-256 of `bytes` (identities: plan fingerprints, hosts, runs).
-pub fn sha256_hex(bytes: &[u8]) -> String {
+pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
     use sha2::Digest;
     let digest = sha2::Sha256::digest(bytes);
     let mut out = String::with_capacity(64);

@@ -23,16 +23,16 @@ use crate::record::evidence::{Coverage, Evidence, Moment, Source, Standing};
 use crate::record::{PeakSource, RunRecord, TreeSample};
 
 /// Fewest tree samples for a whole-run figure (mean or final RSS).
-pub const MIN_SERIES_SAMPLES: usize = 4;
+pub(crate) const MIN_SERIES_SAMPLES: usize = 4;
 /// Smallest share of the run the samples of a whole-run figure must span.
-pub const MIN_SERIES_SHARE: f64 = 0.75;
+pub(crate) const MIN_SERIES_SHARE: f64 = 0.75;
 /// Fewest PSS reads for peak PSS or USS.
-pub const MIN_PSS_SAMPLES: usize = 2;
+pub(crate) const MIN_PSS_SAMPLES: usize = 2;
 /// Fewest allocator samples for its figures at the peak.
-pub const MIN_ALLOCATOR_SAMPLES: usize = 2;
+pub(crate) const MIN_ALLOCATOR_SAMPLES: usize = 2;
 /// The tree's RSS around the allocator's sample must reach this share of the run's peak
 /// for that sample to stand for the peak.
-pub const AT_PEAK_FRACTION: f64 = 0.9;
+pub(crate) const AT_PEAK_FRACTION: f64 = 0.9;
 /// The shortest `--interval` and `--probe-interval`, milliseconds.
 const SHORTEST_INTERVAL_MS: u64 = 10;
 
@@ -156,7 +156,7 @@ fn in_teardown(r: &RunRecord, t: f64) -> bool {
 }
 
 /// Share of the run at its end in which an allocator sample does not stand for the peak.
-pub const END_SHARE: f64 = 0.05;
+pub(crate) const END_SHARE: f64 = 0.05;
 
 /// Whether the allocator sample at `t` lies at the run's memory peak: the tree's RSS on
 /// both sides of it reaches [`AT_PEAK_FRACTION`] of the peak, and it is not in the run's
@@ -171,7 +171,7 @@ fn at_the_peak(r: &RunRecord, t: f64, reference: f64) -> bool {
 /// at the peak, the one where it held the most (and, of those, where live was highest).
 /// The one computation behind "live at peak", "held at peak", held/live and the batch
 /// verdict's "at its peak" sentence; `None` when no sample meets the rule.
-pub fn at_peak_point(r: &RunRecord) -> Option<&crate::record::AllocatorPoint> {
+pub(crate) fn at_peak_point(r: &RunRecord) -> Option<&crate::record::AllocatorPoint> {
     let a = r.inside.allocator.as_ref()?;
     if a.series.len() < MIN_ALLOCATOR_SAMPLES {
         return None;
@@ -192,11 +192,11 @@ pub fn at_peak_point(r: &RunRecord) -> Option<&crate::record::AllocatorPoint> {
 }
 
 /// Fewest allocator samples at the memory peak for its figures there to stand.
-pub const MIN_AT_PEAK_SAMPLES: usize = 2;
+pub(crate) const MIN_AT_PEAK_SAMPLES: usize = 2;
 
 /// The evidence of the allocator's figures at the peak in one run; `None` without the
 /// allocator probe's figures.
-pub fn allocator_at_peak(r: &RunRecord) -> Option<Evidence> {
+pub(crate) fn allocator_at_peak(r: &RunRecord) -> Option<Evidence> {
     let a = r.inside.allocator.as_ref()?;
     let ts: Vec<f64> = a.series.iter().map(|p| p.t_seconds).collect();
     let reference = reference_peak(r);
@@ -397,7 +397,7 @@ pub fn stands(f: Figure, r: &RunRecord) -> bool {
 
 /// How long several processes coexisted, as a share of the run: a forking server shares
 /// for most of its run; a shim, a wrapper or `sh -c` only during start-up.
-pub fn sharing_share(r: &RunRecord) -> f64 {
+pub(crate) fn sharing_share(r: &RunRecord) -> f64 {
     let s = &r.samples;
     if s.len() < 2 || r.wall_seconds <= 0.0 {
         return 0.0;

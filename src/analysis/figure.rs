@@ -42,7 +42,7 @@ pub enum Figure {
 }
 
 impl Figure {
-    pub const ALL: [Figure; 25] = [
+    pub(crate) const ALL: [Figure; 25] = [
         Figure::PeakRssBytes,
         Figure::MeanRssBytes,
         Figure::FinalRssBytes,
@@ -100,7 +100,7 @@ impl Figure {
         }
     }
 
-    pub fn is_bytes(self) -> bool {
+    pub(crate) fn is_bytes(self) -> bool {
         matches!(
             self,
             Figure::PeakRssBytes
@@ -148,7 +148,7 @@ impl Figure {
     }
 
     /// Milliseconds of latency.
-    pub fn is_latency(self) -> bool {
+    pub(crate) fn is_latency(self) -> bool {
         matches!(
             self,
             Figure::LatencyP50Ms
@@ -161,7 +161,7 @@ impl Figure {
 
     /// The allocator's own view: it explains a cost (why the RSS is what it is), it is
     /// not a cost of its own, so it never decides a recommendation.
-    pub fn explains(self) -> bool {
+    pub(crate) fn explains(self) -> bool {
         matches!(
             self,
             Figure::LiveAtPeakBytes | Figure::HeldAtPeakBytes | Figure::HeldOverLive
@@ -169,7 +169,7 @@ impl Figure {
     }
 
     /// Bigger is better (throughput); for every other figure smaller is better.
-    pub fn higher_is_better(self) -> bool {
+    pub(crate) fn higher_is_better(self) -> bool {
         matches!(self, Figure::ThroughputRps | Figure::Requests)
     }
 

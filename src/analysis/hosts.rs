@@ -32,7 +32,7 @@ pub enum HostFact {
 }
 
 impl HostFact {
-    pub const ALL: [HostFact; 6] = [
+    pub(crate) const ALL: [HostFact; 6] = [
         HostFact::Cpus,
         HostFact::CpuQuota,
         HostFact::MemoryLimit,
@@ -44,7 +44,7 @@ impl HostFact {
     /// The fact changes what an allocator does or what a run may use (glibc sizes its
     /// arenas by online CPUs, a quota throttles, a limit OOM-kills), so ratios from hosts
     /// that differ in it are not one population.
-    pub fn matters(self) -> bool {
+    pub(crate) fn matters(self) -> bool {
         matches!(
             self,
             HostFact::Cpus | HostFact::CpuQuota | HostFact::MemoryLimit | HostFact::Cpuset
@@ -101,7 +101,7 @@ pub struct ByHost {
 
 impl ByHost {
     /// Hosts differ in a fact that matters (CPUs, quota, memory limit, cpuset).
-    pub fn differ_in_what_matters(&self) -> bool {
+    pub(crate) fn differ_in_what_matters(&self) -> bool {
         self.differing.iter().any(|f| f.matters())
     }
 }
@@ -177,7 +177,7 @@ pub fn by_host(e: &Experiment) -> ByHost {
 /// The sentence saying how the hosts differ, or `None` when they agree on every fact.
 /// E.g. "hosts differ: node-a 2 CPUs, no CPU quota; node-b 2 CPUs, CPU quota 1.00 —
 /// ratios are per host".
-pub fn difference_sentence(b: &ByHost) -> Option<String> {
+pub(crate) fn difference_sentence(b: &ByHost) -> Option<String> {
     if b.differing.is_empty() {
         return None;
     }

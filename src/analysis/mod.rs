@@ -18,7 +18,7 @@ use crate::record::{Experiment, RunRecord, RunStatus};
 pub use figure::Figure;
 
 /// Fewest successful runs in both groups before a ratio may be called significant.
-pub const MIN_RUNS_FOR_SIGNIFICANCE: usize = 3;
+pub(crate) const MIN_RUNS_FOR_SIGNIFICANCE: usize = 3;
 
 /// A median with its 95% interval, over `n` runs.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -276,7 +276,7 @@ pub struct TrendSummary {
 }
 
 /// A run's memory trend in report words.
-pub fn trend_phrase(t: &trend::Trend) -> String {
+pub(crate) fn trend_phrase(t: &trend::Trend) -> String {
     use crate::units::format_bytes;
     let rate = |b: f64| {
         if b < 0.0 {
@@ -339,7 +339,7 @@ pub fn trend_phrase(t: &trend::Trend) -> String {
 /// service's driven phase); `None` for a batch run, which has no steady phase and gets no
 /// trend verdict. Growth over a phase shorter than [`why::MIN_LEAK_STEADY_SECONDS`] is
 /// "too short", never a leak: it cannot be told from warm-up.
-pub fn run_trend(r: &RunRecord) -> Option<trend::Trend> {
+pub(crate) fn run_trend(r: &RunRecord) -> Option<trend::Trend> {
     let (a, b) = why::steady_window(r)?;
     let series: Vec<(f64, f64)> = r
         .samples
@@ -393,7 +393,7 @@ fn summarise_trends(runs: &[&RunRecord]) -> Option<TrendSummary> {
 
 impl VariantSummary {
     /// Every measured run succeeded and was verified.
-    pub fn clean(&self) -> bool {
+    pub(crate) fn clean(&self) -> bool {
         self.runs_ok == self.runs_total && self.runs_unverified == 0 && self.runs_total > 0
     }
 }
@@ -415,7 +415,7 @@ pub struct Analysis {
 
 /// Smallest share of a run during which several processes coexisted for the tree to count
 /// as one that shares memory (and PSS to be weighed).
-pub const MIN_SHARING_SHARE: f64 = 0.5;
+pub(crate) const MIN_SHARING_SHARE: f64 = 0.5;
 
 /// How the runs' processes coexisted.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -438,7 +438,7 @@ pub enum Sharing {
 impl Analysis {
     /// The runs' processes shared for a meaningful share of the run (a forking server, a
     /// pool of workers): RSS sums double-count, PSS and USS are shown beside them.
-    pub fn multi_process(&self) -> bool {
+    pub(crate) fn multi_process(&self) -> bool {
         matches!(self.sharing, Sharing::Shared { .. })
     }
 }
@@ -599,7 +599,7 @@ pub fn analyse(e: &Experiment) -> Analysis {
 
 /// Live figures at the peak that depart from the baseline's by more than this factor
 /// either way get an explanation.
-pub const LIVE_DEPARTS: f64 = 1.25;
+pub(crate) const LIVE_DEPARTS: f64 = 1.25;
 
 /// Why an allocator's live figure can depart from the baseline's on the same program;
 /// `higher`: this allocator counts more.

@@ -112,7 +112,7 @@ fn pct(r: f64) -> String {
 }
 
 /// `peak RSS -38% [-41%, -35%]`
-pub fn ratio_phrase(label: &str, r: &Ratio) -> String {
+pub(crate) fn ratio_phrase(label: &str, r: &Ratio) -> String {
     format!(
         "{label} {} [{}, {}]",
         pct(r.value),
@@ -194,7 +194,7 @@ fn no_baseline_reason(a: &Analysis) -> String {
 /// The most a pick's memory may be, as a ratio to the baseline's: a variant is recommended
 /// only when it saves at least 5%. A significant 0.4% (three runs of a 1 s job whose
 /// variants differ by a few pages) is real but is no reason to change a production setting.
-pub const PICK_MAX_MEMORY_RATIO: f64 = 0.95;
+pub(crate) const PICK_MAX_MEMORY_RATIO: f64 = 0.95;
 
 /// The variant's ratio to the baseline in `f`, when it is significant.
 fn sig(s: &VariantSummary, f: Figure) -> Option<Ratio> {
@@ -392,7 +392,7 @@ pub fn recommend(a: &Analysis) -> Recommendation {
 }
 
 /// Names of the variants no other variant beats on both memory and speed (both: lower is better).
-pub fn pareto_front(pool: &[&VariantSummary], memory: Figure, speed: Figure) -> Vec<String> {
+pub(crate) fn pareto_front(pool: &[&VariantSummary], memory: Figure, speed: Figure) -> Vec<String> {
     let point = |s: &VariantSummary| Some((median(s, memory)?, median(s, speed)?));
     pool.iter()
         .filter_map(|s| Some((s, point(s)?)))
@@ -430,7 +430,7 @@ fn package_for(lib: &str) -> Option<&'static str> {
     .map(|(_, p)| p)
 }
 
-pub fn how_to_apply(plan: &Plan, variant: &str) -> Option<HowToApply> {
+pub(crate) fn how_to_apply(plan: &Plan, variant: &str) -> Option<HowToApply> {
     use crate::escape;
     let v = plan.variant(variant)?;
     let mut env: Vec<(String, String)> = v.env.clone();

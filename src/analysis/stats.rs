@@ -5,7 +5,7 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
 /// Bootstrap resamples per interval.
-pub const RESAMPLES: usize = 4000;
+pub(crate) const RESAMPLES: usize = 4000;
 
 /// The median of `xs` (mean of the two middle values for an even count); NaN if empty.
 pub fn median(xs: &[f64]) -> f64 {
@@ -23,7 +23,7 @@ pub fn median(xs: &[f64]) -> f64 {
 }
 
 /// The `p` quantile (0..=1) of sorted values, by linear interpolation.
-pub fn quantile_sorted(sorted: &[f64], p: f64) -> f64 {
+pub(crate) fn quantile_sorted(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return f64::NAN;
     }
@@ -41,7 +41,7 @@ fn resample_median(xs: &[f64], rng: &mut ChaCha8Rng, buf: &mut Vec<f64>) -> f64 
 }
 
 /// 95% percentile-bootstrap interval of the median.
-pub fn median_ci95(xs: &[f64], seed: u64) -> (f64, f64) {
+pub(crate) fn median_ci95(xs: &[f64], seed: u64) -> (f64, f64) {
     match xs.len() {
         0 => (f64::NAN, f64::NAN),
         1 => (xs[0], xs[0]),
@@ -60,7 +60,7 @@ pub fn median_ci95(xs: &[f64], seed: u64) -> (f64, f64) {
 /// The ratio of medians `median(xs) / median(base)` and its 95% percentile-bootstrap
 /// interval, resampling both groups independently. `None` when a median is zero or a
 /// group is empty.
-pub fn ratio_ci95(xs: &[f64], base: &[f64], seed: u64) -> Option<(f64, (f64, f64))> {
+pub(crate) fn ratio_ci95(xs: &[f64], base: &[f64], seed: u64) -> Option<(f64, (f64, f64))> {
     if xs.is_empty() || base.is_empty() {
         return None;
     }

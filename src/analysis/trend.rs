@@ -93,10 +93,10 @@ pub enum Trend {
 }
 
 /// The fewest samples in the later half of a window that a slope is fitted on.
-pub const MIN_FITTED_SAMPLES: usize = 3;
+pub(crate) const MIN_FITTED_SAMPLES: usize = 3;
 
 /// ", but only N of them in the later half …" where that is why a series is too short.
-pub fn late_clause(late_samples: Option<usize>) -> String {
+pub(crate) fn late_clause(late_samples: Option<usize>) -> String {
     late_samples.map_or_else(String::new, |n| {
         format!(
             ", but only {n} of them in the later half, where the slope is fitted (it needs {MIN_FITTED_SAMPLES})"
@@ -183,7 +183,7 @@ fn signed_bytes(b: f64) -> String {
 
 /// Slope and its 95% confidence interval by least squares, in units of y per unit of x.
 /// `None` with fewer than 3 points or when every x is the same.
-pub fn ols_slope_ci95(points: &[(f64, f64)]) -> Option<(f64, (f64, f64))> {
+pub(crate) fn ols_slope_ci95(points: &[(f64, f64)]) -> Option<(f64, (f64, f64))> {
     let n = points.len();
     if n < 3 {
         return None;
@@ -206,7 +206,7 @@ pub fn ols_slope_ci95(points: &[(f64, f64)]) -> Option<(f64, (f64, f64))> {
 }
 
 /// The 0.975 quantile of Student's t with `df` degrees of freedom.
-pub fn t975(df: usize) -> f64 {
+pub(crate) fn t975(df: usize) -> f64 {
     const TABLE: [f64; 30] = [
         12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160,
         2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056,

@@ -23,16 +23,16 @@ use crate::record::{AllocatorPoint, RunRecord};
 use crate::units::format_bytes;
 
 /// Held bytes at least this many times the live bytes count as fragmentation/retention.
-pub const FRAGMENTED: f64 = 1.25;
+pub(crate) const FRAGMENTED: f64 = 1.25;
 
 /// The unused bytes (held − live) must be at least this share of the peak RSS for the
 /// report to headline fragmentation: a heap far smaller than the footprint is no story.
-pub const MATERIAL_SHARE: f64 = 0.05;
+pub(crate) const MATERIAL_SHARE: f64 = 0.05;
 
 /// The shortest steady phase on which live growth is called a leak: shorter, a process
 /// still warming up (caches filling, a JIT compiling, pools growing to their size) cannot
 /// be told from one that leaks (25 s of a Ruby worker warming up grew 187 MiB/min).
-pub const MIN_LEAK_STEADY_SECONDS: f64 = 120.0;
+pub(crate) const MIN_LEAK_STEADY_SECONDS: f64 = 120.0;
 
 /// Why the allocator's figures at its sampled peak cannot stand for the run's peak (see
 /// `analysis::evidence`): too few samples, or none at the peak (a 0.5 s job sampled every
@@ -106,7 +106,7 @@ pub enum Why {
 
 impl Why {
     /// The live and held bytes the verdict states, if it states them.
-    pub fn live_and_held(&self) -> (Option<f64>, Option<f64>) {
+    pub(crate) fn live_and_held(&self) -> (Option<f64>, Option<f64>) {
         match self {
             Why::Leak { live_bytes, .. } => (Some(*live_bytes), None),
             Why::Fragmentation {
@@ -248,7 +248,7 @@ impl Why {
 }
 
 /// "1 more minute", "3 more minutes" (for "run N more minutes"): rounded up.
-pub fn more_minutes(seconds: f64) -> String {
+pub(crate) fn more_minutes(seconds: f64) -> String {
     let m = (seconds.max(0.0) / 60.0).ceil().max(1.0) as u64;
     if m == 1 {
         "1 more minute".into()
@@ -267,7 +267,7 @@ fn signed(v: f64) -> String {
 
 /// The steady window of a run, if it has one: a server's load phase, or a worker's or
 /// service's driven phase (from the end of its start-up, when the driver said so).
-pub fn steady_window(r: &RunRecord) -> Option<(f64, f64)> {
+pub(crate) fn steady_window(r: &RunRecord) -> Option<(f64, f64)> {
     if let Some(d) = &r.driver {
         return d.steady();
     }
@@ -307,7 +307,7 @@ fn missing_reason(r: &RunRecord) -> String {
 }
 
 /// The verdict on one run.
-pub fn run_why(r: &RunRecord) -> Why {
+pub(crate) fn run_why(r: &RunRecord) -> Why {
     let rules = TrendRules::default();
     let Some(window) = steady_window(r) else {
         if let Some(reason) = at_peak_absent(r) {

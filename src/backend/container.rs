@@ -54,7 +54,7 @@ pub fn own_limits() -> ContainerLimits {
 
 /// The container's limits from what [`read_container`] found, plus the pids limit
 /// (`pids.max`, read through `read_file`).
-pub fn limits_of(
+pub(crate) fn limits_of(
     c: &Container,
     cgroup_text: &str,
     mountinfo: &str,

@@ -60,7 +60,8 @@ impl FakeBackend {
     }
 
     /// The signals sent so far.
-    pub fn signals_sent(&self) -> Vec<i32> {
+    #[cfg(test)]
+    pub(crate) fn signals_sent(&self) -> Vec<i32> {
         self.signals.lock().map(|v| v.clone()).unwrap_or_default()
     }
 }

@@ -25,7 +25,7 @@ use crate::probe::Helpers;
 
 /// The variable that marks a helper's processes, `<memtrial pid>-<n>`: without a cgroup,
 /// what a helper left in a session of its own is told from the workload's by it.
-pub const MARK_VAR: &str = "MEMTRIAL_HELPER";
+pub(crate) const MARK_VAR: &str = "MEMTRIAL_HELPER";
 
 /// How often, without a cgroup, the shell's descendants are looked up while it runs.
 const LOOK_EVERY: Duration = Duration::from_millis(50);
@@ -128,7 +128,7 @@ impl Helper {
         })
     }
 
-    pub fn take_stdout(&mut self) -> Option<ChildStdout> {
+    pub(crate) fn take_stdout(&mut self) -> Option<ChildStdout> {
         self.child.stdout.take()
     }
 
@@ -351,7 +351,7 @@ fn adopted_session_leaders(table: &[Entry], since: u64, mark: &str) -> Vec<i32> 
 }
 
 /// How a helper ended, in a few words.
-pub fn exit_words(s: ExitStatus) -> String {
+pub(crate) fn exit_words(s: ExitStatus) -> String {
     match (s.code(), s.signal()) {
         (Some(c), _) => format!("exit code {c}"),
         (None, Some(sig)) => format!(
@@ -379,7 +379,7 @@ pub fn head(path: &Path, max: usize) -> String {
 
 /// Runs a started hook to completion: its exit, or `None` when it was stopped (timeout
 /// or `stop()`), with how long it ran.
-pub fn run_to_end(
+pub(crate) fn run_to_end(
     mut h: Helper,
     timeout: Duration,
     stop: &dyn Fn() -> bool,

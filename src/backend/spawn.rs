@@ -32,7 +32,7 @@ const EMBEDDED: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/memtrial-spawn
 
 /// The program a run's child execs as its spawner: the embedded C spawner, run from a
 /// sealed memory file, or else memtrial itself (`/proc/self/exe`).
-pub fn spawner_program() -> PathBuf {
+pub(crate) fn spawner_program() -> PathBuf {
     static MEMFD: OnceLock<Option<OwnedFd>> = OnceLock::new();
     match MEMFD.get_or_init(|| embedded_memfd().ok()) {
         Some(fd) => PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd())),
@@ -74,7 +74,7 @@ const STOP_SIGNALS: [i32; 4] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc:
 
 /// The spawner's arguments after [`SPAWN_ARG`]: `<report fd> <n env> K=V… <program>
 /// <argv0> <args…>`.
-pub fn spawner_args(
+pub(crate) fn spawner_args(
     report_fd: RawFd,
     env: &[(String, String)],
     program: &OsStr,
@@ -172,7 +172,7 @@ impl Reports {
     }
 
     /// The next report, blocking until one comes; `None` at the end of the pipe.
-    pub fn next_report(&mut self) -> Option<Report> {
+    pub(crate) fn next_report(&mut self) -> Option<Report> {
         loop {
             if let Some(i) = self.buf.iter().position(|b| *b == b'\n') {
                 let line: Vec<u8> = self.buf.drain(..=i).collect();
@@ -349,7 +349,7 @@ fn reap(pid: i32) -> (ExitKind, Usage) {
 }
 
 /// A `wait` status as an exit.
-pub fn exit_kind(status: i32) -> ExitKind {
+pub(crate) fn exit_kind(status: i32) -> ExitKind {
     if libc::WIFSIGNALED(status) {
         ExitKind::Signal(libc::WTERMSIG(status))
     } else {
@@ -371,7 +371,7 @@ pub fn usage(ru: &libc::rusage) -> Usage {
 
 /// `CLOCK_MONOTONIC` in ns (0 if it cannot be read): the clock of `std::time::Instant` on
 /// Linux, readable by another process.
-pub fn monotonic_ns() -> u64 {
+pub(crate) fn monotonic_ns() -> u64 {
     // SAFETY: timespec is plain data; clock_gettime fills it.
     let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
     // SAFETY: a valid pointer to a local.
@@ -385,7 +385,7 @@ pub fn monotonic_ns() -> u64 {
 
 /// The `Instant` of a `CLOCK_MONOTONIC` reading `ns` taken in the past (by the spawner);
 /// `None` when it is unknown (0) or not in the past.
-pub fn instant_of(ns: u64) -> Option<std::time::Instant> {
+pub(crate) fn instant_of(ns: u64) -> Option<std::time::Instant> {
     let now = std::time::Instant::now();
     let mono = monotonic_ns();
     if ns == 0 || ns > mono {

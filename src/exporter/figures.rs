@@ -44,7 +44,7 @@ pub struct AllocatorLabel {
 }
 
 impl AllocatorLabel {
-    pub fn is_glibc(self) -> bool {
+    pub(crate) fn is_glibc(self) -> bool {
         self.name == AllocatorName::Glibc.as_str()
     }
 }
@@ -143,7 +143,7 @@ pub struct ProcessFigures {
 /// where the quota warrants what glibc would allow if it read it: 8 arenas per CPU of the
 /// quota, rounded up (`limit ≥ 2 × 8 × ⌈quota⌉`). Without a quota, or for a process not on
 /// glibc malloc, there is no pitfall.
-pub fn arena_pitfall(limit: u64, quota_cpus: Option<f64>) -> bool {
+pub(crate) fn arena_pitfall(limit: u64, quota_cpus: Option<f64>) -> bool {
     match quota_cpus {
         Some(q) if q.is_finite() && q > 0.0 => {
             let warranted = 8.0 * q.ceil();

@@ -44,7 +44,7 @@ pub struct Limits {
 }
 
 /// The exporter's limits.
-pub const LIMITS: Limits = Limits {
+pub(crate) const LIMITS: Limits = Limits {
     workers: 2,
     queue: 16,
     max_pending: 128,

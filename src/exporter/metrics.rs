@@ -194,7 +194,7 @@ impl Processes {
 }
 
 /// The text of `/metrics` for one snapshot (OpenMetrics text, ending in `# EOF`).
-pub fn encode(s: &Snapshot) -> Result<String, std::fmt::Error> {
+pub(crate) fn encode(s: &Snapshot) -> Result<String, std::fmt::Error> {
     let mut reg = Registry::default();
     let g = Groups::register(&mut reg);
     for (name, f) in group(&s.processes) {
@@ -306,7 +306,7 @@ pub enum Format {
 
 impl Format {
     /// OpenMetrics when the scraper accepts it, else the classic format.
-    pub fn negotiate(accept: Option<&str>) -> Format {
+    pub(crate) fn negotiate(accept: Option<&str>) -> Format {
         match accept {
             Some(a)
                 if a.to_ascii_lowercase()
@@ -318,7 +318,7 @@ impl Format {
         }
     }
 
-    pub fn content_type(self) -> &'static str {
+    pub(crate) fn content_type(self) -> &'static str {
         match self {
             Format::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
             Format::Classic => "text/plain; version=0.0.4; charset=utf-8",

@@ -52,7 +52,7 @@ pub fn parse_listen(value: &str) -> Result<SocketAddr, ExporterError> {
 
 /// Where the probe's reports are looked for by default (inside each process's root):
 /// the value to give `MEMTRIAL_PROBE_DIR` in a Deployment.
-pub const DEFAULT_PROBE_DIR: &str = "/run/memtrial/probe";
+pub(crate) const DEFAULT_PROBE_DIR: &str = "/run/memtrial/probe";
 
 /// Parses `--probe-dir`: an absolute path of plain names (no `.`, no `..`), not `/`.
 pub fn parse_probe_dir(value: &str) -> Result<std::path::PathBuf, ExporterError> {

@@ -38,7 +38,7 @@ pub(super) fn has_ptrace_capability() -> Option<bool> {
     Some(caps & (1 << 19) != 0)
 }
 /// What to do when files of `pid` are refused.
-pub fn access_hint(pid: i32, our: u32, owner: Option<u32>) -> String {
+pub(crate) fn access_hint(pid: i32, our: u32, owner: Option<u32>) -> String {
     let yama = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope")
         .ok()
         .and_then(|t| t.trim().parse::<u32>().ok());
@@ -46,7 +46,7 @@ pub fn access_hint(pid: i32, our: u32, owner: Option<u32>) -> String {
 }
 /// [`access_hint`] from what it depends on: memtrial's UID, the owner's, whether
 /// memtrial holds `CAP_SYS_PTRACE`, and Yama's `ptrace_scope`.
-pub fn access_hint_for(
+pub(crate) fn access_hint_for(
     pid: i32,
     our: u32,
     owner: Option<u32>,

@@ -57,7 +57,7 @@ fn try_line(ins: &Inspection) -> String {
 }
 
 /// The advice for an inspection.
-pub fn advise(ins: &Inspection) -> Vec<Advice> {
+pub(crate) fn advise(ins: &Inspection) -> Vec<Advice> {
     let cpus = CpuView::of(ins);
     let mut out = Vec::new();
     glibc_arena_advice(ins, &cpus, &mut out);

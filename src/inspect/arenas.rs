@@ -21,7 +21,7 @@ use serde::Serialize;
 use crate::linux::maps::Mapping;
 
 /// `HEAP_MAX_SIZE` on 64-bit glibc: `2 * DEFAULT_MMAP_THRESHOLD_MAX` = 64 MiB.
-pub const HEAP_MAX: u64 = 64 << 20;
+pub(crate) const HEAP_MAX: u64 = 64 << 20;
 
 /// How the arena count was obtained.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -103,7 +103,7 @@ fn is_anon_rw(m: &Mapping) -> bool {
 /// Every 64 MiB-aligned address inside an anonymous `rw-p` mapping: where a heap
 /// header can be. (Adjacent anonymous mappings may have been merged by the kernel,
 /// so a heap need not start a mapping.)
-pub fn header_addresses(maps: &[Mapping]) -> Vec<(u64, u64)> {
+pub(crate) fn header_addresses(maps: &[Mapping]) -> Vec<(u64, u64)> {
     let mut out = Vec::new();
     for m in maps.iter().filter(|m| is_anon_rw(m)) {
         let mut a = m.start.div_ceil(HEAP_MAX) * HEAP_MAX;
@@ -118,7 +118,7 @@ pub fn header_addresses(maps: &[Mapping]) -> Vec<(u64, u64)> {
 
 /// A header that can be a glibc heap's: sizes within 64 MiB and the readable part,
 /// `prev` null or another heap start, `ar_ptr` non-null.
-pub fn plausible(start: u64, rw_end: u64, h: &HeapHeader, page: u64) -> bool {
+pub(crate) fn plausible(start: u64, rw_end: u64, h: &HeapHeader, page: u64) -> bool {
     h.ar_ptr != 0
         && h.size >= page
         && h.size <= HEAP_MAX
@@ -130,7 +130,11 @@ pub fn plausible(start: u64, rw_end: u64, h: &HeapHeader, page: u64) -> bool {
 
 /// Counts arenas from heap headers. A heap counts only when its `ar_ptr` lies inside
 /// a plausible heap (its own for an arena's first heap).
-pub fn count_from_headers(maps: &[Mapping], mem: &mut dyn MemReader, page: u64) -> ArenaCount {
+pub(crate) fn count_from_headers(
+    maps: &[Mapping],
+    mem: &mut dyn MemReader,
+    page: u64,
+) -> ArenaCount {
     let mut heaps: Vec<Heap> = Vec::new();
     for (addr, rw_end) in header_addresses(maps) {
         let Ok(h) = mem.header(addr) else { continue };
@@ -163,7 +167,7 @@ pub fn count_from_headers(maps: &[Mapping], mem: &mut dyn MemReader, page: u64) 
 
 /// Without memory access: mappings shaped like a heap (64 MiB-aligned anonymous `rw-p`
 /// followed by its `---p` reserve, or a whole 64 MiB), plus main. An upper bound.
-pub fn estimate(maps: &[Mapping]) -> ArenaCount {
+pub(crate) fn estimate(maps: &[Mapping]) -> ArenaCount {
     let mut ranges = Vec::new();
     for (i, m) in maps.iter().enumerate() {
         if !is_anon_rw(m) || m.start % HEAP_MAX != 0 {
@@ -207,7 +211,7 @@ pub struct ArenaLimit {
 
 /// The limit from a process's initial environment and the host's online CPUs.
 /// `GLIBC_TUNABLES` is read first; a zero or unparsable value is ignored, as glibc does.
-pub fn arena_limit(env: &[(String, String)], online_cpus: u32) -> ArenaLimit {
+pub(crate) fn arena_limit(env: &[(String, String)], online_cpus: u32) -> ArenaLimit {
     let get = |k: &str| env.iter().find(|(ek, _)| ek == k).map(|(_, v)| v.as_str());
     let tunable = get("GLIBC_TUNABLES").and_then(|t| {
         t.split(':')

@@ -23,7 +23,7 @@ use serde::Serialize;
 use crate::linux::maps::{self, Mapping};
 
 /// Largest `---p` region below a mapping that still counts as a stack guard.
-pub const MAX_GUARD: u64 = 1 << 20;
+pub(crate) const MAX_GUARD: u64 = 1 << 20;
 
 /// What a mapping holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -64,7 +64,7 @@ impl Kind {
         }
     }
 
-    pub const ALL: [Kind; 9] = [
+    pub(crate) const ALL: [Kind; 9] = [
         Kind::MainHeap,
         Kind::MallocArenas,
         Kind::ThreadStacks,
@@ -155,7 +155,7 @@ pub struct Group {
 }
 
 /// How many mappings of each kind [`Group::largest`] keeps.
-pub const LARGEST: usize = 5;
+pub(crate) const LARGEST: usize = 5;
 
 /// One mapping, as `pmap -x` shows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -280,7 +280,7 @@ pub fn group(smaps: &[(Mapping, MapStats)], kinds: &[Kind]) -> Vec<Group> {
 }
 
 /// Number of thread stacks found by the heuristic (the `rw-p` parts).
-pub fn thread_stack_count(maps: &[Mapping], kinds: &[Kind]) -> u64 {
+pub(crate) fn thread_stack_count(maps: &[Mapping], kinds: &[Kind]) -> u64 {
     maps.iter()
         .zip(kinds)
         .filter(|(m, k)| **k == Kind::ThreadStacks && m.perms == "rw-p")

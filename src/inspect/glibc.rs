@@ -35,7 +35,7 @@ pub struct GlibcVersion {
 const MARK: &[u8] = b"GNU C Library ";
 
 /// The banner and its version (`... release version 2.36.`), from libc bytes.
-pub fn parse_banner(bytes: &[u8]) -> Option<(String, String)> {
+pub(crate) fn parse_banner(bytes: &[u8]) -> Option<(String, String)> {
     let at = bytes.windows(MARK.len()).position(|w| w == MARK)?;
     let rest = &bytes[at..];
     let end = rest
@@ -54,14 +54,14 @@ pub fn parse_banner(bytes: &[u8]) -> Option<(String, String)> {
 }
 
 /// `2.31` from `/lib/x86_64-linux-gnu/libc-2.31.so`.
-pub fn version_from_file_name(path: &str) -> Option<String> {
+pub(crate) fn version_from_file_name(path: &str) -> Option<String> {
     let name = path.rsplit('/').next()?;
     let v = name.strip_prefix("libc-")?.strip_suffix(".so")?;
     (!v.is_empty() && v.chars().all(|c| c.is_ascii_digit() || c == '.')).then(|| v.to_string())
 }
 
 /// Is this mapped library the C library?
-pub fn is_libc(path: &str) -> bool {
+pub(crate) fn is_libc(path: &str) -> bool {
     let name = path.rsplit('/').next().unwrap_or(path);
     name == "libc.so.6" || version_from_file_name(path).is_some()
 }

@@ -29,7 +29,7 @@ mod model;
 pub mod procs;
 pub mod render;
 
-pub use access::*;
+pub(crate) use access::*;
 use facts::*;
 pub use model::*;
 
@@ -94,7 +94,7 @@ impl Partial {
 }
 
 /// Inspects `pid` once.
-pub fn gather(pid: i32) -> Result<Inspection, InspectError> {
+pub(crate) fn gather(pid: i32) -> Result<Inspection, InspectError> {
     let (stat, status_text, status) = first_look(pid)?;
     let mut p = Partial {
         pid,
@@ -357,7 +357,7 @@ fn last_look(p: &mut Partial, started: u64) {
 
 /// The glibc arena count of `pid` now (heap headers, or the estimate when
 /// `/proc/PID/mem` is refused); `None` when the maps are unreadable.
-pub fn arenas_now(pid: i32) -> Option<u64> {
+pub(crate) fn arenas_now(pid: i32) -> Option<u64> {
     let maps = maps::parse_maps(&proc::read_maps_text(pid).ok()?).ok()?;
     if maps.is_empty() {
         return None;

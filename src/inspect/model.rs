@@ -13,7 +13,7 @@ pub use container::Container;
 use super::*;
 
 /// Version of the JSON document; bumped on any incompatible change.
-pub const SCHEMA_VERSION: u32 = 1;
+pub(crate) const SCHEMA_VERSION: u32 = 1;
 /// Errors of `inspect`.
 #[derive(Debug, thiserror::Error)]
 pub enum InspectError {
@@ -91,7 +91,7 @@ pub struct Allocator {
 }
 impl Allocator {
     /// glibc malloc answers (dynamic or static).
-    pub fn is_glibc(&self) -> bool {
+    pub(crate) fn is_glibc(&self) -> bool {
         self.name.starts_with("glibc")
     }
 }

@@ -136,7 +136,7 @@ fn footer(o: &mut String, ins: &Inspection, color: bool) {
     }
 }
 
-pub fn render_maps(ins: &Inspection, color: bool) -> String {
+pub(crate) fn render_maps(ins: &Inspection, color: bool) -> String {
     let mut o = String::new();
     let h = |s: &str| bold(s, color);
     let _ = writeln!(
@@ -224,7 +224,7 @@ pub fn render_maps(ins: &Inspection, color: bool) -> String {
 }
 
 /// `memtrial inspect --top`.
-pub fn render_top(t: &Top, color: bool) -> String {
+pub(crate) fn render_top(t: &Top, color: bool) -> String {
     let mut o = String::new();
     let by = match t.ranked_by {
         RankBy::Rss => "RSS (VmRSS; shared pages count in every process)",

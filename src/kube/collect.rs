@@ -31,14 +31,14 @@ use crate::plan::{Plan, DEFAULT_RUNS};
 use crate::report::escape;
 
 /// The annotation (and, from Kubernetes 1.28, label) with a pod's completion index.
-pub const INDEX_KEY: &str = "batch.kubernetes.io/job-completion-index";
+pub(crate) const INDEX_KEY: &str = "batch.kubernetes.io/job-completion-index";
 
 /// The most bytes read of kubectl's answer to `get job`, `get pods`, `get configmap`.
-pub const MAX_ANSWER_BYTES: usize = 256 << 20;
+pub(crate) const MAX_ANSWER_BYTES: usize = 256 << 20;
 /// The most bytes read of one pod's log (memtrial's notes and one record line).
-pub const MAX_LOG_BYTES: usize = 64 << 20;
+pub(crate) const MAX_LOG_BYTES: usize = 64 << 20;
 /// The most bytes of kubectl's standard error kept for a message.
-pub const MAX_STDERR_BYTES: usize = 16 << 10;
+pub(crate) const MAX_STDERR_BYTES: usize = 16 << 10;
 
 /// Errors that stop collect (an index without a record is not one: it is reported).
 #[derive(Debug, thiserror::Error)]
@@ -195,7 +195,8 @@ fn answer_err(command: &str, reason: impl Into<String>) -> CollectError {
 }
 
 /// `completions` of `kubectl get job NAME -o json`, at most [`MAX_SLOTS`].
-pub fn parse_completions(json: &str) -> Result<u32, CollectError> {
+#[cfg(test)]
+pub(crate) fn parse_completions(json: &str) -> Result<u32, CollectError> {
     let cmd = "kubectl get job -o json";
     let v: Value = serde_json::from_str(json).map_err(|e| answer_err(cmd, e.to_string()))?;
     completions_of(&v)
@@ -225,7 +226,7 @@ fn completions_of(v: &Value) -> Result<u32, CollectError> {
 }
 
 /// The pods of `kubectl get pods -o json`; pods without a completion index are left out.
-pub fn parse_pods(json: &str) -> Result<Vec<Pod>, CollectError> {
+pub(crate) fn parse_pods(json: &str) -> Result<Vec<Pod>, CollectError> {
     let cmd = "kubectl get pods -o json";
     let v: Value = serde_json::from_str(json).map_err(|e| answer_err(cmd, e.to_string()))?;
     let items = v["items"]
@@ -281,7 +282,11 @@ pub struct JobPlan {
 
 /// The Job's plan: the ConfigMap's `plan.toml` (as `memtrial kube` counted it) and the
 /// seed every pod got (the Job's `--seed`, or the plan's).
-pub fn job_plan(name: &str, job: &Value, config_map: &Value) -> Result<JobPlan, CollectError> {
+pub(crate) fn job_plan(
+    name: &str,
+    job: &Value,
+    config_map: &Value,
+) -> Result<JobPlan, CollectError> {
     let cmd = "kubectl get configmap -o json";
     let text = config_map["data"][PLAN_KEY].as_str().ok_or_else(|| {
         answer_err(
@@ -337,7 +342,7 @@ fn shown(v: impl std::fmt::Debug) -> String {
 
 /// Checks a pod's record against its Job, its index and its node; the record's plan
 /// fingerprint when it holds, why not otherwise.
-pub fn check_record(record: &Value, job: &JobPlan, pod: &Pod) -> Result<String, String> {
+pub(crate) fn check_record(record: &Value, job: &JobPlan, pod: &Pod) -> Result<String, String> {
     let plan: Plan = serde_json::from_value(record["experiment"]["plan"].clone())
         .map_err(|e| format!("its experiment.plan is not a plan: {e}"))?;
     let not_the_jobs = |what: &str, theirs: String, jobs: String| {

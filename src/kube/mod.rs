@@ -7,7 +7,7 @@ pub mod collect;
 pub mod render;
 
 /// What starts the line that carries a pod's JSON record in its log.
-pub const RECORD_PREFIX: &str = "memtrial-record: ";
+pub(crate) const RECORD_PREFIX: &str = "memtrial-record: ";
 
 /// The environment variable naming a directory of allocator libraries that the catalog
 /// searches first (the init container copies the catalog's libraries there).
@@ -19,7 +19,7 @@ pub const NODE_ENV: &str = "MEMTRIAL_NODE";
 
 /// The longest record line `collect` reads (the prefix and the compact JSON): a record
 /// holds one run; 16 MiB is far beyond what one run writes.
-pub const MAX_RECORD_LINE_BYTES: usize = 16 << 20;
+pub(crate) const MAX_RECORD_LINE_BYTES: usize = 16 << 20;
 
 /// Errors of the record line.
 #[derive(Debug, thiserror::Error)]
@@ -67,7 +67,7 @@ pub fn find_record(log: &str) -> Result<serde_json::Value, RecordError> {
 /// ConfigMap's name): 1 to 253 lowercase letters, digits, '-' and '.', starting and ending
 /// with a letter or digit. A name from kubectl's answers is passed back to kubectl only
 /// when it is one (so it can never be read as an option).
-pub fn dns1123_subdomain(name: &str) -> Result<(), String> {
+pub(crate) fn dns1123_subdomain(name: &str) -> Result<(), String> {
     if name.is_empty() || name.len() > 253 {
         return Err(format!(
             "it has {} characters; a Kubernetes name has 1 to 253",

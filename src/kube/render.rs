@@ -23,11 +23,11 @@ use crate::plan::{
 use crate::report::escape;
 
 /// Where things are inside the pod.
-pub const MEMTRIAL_DIR: &str = "/memtrial";
-pub const PLAN_DIR: &str = "/etc/memtrial";
-pub const PLAN_KEY: &str = "plan.toml";
+pub(crate) const MEMTRIAL_DIR: &str = "/memtrial";
+pub(crate) const PLAN_DIR: &str = "/etc/memtrial";
+pub(crate) const PLAN_KEY: &str = "plan.toml";
 /// Where the memtrial image keeps what the init container copies (`docker/Dockerfile`).
-pub const IMAGE_DIR: &str = "/opt/memtrial";
+pub(crate) const IMAGE_DIR: &str = "/opt/memtrial";
 
 /// The memtrial image used when `--memtrial-image` is not given: built from
 /// `docker/Dockerfile` and tagged with this version.
@@ -36,7 +36,7 @@ pub fn default_memtrial_image() -> String {
 }
 
 /// The most slots (the Job's completions) memtrial renders, and `collect` reads.
-pub const MAX_SLOTS: u32 = 100_000;
+pub(crate) const MAX_SLOTS: u32 = 100_000;
 
 /// Errors rendering a Job: each names the flag or plan key, the value and what to do.
 #[derive(Debug, thiserror::Error)]
@@ -223,7 +223,7 @@ fn env(name: &str, value: &str) -> EnvVar {
 }
 
 /// The ConfigMap carrying the plan file.
-pub fn config_map(k: &KubeJob) -> ConfigMap {
+pub(crate) fn config_map(k: &KubeJob) -> ConfigMap {
     ConfigMap {
         metadata: meta(&format!("{}-plan", k.name), &k.name),
         data: Some(BTreeMap::from([(
@@ -382,7 +382,7 @@ pub fn job(k: &KubeJob) -> Job {
 }
 
 /// Kubernetes' limit on a ConfigMap's data: the bytes of its keys and values together.
-pub const CONFIG_MAP_MAX_BYTES: usize = 1 << 20;
+pub(crate) const CONFIG_MAP_MAX_BYTES: usize = 1 << 20;
 
 /// The YAML stream: a comment, the ConfigMap, the Job. A plan the ConfigMap cannot carry
 /// (over [`CONFIG_MAP_MAX_BYTES`]) is refused: Kubernetes would refuse the ConfigMap.

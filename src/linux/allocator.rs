@@ -129,7 +129,7 @@ fn is_system_runtime(name: &str) -> bool {
 /// level down, the `DT_NEEDED` of each library it needs (found among `libs`, the mapped
 /// libraries, by file name; read through `needed_of`). A library that is only preloaded
 /// is in neither.
-pub fn linked_allocators(
+pub(crate) fn linked_allocators(
     exe: &elf::ElfFacts,
     libs: &[String],
     needed_of: &mut dyn FnMut(&str) -> Vec<String>,
@@ -170,7 +170,7 @@ fn file_name(p: &str) -> &str {
 }
 
 /// The `DT_NEEDED` names of a library on disk; empty when it cannot be read.
-pub fn needed_of_file(path: &str) -> Vec<String> {
+pub(crate) fn needed_of_file(path: &str) -> Vec<String> {
     let path = path.strip_suffix(" (deleted)").unwrap_or(path);
     elf::inspect_elf(std::path::Path::new(path))
         .map(|f| f.needed)
@@ -179,7 +179,7 @@ pub fn needed_of_file(path: &str) -> Vec<String> {
 
 /// The allocator that answers `malloc` in a process, from its mapped libraries, its
 /// executable's ELF facts and the allocators it is built with ([`linked_allocators`]).
-pub fn detect_allocator(
+pub(crate) fn detect_allocator(
     libs: &[String],
     exe: Option<&elf::ElfFacts>,
     linked: &[LinkedAllocator],
@@ -236,7 +236,7 @@ pub fn detect_allocator(
 
 /// What preloading `preloaded` into a program built with `linked` does, when it is
 /// worth a word: `None` when the program links no allocator.
-pub fn preload_over_linked(preloaded: &str, linked: &[LinkedAllocator]) -> Option<String> {
+pub(crate) fn preload_over_linked(preloaded: &str, linked: &[LinkedAllocator]) -> Option<String> {
     let first = linked.first()?;
     let pre_name = file_name(preloaded);
     let pre = elf::allocator_of_library(pre_name).map(AllocatorName::from);

@@ -28,9 +28,10 @@ use goblin::elf::Elf;
 use goblin::strtab::Strtab;
 
 /// Largest file [`inspect_elf`] will read (2 GiB).
-pub const MAX_ELF_SIZE: u64 = 2 * 1024 * 1024 * 1024;
+pub(crate) const MAX_ELF_SIZE: u64 = 2 * 1024 * 1024 * 1024;
 
 /// Path reported in errors from [`inspect_elf_bytes`].
+#[cfg(test)]
 const MEMORY_PATH: &str = "<memory>";
 
 /// How the program gets to its libraries.
@@ -101,7 +102,7 @@ pub enum ElfError {
 
 /// Inspect the ELF file at `path` (symlinks such as `/proc/PID/exe` are
 /// followed). Files larger than [`MAX_ELF_SIZE`] are refused.
-pub fn inspect_elf(path: &Path) -> Result<ElfFacts, ElfError> {
+pub(crate) fn inspect_elf(path: &Path) -> Result<ElfFacts, ElfError> {
     let io_err = |source| ElfError::Io {
         path: path.to_path_buf(),
         source,
@@ -144,7 +145,8 @@ pub fn inspect_elf(path: &Path) -> Result<ElfFacts, ElfError> {
 }
 
 /// Inspect an ELF image held in memory. `setuid_or_setgid` is `false`.
-pub fn inspect_elf_bytes(bytes: &[u8]) -> Result<ElfFacts, ElfError> {
+#[cfg(test)]
+pub(crate) fn inspect_elf_bytes(bytes: &[u8]) -> Result<ElfFacts, ElfError> {
     inspect(bytes, Path::new(MEMORY_PATH))
 }
 
@@ -152,7 +154,7 @@ pub fn inspect_elf_bytes(bytes: &[u8]) -> Result<ElfFacts, ElfError> {
 /// jemalloc, `libtcmalloc*.so*` → tcmalloc (including `_minimal` and
 /// `_debug` variants), `libmimalloc*.so*` → mimalloc. A trailing
 /// `" (deleted)"` from `/proc/PID/maps` is ignored.
-pub fn allocator_of_library(path: &str) -> Option<BundledAllocator> {
+pub(crate) fn allocator_of_library(path: &str) -> Option<BundledAllocator> {
     let path = path.strip_suffix(" (deleted)").unwrap_or(path);
     let name = path.rsplit('/').next().unwrap_or(path);
     let known = [

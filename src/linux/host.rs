@@ -42,7 +42,7 @@ pub struct HostLimits {
 
 impl HostLimits {
     /// The quota in CPUs (quota / period).
-    pub fn quota_cpus(&self) -> Option<f64> {
+    pub(crate) fn quota_cpus(&self) -> Option<f64> {
         match (self.cpu_quota_us, self.cpu_period_us) {
             (Some(q), Some(p)) if p > 0 => Some(q as f64 / p as f64),
             _ => None,
@@ -72,7 +72,7 @@ impl HostLimits {
 
 /// The environment variable that replaces the recorded hostname (a Kubernetes pod's own
 /// name changes with every pod; its Job's name does not).
-pub const HOST_ENV: &str = "MEMTRIAL_HOST";
+pub(crate) const HOST_ENV: &str = "MEMTRIAL_HOST";
 
 impl HostInfo {
     /// This machine; `MEMTRIAL_HOST`, when set and not empty, is the recorded hostname.
@@ -102,7 +102,7 @@ impl HostInfo {
 
     /// A stable identity of these facts (hex SHA-256 of their JSON): two records of the
     /// same machine under the same limits name the same host.
-    pub fn identity(&self) -> String {
+    pub(crate) fn identity(&self) -> String {
         let json = serde_json::to_string(self).unwrap_or_default();
         crate::units::sha256_hex(json.as_bytes())
     }
@@ -120,14 +120,14 @@ pub fn online_cpus() -> u32 {
 }
 
 /// `MemTotal` of `/proc/meminfo`, in bytes.
-pub fn parse_meminfo_total(text: &str) -> Option<u64> {
+pub(crate) fn parse_meminfo_total(text: &str) -> Option<u64> {
     let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
     let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kb * 1024)
 }
 
 /// The version of the C library memtrial itself runs on (the host's glibc).
-pub fn glibc_version() -> String {
+pub(crate) fn glibc_version() -> String {
     // SAFETY: gnu_get_libc_version returns a pointer to a static NUL-terminated string.
     unsafe {
         let p = libc::gnu_get_libc_version();

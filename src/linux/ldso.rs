@@ -19,7 +19,7 @@ pub struct PreloadRefusal {
 }
 
 /// The loader's refusals found in a program's standard error, in order.
-pub fn preload_refusals(stderr: &str) -> Vec<PreloadRefusal> {
+pub(crate) fn preload_refusals(stderr: &str) -> Vec<PreloadRefusal> {
     stderr.lines().filter_map(parse_line).collect()
 }
 
@@ -38,7 +38,7 @@ fn parse_line(line: &str) -> Option<PreloadRefusal> {
 }
 
 /// The refusal of `object` (or of any object when none names it) in `stderr`.
-pub fn refusal_of(stderr: &str, object: &str) -> Option<PreloadRefusal> {
+pub(crate) fn refusal_of(stderr: &str, object: &str) -> Option<PreloadRefusal> {
     let all = preload_refusals(stderr);
     all.iter()
         .find(|r| r.object == object)

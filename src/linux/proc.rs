@@ -46,7 +46,7 @@ fn parse_err(what: &'static str, reason: impl Into<String>) -> ProcError {
 /// The file to read a process's executable from: by its path where that file still
 /// exists (`link_target` is `/proc/PID/exe`'s target), else through the link itself (a
 /// deleted or replaced executable, or one outside this mount namespace).
-pub fn exe_file(pid: i32, link_target: Option<&str>) -> PathBuf {
+pub(crate) fn exe_file(pid: i32, link_target: Option<&str>) -> PathBuf {
     link_target
         .filter(|t| !t.ends_with(" (deleted)") && std::path::Path::new(t).exists())
         .map(PathBuf::from)
@@ -54,7 +54,7 @@ pub fn exe_file(pid: i32, link_target: Option<&str>) -> PathBuf {
 }
 
 /// Reads `/proc/{pid}/{file}` as bytes, mapping "no such process" to [`ProcError::Gone`].
-pub fn read_proc_file(pid: i32, file: &str) -> Result<Vec<u8>, ProcError> {
+pub(crate) fn read_proc_file(pid: i32, file: &str) -> Result<Vec<u8>, ProcError> {
     let path = PathBuf::from(format!("/proc/{pid}/{file}"));
     // Not fs::read: /proc files report size 0, so its size hint costs a statx and a
     // string of small reads. One open and a 4 KiB first read cover stat and status.
@@ -96,7 +96,11 @@ impl KeptProcFile {
 
 /// Reads at most `max` bytes of `/proc/{pid}/{file}`: for files whose size the process
 /// chooses (`cmdline`, `environ`), read for processes memtrial did not start.
-pub fn read_proc_file_at_most(pid: i32, file: &str, max: usize) -> Result<Vec<u8>, ProcError> {
+pub(crate) fn read_proc_file_at_most(
+    pid: i32,
+    file: &str,
+    max: usize,
+) -> Result<Vec<u8>, ProcError> {
     let path = PathBuf::from(format!("/proc/{pid}/{file}"));
     let read = || -> io::Result<Vec<u8>> {
         let f = fs::File::open(&path)?;
@@ -109,13 +113,14 @@ pub fn read_proc_file_at_most(pid: i32, file: &str, max: usize) -> Result<Vec<u8
 
 /// The most recently allocated PID (last field of `/proc/loadavg`): if it has not
 /// changed, no process was created since it was last read.
-pub fn last_pid() -> Option<i32> {
+#[cfg(test)]
+pub(crate) fn last_pid() -> Option<i32> {
     let text = fs::read_to_string("/proc/loadavg").ok()?;
     parse_loadavg_last_pid(&text)
 }
 
 /// [`last_pid`] through a kept descriptor (read at every tick: see [`super::kept`]).
-pub fn last_pid_kept(loadavg: &mut super::kept::KeptSlot) -> Option<i32> {
+pub(crate) fn last_pid_kept(loadavg: &mut super::kept::KeptSlot) -> Option<i32> {
     let text = loadavg.read(std::path::Path::new("/proc/loadavg")).ok()?;
     parse_loadavg_last_pid(std::str::from_utf8(text).ok()?)
 }
@@ -201,7 +206,7 @@ pub fn parse_stat(text: &str) -> Result<Stat, ProcError> {
 }
 
 /// Reads and parses `/proc/{pid}/stat`.
-pub fn read_stat(pid: i32) -> Result<Stat, ProcError> {
+pub(crate) fn read_stat(pid: i32) -> Result<Stat, ProcError> {
     let bytes = read_proc_file(pid, "stat")?;
     if bytes.is_empty() {
         return Err(ProcError::Gone { pid });
@@ -301,7 +306,7 @@ pub fn read_status(pid: i32) -> Result<Status, ProcError> {
 }
 
 /// [`read_status`] through a kept descriptor (see [`KeptProcFile`]).
-pub fn read_kept_status(kept: &mut KeptProcFile) -> Result<Status, ProcError> {
+pub(crate) fn read_kept_status(kept: &mut KeptProcFile) -> Result<Status, ProcError> {
     let pid = kept.pid;
     let bytes = kept.read()?;
     status_of(pid, bytes)
@@ -363,7 +368,7 @@ pub fn parse_smaps_rollup(text: &str) -> Result<SmapsRollup, ProcError> {
 
 /// Reads and parses `/proc/{pid}/smaps_rollup` (walks the page tables: costly
 /// for large processes, so sample it sparingly).
-pub fn read_smaps_rollup(pid: i32) -> Result<SmapsRollup, ProcError> {
+pub(crate) fn read_smaps_rollup(pid: i32) -> Result<SmapsRollup, ProcError> {
     let bytes = read_proc_file(pid, "smaps_rollup")?;
     if bytes.is_empty() {
         // A zombie or kernel thread has no address space to report.
@@ -388,18 +393,18 @@ pub fn parse_environ(bytes: &[u8]) -> Vec<(String, String)> {
 }
 
 /// Reads `/proc/{pid}/environ` (the process's *initial* environment).
-pub fn read_environ(pid: i32) -> Result<Vec<(String, String)>, ProcError> {
+pub(crate) fn read_environ(pid: i32) -> Result<Vec<(String, String)>, ProcError> {
     Ok(parse_environ(&read_proc_file(pid, "environ")?))
 }
 
 /// Reads `/proc/{pid}/maps` as text.
-pub fn read_maps_text(pid: i32) -> Result<String, ProcError> {
+pub(crate) fn read_maps_text(pid: i32) -> Result<String, ProcError> {
     let bytes = read_proc_file(pid, "maps")?;
     Ok(String::from_utf8_lossy(&bytes).into_owned())
 }
 
 /// Lists the PIDs of all processes (not threads) currently in `/proc`.
-pub fn list_pids() -> Result<Vec<i32>, ProcError> {
+pub(crate) fn list_pids() -> Result<Vec<i32>, ProcError> {
     let dir = fs::read_dir("/proc").map_err(|e| ProcError::Io {
         path: PathBuf::from("/proc"),
         source: e,
@@ -430,7 +435,7 @@ pub fn children(pid: i32) -> Vec<i32> {
 }
 
 /// The kernel's clock ticks per second (`sysconf(_SC_CLK_TCK)`), 100 if unknown.
-pub fn clock_ticks_per_second() -> u64 {
+pub(crate) fn clock_ticks_per_second() -> u64 {
     // SAFETY: sysconf has no preconditions.
     let v = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
     if v > 0 {
@@ -441,7 +446,7 @@ pub fn clock_ticks_per_second() -> u64 {
 }
 
 /// The page size in bytes (`sysconf(_SC_PAGESIZE)`), 4096 if unknown.
-pub fn page_size() -> u64 {
+pub(crate) fn page_size() -> u64 {
     // SAFETY: sysconf has no preconditions.
     let v = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     if v > 0 {
@@ -452,7 +457,7 @@ pub fn page_size() -> u64 {
 }
 
 /// A signal's name, e.g. `SIGKILL`.
-pub fn signal_name(sig: i32) -> &'static str {
+pub(crate) fn signal_name(sig: i32) -> &'static str {
     match sig {
         libc::SIGHUP => "SIGHUP",
         libc::SIGINT => "SIGINT",

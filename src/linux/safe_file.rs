@@ -49,7 +49,8 @@ pub enum SafeFileError {
 
 impl SafeFileError {
     /// The OS error behind it, if any (`ENOENT` for a file that is not there, …).
-    pub fn raw_os_error(&self) -> Option<i32> {
+    #[cfg(test)]
+    pub(crate) fn raw_os_error(&self) -> Option<i32> {
         match self {
             SafeFileError::Io { source, .. } => source.raw_os_error(),
             _ => None,
@@ -105,13 +106,13 @@ fn kind_of(mode: u32) -> &'static str {
 /// such as `/proc/PID/root`, followed on purpose); `rel` is walked one plain name at a
 /// time without following any symbolic link; the file must be a regular file owned by
 /// root or by one of `owners`. Never blocks on a FIFO, never opens a path with `..`.
-pub fn open_beneath(root: &Path, rel: &Path, owners: &[u32]) -> Result<File, SafeFileError> {
+pub(crate) fn open_beneath(root: &Path, rel: &Path, owners: &[u32]) -> Result<File, SafeFileError> {
     open_checked(root, rel, Some(owners))
 }
 
 /// [`open_beneath`] for a file of any owner: a file memtrial made below a directory of its
 /// own, where the workload (which knows the directory) could have put something else.
-pub fn open_regular_beneath(root: &Path, rel: &Path) -> Result<File, SafeFileError> {
+pub(crate) fn open_regular_beneath(root: &Path, rel: &Path) -> Result<File, SafeFileError> {
     open_checked(root, rel, None)
 }
 
@@ -173,7 +174,7 @@ fn open_checked(root: &Path, rel: &Path, owners: Option<&[u32]>) -> Result<File,
 /// (as long as `fstat` says it is now), and whether the tail starts after the head's
 /// start (`cut`: its first line may be partial). Two bounded reads, however large the
 /// file is or grows.
-pub fn read_head_and_tail(
+pub(crate) fn read_head_and_tail(
     file: &File,
     head: usize,
     tail: usize,

@@ -23,7 +23,7 @@ pub struct ReplayLog {
 }
 
 /// Methods replayed unless others are asked for: the ones without side effects.
-pub const DEFAULT_METHODS: [Method; 2] = [Method::Get, Method::Head];
+pub(crate) const DEFAULT_METHODS: [Method; 2] = [Method::Get, Method::Head];
 
 /// Parses an access log, keeping entries whose method is in `methods`.
 pub fn parse_access_log(text: &str, methods: &[Method]) -> ReplayLog {

@@ -84,7 +84,7 @@ impl Request {
 
     /// The bytes on the wire: request line, `Host`, the headers, `Content-Length` when
     /// there is a body and none was given, the body. Serialised once per run.
-    pub fn serialise(&self, host_header: &str) -> Vec<u8> {
+    pub(crate) fn serialise(&self, host_header: &str) -> Vec<u8> {
         let mut out = Vec::with_capacity(64 + self.path_and_query.len() + self.body.len());
         out.extend_from_slice(self.method.as_str().as_bytes());
         out.push(b' ');
@@ -286,12 +286,12 @@ pub enum Progress {
 }
 
 /// Largest response head accepted.
-pub const MAX_HEAD: usize = 64 * 1024;
+pub(crate) const MAX_HEAD: usize = 64 * 1024;
 /// Header lines parsed without allocating; a head with more is parsed again with room
 /// for [`MAX_HEADERS`].
 const FEW_HEADERS: usize = 64;
 /// Most header lines accepted in one response head.
-pub const MAX_HEADERS: usize = 1024;
+pub(crate) const MAX_HEADERS: usize = 1024;
 
 /// An incremental HTTP/1.1 response reader for one response at a time. The head must
 /// be given contiguously (the caller buffers it until [`ResponseParser::in_head`] is
@@ -333,7 +333,7 @@ impl ResponseParser {
 
     /// True when the server asked to close the connection after this response
     /// (`Connection: close`, HTTP/1.0 without keep-alive, or a body delimited by close).
-    pub fn must_close(&self) -> bool {
+    pub(crate) fn must_close(&self) -> bool {
         self.close
     }
 
@@ -343,12 +343,13 @@ impl ResponseParser {
     }
 
     /// True when the body is delimited by the end of the connection.
-    pub fn until_close(&self) -> bool {
+    pub(crate) fn until_close(&self) -> bool {
         self.state == State::Body(Body::UntilClose)
     }
 
     /// True once the response is complete.
-    pub fn is_done(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_done(&self) -> bool {
         self.state == State::Done
     }
 

@@ -23,9 +23,11 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
-pub use accesslog::{parse_access_log, ReplayLog, DEFAULT_METHODS};
+pub(crate) use accesslog::DEFAULT_METHODS;
+pub use accesslog::{parse_access_log, ReplayLog};
 pub use http::{parse_url, HttpUrl, Method, Request};
-pub use targets::{load_targets_file, parse_targets, TargetsError};
+pub(crate) use targets::load_targets_file;
+pub use targets::{parse_targets, TargetsError};
 
 /// Where the requests come from.
 #[derive(Debug, Clone)]
@@ -187,7 +189,7 @@ fn as_seconds<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Erro
 }
 
 /// Busy fraction of a generator thread above which the client counts as saturated.
-pub const SATURATION: f64 = 0.9;
+pub(crate) const SATURATION: f64 = 0.9;
 
 const HIST_MAX_US: u64 = 3_600_000_000;
 
@@ -201,10 +203,10 @@ fn ms(us: u64) -> f64 {
 
 /// Open files a load needs besides one per connection: per thread an epoll and a
 /// timerfd, and memtrial's own (standard streams, the database, run logs, `/proc` reads).
-pub const FD_RESERVE: u64 = 64;
+pub(crate) const FD_RESERVE: u64 = 64;
 
 /// Open files a load of `connections` on `threads` threads needs.
-pub fn fds_needed(connections: usize, threads: usize) -> u64 {
+pub(crate) fn fds_needed(connections: usize, threads: usize) -> u64 {
     connections as u64 + 2 * threads as u64 + FD_RESERVE
 }
 
@@ -242,7 +244,7 @@ static ORIGINAL_NOFILE: std::sync::OnceLock<(u64, u64)> = std::sync::OnceLock::n
 
 /// The open-file limit as it was before memtrial raised it for its own connections, if
 /// it did: the workload is given this one, so that it runs as it would without memtrial.
-pub fn original_nofile() -> Option<libc::rlimit> {
+pub(crate) fn original_nofile() -> Option<libc::rlimit> {
     ORIGINAL_NOFILE.get().map(|(cur, max)| libc::rlimit {
         rlim_cur: *cur,
         rlim_max: *max,
@@ -280,7 +282,7 @@ pub fn ensure_fd_limit(connections: usize, threads: usize) -> Result<Option<Stri
 }
 
 /// Checks, without changing anything, that the open-file limit holds the connections.
-pub fn check_fd_limit(connections: usize, threads: usize) -> Result<(), FdLimitError> {
+pub(crate) fn check_fd_limit(connections: usize, threads: usize) -> Result<(), FdLimitError> {
     let Some(r) = nofile() else {
         return Ok(());
     };

@@ -100,7 +100,7 @@ pub fn parse_targets(
 }
 
 /// Reads a targets file; `@FILE` bodies are read relative to its directory.
-pub fn load_targets_file(path: &Path) -> Result<Vec<Request>, TargetsError> {
+pub(crate) fn load_targets_file(path: &Path) -> Result<Vec<Request>, TargetsError> {
     let text = std::fs::read_to_string(path).map_err(|e| TargetsError {
         line: 0,
         reason: format!("cannot read {}: {e}", path.display()),

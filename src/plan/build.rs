@@ -4,10 +4,9 @@
 use super::*;
 
 /// Defaults, documented in docs/ and `--help`.
-pub const DEFAULT_RUNS: u32 = 5;
-pub const DEFAULT_INTERVAL: &str = "100ms";
-pub const DEFAULT_GRACE_MS: u64 = 3000;
-pub const MIN_INTERVAL_MS: u64 = settings::INTERVAL.min.as_millis() as u64;
+pub(crate) const DEFAULT_RUNS: u32 = 5;
+pub(crate) const DEFAULT_INTERVAL: &str = "100ms";
+pub(crate) const DEFAULT_GRACE_MS: u64 = 3000;
 
 /// Environment the plan builder needs from the machine.
 pub struct PlanContext<'a> {
@@ -181,8 +180,8 @@ pub(super) fn build_probes(
 }
 
 /// Server-trial defaults.
-pub const DEFAULT_COOLDOWN: &str = "10s";
-pub const DEFAULT_READY_TIMEOUT: &str = "30s";
+pub(crate) const DEFAULT_COOLDOWN: &str = "10s";
+pub(crate) const DEFAULT_READY_TIMEOUT: &str = "30s";
 
 pub(super) fn build_server(
     s: &ServerInput,
@@ -288,7 +287,7 @@ pub(super) fn build_server(
 }
 
 /// `--before`'s bound when the run has no `--timeout`.
-pub const DEFAULT_BEFORE_TIMEOUT_MS: u64 = 10 * 60 * 1000;
+pub(crate) const DEFAULT_BEFORE_TIMEOUT_MS: u64 = 10 * 60 * 1000;
 
 pub(super) fn build_worker(
     w: &WorkerInput,
@@ -423,7 +422,7 @@ pub(super) fn helper_command(
 }
 
 /// Smallest memory limit accepted: below this the kernel OOM-kills most programs at start.
-pub const MIN_MEMORY_LIMIT: u64 = settings::MEMORY_LIMIT.0;
+pub(crate) const MIN_MEMORY_LIMIT: u64 = settings::MEMORY_LIMIT.0;
 
 pub(super) fn build_limits(input: &PlanInput, ctx: &PlanContext) -> Result<Limits, PlanError> {
     let mut l = Limits::default();

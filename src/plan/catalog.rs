@@ -13,7 +13,7 @@ pub enum LibAllocator {
 }
 
 impl LibAllocator {
-    pub const ALL: [LibAllocator; 3] = [
+    pub(crate) const ALL: [LibAllocator; 3] = [
         LibAllocator::Jemalloc,
         LibAllocator::Tcmalloc,
         LibAllocator::Mimalloc,
@@ -27,12 +27,12 @@ impl LibAllocator {
         }
     }
 
-    pub fn from_name(name: &str) -> Option<Self> {
+    pub(crate) fn from_name(name: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|a| a.name() == name)
     }
 
     /// Shared-object names to look for, most preferred first.
-    pub fn sonames(self) -> &'static [&'static str] {
+    pub(crate) fn sonames(self) -> &'static [&'static str] {
         match self {
             LibAllocator::Jemalloc => &["libjemalloc.so.2", "libjemalloc.so.1", "libjemalloc.so"],
             LibAllocator::Tcmalloc => &[
@@ -83,7 +83,7 @@ impl Distro {
         Self::from_os_release(&text)
     }
 
-    pub fn from_os_release(text: &str) -> Distro {
+    pub(crate) fn from_os_release(text: &str) -> Distro {
         let mut ids = String::new();
         for line in text.lines() {
             if let Some(v) = line
@@ -160,11 +160,11 @@ pub const CATALOG: [CatalogEntry; 6] = [
     },
 ];
 
-pub fn catalog_entry(name: &str) -> Option<&'static CatalogEntry> {
+pub(crate) fn catalog_entry(name: &str) -> Option<&'static CatalogEntry> {
     CATALOG.iter().find(|e| e.name == name)
 }
 
-pub fn catalog_names() -> Vec<&'static str> {
+pub(crate) fn catalog_names() -> Vec<&'static str> {
     CATALOG.iter().map(|e| e.name).collect()
 }
 
@@ -284,7 +284,7 @@ fn is_native_lib(p: &Path) -> bool {
 
 /// Parses `ldconfig -p` output lines such as
 /// `\tlibjemalloc.so.2 (libc6,x86-64) => /lib/x86_64-linux-gnu/libjemalloc.so.2`.
-pub fn parse_ldconfig_cache(text: &str) -> Vec<(String, PathBuf)> {
+pub(crate) fn parse_ldconfig_cache(text: &str) -> Vec<(String, PathBuf)> {
     text.lines()
         .filter_map(|line| {
             let (left, path) = line.split_once("=>")?;

@@ -62,10 +62,11 @@ impl Plan {
 /// plan's `[[variant]]`, hence `memtrial kube`): 1 to 64 ASCII letters, digits, '-', '_'
 /// or '.'. A name is written into environments, YAML, reports and file names; nothing
 /// else can end a line, a comment or a document there.
-pub const VARIANT_NAME_RULE: &str = "a variant's name is 1 to 64 letters, digits, '-', '_' or '.'";
+pub(crate) const VARIANT_NAME_RULE: &str =
+    "a variant's name is 1 to 64 letters, digits, '-', '_' or '.'";
 
 /// Whether `name` follows [`VARIANT_NAME_RULE`].
-pub fn valid_name(name: &str) -> bool {
+pub(crate) fn valid_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 64
         && name
@@ -75,7 +76,7 @@ pub fn valid_name(name: &str) -> bool {
 
 /// A name from outside for a message: escaped like Rust's `{:?}` (every control and line
 /// break visible) and cut to 80 characters, so the message stays one readable line.
-pub fn shown_name(name: &str) -> String {
+pub(crate) fn shown_name(name: &str) -> String {
     let cut: String = name.chars().take(80).collect();
     if cut.len() < name.len() {
         format!("{cut:?}… ({} bytes)", name.len())
@@ -86,7 +87,7 @@ pub fn shown_name(name: &str) -> String {
 
 /// Why `key` cannot be an environment variable's name, if it cannot: empty, or holding
 /// `=` or a NUL byte (the kernel's `NAME=VALUE` strings could not say where it ends).
-pub fn env_key_problem(key: &str) -> Option<&'static str> {
+pub(crate) fn env_key_problem(key: &str) -> Option<&'static str> {
     if key.is_empty() {
         Some("is empty")
     } else if key.contains('=') {

@@ -3,7 +3,7 @@
 use super::*;
 
 /// The most bytes of a plan file memtrial reads (a ConfigMap holds at most 1 MiB too).
-pub const MAX_PLAN_BYTES: usize = 1 << 20;
+pub(crate) const MAX_PLAN_BYTES: usize = 1 << 20;
 
 /// The text of a plan file, read up to [`MAX_PLAN_BYTES`] (`/dev/zero` or a huge file is
 /// refused with the limit, after reading at most one byte more).

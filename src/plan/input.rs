@@ -174,7 +174,7 @@ impl ServerInput {
 
     /// The load settings among these, for [`settings::resolve_load`] (the rules
     /// `memtrial load` shares).
-    pub fn load_input(&self) -> settings::LoadInput {
+    pub(crate) fn load_input(&self) -> settings::LoadInput {
         settings::LoadInput {
             duration: self.duration.clone(),
             warmup_duration: self.warmup_duration.clone(),
@@ -227,7 +227,7 @@ impl PlanInput {
     /// false): `--duration`/`--cooldown` (or a plan's `[server]` keys) are then the
     /// service's run time (or the driven phase's bound) and the driver's cool-down, the
     /// worker's settings, unless the worker's own were given beside them.
-    pub fn route_to_worker(&mut self, url_given: bool) {
+    pub(crate) fn route_to_worker(&mut self, url_given: bool) {
         if url_given {
             return;
         }

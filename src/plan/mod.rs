@@ -24,7 +24,7 @@ mod spec;
 mod variants;
 
 pub use build::*;
-pub use check::*;
+pub(crate) use check::*;
 pub use error::*;
 pub use format::*;
 pub use input::*;

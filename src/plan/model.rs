@@ -64,7 +64,7 @@ pub enum VariantOrigin {
 impl Variant {
     /// The environment the workload gets on top of memtrial's own: the settings and `LD_PRELOAD`.
     /// An existing `LD_PRELOAD` of the user is kept after the variant's library.
-    pub fn workload_env(&self, inherited_preload: Option<&str>) -> Vec<(String, String)> {
+    pub(crate) fn workload_env(&self, inherited_preload: Option<&str>) -> Vec<(String, String)> {
         let mut env = self.env.clone();
         if let Some(p) = &self.preload {
             let mut value = p.display().to_string();
@@ -150,7 +150,7 @@ pub struct WorkerPlan {
 
 impl WorkerPlan {
     /// True when any of the helper commands or `text` asks for a `{port}`.
-    pub fn wants_port(&self) -> bool {
+    pub(crate) fn wants_port(&self) -> bool {
         [&self.before, &self.driver]
             .into_iter()
             .flatten()
@@ -171,7 +171,7 @@ pub enum ProbeKind {
 }
 
 impl ProbeKind {
-    pub const ALL: [ProbeKind; 3] = [ProbeKind::Allocator, ProbeKind::Ruby, ProbeKind::Jvm];
+    pub(crate) const ALL: [ProbeKind; 3] = [ProbeKind::Allocator, ProbeKind::Ruby, ProbeKind::Jvm];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -213,7 +213,7 @@ impl ProbePlan {
 }
 
 /// The inside probes' default interval.
-pub const DEFAULT_PROBE_INTERVAL_MS: u64 = 1000;
+pub(crate) const DEFAULT_PROBE_INTERVAL_MS: u64 = 1000;
 
 /// How a server is loaded in each run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -235,22 +235,22 @@ pub struct ServerPlan {
 }
 
 /// The placeholder replaced by the run's port in the command, environment and URLs.
-pub const PORT_PLACEHOLDER: &str = "{port}";
+pub(crate) const PORT_PLACEHOLDER: &str = "{port}";
 
 /// Replaces every `{port}` with the port.
-pub fn substitute(text: &str, port: u16) -> String {
+pub(crate) fn substitute(text: &str, port: u16) -> String {
     text.replace(PORT_PLACEHOLDER, &port.to_string())
 }
 
 /// Replaces every `{port}` in a shell command with the port, shell-quoted.
-pub fn substitute_quoted(command: &str, port: u16) -> String {
+pub(crate) fn substitute_quoted(command: &str, port: u16) -> String {
     command.replace(PORT_PLACEHOLDER, &shell_words::quote(&port.to_string()))
 }
 
 impl ServerPlan {
     /// Reads the plan's request source: the requests, and notes for the user (counts,
     /// unparseable log lines). Errors name the file and line.
-    pub fn read_requests(&self) -> Result<(crate::load::Source, Vec<String>), String> {
+    pub(crate) fn read_requests(&self) -> Result<(crate::load::Source, Vec<String>), String> {
         let url = crate::load::parse_url(&substitute(&self.url, 8080))?;
         crate::load::source::read_source(&self.source, &url.path_and_query)
     }
@@ -272,7 +272,7 @@ impl Plan {
 
     /// What a variant's runs exec: the program's path and the argv (argv[0] as given, the
     /// rest before `{port}` is filled in).
-    pub fn launch_command(&self, v: &Variant) -> (PathBuf, Vec<String>) {
+    pub(crate) fn launch_command(&self, v: &Variant) -> (PathBuf, Vec<String>) {
         match &v.program {
             None => (self.program.clone(), self.command.clone()),
             Some(VariantProgram::Program { path, .. }) => (path.clone(), self.command.clone()),

@@ -22,45 +22,45 @@ const HOUR: u64 = 3600;
 const DAY: u64 = 24 * HOUR;
 
 /// `--runs`: measured runs per variant.
-pub const RUNS: (u32, u32) = (1, 10_000);
+pub(crate) const RUNS: (u32, u32) = (1, 10_000);
 /// `--warmup`: warm-up runs per variant.
-pub const WARMUP: (u32, u32) = (0, 10_000);
+pub(crate) const WARMUP: (u32, u32) = (0, 10_000);
 /// `--interval`: the memory sampling interval.
 pub const INTERVAL: DurationRange = DurationRange::new(millis(10), secs(HOUR));
 /// `--probe-interval`: how often the probes inside the workload report.
-pub const PROBE_INTERVAL: DurationRange = DurationRange::new(millis(10), secs(HOUR));
+pub(crate) const PROBE_INTERVAL: DurationRange = DurationRange::new(millis(10), secs(HOUR));
 /// `--timeout`: the longest a run may take.
-pub const TIMEOUT: DurationRange = DurationRange::new(millis(1), secs(7 * DAY));
+pub(crate) const TIMEOUT: DurationRange = DurationRange::new(millis(1), secs(7 * DAY));
 /// `--memory-limit`, bytes: below 4 MiB programs cannot even start; 64 TiB is far above
 /// any machine's memory.
 pub const MEMORY_LIMIT: (u64, u64) = (4 << 20, 64 << 40);
 /// `--cpus`: CPU quota in CPUs.
-pub const CPUS: (f64, f64) = (0.01, 4096.0);
+pub(crate) const CPUS: (f64, f64) = (0.01, 4096.0);
 /// `--pids-limit`: the kernel's own maximum PID count is 4,194,304.
-pub const PIDS_LIMIT: (u64, u64) = (1, 4_194_304);
+pub(crate) const PIDS_LIMIT: (u64, u64) = (1, 4_194_304);
 /// `--seed`: kept exact in JSON (53 bits).
 pub const SEED: (u64, u64) = (0, (1 << 53) - 1);
 
 /// `--ready-timeout`.
-pub const READY_TIMEOUT: DurationRange = DurationRange::new(millis(1), secs(HOUR));
+pub(crate) const READY_TIMEOUT: DurationRange = DurationRange::new(millis(1), secs(HOUR));
 /// `--warmup-duration` (load before measuring).
 pub const LOAD_WARMUP: DurationRange = DurationRange::up_to(secs(DAY));
 /// `--duration` (measured load).
-pub const LOAD_DURATION: DurationRange = DurationRange::new(millis(1), secs(DAY));
+pub(crate) const LOAD_DURATION: DurationRange = DurationRange::new(millis(1), secs(DAY));
 /// `--duration` of a service or worker trial (without `--url`): how long it runs.
-pub const SERVICE_DURATION: DurationRange = DurationRange::new(millis(1), secs(7 * DAY));
+pub(crate) const SERVICE_DURATION: DurationRange = DurationRange::new(millis(1), secs(7 * DAY));
 /// `--cooldown`.
-pub const COOLDOWN: DurationRange = DurationRange::up_to(secs(DAY));
+pub(crate) const COOLDOWN: DurationRange = DurationRange::up_to(secs(DAY));
 /// `--request-timeout` / `load --timeout`.
-pub const REQUEST_TIMEOUT: DurationRange = DurationRange::new(millis(1), secs(HOUR));
+pub(crate) const REQUEST_TIMEOUT: DurationRange = DurationRange::new(millis(1), secs(HOUR));
 /// `--connections`.
-pub const CONNECTIONS: (usize, usize) = (1, 100_000);
+pub(crate) const CONNECTIONS: (usize, usize) = (1, 100_000);
 /// `--load-threads` / `load --threads` (and at most one per connection).
-pub const LOAD_THREADS: (usize, usize) = (1, 1024);
+pub(crate) const LOAD_THREADS: (usize, usize) = (1, 1024);
 /// `--rate`, requests per second.
-pub const RATE: (f64, f64) = (0.001, 10_000_000.0);
+pub(crate) const RATE: (f64, f64) = (0.001, 10_000_000.0);
 /// `--speed`, the replay's pace factor.
-pub const SPEED: (f64, f64) = (0.001, 1_000_000.0);
+pub(crate) const SPEED: (f64, f64) = (0.001, 1_000_000.0);
 
 /// `inspect --top`.
 pub const INSPECT_TOP: (usize, usize) = (1, 100_000);
@@ -102,7 +102,7 @@ pub fn count<T: PartialOrd + Display + Copy>(
 }
 
 /// A real number for a message: `1e300`, not 300 digits.
-pub fn show_real(v: f64) -> String {
+pub(crate) fn show_real(v: f64) -> String {
     if v != 0.0 && v.is_finite() && (v.abs() >= 1e9 || v.abs() < 1e-3) {
         format!("{v:e}")
     } else {
@@ -158,21 +158,21 @@ impl LoadCommand {
         }
     }
     /// The default measured duration.
-    pub fn default_duration(self) -> &'static str {
+    pub(crate) fn default_duration(self) -> &'static str {
         match self {
             LoadCommand::Load => "10s",
             LoadCommand::ServerTrial => "30s",
         }
     }
     /// The default number of connections.
-    pub fn default_connections(self) -> usize {
+    pub(crate) fn default_connections(self) -> usize {
         match self {
             LoadCommand::Load => 64,
             LoadCommand::ServerTrial => 16,
         }
     }
     /// The default request timeout.
-    pub fn default_request_timeout(self) -> &'static str {
+    pub(crate) fn default_request_timeout(self) -> &'static str {
         match self {
             LoadCommand::Load => "5s",
             LoadCommand::ServerTrial => "10s",
@@ -214,7 +214,7 @@ pub fn default_methods() -> Vec<String> {
 
 /// The default number of load threads, for both commands: half the online CPUs (the
 /// server under test usually shares the machine), at least 1, at most one per connection.
-pub fn default_load_threads(online_cpus: u32, connections: usize) -> usize {
+pub(crate) fn default_load_threads(online_cpus: u32, connections: usize) -> usize {
     (online_cpus as usize / 2).clamp(1, connections.max(1))
 }
 

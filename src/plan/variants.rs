@@ -7,7 +7,7 @@ use super::*;
 /// The names of custom variants (`NAME=SPEC`, as flags and plan files give them), checked
 /// before anything is resolved: each follows [`VARIANT_NAME_RULE`], none is a catalog
 /// variant's name, none comes twice. `run` and `kube` both check names here.
-pub fn custom_variant_names(specs: &[String]) -> Result<Vec<&str>, PlanError> {
+pub(crate) fn custom_variant_names(specs: &[String]) -> Result<Vec<&str>, PlanError> {
     let mut names: Vec<&str> = Vec::new();
     for spec in specs {
         // A spec without '=' is refused by its parser, with what it lacks.
@@ -54,7 +54,7 @@ fn known_variants(custom: &[Variant]) -> String {
 }
 
 /// The baseline when a plan names none.
-pub const DEFAULT_BASELINE: &str = "glibc";
+pub(crate) const DEFAULT_BASELINE: &str = "glibc";
 
 /// The variants a plan runs, by name, in order: the baseline first (when it was not
 /// among them), then the listed ones, then the custom ones not listed.
@@ -84,7 +84,7 @@ pub enum SelectionError<'a> {
 /// catalog variant or one of `custom` (the names of the custom variants, as
 /// [`custom_variant_names`] gives them), and come once. The custom variants are always
 /// run, after the listed ones. The baseline comes first; it must be known too.
-pub fn select_variants<'a>(
+pub(crate) fn select_variants<'a>(
     listed: &'a [String],
     custom: &[&'a str],
     baseline: &'a str,

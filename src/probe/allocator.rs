@@ -22,7 +22,7 @@ pub const NAME: &str = crate::record::inside::ALLOCATOR_PROBE;
 const SHIM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libmemtrial-probe.so"));
 
 /// Where the embedded library is written for the loader: once per memtrial process.
-pub fn shim_path() -> Result<PathBuf, String> {
+pub(crate) fn shim_path() -> Result<PathBuf, String> {
     static PATH: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
     PATH.get_or_init(|| super::files::install("libmemtrial-probe", "so", SHIM))
         .clone()
@@ -182,7 +182,7 @@ pub struct AllocatorProbe {
 /// carries the moment it was written, so reading later loses nothing, and a directory
 /// listing plus a read per process at every tick was a tenth of memtrial's cost of
 /// sampling a 1000-thread process.
-pub const READ_EVERY_SECONDS: f64 = 0.5;
+pub(crate) const READ_EVERY_SECONDS: f64 = 0.5;
 
 impl AllocatorProbe {
     /// A probe whose processes report into `dir` (created here) every `interval_ms`.
@@ -321,13 +321,15 @@ pub struct LatestReport {
 }
 
 /// At most this much of a report file's end is read: the latest lines are there.
+#[cfg(test)]
 const TAIL: u64 = 8192;
 
 /// The latest report in one process's file (`<MEMTRIAL_PROBE_DIR>/<pid>`): its header
 /// (the file's first line) and its last whole figures line, read from the file's end
 /// only, so a file that grew for days costs two small reads. `None` when the file holds
 /// no figures yet.
-pub fn latest_report(path: &std::path::Path) -> std::io::Result<Option<LatestReport>> {
+#[cfg(test)]
+pub(crate) fn latest_report(path: &std::path::Path) -> std::io::Result<Option<LatestReport>> {
     use std::io::{Read, Seek, SeekFrom};
     let mut f = std::fs::File::open(path)?;
     let mut head = [0u8; 1024];
@@ -342,7 +344,7 @@ pub fn latest_report(path: &std::path::Path) -> std::io::Result<Option<LatestRep
 
 /// The latest report from a file's first bytes and its last bytes (`cut`: the tail starts
 /// mid-file, so its first line may be partial). Whole lines only.
-pub fn latest_of(head: &[u8], tail: &[u8], cut: bool) -> Option<LatestReport> {
+pub(crate) fn latest_of(head: &[u8], tail: &[u8], cut: bool) -> Option<LatestReport> {
     let mut state = ProcessFile::default();
     if let Some(end) = head.iter().position(|b| *b == b'\n') {
         state.line(&String::from_utf8_lossy(&head[..end]));
@@ -372,7 +374,7 @@ pub fn latest_of(head: &[u8], tail: &[u8], cut: bool) -> Option<LatestReport> {
 
 /// The library's first sample in a process is due this long after the process started
 /// (`FIRST_NS` in probe-shim/shim.c).
-pub const FIRST_SAMPLE_MS: u64 = 10;
+pub(crate) const FIRST_SAMPLE_MS: u64 = 10;
 
 /// A run this short may have ended before any process's first sample was due.
 const SHORT_RUN_SECONDS: f64 = 0.05;

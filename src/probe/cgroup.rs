@@ -8,7 +8,7 @@ use crate::record::RunRecord;
 /// After the run's first second the group's `memory.stat` (60 µs a read on a busy
 /// machine, the dearest read of a tick) is sampled at most this often; the group's own
 /// peak is the kernel's mark, read at the end.
-pub const STAT_EVERY_SECONDS: f64 = 0.5;
+pub(crate) const STAT_EVERY_SECONDS: f64 = 0.5;
 
 pub struct CgroupProbe {
     reader: CgroupReader,

@@ -85,7 +85,7 @@ pub trait Probe: Send {
 
 /// Appends `value` to the environment variable `key` of the workload, separated by `sep`:
 /// after the variant's own value if it sets one, else after the value memtrial inherited.
-pub fn append_env(env: &mut Vec<(String, String)>, key: &str, value: &str, sep: char) {
+pub(crate) fn append_env(env: &mut Vec<(String, String)>, key: &str, value: &str, sep: char) {
     let old = match env.iter().position(|(k, _)| k == key) {
         Some(i) => Some(env.remove(i).1),
         None => std::env::var(key).ok(),
@@ -118,7 +118,7 @@ impl ProbeSet {
 
     /// One tick: refresh membership, sample, let every probe observe. Returns the tree's
     /// RSS sum at a [`TickKind::Sample`].
-    pub fn tick(&mut self, elapsed: Duration, kind: TickKind) -> Option<u64> {
+    pub(crate) fn tick(&mut self, elapsed: Duration, kind: TickKind) -> Option<u64> {
         let t_seconds = elapsed.as_secs_f64();
         let rss = match kind {
             TickKind::Sample => Some(self.tree.sample(t_seconds)),
@@ -146,7 +146,7 @@ impl ProbeSet {
     }
 
     /// Re-reads which processes are in the run (no sample, no observers).
-    pub fn refresh(&mut self) -> &[Member] {
+    pub(crate) fn refresh(&mut self) -> &[Member] {
         self.tree.refresh();
         self.members.clear();
         self.members.extend(self.tree.members().cloned());

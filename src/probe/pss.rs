@@ -12,17 +12,17 @@ use crate::record::RunRecord;
 
 /// Share of one core that PSS reads (`smaps_rollup`) may use while the run has several
 /// processes at once (where PSS and RSS differ: shared pages).
-pub const PSS_CPU_FRACTION: f64 = 0.002;
+pub(crate) const PSS_CPU_FRACTION: f64 = 0.002;
 
 /// Share of one core PSS reads may use while the run has one process: its PSS only
 /// repeats its RSS minus shared file pages, and a 1000-thread process of 250 MB costs
 /// 3 ms a read (0.2% of a core would be a read every 1.5 s, twice memtrial's whole budget
 /// for sampling it).
-pub const PSS_SINGLE_FRACTION: f64 = 0.0002;
+pub(crate) const PSS_SINGLE_FRACTION: f64 = 0.0002;
 
 /// CPU time PSS reads may take at the start of a run on top of [`PSS_CPU_FRACTION`]: a
 /// short run gets PSS samples in its first second, a long one averages the fraction.
-pub const PSS_START_BURST: Duration = Duration::from_millis(20);
+pub(crate) const PSS_START_BURST: Duration = Duration::from_millis(20);
 
 /// Keeps the cost of reading `smaps_rollup` (it walks page tables: ~30 ms for a
 /// 2 GiB process) within a fraction of one core over the run, plus a burst at its start:
@@ -175,7 +175,8 @@ impl PssProbe {
     }
 
     /// A probe whose budget is `fraction` of a core whatever the number of processes.
-    pub fn with_fraction(fraction: f64) -> PssProbe {
+    #[cfg(test)]
+    pub(crate) fn with_fraction(fraction: f64) -> PssProbe {
         PssProbe {
             single_fraction: fraction,
             several_fraction: fraction,
@@ -186,7 +187,8 @@ impl PssProbe {
 
 impl PssProbe {
     /// The processes read so far (each at least once).
-    pub fn pids_read(&self) -> &BTreeSet<i32> {
+    #[cfg(test)]
+    pub(crate) fn pids_read(&self) -> &BTreeSet<i32> {
         &self.pids_read
     }
 }

@@ -54,7 +54,7 @@ impl<S: ProcessReports> ReportDir<S> {
     }
 
     /// Reads every file's new whole lines into its process's state.
-    pub fn read_new(&mut self) {
+    pub(crate) fn read_new(&mut self) {
         let Ok(entries) = std::fs::read_dir(&self.dir) else {
             return;
         };
@@ -72,7 +72,7 @@ impl<S: ProcessReports> ReportDir<S> {
 
     /// The states of the processes in `pids`, if any of them reported since the last
     /// point (which they are then part of).
-    pub fn take_point(&mut self, pids: &BTreeSet<i32>) -> Option<Vec<&S>> {
+    pub(crate) fn take_point(&mut self, pids: &BTreeSet<i32>) -> Option<Vec<&S>> {
         let chosen: Vec<&mut Entry<S>> = self
             .files
             .iter_mut()
@@ -119,26 +119,26 @@ impl<S: ProcessReports> ReportDir<S> {
 
     /// At the end: the processes of the last sample and any that reported since (a batch
     /// job's exit reports).
-    pub fn final_pids(&mut self) -> BTreeSet<i32> {
+    pub(crate) fn final_pids(&mut self) -> BTreeSet<i32> {
         let mut pids = std::mem::take(&mut self.last_members);
         pids.extend(self.files.iter().filter(|(_, e)| e.fresh).map(|(p, _)| *p));
         pids
     }
 
     /// Every process that wrote a file: its pid and its state, to change.
-    pub fn each_mut(&mut self) -> impl Iterator<Item = (i32, &mut S)> {
+    pub(crate) fn each_mut(&mut self) -> impl Iterator<Item = (i32, &mut S)> {
         self.files.iter_mut().map(|(pid, e)| (*pid, &mut e.state))
     }
 
     /// Every process that wrote a file, with its state.
-    pub fn states(&self) -> impl Iterator<Item = &S> {
+    pub(crate) fn states(&self) -> impl Iterator<Item = &S> {
         self.files.values().map(|e| &e.state)
     }
 }
 
 /// At the end of a run: reads the last reports (a batch job's exit lines) and returns the
 /// processes of the last point; a probe that could not run records why instead.
-pub fn end_of_run<S: ProcessReports>(
+pub(crate) fn end_of_run<S: ProcessReports>(
     reports: &mut Result<ReportDir<S>, String>,
     probe: &str,
     record: &mut crate::record::RunRecord,

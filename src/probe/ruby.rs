@@ -38,7 +38,7 @@ const NOTE: &str = "Ruby's own figures, summed over its live processes at each s
     growth since the last GC; YJIT's *_size figures are the memory of its generated code.";
 
 /// Where the embedded script is written for Ruby: once per memtrial process.
-pub fn script_path() -> Result<PathBuf, String> {
+pub(crate) fn script_path() -> Result<PathBuf, String> {
     static PATH: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
     PATH.get_or_init(|| {
         let path = super::files::install("memtrial_probe", "rb", SCRIPT.as_bytes())?;

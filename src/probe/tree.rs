@@ -13,7 +13,7 @@ use crate::record::{PeakSource, RunRecord, TreeSample};
 /// fork (moved into the run's cgroup from outside). Rare enough to wait for; a search of a
 /// 1000-thread cgroup costs about 0.35 ms, so every 2 s was a tenth of memtrial's CPU on a
 /// quiet machine.
-pub const FULL_SCAN_EVERY: Duration = Duration::from_secs(10);
+pub(crate) const FULL_SCAN_EVERY: Duration = Duration::from_secs(10);
 
 /// Share of one core the search for new members may use. Reading a cgroup's
 /// `cgroup.procs` lists and sorts every *thread* of the group (0.57 ms for a process of
@@ -22,10 +22,10 @@ pub const FULL_SCAN_EVERY: Duration = Duration::from_secs(10);
 /// time spent searching is at most `SCAN_BURST + SCAN_CPU_FRACTION × time since the first`.
 /// A small tree (a search of ~20 µs) is still searched at every tick; one of 1000 threads
 /// about every 2 s.
-pub const SCAN_CPU_FRACTION: f64 = 0.0003;
+pub(crate) const SCAN_CPU_FRACTION: f64 = 0.0003;
 /// CPU time the search may take at once at the start of a run (the first second's dense
 /// samples find a shim's helpers and its exec at once).
-pub const SCAN_BURST: Duration = Duration::from_millis(5);
+pub(crate) const SCAN_BURST: Duration = Duration::from_millis(5);
 
 /// One run's helper processes, which memtrial started and which are never the workload's
 /// (a `--before` hook, a `--driver`, the JVM probe's `jcmd`): children of memtrial, so
@@ -44,7 +44,7 @@ impl Helpers {
     }
 
     /// The helper `pid` was reaped: its PID may name a process of the run again.
-    pub fn unhide(&self, pid: i32) {
+    pub(crate) fn unhide(&self, pid: i32) {
         if let Ok(mut h) = self.0.lock() {
             h.retain(|p| *p != pid);
         }
@@ -166,7 +166,7 @@ impl TreeProbe {
     }
 
     /// Leaves the processes hidden in `helpers` out of the run's processes.
-    pub fn with_helpers(mut self, helpers: Helpers) -> Self {
+    pub(crate) fn with_helpers(mut self, helpers: Helpers) -> Self {
         self.helpers = helpers;
         self
     }
@@ -177,7 +177,7 @@ impl TreeProbe {
     }
 
     /// Leaves `pid` out of the run's processes, but follows its descendants.
-    pub fn hiding(mut self, pid: Option<i32>) -> Self {
+    pub(crate) fn hiding(mut self, pid: Option<i32>) -> Self {
         self.hidden = pid;
         self
     }
@@ -188,7 +188,7 @@ impl TreeProbe {
     }
 
     /// The largest high-water mark of any single process seen so far (`VmHWM`).
-    pub fn max_hwm(&self) -> u64 {
+    pub(crate) fn max_hwm(&self) -> u64 {
         self.members
             .values()
             .map(|m| m.hwm_bytes)
@@ -233,7 +233,7 @@ impl TreeProbe {
 
     /// Finds new members (only when a process was created since the last look, or
     /// every [`FULL_SCAN_EVERY`]), drops departed ones and re-reads the rest.
-    pub fn refresh(&mut self) {
+    pub(crate) fn refresh(&mut self) {
         let now = Instant::now();
         // Over its budget the search waits: the last PID is not even read.
         let allowed = self.scan_allowed(now);
@@ -415,7 +415,7 @@ fn read_member_status(
 /// `wait4` figure stands). A tree of several processes at once can exceed any single
 /// process's mark; then the largest sampled sum over samples with two or more
 /// processes is the figure.
-pub fn choose_peak(maxrss: u64, hwm: u64, samples: &[TreeSample]) -> (u64, PeakSource) {
+pub(crate) fn choose_peak(maxrss: u64, hwm: u64, samples: &[TreeSample]) -> (u64, PeakSource) {
     let (kernel, ksrc) = if hwm > maxrss + maxrss / 100 {
         (hwm, PeakSource::VmHwm)
     } else {
@@ -435,7 +435,7 @@ pub fn choose_peak(maxrss: u64, hwm: u64, samples: &[TreeSample]) -> (u64, PeakS
 }
 
 /// The time-weighted mean of RSS over the samples (trapezoids).
-pub fn time_weighted_mean(samples: &[TreeSample]) -> u64 {
+pub(crate) fn time_weighted_mean(samples: &[TreeSample]) -> u64 {
     match samples {
         [] => 0,
         [one] => one.rss_bytes,

@@ -135,7 +135,7 @@ impl Verifier {
 
     /// The verifier of one run of `variant` in `plan`: also checks the variant's own
     /// program, if it has one.
-    pub fn for_run(plan: &Plan, variant: &Variant) -> Self {
+    pub(crate) fn for_run(plan: &Plan, variant: &Variant) -> Self {
         let mut v = Verifier::new(variant);
         if let Some(p) = &variant.program {
             let (_, argv) = plan.launch_command(variant);
@@ -402,7 +402,8 @@ impl Verifier {
 
     /// Every process checked so far (each exec of it counts once): its PID and whether
     /// it carried the variant (`false`: not effective or not decided yet).
-    pub fn checked_pids(&self) -> Vec<(i32, bool)> {
+    #[cfg(test)]
+    pub(crate) fn checked_pids(&self) -> Vec<(i32, bool)> {
         let mut v: Vec<(i32, bool)> = self
             .checked
             .iter()
@@ -535,7 +536,7 @@ pub fn explain_not_mapped(detail: &str, stderr_head: &str, preload: &str) -> Opt
 }
 
 /// The first `limit` bytes of a file, as text (empty when it cannot be read).
-pub fn head_of(path: &Path, limit: u64) -> String {
+pub(crate) fn head_of(path: &Path, limit: u64) -> String {
     // The workload knows this path (its own stderr) and could have put a FIFO or a link
     // there: read only a regular file, without waiting, within the limit.
     let buf =

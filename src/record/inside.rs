@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 /// The allocator probe's name, in records (`absent[].probe`) and messages.
-pub const ALLOCATOR_PROBE: &str = "allocator";
+pub(crate) const ALLOCATOR_PROBE: &str = "allocator";
 
 /// The inside view of one run.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
@@ -106,7 +106,8 @@ impl AllocatorPoint {
     }
 
     /// Bytes held and not live.
-    pub fn unused_bytes(&self) -> Option<u64> {
+    #[cfg(test)]
+    pub(crate) fn unused_bytes(&self) -> Option<u64> {
         match (self.held_bytes, self.live_bytes) {
             (Some(h), Some(l)) => Some(h.saturating_sub(l)),
             _ => None,

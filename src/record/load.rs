@@ -32,7 +32,7 @@ pub struct LoadSecond {
 }
 
 /// Quantiles kept of the whole latency histogram, for the percentile chart.
-pub const LATENCY_QUANTILES: [f64; 12] = [
+pub(crate) const LATENCY_QUANTILES: [f64; 12] = [
     0.0, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 0.995, 0.999, 0.9995, 0.9999, 1.0,
 ];
 

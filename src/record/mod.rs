@@ -236,7 +236,12 @@ impl DriverFigures {
 
 impl RunRecord {
     /// A run before anything is known of it: failed, unverified, no figures.
-    pub fn skeleton(variant: &str, block: u32, warmup: bool, started_at: String) -> RunRecord {
+    pub(crate) fn skeleton(
+        variant: &str,
+        block: u32,
+        warmup: bool,
+        started_at: String,
+    ) -> RunRecord {
         RunRecord {
             variant: variant.to_string(),
             block,
@@ -355,7 +360,7 @@ impl Experiment {
     }
 
     /// Runs from more than one host.
-    pub fn several_hosts(&self) -> bool {
+    pub(crate) fn several_hosts(&self) -> bool {
         self.hosts.len() > 1
     }
 }

@@ -9,10 +9,10 @@ use serde::Serialize;
 use super::{RunRecord, TreeSample};
 use crate::linux::cgroup::CgroupFigures;
 
-pub const JSON_SCHEMA_VERSION: u32 = 4;
+pub(crate) const JSON_SCHEMA_VERSION: u32 = 4;
 
 /// The JSON Schemas of the versions `memtrial import` reads, by version.
-pub const SCHEMAS: [(u32, &str); 3] = [
+pub(crate) const SCHEMAS: [(u32, &str); 3] = [
     (
         2,
         include_str!("../../docs/schema/experiment-v2.schema.json"),
@@ -153,6 +153,6 @@ pub fn run(r: &RunRecord) -> RunJson<'_> {
 /// A run as the JSON record has it, without its host: what its identity is made of. An
 /// error is returned, never a placeholder (an identity made of `null` would make every
 /// such run the same run).
-pub fn run_value(r: &RunRecord) -> Result<serde_json::Value, serde_json::Error> {
+pub(crate) fn run_value(r: &RunRecord) -> Result<serde_json::Value, serde_json::Error> {
     serde_json::to_value(run(r))
 }

@@ -9,7 +9,7 @@ use crate::record::{Experiment, RunRecord};
 pub(super) const MIB: f64 = 1048576.0;
 
 /// One colour per variant, in plan order (colour-blind-friendly Tableau 10).
-pub const PALETTE: [RGBColor; 10] = [
+pub(crate) const PALETTE: [RGBColor; 10] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
     RGBColor(44, 160, 44),
@@ -27,7 +27,7 @@ pub fn color(i: usize) -> RGBColor {
 }
 
 /// CSS hex of a palette colour, for legends drawn in HTML.
-pub fn css_color(i: usize) -> String {
+pub(crate) fn css_color(i: usize) -> String {
     let c = color(i);
     format!("#{:02x}{:02x}{:02x}", c.0, c.1, c.2)
 }
@@ -131,7 +131,7 @@ pub(super) fn legend<'a, 'b: 'a>(
 }
 
 /// The run of a variant whose figure is the median (the middle run by that figure).
-pub fn median_run<'a>(runs: &[&'a RunRecord], f: Figure) -> Option<&'a RunRecord> {
+pub(crate) fn median_run<'a>(runs: &[&'a RunRecord], f: Figure) -> Option<&'a RunRecord> {
     let mut v: Vec<&RunRecord> = runs.iter().copied().filter(|r| f.of(r).is_some()).collect();
     v.sort_by(|a, b| f.of(a).unwrap_or(0.0).total_cmp(&f.of(b).unwrap_or(0.0)));
     v.get(v.len().saturating_sub(1) / 2).copied()
@@ -166,7 +166,7 @@ fn series_points(r: &RunRecord, s: Series) -> Vec<(f64, f64)> {
 
 /// Memory over time: every counted run faint, each variant's median run bold, on one pair
 /// of axes. `None` when no run has samples of that series.
-pub fn memory_over_time(e: &Experiment, a: &Analysis, s: Series) -> Option<String> {
+pub(crate) fn memory_over_time(e: &Experiment, a: &Analysis, s: Series) -> Option<String> {
     let mut max_t: f64 = 0.0;
     let mut max_y: f64 = 0.0;
     let mut any = false;
@@ -333,7 +333,7 @@ pub enum LoadSeries {
 
 /// Throughput, or p50 (bold) and p99 (thin) latency, per second for each variant's median
 /// run, on the run's clock — the same clock as the memory charts. `None` without load.
-pub fn load_over_time(e: &Experiment, a: &Analysis, which: LoadSeries) -> Option<String> {
+pub(crate) fn load_over_time(e: &Experiment, a: &Analysis, which: LoadSeries) -> Option<String> {
     let mut max_t: f64 = 0.0;
     let mut max_y: f64 = 0.0;
     let mut lines: Vec<(usize, String, Points, Points)> = Vec::new();
@@ -414,7 +414,7 @@ pub fn load_over_time(e: &Experiment, a: &Analysis, which: LoadSeries) -> Option
 }
 
 /// Latency by percentile (x in "nines": 90%, 99%, 99.9% …) for each variant's median run.
-pub fn latency_percentiles(e: &Experiment, a: &Analysis) -> Option<String> {
+pub(crate) fn latency_percentiles(e: &Experiment, a: &Analysis) -> Option<String> {
     let nines = |q: f64| -(1.0 - q.min(0.9999)).log10();
     let mut lines = Vec::new();
     let mut max_y: f64 = 0.0;

@@ -6,7 +6,7 @@ use crate::record::evidence::Standing;
 use crate::record::Experiment;
 
 /// The column names, in order.
-pub const COLUMNS: [&str; 36] = [
+pub(crate) const COLUMNS: [&str; 36] = [
     "experiment_id",
     "variant",
     "block",
@@ -209,7 +209,8 @@ fn runs_csv(e: &Experiment) -> Result<Vec<u8>, csv::Error> {
 }
 
 /// Every sample of every run, one row each.
-pub fn render_samples(e: &Experiment) -> String {
+#[cfg(test)]
+pub(crate) fn render_samples(e: &Experiment) -> String {
     samples_csv(e)
         .map(|b| String::from_utf8_lossy(&b).into_owned())
         .unwrap_or_default()

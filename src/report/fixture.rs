@@ -211,7 +211,7 @@ fn host(name: &str) -> HostInfo {
 
 /// The three-variant experiment run again on a second host, `node-b`, whose own cgroup
 /// has a CPU quota of one CPU and where every run took twice as long and used less memory.
-pub fn two_host_experiment() -> Experiment {
+pub(crate) fn two_host_experiment() -> Experiment {
     let mut e = experiment();
     let mut b = host("node-b");
     b.container = Some(crate::linux::host::HostLimits {

@@ -8,7 +8,7 @@ use crate::units::format_bytes;
 use super::escape::terminal;
 
 /// The title of a host's block: its facts.
-pub fn host_title(label: &str, h: &crate::linux::host::HostInfo, runs: usize) -> String {
+pub(crate) fn host_title(label: &str, h: &crate::linux::host::HostInfo, runs: usize) -> String {
     let mut facts = vec![
         HostFact::Cpus.value(h),
         HostFact::CpuQuota.value(h),
@@ -38,7 +38,7 @@ pub fn render(e: &Experiment, color: bool) -> String {
 }
 
 /// The per-host report from its analysis.
-pub fn render_groups(b: &ByHost, color: bool) -> String {
+pub(crate) fn render_groups(b: &ByHost, color: bool) -> String {
     let mut out = format!(
         "{} host(s); each variant is compared with the baseline on the same host.\n",
         b.groups.len()
@@ -60,7 +60,7 @@ pub fn render_groups(b: &ByHost, color: bool) -> String {
 }
 
 /// `report --by host --markdown`: the per-host summaries, one section per host.
-pub fn render_markdown(e: &Experiment) -> String {
+pub(crate) fn render_markdown(e: &Experiment) -> String {
     use super::escape::markdown_text as md;
     let b = by_host(e);
     let mut out = format!(

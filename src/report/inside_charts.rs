@@ -62,7 +62,7 @@ fn draw(title: &str, y_desc: &str, lines: &[Line]) -> Option<String> {
 /// For each variant with allocator figures: RSS, the allocator's held bytes and the live
 /// bytes of its median run (by peak RSS) over time, in MiB. The gap between held and live
 /// is what the allocator holds unused; between RSS and held, what is not the heap.
-pub fn allocator_over_time(e: &Experiment, a: &Analysis) -> Vec<(String, String)> {
+pub(crate) fn allocator_over_time(e: &Experiment, a: &Analysis) -> Vec<(String, String)> {
     let mut out = Vec::new();
     for v in &a.variants {
         let runs: Vec<&RunRecord> = counted(e, &v.name)
@@ -118,7 +118,7 @@ pub fn allocator_over_time(e: &Experiment, a: &Analysis) -> Vec<(String, String)
 
 /// For each runtime probed and each variant with its figures: the median run's series,
 /// one chart for byte figures (MiB) and one for counts.
-pub fn runtime_over_time(e: &Experiment, a: &Analysis) -> Vec<(String, String)> {
+pub(crate) fn runtime_over_time(e: &Experiment, a: &Analysis) -> Vec<(String, String)> {
     let mut out = Vec::new();
     for runtime in ["ruby", "jvm"] {
         for v in &a.variants {

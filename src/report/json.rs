@@ -17,7 +17,9 @@ use crate::linux::host::HostInfo;
 use crate::record::wire::{run, RunJson};
 use crate::record::Experiment;
 
-pub use crate::record::wire::{JSON_SCHEMA_VERSION, SCHEMAS};
+pub(crate) use crate::record::wire::JSON_SCHEMA_VERSION;
+#[cfg(test)]
+pub(crate) use crate::record::wire::SCHEMAS;
 
 #[derive(Serialize)]
 struct Doc<'a> {
@@ -145,7 +147,7 @@ impl<'a> super::Exporter<super::Report<'a>> for JsonExporter {
 }
 
 /// `report --by host --json`: the record with each host's summaries (`by_host`).
-pub fn render_by_host(e: &Experiment) -> Result<Vec<u8>, serde_json::Error> {
+pub(crate) fn render_by_host(e: &Experiment) -> Result<Vec<u8>, serde_json::Error> {
     let a = crate::analysis::analyse(e);
     let groups = crate::analysis::hosts::by_host(e);
     let mut by_host = Vec::new();

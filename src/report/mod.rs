@@ -97,7 +97,7 @@ impl ExportType {
 
 /// The figures shown as columns: memory, then time for a batch job, throughput and
 /// latency for a server.
-pub fn columns(a: &Analysis) -> Vec<(Figure, &'static str)> {
+pub(crate) fn columns(a: &Analysis) -> Vec<(Figure, &'static str)> {
     let mut c = vec![(Figure::PeakRssBytes, "peak RSS")];
     // Several processes at once: the RSS sum counts shared pages once per process; PSS
     // and USS beside it (see [`multi_process_legend`]).
@@ -133,7 +133,7 @@ pub fn columns(a: &Analysis) -> Vec<(Figure, &'static str)> {
 }
 
 /// The driver figures shown as columns after the fixed ones: every name any variant has.
-pub fn driver_columns(a: &Analysis) -> Vec<String> {
+pub(crate) fn driver_columns(a: &Analysis) -> Vec<String> {
     let names: std::collections::BTreeSet<&String> = a
         .variants
         .iter()
@@ -143,7 +143,7 @@ pub fn driver_columns(a: &Analysis) -> Vec<String> {
 }
 
 /// A driver figure's value with the unit its driver gave.
-pub fn format_driver_value(v: f64, unit: Option<&str>) -> String {
+pub(crate) fn format_driver_value(v: f64, unit: Option<&str>) -> String {
     let n = if v.abs() >= 100.0 || v.fract() == 0.0 {
         format!("{v:.0}")
     } else if v.abs() >= 10.0 {
@@ -160,7 +160,7 @@ pub fn format_driver_value(v: f64, unit: Option<&str>) -> String {
 /// The legend of the PSS and USS columns, when the runs had several processes at once:
 /// what an RSS sum counts, what PSS and USS count, and which figure the recommendation
 /// weighs. `None` for a single process (its report is unchanged).
-pub fn multi_process_legend(a: &Analysis) -> Option<String> {
+pub(crate) fn multi_process_legend(a: &Analysis) -> Option<String> {
     if let crate::analysis::Sharing::Brief { processes, share } = a.sharing {
         return Some(format!(
             "up to {processes} processes at once, but for only {:.0}% of the run (start-up helpers: \
@@ -194,15 +194,15 @@ PSS and USS are sampled from smaps_rollup within a CPU budget, not kernel high-w
 }
 
 /// The heading of the evidence lines, in every format.
-pub const EVIDENCE_HEADING: &str =
+pub(crate) const EVIDENCE_HEADING: &str =
     "what the sampled figures rest on (a figure below its rule is not shown, and enters no ratio, verdict or recommendation)";
 
 /// The text of a cell whose figure is below its rule (the evidence lines say why).
-pub const ABSENT: &str = "absent";
+pub(crate) const ABSENT: &str = "absent";
 
 /// A table cell's text for a figure a variant does not show: "absent" when it was measured
 /// and is below its rule, "—" when it was not measured.
-pub fn missing_cell(s: &crate::analysis::VariantSummary, f: Figure) -> &'static str {
+pub(crate) fn missing_cell(s: &crate::analysis::VariantSummary, f: Figure) -> &'static str {
     if s.evidence.get(&f).is_some_and(|e| e.absent.is_some()) {
         ABSENT
     } else {
@@ -223,7 +223,7 @@ fn column_label(f: Figure) -> &'static str {
 /// Per variant, what its sampled figures among `shown` rest on, and each absent figure
 /// with why and what would give it; the same words in every renderer. Exact figures
 /// (kernel marks and counters, the load generator's counts) are said once in the legend.
-pub fn evidence_lines(a: &Analysis) -> Vec<String> {
+pub(crate) fn evidence_lines(a: &Analysis) -> Vec<String> {
     let shown: Vec<Figure> = columns(a)
         .into_iter()
         .map(|(f, _)| f)
@@ -286,7 +286,7 @@ pub fn evidence_lines(a: &Analysis) -> Vec<String> {
 }
 
 /// A figure's value in its unit.
-pub fn format_value(f: Figure, v: f64) -> String {
+pub(crate) fn format_value(f: Figure, v: f64) -> String {
     if f.is_bytes() {
         format_bytes(v)
     } else if f.is_latency() {

@@ -101,12 +101,14 @@ pub struct Printer {
 }
 
 /// What a [`Printer::capture`] printer wrote, for tests.
+#[cfg(test)]
 #[derive(Clone, Default)]
 pub struct Captured {
     pub stdout: Arc<Mutex<Vec<u8>>>,
     pub stderr: Arc<Mutex<Vec<u8>>>,
 }
 
+#[cfg(test)]
 impl Captured {
     fn text(b: &Arc<Mutex<Vec<u8>>>) -> String {
         let g = b.lock().unwrap_or_else(|e| e.into_inner());
@@ -120,8 +122,10 @@ impl Captured {
     }
 }
 
+#[cfg(test)]
 struct Shared(Arc<Mutex<Vec<u8>>>);
 
+#[cfg(test)]
 impl Write for Shared {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         self.0
@@ -155,7 +159,8 @@ impl Printer {
     }
 
     /// A printer into memory (neither stream a terminal), for tests.
-    pub fn capture(quiet: bool, color: bool) -> (Printer, Captured) {
+    #[cfg(test)]
+    pub(crate) fn capture(quiet: bool, color: bool) -> (Printer, Captured) {
         let c = Captured::default();
         let p = Printer {
             quiet,

@@ -173,11 +173,11 @@ pub fn render(e: &Experiment, a: &Analysis, color: bool) -> String {
 }
 
 /// The heading of the leak-or-fragmentation lines, in every format.
-pub const WHY_HEADING: &str = "leak or fragmentation? (the allocator's live and held bytes beside RSS; a leak verdict needs steady load)";
+pub(crate) const WHY_HEADING: &str = "leak or fragmentation? (the allocator's live and held bytes beside RSS; a leak verdict needs steady load)";
 
 /// Per variant: leak, fragmentation, plateau, or a batch job's state at its peak, with
 /// how many runs agree; then any run whose allocator probe disagrees with its verification.
-pub fn why_lines(e: &Experiment, a: &Analysis) -> Vec<String> {
+pub(crate) fn why_lines(e: &Experiment, a: &Analysis) -> Vec<String> {
     let mut out: Vec<String> = story_line(a).into_iter().collect();
     out.extend(a.variants.iter().filter_map(|s| {
         let t = s.why.as_ref()?;
@@ -208,7 +208,7 @@ pub fn why_lines(e: &Experiment, a: &Analysis) -> Vec<String> {
 
 /// Per variant and runtime probed: each figure's median (over ok runs) of the last value
 /// the run reported, in the runtime's own names; then the probe's note, once.
-pub fn runtime_lines(e: &Experiment, a: &Analysis) -> Vec<String> {
+pub(crate) fn runtime_lines(e: &Experiment, a: &Analysis) -> Vec<String> {
     use crate::record::FigureUnit;
     let mut out = Vec::new();
     let mut notes: Vec<String> = Vec::new();
@@ -303,7 +303,7 @@ fn story_line(a: &Analysis) -> Option<String> {
 }
 
 /// One line per variant whose runs did not all succeed or verify, with the reason.
-pub fn problem_lines(e: &Experiment, a: &Analysis) -> Vec<String> {
+pub(crate) fn problem_lines(e: &Experiment, a: &Analysis) -> Vec<String> {
     let mut out = Vec::new();
     for s in a.variants.iter().filter(|s| !s.clean()) {
         let statuses: Vec<String> = s

@@ -107,7 +107,7 @@ impl Store {
     /// whose run is stored (not interrupted) is [`Claim::Done`]; one claimed by another
     /// live memtrial is [`Claim::Busy`]; otherwise its interrupted run, if any, is deleted
     /// and the slot is this process's until its run is stored.
-    pub fn claim_slot(&mut self, experiment: i64, seq: u32) -> Result<Claim, StoreError> {
+    pub(crate) fn claim_slot(&mut self, experiment: i64, seq: u32) -> Result<Claim, StoreError> {
         let err = sqlite_err(&self.path);
         let me = Owner::me();
         let tx = immediate(&mut self.conn).map_err(err)?;
@@ -167,7 +167,11 @@ impl Store {
     }
 
     /// Of `seqs`, the slots with no stored run yet (an interrupted one does not count).
-    pub fn missing_slots(&self, experiment: i64, seqs: &[u32]) -> Result<Vec<u32>, StoreError> {
+    pub(crate) fn missing_slots(
+        &self,
+        experiment: i64,
+        seqs: &[u32],
+    ) -> Result<Vec<u32>, StoreError> {
         let mut stmt = self
             .conn
             .prepare(
@@ -184,7 +188,7 @@ impl Store {
 
     /// Whether a memtrial other than this one still runs `experiment`: its owner, or a
     /// holder of one of its slots, is alive.
-    pub fn run_elsewhere(&self, experiment: i64) -> Result<bool, StoreError> {
+    pub(crate) fn run_elsewhere(&self, experiment: i64) -> Result<bool, StoreError> {
         let me = Owner::me();
         Ok(self
             .holders(experiment)?

@@ -307,7 +307,8 @@ impl Store {
     }
 
     /// The newest experiment with this plan fingerprint.
-    pub fn find_by_fingerprint(&self, fingerprint: &str) -> Result<Option<i64>, StoreError> {
+    #[cfg(test)]
+    pub(crate) fn find_by_fingerprint(&self, fingerprint: &str) -> Result<Option<i64>, StoreError> {
         self.conn
             .query_row(
                 "SELECT max(id) FROM experiments WHERE fingerprint = ?1",

@@ -216,7 +216,7 @@ pub(super) fn insert_run(
 
 impl Store {
     /// Records a new experiment; returns its id.
-    pub fn create_experiment(
+    pub(crate) fn create_experiment(
         &mut self,
         plan: &Plan,
         host: &HostInfo,
@@ -243,7 +243,7 @@ impl Store {
     }
 
     /// Stores one finished run on `host` with its samples, in one transaction.
-    pub fn add_run(
+    pub(crate) fn add_run(
         &mut self,
         experiment: i64,
         seq: u32,
@@ -270,7 +270,12 @@ impl Store {
         Ok(run_id)
     }
 
-    pub fn add_event(&self, experiment: i64, kind: &str, message: &str) -> Result<(), StoreError> {
+    pub(crate) fn add_event(
+        &self,
+        experiment: i64,
+        kind: &str,
+        message: &str,
+    ) -> Result<(), StoreError> {
         self.conn
             .execute(
                 "INSERT INTO events (experiment_id, at, kind, message) VALUES (?1, ?2, ?3, ?4)",
@@ -280,7 +285,7 @@ impl Store {
         Ok(())
     }
 
-    pub fn finish_experiment(
+    pub(crate) fn finish_experiment(
         &self,
         experiment: i64,
         status: ExperimentStatus,

@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 /// A look of the run's loop later than planned by more than this marks the run.
-pub const LATE_BEYOND: Duration = Duration::from_secs(1);
+pub(crate) const LATE_BEYOND: Duration = Duration::from_secs(1);
 
 /// The looks of a run's loop that came late.
 #[derive(Debug, Default)]
@@ -22,7 +22,7 @@ pub struct Lateness {
 impl Lateness {
     /// The run's clock started at `t0`: its first look is due then (the launch between
     /// counts as memtrial's work).
-    pub fn since(t0: Instant) -> Lateness {
+    pub(crate) fn since(t0: Instant) -> Lateness {
         Lateness {
             due: Some(t0),
             ..Lateness::default()

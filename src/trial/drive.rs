@@ -126,12 +126,12 @@ impl Driver {
     }
 
     /// Whether this driver may end the run by itself (everything but a batch command).
-    pub fn may_finish(&self) -> bool {
+    pub(crate) fn may_finish(&self) -> bool {
         !matches!(self, Driver::Wait)
     }
 
     /// memtrial is ending the run: stop driving.
-    pub fn halt(&self) {
+    pub(crate) fn halt(&self) {
         match self {
             Driver::Http(d) => d.halt.store(true, Ordering::SeqCst),
             Driver::Worker(d) => d.halt(),
@@ -140,7 +140,7 @@ impl Driver {
     }
 
     /// The workload's root has exited.
-    pub fn root_gone(&self) {
+    pub(crate) fn root_gone(&self) {
         match self {
             Driver::Http(d) => {
                 d.root_gone.store(true, Ordering::SeqCst);

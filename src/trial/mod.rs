@@ -70,7 +70,7 @@ pub struct Live {
 /// the backend's own probes are added by the trial), then the plan's probes inside the
 /// workload, which report into `<log_stem>.probe/` — the allocator probe only when
 /// `allocator` (see [`ended_before_allocator_sample`]).
-pub fn default_probes(
+pub(crate) fn default_probes(
     plan: &Plan,
     variant: &Variant,
     log_stem: &Path,
@@ -108,7 +108,7 @@ pub fn default_probes(
 /// read-only data, the thread's stack and TCB; about 90 KiB, a tenth of `/bin/true`'s
 /// peak). So the variant's next run goes without it, and the one after that again as long
 /// as runs stay this short; a run that lasts long enough brings it back.
-pub fn ended_before_allocator_sample(
+pub(crate) fn ended_before_allocator_sample(
     plan: &Plan,
     record: &RunRecord,
     index: usize,
@@ -128,7 +128,7 @@ pub fn ended_before_allocator_sample(
 }
 
 /// Runs one trial. `stop` is set by a signal handler when memtrial is interrupted.
-pub fn run_trial(
+pub(crate) fn run_trial(
     spec: &TrialSpec,
     backend: &dyn Backend,
     probes: Vec<Box<dyn Probe>>,
@@ -493,12 +493,12 @@ const POLL_BATCH: Duration = Duration::from_millis(250);
 /// Samples are [`DENSE_GAP`] apart for the run's first [`DENSE_FOR`] (a short run gets its
 /// shape and its peak without flags), then each gap is half again as long as the last, up
 /// to the plan's interval (never above it: a denser plan stays as dense).
-pub const DENSE_GAP: Duration = Duration::from_millis(10);
+pub(crate) const DENSE_GAP: Duration = Duration::from_millis(10);
 /// See [`DENSE_GAP`].
-pub const DENSE_FOR: Duration = Duration::from_secs(1);
+pub(crate) const DENSE_FOR: Duration = Duration::from_secs(1);
 
 /// The gap after `last` at `elapsed` into the run, for a plan interval of `interval`.
-pub fn sample_gap(last: Duration, elapsed: Duration, interval: Duration) -> Duration {
+pub(crate) fn sample_gap(last: Duration, elapsed: Duration, interval: Duration) -> Duration {
     if elapsed < DENSE_FOR || last.is_zero() {
         return DENSE_GAP.min(interval);
     }

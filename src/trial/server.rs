@@ -75,7 +75,7 @@ pub enum ProbeError {
 
 /// One readiness probe: TCP connect, then `GET path` with `Connection: close`; the status
 /// code of the answer.
-pub fn probe_http(
+pub(crate) fn probe_http(
     addr: SocketAddr,
     host: &str,
     path: &str,
@@ -131,7 +131,7 @@ pub fn probe_http(
 }
 
 /// Polls until the server answers an HTTP request, the process exits, or time runs out.
-pub fn wait_ready(
+pub(crate) fn wait_ready(
     addr: SocketAddr,
     host: &str,
     path: &str,

@@ -48,7 +48,7 @@ pub struct Facts {
 /// an interrupt is never blamed on the workload; an OOM kill explains whatever followed
 /// it; a timeout is memtrial's verdict; a failed driver outranks the exit memtrial
 /// caused; a variant that did not take effect makes any figure meaningless.
-pub fn decide(f: &Facts) -> (RunStatus, Option<String>) {
+pub(crate) fn decide(f: &Facts) -> (RunStatus, Option<String>) {
     if f.ended_by == Some(EndedBy::Interrupt) {
         return (RunStatus::Interrupted, None);
     }
@@ -98,7 +98,7 @@ pub fn decide(f: &Facts) -> (RunStatus, Option<String>) {
 }
 
 /// How the root ended, in a few words (for messages about servers).
-pub fn exit_phrase(exit: Option<ExitKind>) -> String {
+pub(crate) fn exit_phrase(exit: Option<ExitKind>) -> String {
     match exit {
         Some(ExitKind::Code(c)) => format!("exit code {c}"),
         Some(ExitKind::Signal(s)) => format!("killed by {}", signal_name(s)),

@@ -29,16 +29,16 @@ use crate::backend::ExitKind;
 use crate::record::{DriverFigure, DriverFigures};
 
 /// The first word of a figure line.
-pub const FIGURE_WORD: &str = "memtrial-figure";
+pub(crate) const FIGURE_WORD: &str = "memtrial-figure";
 /// The line that ends the workload's start-up.
-pub const READY_WORD: &str = "memtrial-ready";
+pub(crate) const READY_WORD: &str = "memtrial-ready";
 /// Longest figure name.
-pub const MAX_NAME: usize = 64;
+pub(crate) const MAX_NAME: usize = 64;
 /// Most ignored lines kept per run.
 const MAX_IGNORED: usize = 5;
 /// Longest line of a driver's stdout that memtrial reads (64 KiB): the rest of a longer
 /// line is skipped, and said, so memtrial's memory stays bounded whatever a driver prints.
-pub const MAX_LINE: usize = 64 * 1024;
+pub(crate) const MAX_LINE: usize = 64 * 1024;
 
 /// The next line of `r` without its newline: at most `max` bytes of it, with the whole
 /// line's length in bytes (more than the bytes returned when the line was cut). `None`
@@ -86,7 +86,7 @@ pub enum Line {
 }
 
 /// Reads one line of a driver's stdout.
-pub fn parse_line(line: &str) -> Line {
+pub(crate) fn parse_line(line: &str) -> Line {
     let words: Vec<&str> = line.split_whitespace().collect();
     match words.first() {
         Some(&READY_WORD) if words.len() == 1 => Line::Ready,
@@ -287,7 +287,7 @@ impl WorkerDriver {
     }
 
     /// memtrial is ending the run: the driver and its group go.
-    pub fn halt(&self) {
+    pub(crate) fn halt(&self) {
         if self.ended.get().is_none() {
             self.driven_over();
         }
@@ -298,7 +298,7 @@ impl WorkerDriver {
     }
 
     /// The workload's root has exited: if the driver still runs, the workload went first.
-    pub fn root_gone(&self) {
+    pub(crate) fn root_gone(&self) {
         if !self.driven_over() {
             self.workload_first.set(true);
             self.ended.set(Some((self.now(), Ending::Halted)));
@@ -385,7 +385,7 @@ impl ServiceDriver {
         self.t0.elapsed() >= self.duration
     }
 
-    pub fn root_gone(&self) {
+    pub(crate) fn root_gone(&self) {
         if self.gone_at.get().is_none() {
             self.gone_at.set(Some(self.t0.elapsed().as_secs_f64()));
         }

@@ -190,7 +190,7 @@ pub struct Container {
 
 impl Container {
     /// The fewest CPUs the process can actually use: quota, cpuset and affinity.
-    pub fn effective_cpus(&self) -> Option<f64> {
+    pub(crate) fn effective_cpus(&self) -> Option<f64> {
         [
             self.cpu.as_ref().and_then(|c| c.quota).map(|q| q.cpus),
             self.cpuset.as_ref().map(|c| f64::from(c.count)),
@@ -211,7 +211,7 @@ fn read_trim(p: &Path) -> Option<String> {
 /// Reads the cgroup facts of `pid`. `cgroup_text` is its `/proc/PID/cgroup`,
 /// `status_text` its `/proc/PID/status`.
 /// `online_cpus` is the host's, the "visible CPUs".
-pub fn read_container(
+pub(crate) fn read_container(
     pid: i32,
     cgroup_text: &str,
     status_text: &str,

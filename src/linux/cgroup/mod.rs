@@ -63,7 +63,7 @@ pub enum Controller {
 }
 
 impl Controller {
-    pub const ALL: [Controller; 6] = [
+    pub(crate) const ALL: [Controller; 6] = [
         Controller::Memory,
         Controller::Cpu,
         Controller::Cpuacct,
@@ -227,7 +227,7 @@ fn write(path: &Path, value: &str) -> Result<(), CgroupError> {
 }
 
 /// CPU numbers accepted in a CPU list: the kernel's own limit (`NR_CPUS`) is at most 8192.
-pub const MAX_CPUS: u32 = 8192;
+pub(crate) const MAX_CPUS: u32 = 8192;
 
 /// Parses a CPU list such as `0-3,6` into CPU numbers (each below [`MAX_CPUS`]).
 pub fn parse_cpu_list(s: &str) -> Result<Vec<u32>, String> {

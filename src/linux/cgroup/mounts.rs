@@ -158,7 +158,7 @@ impl CgroupMount {
 
     /// The directory of the group at `path` (a path of the hierarchy, as in
     /// `/proc/PID/cgroup`) under this mount; `None` when the mount's root is not above it.
-    pub fn dir_of(&self, path: &str) -> Option<PathBuf> {
+    pub(crate) fn dir_of(&self, path: &str) -> Option<PathBuf> {
         let rel = if self.root == "/" {
             path
         } else {

@@ -150,7 +150,7 @@ impl RunCgroup {
 
     /// The `cgroup.procs` files a new process must join, opened for writing now so that
     /// joining after `fork` is a single async-signal-safe `write`.
-    pub fn open_procs_files(&self) -> Result<Vec<OwnedFd>, CgroupError> {
+    pub(crate) fn open_procs_files(&self) -> Result<Vec<OwnedFd>, CgroupError> {
         self.dirs
             .values()
             .map(|d| {
@@ -165,7 +165,7 @@ impl RunCgroup {
     }
 
     /// The directory whose `cgroup.procs` lists the run's processes.
-    pub fn main_dir(&self) -> &Path {
+    pub(crate) fn main_dir(&self) -> &Path {
         self.dirs
             .get(&Controller::Memory)
             .or_else(|| self.dirs.values().next())
@@ -193,7 +193,7 @@ impl RunCgroup {
     }
 
     /// Kills every process in the group and waits (up to `wait`) until it is empty.
-    pub fn kill_all(&self, wait: Duration) -> bool {
+    pub(crate) fn kill_all(&self, wait: Duration) -> bool {
         kill_group(&self.hierarchy, &self.dirs, wait)
     }
 
@@ -288,7 +288,7 @@ pub(super) fn signal_all(pids: &[i32]) {
 }
 /// Joins the calling process to the cgroups whose `cgroup.procs` files are open.
 /// Only async-signal-safe calls: meant for `pre_exec`.
-pub fn join_self(fds: &[OwnedFd]) -> io::Result<()> {
+pub(crate) fn join_self(fds: &[OwnedFd]) -> io::Result<()> {
     for fd in fds {
         // SAFETY: writing a static buffer to an open descriptor.
         let r = unsafe { libc::write(fd.as_raw_fd(), b"0".as_ptr().cast(), 1) };

@@ -12,7 +12,7 @@ use super::*;
 /// `<pid>-<start time>-<seq>`. The owner's PID with its start time (clock ticks since boot,
 /// field 22 of `/proc/PID/stat`) names one process for good: a PID reused later has
 /// another start time, and a renamed or symlinked binary does not matter.
-pub fn run_group_name(seq: u32) -> String {
+pub(crate) fn run_group_name(seq: u32) -> String {
     static START: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
     let pid = std::process::id() as i32;
     let start = *START.get_or_init(|| {
@@ -31,7 +31,7 @@ pub struct GroupOwner {
 }
 /// The group of run `seq`'s hook or driver (`kind`: `before` or `driver`):
 /// `<pid>-<start time>-<seq>-<kind>`, owned like the run's own (see [`run_group_name`]).
-pub fn helper_group_name(seq: u32, kind: &str) -> String {
+pub(crate) fn helper_group_name(seq: u32, kind: &str) -> String {
     format!("{}-{kind}", run_group_name(seq))
 }
 /// Parses `<pid>-<start>-<seq>`, `<pid>-<start>-<seq>-before|driver` (a helper's group)

@@ -38,7 +38,7 @@ pub(super) fn version_of(pid: i32, exe: &Path) -> Option<String> {
 }
 
 /// `JAVA_VERSION="17.0.15"` of a JDK's `release` file.
-pub fn parse_release(text: &str) -> Option<String> {
+pub(crate) fn parse_release(text: &str) -> Option<String> {
     let v = text
         .lines()
         .find_map(|l| l.trim().strip_prefix("JAVA_VERSION="))?
@@ -68,7 +68,7 @@ pub(super) fn find_jcmd(pid: i32, exe: Option<&Path>) -> Option<PathBuf> {
 }
 
 /// Whether the hex mask `SigCgt:` of `/proc/PID/status` has SIGQUIT.
-pub fn catches_sigquit(status: &str) -> Option<bool> {
+pub(crate) fn catches_sigquit(status: &str) -> Option<bool> {
     let hex = status
         .lines()
         .find_map(|l| l.strip_prefix("SigCgt:"))?

@@ -19,12 +19,12 @@ mod jcmd;
 mod summary;
 
 use find::*;
-pub use find::{catches_sigquit, parse_release};
 use jcmd::*;
+#[cfg(test)]
+use summary::category_key;
 use summary::Figure;
-pub use summary::{
-    category_key, figures, first_words, parse_summary, Category, Summary, SummaryError,
-};
+pub use summary::{figures, Category, Summary, SummaryError};
+pub(crate) use summary::{first_words, parse_summary};
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -37,13 +37,13 @@ use crate::record::{Absence, FigureUnit, RunRecord, RuntimeFigure, RuntimeSeries
 /// The probe's name, in records and messages.
 pub const NAME: &str = "jvm";
 /// What the workload's JVMs are given.
-pub const NMT_OPTION: &str = "-XX:NativeMemoryTracking=summary";
+pub(crate) const NMT_OPTION: &str = "-XX:NativeMemoryTracking=summary";
 /// The shortest time between two reads of one JVM.
-pub const MIN_GAP: Duration = Duration::from_secs(5);
+pub(crate) const MIN_GAP: Duration = Duration::from_secs(5);
 /// A jcmd that has not exited by then is killed.
-pub const TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const TIMEOUT: Duration = Duration::from_secs(10);
 /// jcmd processes running at once, over all the run's JVMs.
-pub const MAX_IN_FLIGHT: usize = 2;
+pub(crate) const MAX_IN_FLIGHT: usize = 2;
 /// How often a process found not to be a JVM is looked at again (a launcher that loads
 /// `libjvm.so` itself does so after it started).
 const RECHECK: Duration = Duration::from_secs(5);

@@ -61,7 +61,7 @@ pub(super) fn count_after_hash(line: &str) -> Option<u64> {
 }
 
 /// jcmd's first line that says something (not the `<pid>:` it echoes, not a stack frame).
-pub fn first_words(text: &str) -> String {
+pub(crate) fn first_words(text: &str) -> String {
     let echo = |l: &str| {
         l.strip_suffix(':')
             .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()))
@@ -75,7 +75,7 @@ pub fn first_words(text: &str) -> String {
 }
 
 /// Parses `jcmd <pid> VM.native_memory summary` (any scale NMT prints). Never panics.
-pub fn parse_summary(text: &str) -> Result<Summary, SummaryError> {
+pub(crate) fn parse_summary(text: &str) -> Result<Summary, SummaryError> {
     if text.contains("Native memory tracking is not enabled") {
         return Err(SummaryError::NotEnabled);
     }
@@ -132,7 +132,7 @@ pub fn parse_summary(text: &str) -> Result<Summary, SummaryError> {
 }
 
 /// A category's figure name: `committed.java_heap`, `committed.nmt`, …
-pub fn category_key(name: &str) -> String {
+pub(crate) fn category_key(name: &str) -> String {
     if name == "Native Memory Tracking" {
         return "committed.nmt".into();
     }

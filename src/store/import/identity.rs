@@ -35,7 +35,7 @@ pub(super) fn canonical(v: &Value) -> String {
 /// `verification_detail`, which a report may enrich with ld.so's complaint when it shows
 /// the run) and its host's identity. The same run read from the same record twice, or
 /// from a record written again later, has the same one.
-pub fn run_identity(run: &Value, host: &HostInfo) -> String {
+pub(crate) fn run_identity(run: &Value, host: &HostInfo) -> String {
     identity_of(run, host, Paths::AsGiven)
 }
 

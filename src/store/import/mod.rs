@@ -10,7 +10,7 @@
 mod identity;
 mod parse;
 
-pub use identity::run_identity;
+pub(crate) use identity::run_identity;
 use identity::*;
 use parse::*;
 
@@ -22,11 +22,11 @@ use crate::record::wire::JSON_SCHEMA_VERSION;
 /// The largest record file `memtrial import` reads (64 MiB): a record of a thousand runs
 /// of an hour each, sampled every second, is about half of it. A larger input is refused
 /// before it is parsed, so an import's memory stays bounded.
-pub const MAX_RECORD_BYTES: u64 = 64 << 20;
+pub(crate) const MAX_RECORD_BYTES: u64 = 64 << 20;
 
 /// Reads one record file, at most [`MAX_RECORD_BYTES`]: a larger file (or an endless one,
 /// such as `/dev/zero`) is refused naming the limit, having read one byte past it.
-pub fn read_record(path: &std::path::Path) -> Result<(String, String), ImportError> {
+pub(crate) fn read_record(path: &std::path::Path) -> Result<(String, String), ImportError> {
     use std::io::Read;
     let source_name = path.display().to_string();
     let unreadable = |e: std::io::Error| ImportError::Unreadable {
@@ -49,7 +49,7 @@ pub fn read_record(path: &std::path::Path) -> Result<(String, String), ImportErr
 }
 
 /// The oldest record version import reads.
-pub const OLDEST_VERSION: u64 = 2;
+pub(crate) const OLDEST_VERSION: u64 = 2;
 
 /// Why records were not imported. Each names the file; nothing was written.
 #[derive(Debug, thiserror::Error)]
