@@ -2,11 +2,18 @@
 //! `memtrial-record:` line of an in-container run) and as the store hashes it into the
 //! run's identity. Owned here, beside the record, so that neither the store nor the
 //! reports own the format the other depends on; `report::json` adds the analysis around
-//! these runs, and `store::import` reads every version listed in [`SCHEMAS`].
+//! these runs, and `store::import` reads every version listed in [`SCHEMAS`] through
+//! [`RunIn`] and [`record_of`]: both directions of a run's form live here, and a unit test
+//! holds them to each other (a field written but not read back fails it).
 
-use serde::Serialize;
+use std::path::PathBuf;
 
-use super::{RunRecord, TreeSample};
+use serde::{Deserialize, Serialize};
+
+use super::{
+    DriverFigures, InsideView, LoadFigures, PeakSource, RunRecord, RunStatus, TreeSample,
+    Verification,
+};
 use crate::linux::cgroup::CgroupFigures;
 
 pub(crate) const JSON_SCHEMA_VERSION: u32 = 4;
@@ -155,4 +162,212 @@ pub fn run(r: &RunRecord) -> RunJson<'_> {
 /// such run the same run).
 pub(crate) fn run_value(r: &RunRecord) -> Result<serde_json::Value, serde_json::Error> {
     serde_json::to_value(run(r))
+}
+
+/// A run as any version of the record has it ([`SCHEMAS`]): what import reads. Fields
+/// later versions added default when absent; [`record_of`] makes it a [`RunRecord`].
+#[derive(Deserialize)]
+pub struct RunIn {
+    #[serde(default)]
+    pub block: u32,
+    pub warmup: bool,
+    #[serde(default)]
+    pub started_at: String,
+    pub status: String,
+    pub exit_code: Option<i32>,
+    #[serde(default)]
+    pub signal: Option<i32>,
+    pub verified: bool,
+    #[serde(default)]
+    pub verification: Option<String>,
+    #[serde(default)]
+    pub verification_detail: String,
+    pub allocator_detected: String,
+    pub wall_seconds: f64,
+    pub cpu_user_seconds: f64,
+    pub cpu_sys_seconds: f64,
+    pub peak_rss_bytes: u64,
+    pub peak_rss_source: String,
+    pub mean_rss_bytes: u64,
+    pub final_rss_bytes: u64,
+    pub peak_pss_bytes: Option<u64>,
+    #[serde(default)]
+    pub peak_uss_bytes: Option<u64>,
+    pub peak_vsz_bytes: u64,
+    pub threads_peak: u64,
+    #[serde(default)]
+    pub minor_faults: u64,
+    #[serde(default)]
+    pub major_faults: u64,
+    #[serde(default)]
+    pub processes_seen: u32,
+    #[serde(default)]
+    pub message: Option<String>,
+    // stdout_path and stderr_path are another machine's paths: not read (see run_record).
+    #[serde(default)]
+    pub cgroup: Option<CgroupFigures>,
+    #[serde(default)]
+    pub load: Option<LoadFigures>,
+    #[serde(default)]
+    pub driver: Option<DriverFigures>,
+    #[serde(default)]
+    pub inside: InsideView,
+    pub samples: Vec<TreeSample>,
+    #[serde(default)]
+    pub host: Option<usize>,
+}
+
+pub fn record_of(variant: &str, r: RunIn) -> Result<RunRecord, String> {
+    let status =
+        RunStatus::parse(&r.status).ok_or_else(|| format!("unknown status {:?}", r.status))?;
+    let verification = match r.verification.as_deref() {
+        Some(v) => Verification::parse(v).ok_or_else(|| format!("unknown verification {v:?}"))?,
+        None if r.verified => Verification::Verified,
+        None => Verification::Unverified,
+    };
+    let peak_rss_source = PeakSource::parse(&r.peak_rss_source)
+        .ok_or_else(|| format!("unknown peak_rss_source {:?}", r.peak_rss_source))?;
+    Ok(RunRecord {
+        variant: variant.to_string(),
+        block: r.block,
+        warmup: r.warmup,
+        started_at: r.started_at,
+        status,
+        exit_code: r.exit_code,
+        signal: r.signal,
+        wall_seconds: r.wall_seconds,
+        cpu_user_seconds: r.cpu_user_seconds,
+        cpu_sys_seconds: r.cpu_sys_seconds,
+        peak_rss_bytes: r.peak_rss_bytes,
+        peak_rss_source,
+        mean_rss_bytes: r.mean_rss_bytes,
+        final_rss_bytes: r.final_rss_bytes,
+        peak_pss_bytes: r.peak_pss_bytes,
+        peak_uss_bytes: r.peak_uss_bytes,
+        peak_vsz_bytes: r.peak_vsz_bytes,
+        threads_peak: r.threads_peak,
+        minor_faults: r.minor_faults,
+        major_faults: r.major_faults,
+        processes_seen: r.processes_seen,
+        allocator_detected: r.allocator_detected,
+        verification,
+        verification_detail: r.verification_detail,
+        message: r.message,
+        // Paths of another machine: memtrial opens only files it made, never a path from
+        // a record (a report shows the tail of a failed run's output).
+        stdout_path: PathBuf::new(),
+        stderr_path: PathBuf::new(),
+        cgroup: r.cgroup,
+        load: r.load,
+        inside: r.inside,
+        driver: r.driver,
+        samples: r.samples,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Both directions of the format agree: every run of the report fixtures (load figures,
+    /// a driver, the allocator's and runtimes' views, PSS samples, failures) written as the
+    /// record writes it and read back as import reads it is the same run, but for the paths
+    /// of the machine that wrote it, which import never takes, and sample times, which the
+    /// record keeps to the millisecond.
+    #[test]
+    fn a_run_written_and_read_back_is_the_same_run() {
+        let mut checked = 0;
+        let mut runs: Vec<RunRecord> = [
+            crate::report::fixture::experiment(),
+            crate::report::fixture::two_host_experiment(),
+        ]
+        .into_iter()
+        .flat_map(|e| e.runs)
+        .collect();
+        // And one run with every optional part: a server's load, a driver, the cgroup's
+        // figures, a signal.
+        let mut full = runs[0].clone();
+        full.signal = Some(9);
+        full.message = Some("killed by SIGKILL".into());
+        full.cgroup = Some(crate::linux::cgroup::CgroupFigures {
+            peak_bytes: Some(1 << 30),
+            oom_kills: 1,
+            ..Default::default()
+        });
+        full.load = Some(crate::record::LoadFigures {
+            requests: 1200,
+            throughput_rps: 400.0,
+            errors: crate::record::load::ErrorCounts {
+                timeout: 2,
+                status_5xx: 1,
+                ..Default::default()
+            },
+            latency_mean_ms: 3.5,
+            latency_p50_ms: 3.0,
+            latency_p90_ms: 5.0,
+            latency_p95_ms: 6.0,
+            latency_p99_ms: 9.0,
+            latency_p999_ms: 12.0,
+            latency_max_ms: 15.0,
+            latency_quantiles: vec![(0.5, 3.0), (1.0, 15.0)],
+            per_second: vec![crate::record::load::LoadSecond {
+                t_seconds: 1.0,
+                requests: 400,
+                throughput_rps: 400.0,
+                errors: 1,
+                p50_ms: 3.0,
+                p99_ms: 9.0,
+            }],
+            target_rate: Some(400.0),
+            client_cpu_seconds: 0.2,
+            client_saturated: false,
+            ready_seconds: 0.5,
+            load_start_seconds: 0.6,
+            load_end_seconds: 3.6,
+            cooldown_end_seconds: 4.6,
+            rss_at_load_end_bytes: Some(1 << 29),
+            rss_after_cooldown_bytes: Some(1 << 28),
+        });
+        full.driver = Some(DriverFigures {
+            driven_start_seconds: 0.01,
+            ready_seconds: Some(0.5),
+            driven_end_seconds: 2.0,
+            figures: [(
+                "jobs_per_second".to_string(),
+                crate::record::DriverFigure {
+                    value: 812.5,
+                    unit: Some("jobs/s".into()),
+                },
+            )]
+            .into(),
+            ignored: vec!["memtrial-figure x: bad".into()],
+        });
+        runs.push(full);
+        {
+            for r in &runs {
+                let value = serde_json::to_value(run(r)).unwrap();
+                let back: RunIn = serde_json::from_value(value).unwrap();
+                let back = record_of(&r.variant, back).unwrap();
+                let mut want = r.clone();
+                want.stdout_path = PathBuf::new();
+                want.stderr_path = PathBuf::new();
+                // The record keeps sample times to the millisecond.
+                for s in &mut want.samples {
+                    s.t_seconds = sample(s).t_seconds;
+                }
+                if back != want {
+                    let (a, b) = (format!("{back:#?}"), format!("{want:#?}"));
+                    let diff: Vec<String> = a
+                        .lines()
+                        .zip(b.lines())
+                        .filter(|(x, y)| x != y)
+                        .map(|(x, y)| format!("read back {x} / written {y}"))
+                        .collect();
+                    panic!("run {checked} differs:\n{}", diff.join("\n"));
+                }
+                checked += 1;
+            }
+        }
+        assert!(checked >= 10, "{checked} runs");
+    }
 }

@@ -7,17 +7,14 @@ use std::path::PathBuf;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::linux::cgroup::{CgroupFigures, Limits};
+use crate::linux::cgroup::Limits;
 use crate::linux::host::HostInfo;
 use crate::plan::{
     Plan, ProbePlan, ServerPlan, Variant, VariantOrigin, VariantProgram, WorkerPlan,
     DEFAULT_GRACE_MS,
 };
-use crate::record::wire::{JSON_SCHEMA_VERSION, SCHEMAS};
-use crate::record::{
-    DriverFigures, ExperimentStatus, InsideView, LoadFigures, PeakSource, RunRecord, RunStatus,
-    TreeSample, Verification,
-};
+use crate::record::wire::{self, RunIn, JSON_SCHEMA_VERSION, SCHEMAS};
+use crate::record::{ExperimentStatus, RunRecord};
 
 use super::*;
 
@@ -89,57 +86,6 @@ pub(super) struct VariantJson {
     #[serde(default)]
     pub(super) command: Option<Vec<String>>,
     pub(super) runs: Vec<Value>,
-}
-
-#[derive(Deserialize)]
-pub(super) struct RunJson {
-    #[serde(default)]
-    pub(super) block: u32,
-    pub(super) warmup: bool,
-    #[serde(default)]
-    pub(super) started_at: String,
-    pub(super) status: String,
-    pub(super) exit_code: Option<i32>,
-    #[serde(default)]
-    pub(super) signal: Option<i32>,
-    pub(super) verified: bool,
-    #[serde(default)]
-    pub(super) verification: Option<String>,
-    #[serde(default)]
-    pub(super) verification_detail: String,
-    pub(super) allocator_detected: String,
-    pub(super) wall_seconds: f64,
-    pub(super) cpu_user_seconds: f64,
-    pub(super) cpu_sys_seconds: f64,
-    pub(super) peak_rss_bytes: u64,
-    pub(super) peak_rss_source: String,
-    pub(super) mean_rss_bytes: u64,
-    pub(super) final_rss_bytes: u64,
-    pub(super) peak_pss_bytes: Option<u64>,
-    #[serde(default)]
-    pub(super) peak_uss_bytes: Option<u64>,
-    pub(super) peak_vsz_bytes: u64,
-    pub(super) threads_peak: u64,
-    #[serde(default)]
-    pub(super) minor_faults: u64,
-    #[serde(default)]
-    pub(super) major_faults: u64,
-    #[serde(default)]
-    pub(super) processes_seen: u32,
-    #[serde(default)]
-    pub(super) message: Option<String>,
-    // stdout_path and stderr_path are another machine's paths: not read (see run_record).
-    #[serde(default)]
-    pub(super) cgroup: Option<CgroupFigures>,
-    #[serde(default)]
-    pub(super) load: Option<LoadFigures>,
-    #[serde(default)]
-    pub(super) driver: Option<DriverFigures>,
-    #[serde(default)]
-    pub(super) inside: InsideView,
-    pub(super) samples: Vec<TreeSample>,
-    #[serde(default)]
-    pub(super) host: Option<usize>,
 }
 
 /// What is wrong with a value: its JSON pointer, the value, why.
@@ -512,7 +458,7 @@ pub(super) fn typed(
                 stored: identity_of(&value, h, Paths::Blank),
                 as_given: identity_of(&value, h, Paths::AsGiven),
             });
-            let r: RunJson = serde_json::from_value(value).map_err(|e| ImportError::Invalid {
+            let r: RunIn = serde_json::from_value(value).map_err(|e| ImportError::Invalid {
                 source_name: source.to_string(),
                 version,
                 pointer: pointer.clone(),
@@ -525,7 +471,7 @@ pub(super) fn typed(
                     hosts.len()
                 )));
             };
-            let record = run_record(&v.name, r)
+            let record = wire::record_of(&v.name, r)
                 .map_err(|reason| inconsistent(format!("{pointer}: {reason}")))?;
             check_run(&record, &pointer).map_err(|(pointer, value, why)| {
                 ImportError::OutOfRange {
@@ -549,53 +495,5 @@ pub(super) fn typed(
         notes: rec.notes,
         runs,
         remarks,
-    })
-}
-
-pub(super) fn run_record(variant: &str, r: RunJson) -> Result<RunRecord, String> {
-    let status =
-        RunStatus::parse(&r.status).ok_or_else(|| format!("unknown status {:?}", r.status))?;
-    let verification = match r.verification.as_deref() {
-        Some(v) => Verification::parse(v).ok_or_else(|| format!("unknown verification {v:?}"))?,
-        None if r.verified => Verification::Verified,
-        None => Verification::Unverified,
-    };
-    let peak_rss_source = PeakSource::parse(&r.peak_rss_source)
-        .ok_or_else(|| format!("unknown peak_rss_source {:?}", r.peak_rss_source))?;
-    Ok(RunRecord {
-        variant: variant.to_string(),
-        block: r.block,
-        warmup: r.warmup,
-        started_at: r.started_at,
-        status,
-        exit_code: r.exit_code,
-        signal: r.signal,
-        wall_seconds: r.wall_seconds,
-        cpu_user_seconds: r.cpu_user_seconds,
-        cpu_sys_seconds: r.cpu_sys_seconds,
-        peak_rss_bytes: r.peak_rss_bytes,
-        peak_rss_source,
-        mean_rss_bytes: r.mean_rss_bytes,
-        final_rss_bytes: r.final_rss_bytes,
-        peak_pss_bytes: r.peak_pss_bytes,
-        peak_uss_bytes: r.peak_uss_bytes,
-        peak_vsz_bytes: r.peak_vsz_bytes,
-        threads_peak: r.threads_peak,
-        minor_faults: r.minor_faults,
-        major_faults: r.major_faults,
-        processes_seen: r.processes_seen,
-        allocator_detected: r.allocator_detected,
-        verification,
-        verification_detail: r.verification_detail,
-        message: r.message,
-        // Paths of another machine: memtrial opens only files it made, never a path from
-        // a record (a report shows the tail of a failed run's output).
-        stdout_path: PathBuf::new(),
-        stderr_path: PathBuf::new(),
-        cgroup: r.cgroup,
-        load: r.load,
-        inside: r.inside,
-        driver: r.driver,
-        samples: r.samples,
     })
 }
