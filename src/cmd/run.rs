@@ -46,29 +46,6 @@ pub(crate) fn run_input(args: &RunArgs) -> Result<PlanInput> {
         output: _, // where reports go, not what runs
         command,
     } = args;
-    let crate::cli::WorkerArgs {
-        before,
-        driver,
-        // Plan keys only (`[worker]`): the flags are `--duration`/`--cooldown` below.
-        duration: _,
-        cooldown: _,
-    } = worker;
-    let crate::cli::ServerArgs {
-        url,
-        ready,
-        ready_timeout,
-        warmup_duration,
-        duration,
-        cooldown,
-        connections,
-        load_threads,
-        rate,
-        request_timeout,
-        targets,
-        replay,
-        speed,
-        methods,
-    } = server;
     let flags = PlanInput {
         command: command.clone(),
         variants: variants.clone(),
@@ -83,31 +60,12 @@ pub(crate) fn run_input(args: &RunArgs) -> Result<PlanInput> {
         cpus: cpus.clone(),
         cpuset: cpuset.clone(),
         pids_limit: *pids_limit,
-        server: memtrial::plan::ServerInput {
-            url: url.clone(),
-            ready: ready.clone(),
-            ready_timeout: ready_timeout.clone(),
-            warmup_duration: warmup_duration.clone(),
-            duration: duration.clone(),
-            cooldown: cooldown.clone(),
-            connections: *connections,
-            load_threads: *load_threads,
-            rate: *rate,
-            request_timeout: request_timeout.clone(),
-            targets: targets.clone(),
-            replay: replay.clone(),
-            speed: *speed,
-            methods: methods.clone(),
-        },
-        // `--duration` stays with the server settings here: without a URL anywhere
-        // (flags or plan file) the plan makes it the service's duration.
-        worker: memtrial::plan::WorkerInput {
-            before: before.clone(),
-            driver: driver.clone(),
-            duration: None,
-            // Likewise `--cooldown`: with a driver and no URL it is the driver's cool-down.
-            cooldown: None,
-        },
+        // The same type as the plan file's `[server]` table: declared once.
+        server: server.clone(),
+        // `--duration`/`--cooldown` stay with the server settings here (the worker's own
+        // are plan keys only, never set by clap): without a URL anywhere (flags or plan
+        // file) the plan makes them the service's duration and the driver's cool-down.
+        worker: worker.clone(),
         probes: probes.clone(),
         no_probes: *no_probes,
         probe_interval: probe_interval.clone(),
