@@ -139,7 +139,7 @@ fn shell_word_key(key: &str) -> String {
 
 /// Why a value cannot be written in a Dockerfile.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DockerfileRefusal {
+pub(crate) enum DockerfileRefusal {
     /// A line break or another control character: a Dockerfile instruction is one
     /// line, and its quoting has no escape for a line break.
     ControlCharacter,

@@ -409,7 +409,7 @@ pub(crate) fn pareto_front(pool: &[&VariantSummary], memory: Figure, speed: Figu
 /// How to apply a variant: environment lines, a Dockerfile snippet, a Kubernetes `env:`
 /// block, and a check to run in production.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct HowToApply {
+pub(crate) struct HowToApply {
     pub env: Vec<(String, String)>,
     pub dockerfile: String,
     pub kubernetes: String,

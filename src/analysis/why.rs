@@ -49,7 +49,7 @@ fn at_peak_absent(r: &RunRecord) -> Option<String> {
 /// The verdict on one run.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "verdict", rename_all = "snake_case")]
-pub enum Why {
+pub(crate) enum Why {
     /// Live bytes grow over the steady window.
     Leak {
         live_slope_bytes_per_min: f64,

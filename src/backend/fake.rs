@@ -12,7 +12,7 @@ use crate::record::RunRecord;
 
 /// What the scripted workload does.
 #[derive(Debug, Clone)]
-pub struct Script {
+pub(crate) struct Script {
     /// Exits by itself this long after the start (`None`: runs until stopped).
     pub exits_after: Option<Duration>,
     /// How it exits by itself.
@@ -45,7 +45,7 @@ impl Default for Script {
 
 /// Plays [`Script`]s; remembers the signals sent.
 #[derive(Debug, Default, Clone)]
-pub struct FakeBackend {
+pub(crate) struct FakeBackend {
     pub script: Script,
     /// Every signal sent to the runs, in order.
     pub signals: Arc<Mutex<Vec<i32>>>,
@@ -168,10 +168,6 @@ impl RunHandle for FakeRun {
 struct FakeCgroup(u64);
 
 impl Probe for FakeCgroup {
-    fn name(&self) -> &'static str {
-        "fake-cgroup"
-    }
-
     fn observe(&mut self, _tick: &Tick) {}
 
     fn finish(self: Box<Self>, _end: &RunEnd, record: &mut RunRecord) {

@@ -42,7 +42,7 @@ enum Keeping {
 }
 
 /// A running helper command.
-pub struct Helper {
+pub(crate) struct Helper {
     child: Child,
     /// Its process group (the shell's pid).
     pgid: i32,

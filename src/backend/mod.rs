@@ -10,6 +10,7 @@
 //! orchestration and the status decision are tested without root or a real process.
 
 pub mod container;
+#[cfg(test)]
 pub mod fake;
 pub mod helper;
 pub mod local;

@@ -296,7 +296,7 @@ pub(crate) fn encode(s: &Snapshot) -> Result<String, std::fmt::Error> {
 
 /// The exposition formats served, chosen by the scraper's `Accept` header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Format {
+pub(crate) enum Format {
     /// OpenMetrics 1.0 text: what Prometheus asks for, and what the client writes.
     OpenMetrics,
     /// The classic Prometheus text format 0.0.4: for any other scraper (curl, `promtool

@@ -37,7 +37,7 @@ pub enum Method {
 
 /// The first words of a `heap_info` header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct HeapHeader {
+pub(crate) struct HeapHeader {
     pub ar_ptr: u64,
     pub prev: u64,
     pub size: u64,
@@ -46,14 +46,14 @@ pub struct HeapHeader {
 
 /// One glibc heap found in a process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Heap {
+pub(crate) struct Heap {
     pub start: u64,
     pub header: HeapHeader,
 }
 
 /// The arena count and how it was found.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ArenaCount {
+pub(crate) struct ArenaCount {
     pub method: Method,
     /// Arenas, the main one included.
     pub arenas: u64,
@@ -64,13 +64,13 @@ pub struct ArenaCount {
 }
 
 /// Reads memory of another process.
-pub trait MemReader {
+pub(crate) trait MemReader {
     /// The four header words at `addr`.
     fn header(&mut self, addr: u64) -> io::Result<HeapHeader>;
 }
 
 /// `/proc/PID/mem`.
-pub struct ProcMem(File);
+pub(crate) struct ProcMem(File);
 
 impl ProcMem {
     pub fn open(pid: i32) -> io::Result<ProcMem> {
@@ -203,7 +203,7 @@ pub enum LimitSource {
 
 /// The arena limit glibc applies to a process.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct ArenaLimit {
+pub(crate) struct ArenaLimit {
     pub limit: u64,
     #[serde(flatten)]
     pub source: LimitSource,

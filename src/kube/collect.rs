@@ -269,7 +269,7 @@ pub(crate) fn parse_pods(json: &str) -> Result<Vec<Pod>, CollectError> {
 
 /// What the Job says its pods run: its plan (from its ConfigMap) and its seed.
 #[derive(Debug, Clone, PartialEq)]
-pub struct JobPlan {
+pub(crate) struct JobPlan {
     /// The Job's name: also the host its pods record (`MEMTRIAL_HOST`).
     pub name: String,
     pub command: Vec<String>,

@@ -59,7 +59,7 @@ pub enum How {
 
 /// The allocator of a process, with how it got there.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Detected {
+pub(crate) struct Detected {
     pub name: AllocatorName,
     pub how: How,
 }
@@ -86,7 +86,7 @@ impl fmt::Display for Detected {
 /// An allocator library a program is built with: named in `DT_NEEDED` of the executable
 /// or of a library the executable needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LinkedAllocator {
+pub(crate) struct LinkedAllocator {
     pub name: AllocatorName,
     /// The library's name as `DT_NEEDED` gives it (`libjemalloc.so.2`).
     pub library: String,

@@ -36,7 +36,7 @@ const MEMORY_PATH: &str = "<memory>";
 
 /// How the program gets to its libraries.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Linkage {
+pub(crate) enum Linkage {
     /// No `PT_INTERP`: the kernel starts the file directly and no dynamic
     /// loader runs, so `LD_PRELOAD` has no effect. This covers `gcc -static`
     /// and `gcc -static-pie` executables. Note that shared libraries have no
@@ -49,7 +49,7 @@ pub enum Linkage {
 
 /// A malloc implementation recognised by its exported symbols or file name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum BundledAllocator {
+pub(crate) enum BundledAllocator {
     /// jemalloc: `mallctl`, `je_malloc`, `je_mallctl`, `_rjem_malloc`, …
     Jemalloc,
     /// gperftools tcmalloc: `tc_malloc`, `MallocExtension_*`.
@@ -60,7 +60,7 @@ pub enum BundledAllocator {
 
 /// What an ELF file says about its `malloc`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ElfFacts {
+pub(crate) struct ElfFacts {
     pub linkage: Linkage,
     /// The file defines a global or weak function named `malloc` in
     /// `.dynsym`. For a file without `PT_INTERP` and without `DT_NEEDED`
@@ -81,7 +81,7 @@ pub struct ElfFacts {
 
 /// Error returned by [`inspect_elf`] and [`inspect_elf_bytes`].
 #[derive(Debug, thiserror::Error)]
-pub enum ElfError {
+pub(crate) enum ElfError {
     #[error("cannot read {}: {source}", path.display())]
     Io {
         path: PathBuf,

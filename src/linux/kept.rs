@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 const MAX: usize = 1 << 20;
 
 #[derive(Debug)]
-pub struct KeptFile {
+pub(crate) struct KeptFile {
     path: PathBuf,
     file: fs::File,
     buf: Vec<u8>,
@@ -62,7 +62,7 @@ impl KeptFile {
 /// A [`KeptFile`] opened on first use, and again when asked for another path; a clone
 /// starts closed (it opens its own descriptor).
 #[derive(Debug, Default)]
-pub struct KeptSlot(Option<KeptFile>);
+pub(crate) struct KeptSlot(Option<KeptFile>);
 
 impl Clone for KeptSlot {
     fn clone(&self) -> Self {

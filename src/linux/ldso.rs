@@ -9,7 +9,7 @@
 
 /// A preload the loader refused, as it said it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PreloadRefusal {
+pub(crate) struct PreloadRefusal {
     /// The object named in the line.
     pub object: String,
     /// The loader's reason, between the parentheses.

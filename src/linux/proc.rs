@@ -70,7 +70,7 @@ pub(crate) fn read_proc_file(pid: i32, file: &str) -> Result<Vec<u8>, ProcError>
 /// A `/proc/{pid}/{file}` kept open (see [`super::kept`]), its errors told like
 /// [`read_proc_file`]'s.
 #[derive(Debug)]
-pub struct KeptProcFile {
+pub(crate) struct KeptProcFile {
     pid: i32,
     path: PathBuf,
     file: super::kept::KeptFile,

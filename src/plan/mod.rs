@@ -30,7 +30,7 @@ pub use format::*;
 pub use input::*;
 pub use model::*;
 pub use spec::*;
-pub use variants::*;
+pub(crate) use variants::*;
 
 #[cfg(test)]
 mod tests {

@@ -59,7 +59,7 @@ pub(crate) const DEFAULT_BASELINE: &str = "glibc";
 /// The variants a plan runs, by name, in order: the baseline first (when it was not
 /// among them), then the listed ones, then the custom ones not listed.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Selection<'a> {
+pub(crate) struct Selection<'a> {
     pub names: Vec<&'a str>,
     /// The baseline was not listed and was put first.
     pub baseline_added: bool,
@@ -68,7 +68,7 @@ pub struct Selection<'a> {
 /// Why a list of variant names selects nothing runnable. Each caller words it for its
 /// own setting (`--variants` for `run`, the plan's `variants` for `kube`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SelectionError<'a> {
+pub(crate) enum SelectionError<'a> {
     /// Neither a catalog variant nor a custom one.
     Unknown(&'a str),
     /// Listed twice.

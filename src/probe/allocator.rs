@@ -311,7 +311,7 @@ fn monotonic_ns() -> i128 {
 
 /// The latest report of one process, as the exporter shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LatestReport {
+pub(crate) struct LatestReport {
     /// The allocator the probe found answering `malloc` (`glibc`, `jemalloc`, …).
     pub allocator: String,
     /// Bytes the program has allocated and not freed (allocator's own counter).
@@ -400,10 +400,6 @@ fn why_no_reports(record: &RunRecord, run_seconds: f64) -> String {
 }
 
 impl Probe for AllocatorProbe {
-    fn name(&self) -> &'static str {
-        NAME
-    }
-
     fn instrument(&mut self, env: &mut Vec<(String, String)>) {
         let Ok(reports) = &self.reports else {
             return;

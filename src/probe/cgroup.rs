@@ -23,10 +23,6 @@ impl CgroupProbe {
 }
 
 impl Probe for CgroupProbe {
-    fn name(&self) -> &'static str {
-        "cgroup"
-    }
-
     fn observe(&mut self, tick: &Tick) {
         if tick.kind == TickKind::Sample && tick.t_seconds >= self.next {
             self.reader.sample();

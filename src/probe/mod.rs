@@ -66,8 +66,6 @@ pub struct RunEnd {
 
 /// Observes a run over time; contributes figures when it ends.
 pub trait Probe: Send {
-    /// A short name for messages and the record.
-    fn name(&self) -> &'static str;
     /// Called on every tick of the run's clock, in order.
     fn observe(&mut self, tick: &Tick);
     /// Writes this probe's figures into the record.
@@ -98,7 +96,7 @@ pub(crate) fn append_env(env: &mut Vec<(String, String)>, key: &str, value: &str
 }
 
 /// The probes of one run: the tree sampler first (it finds the processes), then the rest.
-pub struct ProbeSet {
+pub(crate) struct ProbeSet {
     tree: TreeProbe,
     others: Vec<Box<dyn Probe>>,
     members: Vec<Member>,

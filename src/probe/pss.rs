@@ -29,7 +29,7 @@ pub(crate) const PSS_START_BURST: Duration = Duration::from_millis(20);
 /// a read is due while the time spent is at most `burst + fraction × time since the first
 /// read`.
 #[derive(Debug, Clone)]
-pub struct PssBudget {
+pub(crate) struct PssBudget {
     /// Fraction of one core PSS reads may use, e.g. 0.005.
     pub cpu_fraction: f64,
     /// CPU time allowed at once at the start.
@@ -200,10 +200,6 @@ impl Default for PssProbe {
 }
 
 impl Probe for PssProbe {
-    fn name(&self) -> &'static str {
-        "pss"
-    }
-
     fn observe(&mut self, tick: &Tick) {
         if tick.kind != TickKind::Sample {
             return;

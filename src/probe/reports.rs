@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// What a probe keeps of one process's reports.
-pub trait ProcessReports: Default {
+pub(crate) trait ProcessReports: Default {
     /// Takes one whole line; true when it is a new report of figures (not a header).
     fn line(&mut self, line: &str) -> bool;
 }
@@ -26,7 +26,7 @@ struct Entry<S> {
 
 /// The report files of one run, with a state per process.
 #[derive(Debug)]
-pub struct ReportDir<S> {
+pub(crate) struct ReportDir<S> {
     dir: PathBuf,
     files: BTreeMap<i32, Entry<S>>,
     /// Pids in the run at the last sample.

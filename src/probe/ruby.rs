@@ -333,10 +333,6 @@ fn why_no_reports(record: &RunRecord, executables: &BTreeSet<String>) -> String 
 }
 
 impl Probe for RubyProbe {
-    fn name(&self) -> &'static str {
-        NAME
-    }
-
     fn instrument(&mut self, env: &mut Vec<(String, String)>) {
         let Ok(reports) = &self.reports else {
             return;

@@ -370,10 +370,6 @@ impl TreeProbe {
 }
 
 impl Probe for TreeProbe {
-    fn name(&self) -> &'static str {
-        "tree"
-    }
-
     /// The tree sampler drives membership itself (see [`super::ProbeSet::tick`]).
     fn observe(&mut self, _tick: &Tick) {}
 

@@ -492,10 +492,6 @@ impl Verifier {
 }
 
 impl Probe for Verifier {
-    fn name(&self) -> &'static str {
-        "verifier"
-    }
-
     fn observe(&mut self, tick: &Tick) {
         self.check(tick.members.iter());
     }

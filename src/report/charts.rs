@@ -146,7 +146,7 @@ pub(super) fn counted<'a>(e: &'a Experiment, variant: &str) -> Vec<&'a RunRecord
 
 /// Which memory series to draw.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Series {
+pub(crate) enum Series {
     Rss,
     Pss,
 }
@@ -326,7 +326,7 @@ type Points = Vec<(f64, f64)>;
 
 /// Which load series to draw over time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LoadSeries {
+pub(crate) enum LoadSeries {
     Throughput,
     Latency,
 }

@@ -46,7 +46,7 @@ pub(crate) const COLUMNS: [&str; 36] = [
 ];
 
 /// `--csv`: one row per run.
-pub struct CsvExporter;
+pub(crate) struct CsvExporter;
 
 impl<'a> Exporter<Report<'a>> for CsvExporter {
     fn serialize(&self, r: &Report<'a>) -> Result<Vec<u8>, ExportError> {
@@ -55,7 +55,7 @@ impl<'a> Exporter<Report<'a>> for CsvExporter {
 }
 
 /// `--samples-csv`: one row per memory sample.
-pub struct SamplesCsvExporter;
+pub(crate) struct SamplesCsvExporter;
 
 impl<'a> Exporter<Report<'a>> for SamplesCsvExporter {
     fn serialize(&self, r: &Report<'a>) -> Result<Vec<u8>, ExportError> {

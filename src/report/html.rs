@@ -81,7 +81,7 @@ fn verdict_block(rec: &Recommendation) -> Markup {
 }
 
 /// `--html`: the self-contained report with charts.
-pub struct HtmlExporter;
+pub(crate) struct HtmlExporter;
 
 impl<'a> super::Exporter<super::Report<'a>> for HtmlExporter {
     fn serialize(&self, r: &super::Report<'a>) -> Result<Vec<u8>, super::ExportError> {

@@ -136,7 +136,7 @@ fn summary(s: &VariantSummary) -> SummaryJson<'_> {
 }
 
 /// `--json`: the versioned record.
-pub struct JsonExporter;
+pub(crate) struct JsonExporter;
 
 impl<'a> super::Exporter<super::Report<'a>> for JsonExporter {
     fn serialize(&self, r: &super::Report<'a>) -> Result<Vec<u8>, super::ExportError> {

@@ -7,7 +7,7 @@ use crate::record::Experiment;
 use super::escape::{markdown_code, markdown_code_block, markdown_text as md, shell_line};
 
 /// `--markdown`: a summary for a pull-request comment.
-pub struct MarkdownExporter;
+pub(crate) struct MarkdownExporter;
 
 impl<'a> super::Exporter<super::Report<'a>> for MarkdownExporter {
     fn serialize(&self, r: &super::Report<'a>) -> Result<Vec<u8>, super::ExportError> {

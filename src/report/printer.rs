@@ -103,7 +103,7 @@ pub struct Printer {
 /// What a [`Printer::capture`] printer wrote, for tests.
 #[cfg(test)]
 #[derive(Clone, Default)]
-pub struct Captured {
+pub(crate) struct Captured {
     pub stdout: Arc<Mutex<Vec<u8>>>,
     pub stderr: Arc<Mutex<Vec<u8>>>,
 }

@@ -71,7 +71,7 @@ fn driver_cell(s: &VariantSummary, name: &str) -> Cell {
 }
 
 /// The terminal table and the recommendation's headline under it.
-pub struct TableExporter {
+pub(crate) struct TableExporter {
     pub color: bool,
 }
 

@@ -10,7 +10,7 @@ pub(crate) const LATE_BEYOND: Duration = Duration::from_secs(1);
 
 /// The looks of a run's loop that came late.
 #[derive(Debug, Default)]
-pub struct Lateness {
+pub(crate) struct Lateness {
     /// When the previous look planned to wake, at the latest.
     due: Option<Instant>,
     /// The longest delay and when (s into the run) it ended.

@@ -18,7 +18,7 @@ use crate::plan::{Plan, ServerPlan};
 use crate::record::{DriverFigures, LoadFigures, TreeSample};
 
 /// The driver of one run.
-pub enum Driver {
+pub(crate) enum Driver {
     /// A batch command: nothing to drive; its exit ends the run.
     Wait,
     /// A server under HTTP load.
@@ -30,7 +30,7 @@ pub enum Driver {
 }
 
 /// What the driver made of a run.
-pub struct Finished {
+pub(crate) struct Finished {
     pub outcome: DriverOutcome,
     /// A server trial's load figures.
     pub load: Option<LoadFigures>,
@@ -39,7 +39,7 @@ pub struct Finished {
 }
 
 /// What a driver needs besides the plan.
-pub struct DriverStart<'a> {
+pub(crate) struct DriverStart<'a> {
     pub port: Option<u16>,
     pub source: Option<&'a Source>,
     /// The environment naming the run, for a `--driver` (on top of memtrial's own).
@@ -53,7 +53,7 @@ pub struct DriverStart<'a> {
     pub helpers: crate::probe::Helpers,
 }
 
-pub struct HttpDriver {
+pub(crate) struct HttpDriver {
     thread: JoinHandle<Driven>,
     halt: Arc<AtomicBool>,
     root_gone: Arc<AtomicBool>,

@@ -46,7 +46,7 @@ pub enum TrialError {
 }
 
 /// What one trial is.
-pub struct TrialSpec<'a> {
+pub(crate) struct TrialSpec<'a> {
     pub plan: &'a Plan,
     pub variant: &'a Variant,
     /// Position in the schedule, part of the cgroup's name.

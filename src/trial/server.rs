@@ -41,7 +41,7 @@ pub fn load_spec(plan: &ServerPlan, port: u16, source: Source) -> Result<LoadSpe
 
 /// Why a server never became ready.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum NotReady {
+pub(crate) enum NotReady {
     /// The server process exited first.
     Exited,
     /// Nothing answered within the time allowed; the last thing seen.
@@ -52,7 +52,7 @@ pub enum NotReady {
 
 /// What the readiness check saw when the server answered.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Ready {
+pub(crate) struct Ready {
     pub after: Duration,
     /// The HTTP status of the readiness request.
     pub status: u16,
@@ -60,7 +60,7 @@ pub struct Ready {
 
 /// Why one readiness probe got no HTTP status.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ProbeError {
+pub(crate) enum ProbeError {
     #[error("connect to {addr}: {reason}")]
     Connect { addr: SocketAddr, reason: String },
     #[error("send to {addr}: {reason}")]

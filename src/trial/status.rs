@@ -8,7 +8,7 @@ use crate::record::{RunStatus, Verification};
 
 /// Why memtrial ended the run itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EndedBy {
+pub(crate) enum EndedBy {
     /// memtrial was interrupted (SIGINT, SIGTERM, SIGHUP, SIGQUIT).
     Interrupt,
     /// The run's time limit passed.
@@ -19,7 +19,7 @@ pub enum EndedBy {
 
 /// What the driver made of the run.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DriverOutcome {
+pub(crate) enum DriverOutcome {
     /// No driver: a batch run judged by its exit.
     None,
     /// The driven phase completed.
@@ -35,7 +35,7 @@ pub enum DriverOutcome {
 
 /// Everything the status depends on.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Facts {
+pub(crate) struct Facts {
     pub ended_by: Option<EndedBy>,
     /// The root's exit; `None` when memtrial lost track of it.
     pub exit: Option<ExitKind>,

@@ -36,9 +36,6 @@ fn trial(backend: &FakeBackend, plan: &Plan, probes: Vec<Box<dyn Probe>>, stop: 
 /// A verifier that finds the variant missing.
 struct NotEffective;
 impl Probe for NotEffective {
-    fn name(&self) -> &'static str {
-        "not-effective"
-    }
     fn observe(&mut self, _tick: &Tick) {}
     fn finish(self: Box<Self>, _end: &RunEnd, record: &mut RunRecord) {
         record.verification = Verification::NotEffective;
@@ -167,9 +164,6 @@ fn probes_see_every_tick_and_finish_once() {
     use std::sync::{Arc, Mutex};
     struct Counting(Arc<Mutex<(u32, u32, u32)>>);
     impl Probe for Counting {
-        fn name(&self) -> &'static str {
-            "counting"
-        }
         fn observe(&mut self, tick: &Tick) {
             let mut c = self.0.lock().unwrap();
             match tick.kind {

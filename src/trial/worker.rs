@@ -72,7 +72,7 @@ pub fn read_line(r: &mut impl BufRead, max: usize) -> std::io::Result<Option<(Ve
 
 /// What one line of a driver's stdout says.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Line {
+pub(crate) enum Line {
     Figure {
         name: String,
         value: f64,
@@ -161,7 +161,7 @@ enum Ending {
 }
 
 /// The driver of a worker trial.
-pub struct WorkerDriver {
+pub(crate) struct WorkerDriver {
     helper: RefCell<Helper>,
     t0: Instant,
     started: f64,
@@ -178,7 +178,7 @@ pub struct WorkerDriver {
 }
 
 /// Where a driver's output goes and what it is told.
-pub struct DriverSetup<'a> {
+pub(crate) struct DriverSetup<'a> {
     pub command: &'a str,
     pub env: Vec<(String, String)>,
     pub workdir: &'a std::path::Path,
@@ -374,7 +374,7 @@ impl WorkerDriver {
 }
 
 /// A service that does not exit by itself, run for `--duration`.
-pub struct ServiceDriver {
+pub(crate) struct ServiceDriver {
     pub t0: Instant,
     pub duration: Duration,
     pub gone_at: Cell<Option<f64>>,

@@ -173,10 +173,6 @@ impl RunCgroup {
             .unwrap_or(Path::new("/"))
     }
 
-    pub fn dirs(&self) -> impl Iterator<Item = &Path> {
-        self.dirs.values().map(PathBuf::as_path)
-    }
-
     /// PIDs in the run's cgroup.
     pub fn procs(&self) -> Vec<i32> {
         read_pids(self.main_dir())

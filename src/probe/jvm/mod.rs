@@ -433,10 +433,6 @@ impl JvmProbe {
 }
 
 impl Probe for JvmProbe {
-    fn name(&self) -> &'static str {
-        NAME
-    }
-
     fn share_helpers(&mut self, helpers: &Helpers) {
         self.helpers = helpers.clone();
     }
