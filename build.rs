@@ -80,7 +80,15 @@ fn build_spawner(out: &Path) {
             .arg(&exe)
             .arg("spawner/spawn.c");
         match run(&mut cmd) {
-            Ok(()) => return,
+            Ok(()) => {
+                let linkage = if extra.is_empty() {
+                    "dynamic"
+                } else {
+                    "static"
+                };
+                println!("cargo:rustc-env=MEMTRIAL_SPAWNER_LINKAGE={linkage}");
+                return;
+            }
             Err(e) => errors.push(e),
         }
     }

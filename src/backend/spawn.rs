@@ -30,13 +30,46 @@ use super::{ExitKind, Usage};
 /// The spawner built from `spawner/spawn.c` by build.rs (which fails without a C compiler).
 const EMBEDDED: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/memtrial-spawn"));
 
+/// How build.rs linked the embedded spawner: `static`, or `dynamic` where libc.a is missing.
+const EMBEDDED_LINKAGE: &str = env!("MEMTRIAL_SPAWNER_LINKAGE");
+
+/// The embedded spawner in a sealed memory file, made once per process; the error says why
+/// it could not be (then memtrial itself is the spawner).
+fn memfd() -> &'static Result<OwnedFd, String> {
+    static MEMFD: OnceLock<Result<OwnedFd, String>> = OnceLock::new();
+    MEMFD.get_or_init(|| embedded_memfd().map_err(|e| e.to_string()))
+}
+
 /// The program a run's child execs as its spawner: the embedded C spawner, run from a
 /// sealed memory file, or else memtrial itself (`/proc/self/exe`).
 pub(crate) fn spawner_program() -> PathBuf {
-    static MEMFD: OnceLock<Option<OwnedFd>> = OnceLock::new();
-    match MEMFD.get_or_init(|| embedded_memfd().ok()) {
-        Some(fd) => PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd())),
-        None => PathBuf::from("/proc/self/exe"),
+    match memfd() {
+        Ok(fd) => PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd())),
+        Err(_) => PathBuf::from("/proc/self/exe"),
+    }
+}
+
+/// Which spawner this memtrial's runs start their workloads through, for the experiment's
+/// notes (it changes a small program's peak), and whether it is the fallback that can.
+pub fn spawner_note() -> (String, bool) {
+    match memfd() {
+        Ok(_) => (
+            format!(
+                "spawner: memtrial's embedded C spawner ({EMBEDDED_LINKAGE}, {} KiB, SHA-256 \
+                 {}), run from a sealed memory file",
+                EMBEDDED.len().div_ceil(1024),
+                &crate::units::sha256_hex(EMBEDDED)[..16]
+            ),
+            false,
+        ),
+        Err(e) => (
+            format!(
+                "spawner: memtrial itself (/proc/self/exe), because the embedded spawner could \
+                 not be put in a memory file ({e}): a program smaller than ~1.3 MiB may show \
+                 memtrial's start-up pages as its peak RSS"
+            ),
+            true,
+        ),
     }
 }
 

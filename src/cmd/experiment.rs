@@ -110,6 +110,25 @@ pub(crate) fn check_outputs(o: &OutputArgs) -> Result<()> {
     Ok(())
 }
 
+/// What this memtrial starts workloads through and puts inside them, kept in the
+/// experiment's notes (both change a small program's figures); the fallback spawner, which
+/// can add memtrial's start-up pages to a small program's peak, is also said now.
+pub(super) fn tool_notes(plan: &memtrial::plan::Plan, ui: &Ui) -> Vec<String> {
+    let (spawner, fallback) = memtrial::backend::spawn::spawner_note();
+    if fallback {
+        ui.note(&format!("warning: {spawner}"));
+    }
+    let mut notes = vec![spawner];
+    if plan
+        .probes
+        .kinds
+        .contains(&memtrial::plan::ProbeKind::Allocator)
+    {
+        notes.push(memtrial::probe::allocator::library_note());
+    }
+    notes
+}
+
 pub(super) fn isolation_note(isolation: &Isolation, limits: &memtrial::plan::Limits) -> String {
     match isolation {
         Isolation::Cgroup(h) => {

@@ -79,6 +79,7 @@ pub fn in_container_cmd(db: &Path, args: &RunArgs, index: u32, ui: &Ui) -> Resul
         ui.note(&format!("note: {n}"));
     }
     notes.extend(slot_notes(&plan, slot, index, slots.len(), &container));
+    notes.extend(super::experiment::tool_notes(&plan, ui));
     for n in &notes[built.notes.len()..] {
         ui.note(&format!("note: {n}"));
     }

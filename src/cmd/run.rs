@@ -13,6 +13,7 @@ use memtrial::store::Store;
 
 use super::experiment::{
     check_outputs, fit_fd_limit, isolation, isolation_note, plan_context, run_and_present,
+    tool_notes,
 };
 use super::ui::{Outcome, Ui};
 
@@ -127,6 +128,7 @@ fn execute(db: &Path, input: PlanInput, output: &OutputArgs, ui: &Ui) -> Result<
     let isolation = isolation(&plan.limits, ui)?;
     let mut notes = built.notes.clone();
     notes.push(isolation_note(&isolation, &plan.limits));
+    notes.extend(tool_notes(&plan, ui));
     run_and_present(
         db,
         &mut store,

@@ -21,6 +21,16 @@ pub const NAME: &str = crate::record::inside::ALLOCATOR_PROBE;
 /// compiler).
 const SHIM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libmemtrial-probe.so"));
 
+/// Which probe library runs inside the workload, for the experiment's notes: its size and
+/// the start of its SHA-256, so records of two memtrial builds can be told apart.
+pub fn library_note() -> String {
+    format!(
+        "allocator probe: memtrial's embedded libmemtrial-probe.so ({} KiB, SHA-256 {})",
+        SHIM.len().div_ceil(1024),
+        &crate::units::sha256_hex(SHIM)[..16]
+    )
+}
+
 /// Where the embedded library is written for the loader: once per memtrial process.
 pub(crate) fn shim_path() -> Result<PathBuf, String> {
     static PATH: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();

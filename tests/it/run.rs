@@ -661,3 +661,54 @@ fn a_batch_gets_no_trend_verdict_only_its_state_at_the_peak() {
         assert!(r.stdout().contains("at its peak:"), "{}", r.stdout());
     }
 }
+
+/// The record says what memtrial started the workload through and put inside it: the
+/// embedded spawner (how it was linked, its size and hash) and, when the allocator probe
+/// runs, the probe library; both change a small program's figures.
+#[test]
+fn the_record_names_its_spawner_and_probe_library() {
+    let notes = |extra: &[&str]| -> Vec<String> {
+        let mut args = vec![
+            "run",
+            "--runs",
+            "1",
+            "--variants",
+            "glibc",
+            "--json",
+            "out.json",
+        ];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--", "/bin/true"]);
+        let r = memtrial_in_tmp(&args);
+        assert_eq!(r.code(), 0, "{}", r.explain());
+        r.json()["notes"]
+            .as_array()
+            .expect("notes")
+            .iter()
+            .map(|n| n.as_str().unwrap().to_string())
+            .collect()
+    };
+    let probed = notes(&[]);
+    let spawner = probed
+        .iter()
+        .find(|n| n.starts_with("spawner: "))
+        .unwrap_or_else(|| panic!("no spawner note in {probed:?}"));
+    assert!(
+        spawner.starts_with("spawner: memtrial's embedded C spawner (static, ")
+            || spawner.starts_with("spawner: memtrial's embedded C spawner (dynamic, "),
+        "{spawner}"
+    );
+    assert!(spawner.contains("SHA-256 "), "{spawner}");
+    assert!(
+        probed
+            .iter()
+            .any(|n| n.starts_with("allocator probe: memtrial's embedded libmemtrial-probe.so (")),
+        "{probed:?}"
+    );
+    let bare = notes(&["--no-probes"]);
+    assert!(bare.iter().any(|n| n == spawner), "{bare:?}");
+    assert!(
+        !bare.iter().any(|n| n.starts_with("allocator probe: ")),
+        "{bare:?}"
+    );
+}
