@@ -1,8 +1,6 @@
 //! Facts read from the executable and the environment: which allocator is in use and how,
 //! the runtime (Go, JVM, Ruby, Python …) and its memory settings.
 
-use std::path::Path;
-
 use crate::linux::allocator::{detect_allocator, linked_allocators, needed_of_file};
 use crate::linux::elf::{self, Linkage};
 
@@ -31,25 +29,9 @@ pub(super) fn exe_elf_facts(pid: i32, link_target: Option<&str>) -> Result<ExeFa
     let path = crate::linux::proc::exe_file(pid, link_target);
     let facts = elf::inspect_elf(&path).map_err(|e| e.to_string())?;
     Ok(ExeFacts {
-        go: is_go_program(&path),
+        go: elf::is_go_program(&path),
         elf: facts,
     })
-}
-/// A Go executable carries a `.go.buildinfo` section.
-pub(super) fn is_go_program(path: &Path) -> bool {
-    let Ok(f) = std::fs::File::open(path) else {
-        return false;
-    };
-    // SAFETY: read-only private mapping of an executable that is running (ETXTBSY).
-    let Ok(bytes) = (unsafe { memmap2::Mmap::map(&f) }) else {
-        return false;
-    };
-    let Ok(e) = goblin::elf::Elf::parse(&bytes) else {
-        return false;
-    };
-    e.section_headers
-        .iter()
-        .any(|s| e.shdr_strtab.get_at(s.sh_name) == Some(".go.buildinfo"))
 }
 pub(super) fn file_name(p: &str) -> &str {
     p.rsplit('/').next().unwrap_or(p)

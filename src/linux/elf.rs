@@ -100,9 +100,8 @@ pub(crate) enum ElfError {
     Parse { path: PathBuf, reason: String },
 }
 
-/// Inspect the ELF file at `path` (symlinks such as `/proc/PID/exe` are
-/// followed). Files larger than [`MAX_ELF_SIZE`] are refused.
-pub(crate) fn inspect_elf(path: &Path) -> Result<ElfFacts, ElfError> {
+/// The file at `path`, opened as a regular file of at most [`MAX_ELF_SIZE`], and its metadata.
+fn open_regular(path: &Path) -> Result<(std::fs::File, std::fs::Metadata), ElfError> {
     let io_err = |source| ElfError::Io {
         path: path.to_path_buf(),
         source,
@@ -134,14 +133,117 @@ pub(crate) fn inspect_elf(path: &Path) -> Result<ElfFacts, ElfError> {
     if meta.len() > MAX_ELF_SIZE {
         return Err(too_large(meta.len()));
     }
-    // Map rather than read: executables with debug info run to hundreds of MB, and the
-    // parser touches only the headers and symbol tables. A running executable cannot be
-    // written to (ETXTBSY), so the mapping stays valid while we parse.
-    // SAFETY: read-only private mapping; see above for why the file does not change under it.
-    let bytes = unsafe { memmap2::Mmap::map(&file) }.map_err(io_err)?;
+    Ok((file, meta))
+}
+
+/// Inspect the ELF file at `path` (symlinks such as `/proc/PID/exe` are
+/// followed). Files larger than [`MAX_ELF_SIZE`] are refused.
+pub(crate) fn inspect_elf(path: &Path) -> Result<ElfFacts, ElfError> {
+    let (file, meta) = open_regular(path)?;
+    let bytes = read_sparse(&file, meta.len(), path)?;
     let mut facts = inspect(&bytes, path)?;
     facts.setuid_or_setgid = meta.permissions().mode() & 0o6000 != 0;
     Ok(facts)
+}
+
+/// Whether the executable at `path` is a Go program (it carries a `.go.buildinfo` section);
+/// read as [`inspect_elf`] reads, never mapped.
+pub(crate) fn is_go_program(path: &Path) -> bool {
+    let Ok((file, meta)) = open_regular(path) else {
+        return false;
+    };
+    let Ok(bytes) = read_sparse(&file, meta.len(), path) else {
+        return false;
+    };
+    let Ok(e) = Elf::parse(&bytes) else {
+        return false;
+    };
+    e.section_headers
+        .iter()
+        .any(|s| e.shdr_strtab.get_at(s.sh_name) == Some(".go.buildinfo"))
+}
+
+/// The parts of an ELF file the parser reads, at their offsets in a buffer of the file's
+/// length whose other bytes stay zero (untouched zero pages cost no memory): the headers,
+/// every section but code, data and debug information (`SHT_PROGBITS`) and those that take
+/// no room in the file, and the interpreter's and the dynamic segment's bytes; a file
+/// without section headers has its loaded segments read whole.
+///
+/// Read, never mapped: the file may belong to another user (a library a watched process
+/// maps, an executable's path in our mount namespace), who could truncate it while a
+/// mapping is read — the kernel then kills the reader with SIGBUS, the exporter among them.
+/// A file that shrinks while it is read is an error here.
+fn read_sparse(file: &std::fs::File, len: u64, path: &Path) -> Result<Vec<u8>, ElfError> {
+    use goblin::container::{Container, Ctx};
+    use goblin::elf::program_header::{ProgramHeader, PT_DYNAMIC, PT_INTERP, PT_LOAD};
+    use goblin::elf::section_header::{SectionHeader, SHT_NOBITS, SHT_PROGBITS};
+    use std::os::unix::fs::FileExt;
+
+    let parse_err = |reason: String| ElfError::Parse {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let len = usize::try_from(len).map_err(|_| parse_err("larger than memory".into()))?;
+    let mut buf = vec![0u8; len];
+    let fill = |buf: &mut [u8], offset: u64, size: u64| -> Result<(), ElfError> {
+        let start = usize::try_from(offset).unwrap_or(usize::MAX).min(len);
+        let end = start
+            .saturating_add(usize::try_from(size).unwrap_or(usize::MAX))
+            .min(len);
+        if start < end {
+            file.read_exact_at(&mut buf[start..end], start as u64)
+                .map_err(|e| ElfError::Io {
+                    path: path.to_path_buf(),
+                    source: std::io::Error::new(
+                        e.kind(),
+                        format!("the file changed while it was read ({e})"),
+                    ),
+                })?;
+        }
+        Ok(())
+    };
+    fill(&mut buf, 0, 64)?;
+    if !buf.starts_with(b"\x7fELF") {
+        return Ok(buf);
+    }
+    let header = Elf::parse_header(&buf).map_err(|e| parse_err(e.to_string()))?;
+    let container =
+        if header.e_ident[goblin::elf::header::EI_CLASS] == goblin::elf::header::ELFCLASS64 {
+            Container::Big
+        } else {
+            Container::Little
+        };
+    let endian = header.endianness().map_err(|e| parse_err(e.to_string()))?;
+    let ctx = Ctx::new(container, endian);
+    let ph_size = u64::from(header.e_phnum) * u64::from(header.e_phentsize);
+    let sh_size = u64::from(header.e_shnum) * u64::from(header.e_shentsize);
+    fill(&mut buf, header.e_phoff, ph_size)?;
+    fill(&mut buf, header.e_shoff, sh_size)?;
+    let programs =
+        ProgramHeader::parse(&buf, header.e_phoff as usize, header.e_phnum as usize, ctx)
+            .map_err(|e| parse_err(e.to_string()))?;
+    let sections =
+        SectionHeader::parse(&buf, header.e_shoff as usize, header.e_shnum as usize, ctx)
+            .unwrap_or_default();
+    let mut ranges: Vec<(u64, u64)> = programs
+        .iter()
+        .filter(|p| {
+            p.p_type == PT_INTERP
+                || p.p_type == PT_DYNAMIC
+                || (sections.is_empty() && p.p_type == PT_LOAD)
+        })
+        .map(|p| (p.p_offset, p.p_filesz))
+        .collect();
+    ranges.extend(
+        sections
+            .iter()
+            .filter(|s| s.sh_type != SHT_PROGBITS && s.sh_type != SHT_NOBITS)
+            .map(|s| (s.sh_offset, s.sh_size)),
+    );
+    for (offset, size) in ranges {
+        fill(&mut buf, offset, size)?;
+    }
+    Ok(buf)
 }
 
 /// Inspect an ELF image held in memory. `setuid_or_setgid` is `false`.
@@ -258,6 +360,71 @@ fn allocator_signature(name: &str) -> Option<BundledAllocator> {
 mod tests {
     use super::*;
     use std::path::PathBuf;
+
+    /// The facts from the parts read equal the facts from the whole file, for every
+    /// executable and shared library of this machine's system directories (up to 400 files
+    /// under 64 MiB): reading only headers, tables and symbols loses nothing the parser uses.
+    #[test]
+    fn reading_the_parts_gives_the_facts_of_the_whole_file() {
+        let mut files = Vec::new();
+        for dir in ["/usr/bin", "/usr/lib/x86_64-linux-gnu", "/usr/sbin"] {
+            let Ok(rd) = std::fs::read_dir(dir) else {
+                continue;
+            };
+            let mut names: Vec<PathBuf> = rd.flatten().map(|e| e.path()).collect();
+            names.sort();
+            files.extend(names.into_iter().filter(|p| {
+                std::fs::symlink_metadata(p)
+                    .is_ok_and(|m| m.is_file() && m.len() < 64 << 20 && m.len() > 64)
+            }));
+        }
+        let mut compared = 0;
+        for p in files {
+            let Ok(whole) = std::fs::read(&p) else {
+                continue;
+            };
+            if !whole.starts_with(b"\x7fELF") {
+                continue;
+            }
+            let from_whole = inspect(&whole, &p).map_err(|e| e.to_string());
+            let from_parts = inspect_elf(&p)
+                .map(|mut f| {
+                    f.setuid_or_setgid = false;
+                    f
+                })
+                .map_err(|e| e.to_string());
+            assert_eq!(from_parts, from_whole, "{}", p.display());
+            compared += 1;
+            if compared == 400 {
+                break;
+            }
+        }
+        assert!(compared >= 50, "only {compared} ELF files compared");
+    }
+
+    /// A file cut short while it is read is an error, not a SIGBUS: memtrial reads another
+    /// user's file, which that user may truncate at any moment (a mapping of it would kill
+    /// the reader, the exporter among them).
+    #[test]
+    fn a_file_truncated_while_read_is_an_error_not_a_crash() {
+        let dir = tempfile::tempdir().unwrap();
+        let copy = dir.path().join("ls");
+        std::fs::copy("/bin/ls", &copy).unwrap();
+        let file = std::fs::File::open(&copy).unwrap();
+        let len = file.metadata().unwrap().len();
+        // The size was taken; the owner cuts the file before the parts are read.
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&copy)
+            .unwrap()
+            .set_len(4096)
+            .unwrap();
+        let err = read_sparse(&file, len, &copy).unwrap_err();
+        assert!(
+            err.to_string().contains("changed while it was read"),
+            "{err}"
+        );
+    }
     use std::process::Command;
     use std::sync::OnceLock;
 
@@ -348,6 +515,31 @@ mod tests {
         Linkage::Dynamic {
             interpreter: "/lib64/ld-linux-x86-64.so.2".into(),
         }
+    }
+
+    /// A program with a `.go.buildinfo` section is a Go program, read from its parts;
+    /// `ls` is not.
+    #[test]
+    fn a_go_buildinfo_section_marks_a_go_program() {
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("go.c");
+        std::fs::write(
+            &src,
+            "__attribute__((section(\".go.buildinfo\"), used)) static const char info[32] = \"\\xff Go buildinf:\";\nint main(void) { return 0; }\n",
+        )
+        .unwrap();
+        let exe = dir.path().join("go");
+        let built = Command::new("gcc")
+            .arg("-o")
+            .arg(&exe)
+            .arg(&src)
+            .status()
+            .is_ok_and(|s| s.success());
+        if !crate::testing::require("gcc", "scripts/setup.sh installs it", || built) {
+            return;
+        }
+        assert!(is_go_program(&exe));
+        assert!(!is_go_program(Path::new("/bin/ls")));
     }
 
     #[test]
