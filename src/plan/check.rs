@@ -8,17 +8,34 @@ impl Plan {
     /// once; the baseline one of them; each environment key a valid name, once, and no
     /// value with a NUL byte.
     pub fn check(&self) -> Result<(), PlanError> {
+        self.fault().map_or(Ok(()), |f| Err(f.error))
+    }
+
+    /// The first way the plan's variants and baseline break the rules, and where: the one
+    /// rule `run --plan`, `kube` and `import` hold plans to (import names the place as a
+    /// JSON pointer, the others by the error alone).
+    pub(crate) fn fault(&self) -> Option<PlanFault> {
+        let at = |variant: usize, field: &'static str, value: String, error: PlanError| {
+            Some(PlanFault {
+                variant: Some(variant),
+                field,
+                value,
+                error,
+            })
+        };
         let mut seen: Vec<&str> = Vec::new();
-        for v in &self.variants {
+        for (i, v) in self.variants.iter().enumerate() {
             if !valid_name(&v.name) {
-                return Err(PlanError::BadVariantName {
+                let error = PlanError::BadVariantName {
                     name: shown_name(&v.name),
-                });
+                };
+                return at(i, "name", shown_name(&v.name), error);
             }
             if seen.contains(&v.name.as_str()) {
-                return Err(PlanError::DuplicateVariant {
+                let error = PlanError::DuplicateVariant {
                     name: v.name.clone(),
-                });
+                };
+                return at(i, "name", format!("{:?}", v.name), error);
             }
             seen.push(&v.name);
             let mut keys: Vec<&str> = Vec::new();
@@ -29,32 +46,39 @@ impl Plan {
                     )
                 });
                 if let Some(reason) = reason {
-                    return Err(PlanError::BadEnvKey {
+                    let error = PlanError::BadEnvKey {
                         variant: v.name.clone(),
                         key: k.clone(),
                         reason,
-                    });
+                    };
+                    return at(i, "env", format!("{k:?}"), error);
                 }
                 if keys.contains(&k.as_str()) {
-                    return Err(PlanError::DuplicateEnvKey {
+                    let error = PlanError::DuplicateEnvKey {
                         variant: v.name.clone(),
                         key: k.clone(),
-                    });
+                    };
+                    return at(i, "env", format!("{k:?}"), error);
                 }
                 keys.push(k);
             }
         }
         if !seen.contains(&self.baseline.as_str()) {
-            return Err(PlanError::BaselineNotAVariant {
-                baseline: shown_name(&self.baseline),
-                variants: if seen.is_empty() {
-                    "it has none".into()
-                } else {
-                    seen.join(", ")
+            return Some(PlanFault {
+                variant: None,
+                field: "baseline",
+                value: format!("{:?}", self.baseline),
+                error: PlanError::BaselineNotAVariant {
+                    baseline: shown_name(&self.baseline),
+                    variants: if seen.is_empty() {
+                        "it has none".into()
+                    } else {
+                        seen.join(", ")
+                    },
                 },
             });
         }
-        Ok(())
+        None
     }
 }
 
@@ -97,4 +121,13 @@ pub(crate) fn env_key_problem(key: &str) -> Option<&'static str> {
     } else {
         None
     }
+}
+/// Where a plan breaks the rules ([`Plan::fault`]): the variant (by index; `None` for the
+/// plan's own `baseline`), the field, the value as shown, and the error.
+#[derive(Debug)]
+pub(crate) struct PlanFault {
+    pub(crate) variant: Option<usize>,
+    pub(crate) field: &'static str,
+    pub(crate) value: String,
+    pub(crate) error: PlanError,
 }

@@ -663,19 +663,25 @@ mod tests {
         baseline["experiment"]["plan"]["baseline"] = "nope".into();
         let text = refusal(&mut s, &baseline);
         assert!(
-            text.contains("/experiment/plan/baseline is \"nope\", not one of its variants"),
+            text.contains("/experiment/plan/baseline is \"nope\""),
             "{text}"
         );
+        assert!(text.contains("not one of the plan's variants"), "{text}");
         let mut dup = good.clone();
         let first = dup["experiment"]["plan"]["variants"][0]["name"].clone();
         dup["experiment"]["plan"]["variants"][1]["name"] = first;
         let text = refusal(&mut s, &dup);
         assert!(text.contains("/experiment/plan/variants/1/name"), "{text}");
-        assert!(text.contains("unique"), "{text}");
+        assert!(text.contains("used twice"), "{text}");
         let mut env = good.clone();
         env["experiment"]["plan"]["variants"][1]["env"] = serde_json::json!([["", "1"]]);
         let text = refusal(&mut s, &env);
         assert!(text.contains("/experiment/plan/variants/1/env"), "{text}");
+        // The name rule of `run --plan` and `kube` (issue 19's YAML injection) holds here too.
+        let mut name = good.clone();
+        name["experiment"]["plan"]["variants"][1]["name"] = "x\n---\nkind: Pod".into();
+        let text = refusal(&mut s, &name);
+        assert!(text.contains("/experiment/plan/variants/1/name"), "{text}");
         let mut runs = good.clone();
         runs["experiment"]["plan"]["runs"] = 4_000_000_000u64.into();
         let text = refusal(&mut s, &runs);

@@ -176,29 +176,14 @@ pub(super) fn check_plan(plan: &Plan, has_plan: bool) -> Result<(), Refusal> {
     } else {
         "/experiment"
     };
-    if plan.variant(&plan.baseline).is_none() {
-        return Err((
-            format!("{}/baseline", if has_plan { at } else { "" }),
-            format!("{:?}", plan.baseline),
-            "not one of its variants".into(),
-        ));
-    }
-    for (i, v) in plan.variants.iter().enumerate() {
+    // The rule every plan is held to (`Plan::fault`), named by its place in the record.
+    if let Some(f) = plan.fault() {
         let vat = if has_plan { "/experiment/plan" } else { "" };
-        if plan.variants[..i].iter().any(|w| w.name == v.name) {
-            return Err((
-                format!("{vat}/variants/{i}/name"),
-                format!("{:?}", v.name),
-                "the name of an earlier variant too (variant names are unique)".into(),
-            ));
-        }
-        if v.env.iter().any(|(k, _)| k.is_empty() || k.contains('=')) {
-            return Err((
-                format!("{vat}/variants/{i}/env"),
-                "a key that is empty or holds '='".into(),
-                "not an environment variable's name".into(),
-            ));
-        }
+        let pointer = match f.variant {
+            Some(i) => format!("{vat}/variants/{i}/{}", f.field),
+            None => format!("{vat}/{}", f.field),
+        };
+        return Err((pointer, f.value, f.error.to_string()));
     }
     let runs_at = if has_plan { "runs" } else { "runs_per_variant" };
     if !(RUNS.0..=RUNS.1).contains(&plan.runs) {
