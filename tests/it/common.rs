@@ -71,6 +71,27 @@ pub fn memtrial_in_tmp(args: &[&str]) -> Run {
     Run { out, dir }
 }
 
+/// `memtrial run --runs RUNS --variants VARIANTS MORE… -- COMMAND…` in a fresh directory:
+/// the form most tests run, written once.
+pub fn run_with(runs: u32, variants: &str, more: &[&str], command: &[&str]) -> Run {
+    let runs = runs.to_string();
+    let mut args = vec!["run", "--runs", &runs, "--variants", variants];
+    args.extend_from_slice(more);
+    args.push("--");
+    args.extend_from_slice(command);
+    memtrial_in_tmp(&args)
+}
+
+/// [`run_with`] that also writes the JSON record to `out.json` (read back by [`Run::json`]).
+pub fn run_json(runs: u32, variants: &str, more: &[&str], command: &[&str]) -> Run {
+    run_with(
+        runs,
+        variants,
+        &[&["--json", "out.json"], more].concat(),
+        command,
+    )
+}
+
 /// The JSON Schema `docs/schema/NAME`.
 pub fn schema(name: &str) -> Value {
     let schema_path = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -130,6 +151,21 @@ pub fn variant<'a>(doc: &'a Value, name: &str) -> &'a Value {
         .iter()
         .find(|v| v["name"] == name)
         .unwrap_or_else(|| panic!("variant {name} missing"))
+}
+
+/// A variant's runs as the record's own types, read as `memtrial import` reads them
+/// (`record::wire`): a renamed or retyped field breaks the build, not a string lookup.
+pub fn typed_runs(doc: &Value, name: &str) -> Vec<memtrial::record::RunRecord> {
+    variant(doc, name)["runs"]
+        .as_array()
+        .expect("runs")
+        .iter()
+        .map(|v| {
+            let r: memtrial::record::wire::RunIn = serde_json::from_value(v.clone())
+                .unwrap_or_else(|e| panic!("a run of {name} as the record's type: {e}\n{v}"));
+            memtrial::record::wire::record_of(name, r).unwrap_or_else(|e| panic!("{e}"))
+        })
+        .collect()
 }
 
 pub fn first_run<'a>(doc: &'a Value, name: &str) -> &'a Value {

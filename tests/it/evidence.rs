@@ -6,6 +6,7 @@ use std::path::Path;
 use serde_json::Value;
 
 use crate::common::*;
+use memtrial::record::RunRecord;
 
 fn f64_of(v: &Value) -> Option<f64> {
     v.as_f64()
@@ -30,22 +31,12 @@ fn a_one_second_eight_thread_job_shows_no_allocator_figure_beyond_its_samples() 
         return;
     }
     let burst = fixture("burst").display().to_string();
-    let r = memtrial_in_tmp(&[
-        "run",
-        "--runs",
-        "3",
-        "--variants",
+    let r = run_json(
+        3,
         "glibc,arena1",
-        "--json",
-        "out.json",
-        "--markdown",
-        "out.md",
-        "--",
-        &burst,
-        "8",
-        "128",
-        "600",
-    ]);
+        &["--markdown", "out.md"],
+        &[&burst, "8", "128", "600"],
+    );
     assert_eq!(r.code(), 0, "{}", r.explain());
     let doc = r.json();
     let table = r.stdout();
@@ -216,19 +207,7 @@ fn a_growing_three_second_batch_has_no_leak_verdict_anywhere_in_its_json() {
         return;
     }
     let code = "import time\nl = []\nend = time.monotonic() + 3\nwhile time.monotonic() < end:\n    l.append(b'x' * 1_500_000); time.sleep(0.05)\n";
-    let r = memtrial_in_tmp(&[
-        "run",
-        "--runs",
-        "2",
-        "--variants",
-        "glibc,arena2",
-        "--json",
-        "out.json",
-        "--",
-        "python3",
-        "-c",
-        code,
-    ]);
+    let r = run_json(2, "glibc,arena2", &[], &["python3", "-c", code]);
     assert_eq!(r.code(), 0, "{}", r.explain());
     let doc = r.json();
     let text = std::fs::read_to_string(r.dir.path().join("out.json")).unwrap();
@@ -273,16 +252,7 @@ fn inspect_json_prints_only_json() {
 /// The runs' log files are numbered as the progress counts them: `[  1/2]` is `001-…`.
 #[test]
 fn log_files_are_numbered_as_the_progress_counts_them() {
-    let r = memtrial_in_tmp(&[
-        "run",
-        "--runs",
-        "2",
-        "--variants",
-        "glibc",
-        "--no-probes",
-        "--",
-        "true",
-    ]);
+    let r = run_with(2, "glibc", &["--no-probes"], &["true"]);
     assert_eq!(r.code(), 0, "{}", r.stderr());
     let progress = r.stderr();
     assert!(progress.contains("[  1/2]"), "{progress}");
@@ -316,17 +286,7 @@ fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
 /// cannot stand for the run. The table says why and what would give it.
 #[test]
 fn a_run_of_milliseconds_shows_its_peak_but_no_mean() {
-    let r = memtrial_in_tmp(&[
-        "run",
-        "--runs",
-        "3",
-        "--variants",
-        "glibc,arena1",
-        "--json",
-        "out.json",
-        "--",
-        "true",
-    ]);
+    let r = run_json(3, "glibc,arena1", &[], &["true"]);
     assert_eq!(r.code(), 0, "{}", r.explain());
     let doc = r.json();
     for name in ["glibc", "arena1"] {
@@ -351,31 +311,29 @@ fn a_run_of_milliseconds_shows_its_peak_but_no_mean() {
 }
 
 /// The reason the allocator probe was absent from a run, if it was.
-fn allocator_absence(run: &Value) -> String {
-    run["inside"]["absent"]
-        .as_array()
-        .and_then(|a| a.iter().find(|x| x["probe"] == "allocator"))
-        .and_then(|x| x["reason"].as_str())
-        .unwrap_or("")
-        .to_string()
+fn allocator_absence(run: &RunRecord) -> &str {
+    run.inside
+        .absent
+        .iter()
+        .find(|a| a.probe == "allocator")
+        .map_or("", |a| a.reason.as_str())
 }
 
 /// Holds every run after the first to the rule, whatever the machine's load made of the
 /// runs' lengths: a run goes without the allocator probe exactly when the variant's
 /// previous run (in the order of the schedule: one run of it per block) ended before the probe's first sample
 /// (10 ms) with no allocator figures. Returns how many runs went without it.
-fn check_left_out_rule(runs: &[Value]) -> usize {
-    let mut runs: Vec<&Value> = runs.iter().collect();
-    runs.sort_by_key(|r| r["block"].as_u64());
+fn check_left_out_rule(runs: &[RunRecord]) -> usize {
+    let mut runs: Vec<&RunRecord> = runs.iter().collect();
+    runs.sort_by_key(|r| r.block);
     let mut left_out = 0;
     for w in runs.windows(2) {
         let (before, run) = (w[0], w[1]);
-        let short = before["wall_seconds"].as_f64().unwrap() < 0.010
-            && before["inside"]["allocator"].is_null();
+        let short = before.wall_seconds < 0.010 && before.inside.allocator.is_none();
         let out = allocator_absence(run).starts_with("left out of this run: ");
-        assert_eq!(out, short, "after {before}\nthis run: {run}");
+        assert_eq!(out, short, "after {before:?}\nthis run: {run:?}");
         if out {
-            assert!(run["inside"]["allocator"].is_null(), "{run}");
+            assert!(run.inside.allocator.is_none(), "{run:?}");
             left_out += 1;
         }
     }
@@ -391,7 +349,7 @@ fn check_left_out_rule(runs: &[Value]) -> usize {
 #[test]
 #[ignore = "measures: needs runs of /bin/true under 10 ms; runs alone in the second pass of scripts/test.sh"]
 fn true_peaks_the_same_with_the_default_probe_as_without() {
-    let peaks = |extra: &[&str]| -> (Vec<f64>, Value) {
+    let peaks = |extra: &[&str]| -> Vec<RunRecord> {
         let mut args = vec![
             "run",
             "--runs",
@@ -405,54 +363,39 @@ fn true_peaks_the_same_with_the_default_probe_as_without() {
         args.extend_from_slice(&["--", "/bin/true"]);
         let r = memtrial_in_tmp(&args);
         assert_eq!(r.code(), 0, "{}", r.explain());
-        let doc = r.json();
-        let v = variant(&doc, "glibc").clone();
-        let each = v["runs"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|run| run["peak_rss_bytes"].as_f64().expect("a peak"))
-            .collect();
-        (each, v)
+        typed_runs(&r.json(), "glibc")
     };
-    let median = |mut xs: Vec<f64>| {
-        xs.sort_by(f64::total_cmp);
-        xs[xs.len() / 2]
+    let median = |runs: &[RunRecord]| {
+        let mut xs: Vec<u64> = runs.iter().map(|r| r.peak_rss_bytes).collect();
+        xs.sort_unstable();
+        xs[xs.len() / 2] as f64
     };
-    let (mut probed, mut bare, mut last) = (Vec::new(), Vec::new(), Value::Null);
+    let (mut probed, mut bare) = (Vec::new(), Vec::new());
+    let mut left_out = 0;
     for _ in 0..2 {
-        let (p, v) = peaks(&[]);
+        let p = peaks(&[]);
+        left_out = check_left_out_rule(&p);
         probed.extend(p);
-        check_left_out_rule(v["runs"].as_array().unwrap());
-        last = v;
-        bare.extend(peaks(&["--no-probes"]).0);
+        bare.extend(peaks(&["--no-probes"]));
     }
-    let (probed, bare) = (median(probed), median(bare));
+    let (probed, bare) = (median(&probed), median(&bare));
     assert!(
         (probed - bare).abs() <= 0.05 * bare,
         "median peak {probed} with the default probe, {bare} without"
     );
-    let runs = last["runs"].as_array().unwrap();
-    assert!(check_left_out_rule(runs) >= 25, "{last}");
+    assert!(
+        left_out >= 25,
+        "the probe was left out of {left_out} of 30 runs"
+    );
 }
 
 /// The rule under any load: each run is held to it, whatever its length came to.
 #[test]
 fn a_short_run_leaves_the_allocator_probe_out_of_the_next_one() {
-    let r = memtrial_in_tmp(&[
-        "run",
-        "--runs",
-        "4",
-        "--variants",
-        "glibc",
-        "--json",
-        "out.json",
-        "--",
-        "/bin/true",
-    ]);
+    let r = run_json(4, "glibc", &[], &["/bin/true"]);
     assert_eq!(r.code(), 0, "{}", r.explain());
     let doc = r.json();
-    check_left_out_rule(variant(&doc, "glibc")["runs"].as_array().unwrap());
+    check_left_out_rule(&typed_runs(&doc, "glibc"));
 }
 
 #[test]
@@ -465,36 +408,26 @@ fn a_run_long_enough_for_a_sample_brings_the_allocator_probe_back() {
         "if [ -e {f} ]; then sleep 0.3; fi; touch {f}",
         f = flag.display()
     );
-    let r = memtrial_in_tmp(&[
-        "run",
-        "--runs",
-        "3",
-        "--variants",
-        "glibc",
-        "--json",
-        "out.json",
-        "--",
-        "sh",
-        "-c",
-        &cmd,
-    ]);
+    let r = run_json(3, "glibc", &[], &["sh", "-c", &cmd]);
     assert_eq!(r.code(), 0, "{}", r.explain());
     let doc = r.json();
-    let mut runs = variant(&doc, "glibc")["runs"].as_array().unwrap().clone();
-    runs.sort_by_key(|r| r["block"].as_u64());
+    let mut runs = typed_runs(&doc, "glibc");
+    runs.sort_by_key(|r| r.block);
     // The first run was short: the second goes without the probe; it lasted 300 ms, so
     // the third has it again, with samples.
     assert_eq!(check_left_out_rule(&runs), 1, "{runs:?}");
     assert!(
         allocator_absence(&runs[1]).starts_with("left out"),
-        "{}",
+        "{:?}",
         runs[1]
     );
     assert!(
-        runs[2]["inside"]["allocator"]["series"]
-            .as_array()
-            .is_some_and(|s| !s.is_empty()),
-        "{}",
+        runs[2]
+            .inside
+            .allocator
+            .as_ref()
+            .is_some_and(|a| !a.series.is_empty()),
+        "{:?}",
         runs[2]
     );
 }

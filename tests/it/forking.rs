@@ -34,20 +34,7 @@ fn shared_copy_on_write_pages_count_once_in_pss() {
         return;
     }
     let cow = fixture("cow");
-    let r = memtrial_in_tmp(&[
-        "run",
-        "--runs",
-        "1",
-        "--variants",
-        "glibc",
-        "--json",
-        "out.json",
-        "--",
-        cow.to_str().unwrap(),
-        "64",
-        "3",
-        "5",
-    ]);
+    let r = run_json(1, "glibc", &[], &[cow.to_str().unwrap(), "64", "3", "5"]);
     assert_eq!(r.code(), 0, "{}", r.explain());
     let doc = r.json();
     let run = first_run(&doc, "glibc");
@@ -105,34 +92,32 @@ fn puma_cluster_mode_every_worker_verified_pss_below_rss() {
         return;
     }
     let app = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/servers/forking.ru");
-    let r = memtrial_in_tmp(&[
-        "run",
-        "--runs",
-        "1",
-        "--variants",
+    let r = run_json(
+        1,
         "glibc,jemalloc",
-        "--json",
-        "out.json",
-        "--url",
-        "http://127.0.0.1:{port}/",
-        "--duration",
-        "2s",
-        "--cooldown",
-        "500ms",
-        "--connections",
-        "4",
-        "--ready-timeout",
-        "30s",
-        "--",
-        "puma",
-        "-w",
-        "2",
-        "-t",
-        "2:2",
-        "-b",
-        "tcp://127.0.0.1:{port}",
-        app.to_str().unwrap(),
-    ]);
+        &[
+            "--url",
+            "http://127.0.0.1:{port}/",
+            "--duration",
+            "2s",
+            "--cooldown",
+            "500ms",
+            "--connections",
+            "4",
+            "--ready-timeout",
+            "30s",
+        ],
+        &[
+            "puma",
+            "-w",
+            "2",
+            "-t",
+            "2:2",
+            "-b",
+            "tcp://127.0.0.1:{port}",
+            app.to_str().unwrap(),
+        ],
+    );
     assert_eq!(r.code(), 0, "{}", r.explain());
     let doc = r.json();
     let mut pss_everywhere = true;

@@ -220,34 +220,29 @@ fn a_server_that_keeps_memory_per_request_is_a_leak() {
         return;
     }
     let script = server_py();
-    let r = memtrial_in_tmp(&[
-        "run",
-        "--runs",
-        "1",
-        "--variants",
+    let r = run_with(
+        1,
         "glibc",
-        "--probe-interval",
-        "500ms",
-        "--json",
-        "out.json",
-        "--url",
-        "http://127.0.0.1:{port}/hello",
-        "--duration",
-        "130s",
-        "--cooldown",
-        "200ms",
-        "--connections",
-        "2",
-        "--rate",
-        "50",
-        "--ready-timeout",
-        "20s",
-        "--",
-        "python3",
-        &script,
-        "{port}",
-        "leak",
-    ]);
+        &[
+            "--probe-interval",
+            "500ms",
+            "--json",
+            "out.json",
+            "--url",
+            "http://127.0.0.1:{port}/hello",
+            "--duration",
+            "130s",
+            "--cooldown",
+            "200ms",
+            "--connections",
+            "2",
+            "--rate",
+            "50",
+            "--ready-timeout",
+            "20s",
+        ],
+        &["python3", &script, "{port}", "leak"],
+    );
     assert_eq!(r.code(), 0, "{}", r.explain());
     let doc = r.json();
     let why = &variant(&doc, "glibc")["summary"]["why"];
@@ -267,20 +262,12 @@ fn no_probes_means_the_kernels_counters_only() {
         return;
     }
     let live = fixture("live").display().to_string();
-    let r = memtrial_in_tmp(&[
-        "run",
-        "--runs",
-        "1",
-        "--variants",
+    let r = run_with(
+        1,
         "glibc",
-        "--no-probes",
-        "--json",
-        "out.json",
-        "--",
-        &live,
-        "4",
-        "1",
-    ]);
+        &["--no-probes", "--json", "out.json"],
+        &[&live, "4", "1"],
+    );
     assert_eq!(r.code(), 0, "{}", r.explain());
     let doc = r.json();
     assert_eq!(doc["experiment"]["probes"]["kinds"], serde_json::json!([]));
@@ -300,18 +287,7 @@ fn a_static_program_has_no_probe_data_and_the_report_says_why() {
         return;
     }
     let prog = fixture("alloc_loop_static").display().to_string();
-    let r = memtrial_in_tmp(&[
-        "run",
-        "--runs",
-        "1",
-        "--variants",
-        "glibc",
-        "--json",
-        "out.json",
-        "--",
-        &prog,
-        "300",
-    ]);
+    let r = run_json(1, "glibc", &[], &[&prog, "300"]);
     assert_eq!(r.code(), 0, "{}", r.explain());
     let doc = r.json();
     let absent = &first_run(&doc, "glibc")["inside"]["absent"][0];

@@ -3,7 +3,7 @@
 
 use std::process::Command;
 
-use crate::common::{is_root, memtrial, memtrial_in_tmp, require};
+use crate::common::{is_root, memtrial, memtrial_in_tmp, require, run_with};
 
 #[test]
 fn list_shows_control_characters_escaped() {
@@ -124,18 +124,7 @@ fn preload_that_is_not_elf_quotes_the_loader_not_setuid() {
     let fake = dir.path().join("libnot-elf.so");
     std::fs::write(&fake, "this is text, not a shared object\n".repeat(8)).unwrap();
     let variant = format!("x=preload:{}", fake.display());
-    let r = memtrial_in_tmp(&[
-        "run",
-        "--runs",
-        "1",
-        "--variants",
-        "glibc",
-        "--variant",
-        &variant,
-        "--",
-        "/bin/sleep",
-        "0.5",
-    ]);
+    let r = run_with(1, "glibc", &["--variant", &variant], &["/bin/sleep", "0.5"]);
     let all = format!("{}{}", r.stdout(), r.stderr());
     assert_eq!(r.code(), 1, "{all}");
     assert!(

@@ -26,18 +26,7 @@ fn s(p: &std::path::Path) -> String {
 #[test]
 fn a_program_linked_with_jemalloc_shows_jemalloc_linked() {
     let Some(linked) = linked_build() else { return };
-    let r = memtrial_in_tmp(&[
-        "run",
-        "--runs",
-        "1",
-        "--variants",
-        "glibc",
-        "--json",
-        "out.json",
-        "--",
-        &s(&linked),
-        "200",
-    ]);
+    let r = run_json(1, "glibc", &[], &[&s(&linked), "200"]);
     assert_eq!(r.code(), 0, "{}", r.explain());
     let doc = r.json();
     let run = first_run(&doc, "glibc");
@@ -214,20 +203,12 @@ fn bad_program_variants_exit_2_naming_the_variant() {
 #[test]
 fn preloading_jemalloc_into_a_program_linked_with_it_is_flagged() {
     let Some(linked) = linked_build() else { return };
-    let r = memtrial_in_tmp(&[
-        "run",
-        "--runs",
-        "1",
-        "--variants",
+    let r = run_with(
+        1,
         "jemalloc",
-        "--baseline",
-        "jemalloc",
-        "--json",
-        "out.json",
-        "--",
-        &s(&linked),
-        "200",
-    ]);
+        &["--baseline", "jemalloc", "--json", "out.json"],
+        &[&s(&linked), "200"],
+    );
     assert_eq!(r.code(), 0, "{}", r.explain());
     // A plan note before the runs...
     assert!(

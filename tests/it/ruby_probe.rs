@@ -154,18 +154,7 @@ fn ruby_probe_follows_a_forked_child() {
 
 #[test]
 fn ruby_probe_on_a_program_that_is_not_ruby_says_why() {
-    let run = memtrial_in_tmp(&[
-        "run",
-        "--runs",
-        "1",
-        "--variants",
-        "glibc",
-        "--probe",
-        "ruby",
-        "--",
-        "sleep",
-        "0.3",
-    ]);
+    let run = run_with(1, "glibc", &["--probe", "ruby"], &["sleep", "0.3"]);
     assert_eq!(run.code(), 0, "{}", run.explain());
     let runs = runs(&run);
     let r = run_of(&runs, "glibc");

@@ -89,18 +89,7 @@ fn static_program_under_jemalloc_is_not_effective() {
         return;
     }
     let prog = fixture("alloc_loop_static");
-    let r = memtrial_in_tmp(&[
-        "run",
-        "--runs",
-        "1",
-        "--variants",
-        "glibc,jemalloc",
-        "--json",
-        "out.json",
-        "--",
-        prog.to_str().unwrap(),
-        "400",
-    ]);
+    let r = run_json(1, "glibc,jemalloc", &[], &[prog.to_str().unwrap(), "400"]);
     assert_eq!(
         r.code(),
         1,
@@ -132,18 +121,7 @@ fn program_defining_malloc_ignores_the_preload() {
         return;
     }
     let prog = fixture("own_malloc");
-    let r = memtrial_in_tmp(&[
-        "run",
-        "--runs",
-        "1",
-        "--variants",
-        "glibc,jemalloc",
-        "--json",
-        "out.json",
-        "--",
-        prog.to_str().unwrap(),
-        "400",
-    ]);
+    let r = run_json(1, "glibc,jemalloc", &[], &[prog.to_str().unwrap(), "400"]);
     assert_eq!(r.code(), 1, "{}", r.stderr());
     let doc = r.json();
     let je = first_run(&doc, "jemalloc");
@@ -167,22 +145,12 @@ fn environment_reset_by_the_program_is_not_effective() {
         return;
     }
     let prog = fixture("alloc_loop_dyn");
-    let r = memtrial_in_tmp(&[
-        "run",
-        "--runs",
-        "1",
-        "--variants",
+    let r = run_with(
+        1,
         "arena2",
-        "--baseline",
-        "arena2",
-        "--json",
-        "out.json",
-        "--",
-        "env",
-        "-i",
-        prog.to_str().unwrap(),
-        "400",
-    ]);
+        &["--baseline", "arena2", "--json", "out.json"],
+        &["env", "-i", prog.to_str().unwrap(), "400"],
+    );
     assert_eq!(r.code(), 1, "{}", r.stderr());
     let run = first_run(&r.json(), "arena2").clone();
     assert_eq!(run["status"], "variant_not_effective", "{run}");
@@ -253,20 +221,17 @@ fn a_process_tree_is_summed() {
     if !need_python3() {
         return;
     }
-    let r = memtrial_in_tmp(&[
-        "run",
-        "--runs",
-        "1",
-        "--variants",
+    let r = run_json(
+        1,
         "glibc",
-        "--json",
-        "out.json",
-        "--",
-        "sh",
-        "-c",
-        "python3 -c 'import time; x=bytearray(30_000_000); time.sleep(0.8)' & \
+        &[],
+        &[
+            "sh",
+            "-c",
+            "python3 -c 'import time; x=bytearray(30_000_000); time.sleep(0.8)' & \
          python3 -c 'import time; x=bytearray(30_000_000); time.sleep(0.8)'; wait",
-    ]);
+        ],
+    );
     assert_eq!(r.code(), 0, "{}", r.stderr());
     let doc = r.json();
     let run = first_run(&doc, "glibc");
@@ -288,19 +253,12 @@ fn a_process_tree_is_summed() {
 
 #[test]
 fn failed_command_is_recorded_and_its_stderr_shown() {
-    let r = memtrial_in_tmp(&[
-        "run",
-        "--runs",
-        "2",
-        "--variants",
+    let r = run_json(
+        2,
         "glibc",
-        "--json",
-        "out.json",
-        "--",
-        "sh",
-        "-c",
-        "echo boom-from-the-workload >&2; exit 3",
-    ]);
+        &[],
+        &["sh", "-c", "echo boom-from-the-workload >&2; exit 3"],
+    );
     assert_eq!(r.code(), 1);
     assert!(
         r.stderr().contains("boom-from-the-workload"),
@@ -319,21 +277,12 @@ fn failed_command_is_recorded_and_its_stderr_shown() {
 #[test]
 fn timeout_stops_the_whole_tree() {
     let start = Instant::now();
-    let r = memtrial_in_tmp(&[
-        "run",
-        "--runs",
-        "1",
-        "--variants",
+    let r = run_with(
+        1,
         "glibc",
-        "--timeout",
-        "1s",
-        "--json",
-        "out.json",
-        "--",
-        "sh",
-        "-c",
-        "sleep 41.25 & sleep 41.25; wait",
-    ]);
+        &["--timeout", "1s", "--json", "out.json"],
+        &["sh", "-c", "sleep 41.25 & sleep 41.25; wait"],
+    );
     assert_eq!(r.code(), 1, "{}", r.stderr());
     assert!(start.elapsed() < Duration::from_secs(15));
     let run = first_run(&r.json(), "glibc").clone();
@@ -345,19 +294,16 @@ fn timeout_stops_the_whole_tree() {
 fn a_daemon_ignoring_sigterm_is_not_left_behind() {
     // The workload double-forks a child that leaves the process group and ignores SIGTERM,
     // then exits at once.
-    let r = memtrial_in_tmp(&[
-        "run",
-        "--runs",
-        "1",
-        "--variants",
+    let r = run_json(
+        1,
         "glibc",
-        "--json",
-        "out.json",
-        "--",
-        "sh",
-        "-c",
-        "(trap '' TERM; exec setsid sleep 42.75) & sleep 0.3; exit 0",
-    ]);
+        &[],
+        &[
+            "sh",
+            "-c",
+            "(trap '' TERM; exec setsid sleep 42.75) & sleep 0.3; exit 0",
+        ],
+    );
     assert_eq!(r.code(), 0, "{}", r.stderr());
     assert!(
         no_process_matching("sleep 42.75"),
@@ -410,15 +356,7 @@ fn plan_file_with_custom_variant() {
 
 #[test]
 fn list_and_report_read_the_store_again() {
-    let r = memtrial_in_tmp(&[
-        "run",
-        "--runs",
-        "1",
-        "--variants",
-        "glibc,arena2",
-        "--",
-        "true",
-    ]);
+    let r = run_with(1, "glibc,arena2", &[], &["true"]);
     assert_eq!(r.code(), 0, "{}", r.stderr());
     let run_in = |args: &[&str]| {
         Command::new(memtrial())
@@ -637,19 +575,7 @@ fn a_batch_gets_no_trend_verdict_only_its_state_at_the_peak() {
         "import time\nx = bytearray(100_000_000)\ntime.sleep(3)\n",
     ];
     for code in cases {
-        let r = memtrial_in_tmp(&[
-            "run",
-            "--runs",
-            "1",
-            "--variants",
-            "glibc",
-            "--json",
-            "out.json",
-            "--",
-            "python3",
-            "-c",
-            code,
-        ]);
+        let r = run_json(1, "glibc", &[], &["python3", "-c", code]);
         assert_eq!(r.code(), 0, "{}", r.stderr());
         let doc = r.json();
         let trend = &variant(&doc, "glibc")["summary"]["trend"];

@@ -112,19 +112,7 @@ fn jemalloc_live_bytes_leave_out_its_thread_caches() {
         return;
     }
     let job = fixture("bounded").display().to_string();
-    let r = memtrial_in_tmp(&[
-        "run",
-        "--runs",
-        "1",
-        "--variants",
-        "glibc,jemalloc",
-        "--json",
-        "out.json",
-        "--",
-        &job,
-        "20",
-        "3",
-    ]);
+    let r = run_json(1, "glibc,jemalloc", &[], &[&job, "20", "3"]);
     assert_eq!(r.code(), 0, "{}", r.explain());
     let doc = r.json();
     let glibc = live_after(&doc, "glibc", 0.5);
@@ -158,18 +146,7 @@ fn the_probe_never_writes_into_a_file_of_the_program() {
         return;
     }
     let prog = fixture("closes_fds").display().to_string();
-    let r = memtrial_in_tmp(&[
-        "run",
-        "--runs",
-        "1",
-        "--variants",
-        "glibc",
-        "--json",
-        "out.json",
-        "--",
-        &prog,
-        "own.txt",
-    ]);
+    let r = run_json(1, "glibc", &[], &[&prog, "own.txt"]);
     assert_eq!(r.code(), 0, "{}", r.explain());
     let own = std::fs::read_to_string(r.dir.path().join("own.txt")).unwrap_or_default();
     assert_eq!(own, "mine\n", "the program's file got foreign lines");

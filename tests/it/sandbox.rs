@@ -50,21 +50,12 @@ fn over_the_memory_limit_is_oom_killed() {
         return;
     }
     let Some(h) = cgroups() else { return };
-    let r = memtrial_in_tmp(&[
-        "run",
-        "--runs",
-        "2",
-        "--variants",
+    let r = run_with(
+        2,
         "glibc",
-        "--memory-limit",
-        "64M",
-        "--json",
-        "out.json",
-        "--",
-        "python3",
-        "-c",
-        "x = bytearray(400_000_000)",
-    ]);
+        &["--memory-limit", "64M", "--json", "out.json"],
+        &["python3", "-c", "x = bytearray(400_000_000)"],
+    );
     assert_eq!(r.code(), 1, "{}", r.stderr());
     let doc = r.json();
     let run = first_run(&doc, "glibc");
@@ -91,21 +82,12 @@ fn a_cpu_quota_throttles_but_glibc_still_sees_every_cpu() {
     let Some(h) = cgroups() else { return };
     let prog = fixture("arena_count");
     let cpus = memtrial::linux::host::online_cpus() as i64;
-    let r = memtrial_in_tmp(&[
-        "run",
-        "--runs",
-        "1",
-        "--variants",
+    let r = run_with(
+        1,
         "glibc",
-        "--cpus",
-        "0.5",
-        "--json",
-        "out.json",
-        "--",
-        prog.to_str().unwrap(),
-        "40",
-        "300",
-    ]);
+        &["--cpus", "0.5", "--json", "out.json"],
+        &[prog.to_str().unwrap(), "40", "300"],
+    );
     assert_eq!(r.code(), 0, "{}", r.stderr());
     let doc = r.json();
     let run = first_run(&doc, "glibc");
@@ -126,21 +108,12 @@ fn a_cpuset_is_what_the_program_sees() {
     }
     let Some(_) = cgroups() else { return };
     let prog = fixture("arena_count");
-    let r = memtrial_in_tmp(&[
-        "run",
-        "--runs",
-        "1",
-        "--variants",
+    let r = run_with(
+        1,
         "glibc",
-        "--cpuset",
-        "0",
-        "--json",
-        "out.json",
-        "--",
-        prog.to_str().unwrap(),
-        "2",
-        "50",
-    ]);
+        &["--cpuset", "0", "--json", "out.json"],
+        &[prog.to_str().unwrap(), "2", "50"],
+    );
     assert_eq!(r.code(), 0, "{}", r.stderr());
     let seen = arena_line(first_run(&r.json(), "glibc"));
     assert_eq!(seen["affinity"], 1, "{seen:?}");
@@ -149,23 +122,19 @@ fn a_cpuset_is_what_the_program_sees() {
 #[test]
 fn a_fork_bomb_is_stopped_by_the_pids_limit() {
     let Some(h) = cgroups() else { return };
-    let r = memtrial_in_tmp(&[
-        "run",
-        "--runs",
-        "1",
-        "--variants",
+    let r = run_with(
+        1,
         "glibc",
-        "--pids-limit",
-        "24",
-        "--timeout",
-        "3s",
-        "--json",
-        "out.json",
-        "--",
-        "sh",
-        "-c",
-        "bomb_marker_44=1; f() { f & f; }; f",
-    ]);
+        &[
+            "--pids-limit",
+            "24",
+            "--timeout",
+            "3s",
+            "--json",
+            "out.json",
+        ],
+        &["sh", "-c", "bomb_marker_44=1; f() { f & f; }; f"],
+    );
     assert_eq!(r.code(), 1, "{}", r.stderr());
     let doc = r.json();
     let run = first_run(&doc, "glibc");
@@ -196,20 +165,17 @@ fn the_cgroup_peak_covers_the_whole_tree() {
         return;
     }
     let Some(_) = cgroups() else { return };
-    let r = memtrial_in_tmp(&[
-        "run",
-        "--runs",
-        "1",
-        "--variants",
+    let r = run_json(
+        1,
         "glibc",
-        "--json",
-        "out.json",
-        "--",
-        "sh",
-        "-c",
-        "python3 -c 'import time; x=bytearray(40_000_000); time.sleep(0.6)' & \
+        &[],
+        &[
+            "sh",
+            "-c",
+            "python3 -c 'import time; x=bytearray(40_000_000); time.sleep(0.6)' & \
          python3 -c 'import time; x=bytearray(40_000_000); time.sleep(0.6)'; wait",
-    ]);
+        ],
+    );
     assert_eq!(r.code(), 0, "{}", r.stderr());
     let doc = r.json();
     let run = first_run(&doc, "glibc");
@@ -299,7 +265,7 @@ fn stale_cgroups_of_a_killed_memtrial_are_cleaned() {
     for d in &stale {
         std::fs::create_dir_all(d).unwrap();
     }
-    let r = memtrial_in_tmp(&["run", "--runs", "1", "--variants", "glibc", "--", "true"]);
+    let r = run_with(1, "glibc", &[], &["true"]);
     assert_eq!(r.code(), 0, "{}", r.stderr());
     // Another memtrial starting at the same moment (tests run in parallel) may be the one
     // that cleans it and says so; either way it must be gone.

@@ -50,28 +50,21 @@ fn server_trial_gives_herokus_table() {
         return;
     }
     let script = server_py();
-    let r = memtrial_in_tmp(&[
-        "run",
-        "--runs",
-        "1",
-        "--variants",
+    let r = run_json(
+        1,
         "glibc,arena2",
-        "--json",
-        "out.json",
-        "--url",
-        "http://127.0.0.1:{port}/hello",
-        "--duration",
-        "2s",
-        "--cooldown",
-        "1s",
-        "--connections",
-        "4",
-        "--",
-        "python3",
-        &script,
-        "{port}",
-        "ok",
-    ]);
+        &[
+            "--url",
+            "http://127.0.0.1:{port}/hello",
+            "--duration",
+            "2s",
+            "--cooldown",
+            "1s",
+            "--connections",
+            "4",
+        ],
+        &["python3", &script, "{port}", "ok"],
+    );
     assert_eq!(r.code(), 0, "{}", r.explain());
     let doc = r.json();
     assert_eq!(doc["experiment"]["server"]["connections"], 4);
@@ -297,32 +290,30 @@ fn puma_with_a_rack_app_under_load() {
         return;
     }
     let app = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/puma-rack/config.ru");
-    let r = memtrial_in_tmp(&[
-        "run",
-        "--runs",
-        "1",
-        "--variants",
+    let r = run_json(
+        1,
         "glibc,jemalloc",
-        "--json",
-        "out.json",
-        "--url",
-        "http://127.0.0.1:{port}/items",
-        "--duration",
-        "2s",
-        "--cooldown",
-        "1s",
-        "--connections",
-        "8",
-        "--ready-timeout",
-        "30s",
-        "--",
-        "puma",
-        "-t",
-        "2:2",
-        "-b",
-        "tcp://127.0.0.1:{port}",
-        app.to_str().unwrap(),
-    ]);
+        &[
+            "--url",
+            "http://127.0.0.1:{port}/items",
+            "--duration",
+            "2s",
+            "--cooldown",
+            "1s",
+            "--connections",
+            "8",
+            "--ready-timeout",
+            "30s",
+        ],
+        &[
+            "puma",
+            "-t",
+            "2:2",
+            "-b",
+            "tcp://127.0.0.1:{port}",
+            app.to_str().unwrap(),
+        ],
+    );
     assert_eq!(r.code(), 0, "{}", r.stderr());
     let doc = r.json();
     for v in ["glibc", "jemalloc"] {

@@ -228,7 +228,7 @@ fn stale_groups_of_a_memtrial_started_elsewhere_are_cleaned() {
     let elsewhere = mount.join(format!("memtrial-test-elsewhere-{}", std::process::id()));
     let stale = elsewhere.join("memtrial").join("999999998-12345-0");
     std::fs::create_dir_all(&stale).unwrap();
-    let r = memtrial_in_tmp(&["run", "--runs", "1", "--variants", "glibc", "--", "true"]);
+    let r = run_with(1, "glibc", &[], &["true"]);
     let cleaned = !stale.exists();
     let _ = std::fs::remove_dir(&stale);
     let _ = std::fs::remove_dir(elsewhere.join("memtrial"));

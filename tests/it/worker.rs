@@ -15,21 +15,12 @@ fn runs_of(doc: &serde_json::Value, name: &str) -> Vec<serde_json::Value> {
 fn a_service_runs_for_its_duration_and_is_stopped_ok() {
     let mark = "memtrial-worker-duration-4711";
     let t = Instant::now();
-    let r = memtrial_in_tmp(&[
-        "run",
-        "--runs",
-        "1",
-        "--variants",
+    let r = run_with(
+        1,
         "glibc,arena2",
-        "--duration",
-        "1s",
-        "--json",
-        "out.json",
-        "--",
-        "sh",
-        "-c",
-        &format!("exec sleep 1000 # {mark}"),
-    ]);
+        &["--duration", "1s", "--json", "out.json"],
+        &["sh", "-c", &format!("exec sleep 1000 # {mark}")],
+    );
     assert_eq!(r.code(), 0, "{}", r.explain());
     assert!(t.elapsed() < Duration::from_secs(20));
     let doc = r.json();
@@ -43,20 +34,12 @@ fn a_service_runs_for_its_duration_and_is_stopped_ok() {
     assert_eq!(doc["experiment"]["worker"]["duration_ms"], 1000);
     assert!(no_process_matching(mark), "the service outlived its run");
     // Exiting by itself before the duration is ok, and said.
-    let r = memtrial_in_tmp(&[
-        "run",
-        "--runs",
-        "1",
-        "--variants",
+    let r = run_with(
+        1,
         "glibc",
-        "--duration",
-        "30s",
-        "--json",
-        "out.json",
-        "--",
-        "sleep",
-        "0.2",
-    ]);
+        &["--duration", "30s", "--json", "out.json"],
+        &["sleep", "0.2"],
+    );
     assert_eq!(r.code(), 0, "{}", r.explain());
     let run = first_run(&r.json(), "glibc").clone();
     assert_eq!(run["status"], "ok");
@@ -72,12 +55,7 @@ fn a_service_runs_for_its_duration_and_is_stopped_ok() {
 #[test]
 fn a_driver_ends_the_run_and_its_figures_are_summarised() {
     let mark = "memtrial-worker-driven-4712";
-    let r = memtrial_in_tmp(&[
-        "run", "--runs", "2", "--variants", "glibc,arena2", "--json", "out.json", "--markdown",
-        "out.md", "--csv", "out.csv", "--html", "out.html", "--driver",
-        "sleep 0.5; echo memtrial-figure jobs 100 jobs; echo \"v=$MEMTRIAL_VARIANT pid=$MEMTRIAL_PID port={port}\"",
-        "--", "sh", "-c", &format!("exec sleep 1000 # {mark}"),
-    ]);
+    let r = run_json(2, "glibc,arena2", &["--markdown", "out.md", "--csv", "out.csv", "--html", "out.html", "--driver", "sleep 0.5; echo memtrial-figure jobs 100 jobs; echo \"v=$MEMTRIAL_VARIANT pid=$MEMTRIAL_PID port={port}\""], &["sh", "-c", &format!("exec sleep 1000 # {mark}")]);
     assert_eq!(r.code(), 0, "{}", r.explain());
     let doc = r.json();
     for v in ["glibc", "arena2"] {
@@ -123,23 +101,12 @@ fn a_driver_ends_the_run_and_its_figures_are_summarised() {
 #[test]
 fn after_the_driver_the_workload_cools_down_before_it_is_stopped() {
     let mark = "memtrial-worker-cooldown-5190";
-    let r = memtrial_in_tmp(&[
-        "run",
-        "--runs",
-        "1",
-        "--variants",
+    let r = run_json(
+        1,
         "glibc",
-        "--json",
-        "out.json",
-        "--driver",
-        "sleep 0.5",
-        "--cooldown",
-        "1500ms",
-        "--",
-        "sh",
-        "-c",
-        &format!("exec sleep 1000 # {mark}"),
-    ]);
+        &["--driver", "sleep 0.5", "--cooldown", "1500ms"],
+        &["sh", "-c", &format!("exec sleep 1000 # {mark}")],
+    );
     assert_eq!(r.code(), 0, "{}", r.explain());
     let doc = r.json();
     let run = &runs_of(&doc, "glibc")[0];
@@ -213,22 +180,17 @@ fn failing_hooks_and_drivers_fail_the_run_with_their_words() {
         "the driver outlived its run"
     );
     // --timeout bounds the driver too, and takes its group with it.
-    let r = memtrial_in_tmp(&[
-        "run",
-        "--runs",
-        "1",
-        "--variants",
+    let r = run_json(
+        1,
         "glibc",
-        "--json",
-        "out.json",
-        "--timeout",
-        "1s",
-        "--driver",
-        "sh -c 'sleep 100 # memtrial-worker-driver-4714'; true",
-        "--",
-        "sleep",
-        "100",
-    ]);
+        &[
+            "--timeout",
+            "1s",
+            "--driver",
+            "sh -c 'sleep 100 # memtrial-worker-driver-4714'; true",
+        ],
+        &["sleep", "100"],
+    );
     assert_eq!(r.code(), 1, "{}", r.explain());
     assert_eq!(first_run(&r.json(), "glibc")["status"], "timeout");
     assert!(
