@@ -33,6 +33,8 @@ pub enum ExporterError {
     BadRegex { value: String, why: String },
     #[error("--match '{value}': matches the empty string, so it matches every process on the machine (the exporter's cost and cardinality grow with them); give the names to export, e.g. 'puma|sidekiq|java'")]
     MatchesEverything { value: String },
+    #[error("--match '{value}': matches any name at all (even 'a', '0', '-' and ' '), so it matches every process on the machine (the exporter's cost and cardinality grow with them); give the names to export, e.g. 'puma|sidekiq|java'")]
+    MatchesAnyName { value: String },
     #[error("--probe-dir {value}: {why}; give an absolute directory of plain names, e.g. {DEFAULT_PROBE_DIR}")]
     BadProbeDir { value: String, why: &'static str },
     #[error("the HTTP server failed: {0}")]
@@ -86,12 +88,20 @@ pub fn parse_probe_dir(value: &str) -> Result<std::path::PathBuf, ExporterError>
 }
 
 /// Compiles `--match` (with a size limit: no pattern can make it use unbounded memory).
-/// A pattern that matches the empty string (`''`, `.*`, `a|`) matches every process and
-/// is refused.
+/// A pattern that matches the empty string (`''`, `.*`, `a|`), or any name at all (`.+`),
+/// matches every process and is refused.
 pub fn parse_match(value: &str) -> Result<regex::Regex, ExporterError> {
     let re = compile_match(value)?;
     if re.is_match("") {
         return Err(ExporterError::MatchesEverything {
+            value: value.to_string(),
+        });
+    }
+    // `.+`, `.`, `\w|\W`: a pattern that finds a match in names this unlike each other
+    // would find one in every name.
+    const UNLIKE: [&str; 8] = ["a", "Z", "0", "-", "/", " ", "\u{e9}", "kworker/0:1"];
+    if UNLIKE.iter().all(|n| re.is_match(n)) {
+        return Err(ExporterError::MatchesAnyName {
             value: value.to_string(),
         });
     }
@@ -242,6 +252,16 @@ mod tests {
             assert!(e.contains("every process"), "{e}");
         }
         assert!(parse_match("puma").is_ok());
+        for any in [".+", ".", "(?s).", "\\w|\\W", "[^q]|q"] {
+            let e = parse_match(any).unwrap_err().to_string();
+            assert!(
+                e.starts_with(&format!("--match '{any}': matches any name at all")),
+                "{e}"
+            );
+        }
+        for narrow in ["puma|sidekiq|java", "[a-z]", "^ruby", "\\d", "k.*"] {
+            assert!(parse_match(narrow).is_ok(), "{narrow}");
+        }
     }
 
     #[test]
