@@ -350,18 +350,7 @@ fn check_left_out_rule(runs: &[RunRecord]) -> usize {
 #[ignore = "measures: needs runs of /bin/true under 10 ms; runs alone in the second pass of scripts/test.sh"]
 fn true_peaks_the_same_with_the_default_probe_as_without() {
     let peaks = |extra: &[&str]| -> Vec<RunRecord> {
-        let mut args = vec![
-            "run",
-            "--runs",
-            "31",
-            "--variants",
-            "glibc",
-            "--json",
-            "out.json",
-        ];
-        args.extend_from_slice(extra);
-        args.extend_from_slice(&["--", "/bin/true"]);
-        let r = memtrial_in_tmp(&args);
+        let r = run_json(31, "glibc", extra, &["/bin/true"]);
         assert_eq!(r.code(), 0, "{}", r.explain());
         typed_runs(&r.json(), "glibc")
     };

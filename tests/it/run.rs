@@ -594,18 +594,7 @@ fn a_batch_gets_no_trend_verdict_only_its_state_at_the_peak() {
 #[test]
 fn the_record_names_its_spawner_and_probe_library() {
     let notes = |extra: &[&str]| -> Vec<String> {
-        let mut args = vec![
-            "run",
-            "--runs",
-            "1",
-            "--variants",
-            "glibc",
-            "--json",
-            "out.json",
-        ];
-        args.extend_from_slice(extra);
-        args.extend_from_slice(&["--", "/bin/true"]);
-        let r = memtrial_in_tmp(&args);
+        let r = run_json(1, "glibc", extra, &["/bin/true"]);
         assert_eq!(r.code(), 0, "{}", r.explain());
         r.json()["notes"]
             .as_array()
