@@ -20,28 +20,19 @@ pub(super) const SETTINGS_PREFIXES: [&str; 12] = [
     "GOMEMLIMIT",
     "NODE_OPTIONS",
 ];
-/// What the executable says, plus whether it is a Go program.
-pub(super) struct ExeFacts {
-    pub(super) elf: elf::ElfFacts,
-    pub(super) go: bool,
-}
-pub(super) fn exe_elf_facts(pid: i32, link_target: Option<&str>) -> Result<ExeFacts, String> {
+/// What the executable says (its allocator, whether it is a Go program), read once.
+pub(super) fn exe_elf_facts(pid: i32, link_target: Option<&str>) -> Result<elf::ElfFacts, String> {
     let path = crate::linux::proc::exe_file(pid, link_target);
-    let facts = elf::inspect_elf(&path).map_err(|e| e.to_string())?;
-    Ok(ExeFacts {
-        go: elf::is_go_program(&path),
-        elf: facts,
-    })
+    elf::inspect_elf(&path).map_err(|e| e.to_string())
 }
 pub(super) fn file_name(p: &str) -> &str {
     p.rsplit('/').next().unwrap_or(p)
 }
 pub(super) fn allocator_facts(
     libs: &[String],
-    exe: Option<&ExeFacts>,
+    f: Option<&elf::ElfFacts>,
     env: &[(String, String)],
 ) -> Allocator {
-    let f = exe.map(|e| &e.elf);
     let linked = f.map_or_else(Vec::new, |f| {
         linked_allocators(f, libs, &mut |p| needed_of_file(p))
     });
@@ -137,7 +128,7 @@ pub(super) fn runtime_hints(
     libs: &[String],
     exe: Option<&str>,
     cmdline: &[String],
-    facts: Option<&ExeFacts>,
+    facts: Option<&elf::ElfFacts>,
 ) -> Vec<RuntimeHint> {
     let mut out: Vec<RuntimeHint> = Vec::new();
     let mut add = |runtime: Runtime, evidence: String| {
@@ -187,7 +178,7 @@ pub(super) fn runtime_hints(
             add(rt, format!("executable {n}"));
         }
     }
-    if facts.is_some_and(|f| f.go) {
+    if facts.is_some_and(|f| f.go_buildinfo) {
         add(
             Runtime::Go,
             "the executable has a .go.buildinfo section (Go's heap does not use malloc)".into(),

@@ -272,6 +272,7 @@ mod detect_tests {
             bundled_allocator: None,
             setuid_or_setgid: false,
             needed: vec![],
+            go_buildinfo: false,
         };
         assert_eq!(
             detect_allocator(&[], Some(&f), &[]).to_string(),
@@ -298,6 +299,7 @@ mod detect_tests {
             bundled_allocator: None,
             setuid_or_setgid: false,
             needed: needed.iter().map(|s| s.to_string()).collect(),
+            go_buildinfo: false,
         }
     }
 

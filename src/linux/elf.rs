@@ -77,6 +77,8 @@ pub(crate) struct ElfFacts {
     pub setuid_or_setgid: bool,
     /// The libraries the file names in `DT_NEEDED`, in order (`libjemalloc.so.2`, …).
     pub needed: Vec<String>,
+    /// The file carries a `.go.buildinfo` section: a Go program.
+    pub go_buildinfo: bool,
 }
 
 /// Error returned by [`inspect_elf`] and [`inspect_elf_bytes`].
@@ -144,23 +146,6 @@ pub(crate) fn inspect_elf(path: &Path) -> Result<ElfFacts, ElfError> {
     let mut facts = inspect(&bytes, path)?;
     facts.setuid_or_setgid = meta.permissions().mode() & 0o6000 != 0;
     Ok(facts)
-}
-
-/// Whether the executable at `path` is a Go program (it carries a `.go.buildinfo` section);
-/// read as [`inspect_elf`] reads, never mapped.
-pub(crate) fn is_go_program(path: &Path) -> bool {
-    let Ok((file, meta)) = open_regular(path) else {
-        return false;
-    };
-    let Ok(bytes) = read_sparse(&file, meta.len(), path) else {
-        return false;
-    };
-    let Ok(e) = Elf::parse(&bytes) else {
-        return false;
-    };
-    e.section_headers
-        .iter()
-        .any(|s| e.shdr_strtab.get_at(s.sh_name) == Some(".go.buildinfo"))
 }
 
 /// The parts of an ELF file the parser reads, at their offsets in a buffer of the file's
@@ -319,6 +304,10 @@ fn inspect(bytes: &[u8], path: &Path) -> Result<ElfFacts, ElfError> {
         bundled_allocator,
         setuid_or_setgid: false,
         needed: elf.libraries.iter().map(|l| l.to_string()).collect(),
+        go_buildinfo: elf
+            .section_headers
+            .iter()
+            .any(|s| elf.shdr_strtab.get_at(s.sh_name) == Some(".go.buildinfo")),
     })
 }
 
@@ -538,8 +527,8 @@ mod tests {
         if !crate::testing::require("gcc", "scripts/setup.sh installs it", || built) {
             return;
         }
-        assert!(is_go_program(&exe));
-        assert!(!is_go_program(Path::new("/bin/ls")));
+        assert!(facts(&exe).go_buildinfo);
+        assert!(!facts(Path::new("/bin/ls")).go_buildinfo);
     }
 
     #[test]
