@@ -16,7 +16,7 @@ use std::path::Path;
 use super::{Backend, BackendError, Launch, LaunchSpec};
 use crate::linux::cgroup::Limits;
 use crate::linux::container::{
-    group_dir, parse_limit, parse_mountinfo, parse_proc_cgroup, read_container, Container,
+    group_dirs_up, parse_limit, parse_mountinfo, parse_proc_cgroup, read_container, Container,
 };
 
 /// The limits of the container memtrial runs in, as its cgroup files state them.
@@ -63,15 +63,26 @@ pub(crate) fn limits_of(
 ) -> ContainerLimits {
     let mut sources = Vec::new();
     let mut problems = c.notes.clone();
+    let set_on = |from: &Option<String>| {
+        from.as_ref()
+            .map(|f| format!(", limit set on {f}"))
+            .unwrap_or_default()
+    };
     if let Some(m) = &c.memory {
         sources.push(format!(
-            "memory: {} (cgroup {})",
+            "memory: {} (cgroup {}{})",
             m.path,
-            version(m.version)
+            version(m.version),
+            set_on(&m.limit_from)
         ));
     }
     if let Some(q) = &c.cpu {
-        sources.push(format!("cpu: {} (cgroup {})", q.path, version(q.version)));
+        sources.push(format!(
+            "cpu: {} (cgroup {}{})",
+            q.path,
+            version(q.version),
+            set_on(&q.quota_from)
+        ));
     }
     // A cpuset is a limit only when it leaves out some of the online CPUs.
     let cpuset = c
@@ -79,20 +90,26 @@ pub(crate) fn limits_of(
         .as_ref()
         .filter(|s| s.count < online_cpus)
         .map(|s| s.cpus.clone());
+    // The tightest pids.max of the group and the groups above it.
     let pids_max = parse_proc_cgroup(cgroup_text).ok().and_then(|lines| {
         let mounts = parse_mountinfo(mountinfo);
-        let (_, path, dir) = group_dir(&lines, &mounts, "pids")?;
-        let text = read_file(&dir.join("pids.max"))?;
-        match parse_limit(&text) {
-            Ok(l) => {
-                sources.push(format!("pids: {path}"));
-                l
-            }
-            Err(e) => {
-                problems.push(e.to_string());
-                None
+        let (_, groups) = group_dirs_up(&lines, &mounts, "pids")?;
+        let mut best: Option<(u64, &str)> = None;
+        for (path, dir) in &groups {
+            match read_file(&dir.join("pids.max")).map(|t| parse_limit(&t)) {
+                Some(Ok(Some(l))) if best.is_none_or(|(b, _)| l < b) => best = Some((l, path)),
+                Some(Err(e)) => problems.push(e.to_string()),
+                _ => {}
             }
         }
+        let own = &groups[0].0;
+        let (l, from) = best?;
+        sources.push(if from == own {
+            format!("pids: {own}")
+        } else {
+            format!("pids: {own}, limit set on {from}")
+        });
+        Some(l)
     });
     ContainerLimits {
         limits: Limits {
@@ -210,6 +227,33 @@ mod tests {
         assert_eq!(l.limits.cpuset.as_deref(), Some("2-3"));
         assert_eq!(l.limits.pids_max, None);
         assert_eq!(l.limits.memory_max, None);
+    }
+
+    /// cgroup v2 seen from the host: the pod's group above the container's holds the
+    /// tighter pids limit, and the kernel enforces it, so it is the run's.
+    #[test]
+    fn a_limit_set_above_the_containers_group_is_its_limit() {
+        let cgroup = "0::/kubepods/pod1/c1\n";
+        let mountinfo = "30 23 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n";
+        let l = limits_of(
+            &container(None, None, None),
+            cgroup,
+            mountinfo,
+            8,
+            &|p: &Path| match p.to_str()? {
+                "/sys/fs/cgroup/kubepods/pod1/c1/pids.max" => Some("max\n".into()),
+                "/sys/fs/cgroup/kubepods/pod1/pids.max" => Some("64\n".into()),
+                "/sys/fs/cgroup/kubepods/pids.max" => Some("4096\n".into()),
+                _ => None,
+            },
+        );
+        assert_eq!(l.limits.pids_max, Some(64));
+        assert!(
+            l.sources
+                .contains(&"pids: /kubepods/pod1/c1, limit set on /kubepods/pod1".to_string()),
+            "{:?}",
+            l.sources
+        );
     }
 
     #[test]

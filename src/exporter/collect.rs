@@ -318,6 +318,10 @@ impl Collector {
             cpu_quota_cpus: cont.as_ref().and_then(|c| c.cpu_quota_cpus),
             visible_cpus: cont.as_ref().map_or(self.online_cpus, |c| c.visible_cpus),
             memory_limit_bytes: cont.as_ref().and_then(|c| c.memory_limit_bytes),
+            cgroup_working_set: cont
+                .as_ref()
+                .and_then(|c| c.memory.as_ref())
+                .and_then(|m| Some((m.path.clone(), m.working_set_bytes?))),
             probe,
         })
     }

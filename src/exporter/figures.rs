@@ -135,6 +135,9 @@ pub struct ProcessFigures {
     pub visible_cpus: u32,
     /// The memory limit of its cgroup (`None`: no limit).
     pub memory_limit_bytes: Option<u64>,
+    /// Its memory cgroup's path and working set (usage less inactive page cache), when
+    /// the cgroup's files could be read.
+    pub cgroup_working_set: Option<(String, u64)>,
     /// Present when the process carries memtrial's allocator probe and it reported.
     pub probe: Option<ProbeFigures>,
 }
@@ -189,6 +192,8 @@ pub struct GroupFigures {
     pub visible_cpus: u32,
     /// The smallest memory limit among its processes.
     pub memory_limit_bytes: Option<u64>,
+    /// The working sets of the distinct memory cgroups its processes are in, summed.
+    pub cgroup_working_set_bytes: Option<u64>,
     /// Processes per allocator.
     pub allocators: BTreeMap<AllocatorLabel, u64>,
     /// Processes whose probe reported, and their sums.
@@ -214,8 +219,15 @@ fn min_of<T: PartialOrd>(a: Option<T>, b: Option<T>) -> Option<T> {
 /// Groups the processes by `group` and sums them.
 pub fn group(processes: &[ProcessFigures]) -> BTreeMap<String, GroupFigures> {
     let mut out: BTreeMap<String, GroupFigures> = BTreeMap::new();
+    // Each group's memory cgroups already counted: processes sharing one count it once.
+    let mut counted: std::collections::BTreeSet<(&str, &str)> = Default::default();
     for p in processes {
         let g = out.entry(p.group.clone()).or_default();
+        if let Some((path, ws)) = &p.cgroup_working_set {
+            if counted.insert((p.group.as_str(), path.as_str())) {
+                g.cgroup_working_set_bytes = add(g.cgroup_working_set_bytes, Some(*ws));
+            }
+        }
         g.processes += 1;
         g.rss_bytes = g.rss_bytes.saturating_add(p.rss_bytes);
         g.swap_bytes = g.swap_bytes.saturating_add(p.swap_bytes);
@@ -335,6 +347,7 @@ pub(crate) mod tests {
             cpu_quota_cpus: Some(0.5),
             visible_cpus: 2,
             memory_limit_bytes: Some(512 << 20),
+            cgroup_working_set: Some(("/pod/web".into(), 300 << 20)),
             probe: None,
         }
     }
@@ -357,8 +370,18 @@ pub(crate) mod tests {
             live_bytes: Some(10),
             held_bytes: Some(20),
         });
-        let c = process(12, "sidekiq");
-        let g = group(&[a, b, c]);
+        let mut c = process(12, "sidekiq");
+        c.cgroup_working_set = Some(("/pod/jobs".into(), 40 << 20));
+        // A second sidekiq in the same pod: its cgroup counts once.
+        let d = ProcessFigures {
+            pid: 13,
+            ..c.clone()
+        };
+        let mut e = process(14, "sidekiq");
+        e.cgroup_working_set = Some(("/pod/other".into(), 2 << 20));
+        let g = group(&[a, b, c, d, e]);
+        assert_eq!(g["puma"].cgroup_working_set_bytes, Some(300 << 20));
+        assert_eq!(g["sidekiq"].cgroup_working_set_bytes, Some(42 << 20));
         let puma = &g["puma"];
         assert_eq!(puma.processes, 2);
         assert_eq!(puma.rss_bytes, 200 << 20);
@@ -374,7 +397,7 @@ pub(crate) mod tests {
         assert_eq!(puma.allocators[&glibc()], 2);
         assert_eq!(puma.probed_processes, 1);
         assert_eq!((puma.live_bytes, puma.held_bytes), (Some(10), Some(20)));
-        assert_eq!(g["sidekiq"].processes, 1);
+        assert_eq!(g["sidekiq"].processes, 3);
     }
 
     #[test]

@@ -89,6 +89,7 @@ struct Groups {
     quota: Family<GroupLabel, RealGauge>,
     visible: Family<GroupLabel, IntGauge>,
     mem_limit: Family<GroupLabel, IntGauge>,
+    working_set: Family<GroupLabel, IntGauge>,
     allocator: Family<GroupAllocatorLabels, IntGauge>,
     allocator_processes: Family<GroupAllocatorLabels, IntGauge>,
     probed: Family<GroupLabel, IntGauge>,
@@ -114,6 +115,7 @@ impl Groups {
             quota: family(reg, "memtrial_group_cpu_quota_cpus", "The smallest cgroup CPU quota among the group's processes, in CPUs (absent: no quota)."),
             visible: family(reg, "memtrial_group_visible_cpus", "CPUs the processes see (online CPUs): what glibc sizes its arena limit from."),
             mem_limit: family(reg, "memtrial_group_memory_limit_bytes", "The smallest cgroup memory limit among the group's processes (absent: no limit)."),
+            working_set: family(reg, "memtrial_group_cgroup_working_set_bytes", "The working set of the memory cgroups the group's processes are in (usage less inactive page cache, what the kubelet evicts on), each cgroup counted once; it includes any other process in those cgroups."),
             allocator: family(reg, "memtrial_group_allocator_info", "An allocator answering malloc in the group's processes and how it got there (default, preloaded, linked, executable, static, several); value 1."),
             allocator_processes: family(reg, "memtrial_group_allocator_processes", "Processes of the group per allocator and how it got there."),
             probed: family(reg, "memtrial_group_probed_processes", "Processes carrying memtrial's allocator probe that reported."),
@@ -226,6 +228,9 @@ pub(crate) fn encode(s: &Snapshot) -> Result<String, std::fmt::Error> {
         g.visible.get_or_create(&l).set(u64::from(f.visible_cpus));
         if let Some(m) = f.memory_limit_bytes {
             g.mem_limit.get_or_create(&l).set(m);
+        }
+        if let Some(w) = f.cgroup_working_set_bytes {
+            g.working_set.get_or_create(&l).set(w);
         }
         for (a, n) in &f.allocators {
             let labels = GroupAllocatorLabels {
@@ -456,6 +461,7 @@ mod tests {
             cpu_quota_cpus: Some(1.0),
             visible_cpus: 2,
             memory_limit_bytes: Some(1 << 30),
+            cgroup_working_set: None,
             probe: None,
         };
         let worker = ProcessFigures {

@@ -403,6 +403,7 @@ mod tests {
             visible_cpus: i.host.online_cpus,
             memory: None,
             cpu: Some(CpuGroup {
+                quota_from: None,
                 version: Version::V1,
                 path: "/q".into(),
                 quota: Some(CpuQuota {
@@ -515,6 +516,8 @@ mod tests {
             cpu_quota_cpus: None,
             visible_cpus: 2,
             memory: Some(MemoryGroup {
+                working_set_bytes: None,
+                limit_from: None,
                 version: Version::V2,
                 path: "/m".into(),
                 limit_bytes: Some(100 << 20),

@@ -154,6 +154,8 @@ fn cgroup(quota: CpuQuota) -> Container {
         cpu_quota_cpus: Some(0.5),
         visible_cpus: 2,
         memory: Some(MemoryGroup {
+            working_set_bytes: None,
+            limit_from: None,
             version: Version::V1,
             path: "/svc/web".into(),
             limit_bytes: Some(512 << 20),
@@ -161,6 +163,7 @@ fn cgroup(quota: CpuQuota) -> Container {
             peak_bytes: Some(80 << 20),
         }),
         cpu: Some(CpuGroup {
+            quota_from: None,
             version: Version::V1,
             path: "/svc/web".into(),
             quota: Some(quota),

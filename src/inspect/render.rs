@@ -538,24 +538,35 @@ fn screen_cgroup(o: &mut String, ins: &Inspection, color: bool) {
         if let Some(cpu) = &c.cpu {
             parts.push(match cpu.quota {
                 Some(q) => format!(
-                    "CPU quota {:.2} CPU ({}/{} µs, {:?} {})",
+                    "CPU quota {:.2} CPU ({}/{} µs, {:?} {}{})",
                     q.cpus,
                     q.quota_us,
                     q.period_us,
                     cpu.version,
-                    esc(&cpu.path)
+                    esc(&cpu.path),
+                    cpu.quota_from
+                        .as_ref()
+                        .map(|f| format!(", set on {}", esc(f)))
+                        .unwrap_or_default()
                 ),
                 None => format!("no CPU quota ({:?} {})", cpu.version, esc(&cpu.path)),
             });
         }
         if let Some(m) = &c.memory {
             parts.push(format!(
-                "memory {} of {} (peak {}, {:?} {})",
+                "memory {}{} of {} (peak {}, {:?} {}{})",
                 m.usage_bytes.map_or("?".into(), b),
+                m.working_set_bytes
+                    .map(|w| format!(" (working set {})", b(w)))
+                    .unwrap_or_default(),
                 m.limit_bytes.map_or("no limit".into(), b),
                 m.peak_bytes.map_or("?".into(), b),
                 m.version,
-                esc(&m.path)
+                esc(&m.path),
+                m.limit_from
+                    .as_ref()
+                    .map(|f| format!(", limit set on {}", esc(f)))
+                    .unwrap_or_default()
             ));
         }
         if let Some(s) = &c.cpuset {

@@ -10,7 +10,9 @@ use std::path::Path;
 
 use serde::Serialize;
 
-pub use super::mounts::{group_dir, parse_mountinfo, parse_proc_cgroup, CgroupLine, Version};
+pub use super::mounts::{
+    group_dir, group_dirs_up, parse_mountinfo, parse_proc_cgroup, CgroupLine, Version,
+};
 
 /// Errors parsing cgroup files.
 #[derive(Debug, thiserror::Error)]
@@ -139,9 +141,16 @@ pub fn status_cpus_allowed(status_text: &str) -> Option<String> {
 pub struct MemoryGroup {
     pub version: Version,
     pub path: String,
-    /// `None`: no limit.
+    /// `None`: no limit. The tightest of the group's own and its ancestors' limits.
     pub limit_bytes: Option<u64>,
+    /// The ancestor group the limit is set on, when it is not the group itself.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit_from: Option<String>,
     pub usage_bytes: Option<u64>,
+    /// Usage less the inactive page cache (v2 `inactive_file`, v1 `total_inactive_file`
+    /// of `memory.stat`): what the kubelet and cAdvisor call the working set and evict on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub working_set_bytes: Option<u64>,
     /// `memory.peak` (v2, kernel ≥ 5.19) or `memory.max_usage_in_bytes` (v1).
     pub peak_bytes: Option<u64>,
 }
@@ -151,8 +160,11 @@ pub struct MemoryGroup {
 pub struct CpuGroup {
     pub version: Version,
     pub path: String,
-    /// `None`: no quota.
+    /// `None`: no quota. The tightest of the group's own and its ancestors' quotas.
     pub quota: Option<CpuQuota>,
+    /// The ancestor group the quota is set on, when it is not the group itself.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quota_from: Option<String>,
 }
 
 /// The cpuset controller's figures.
@@ -202,6 +214,47 @@ impl Container {
     }
 }
 
+/// The tightest limit set on `groups` (a group and its ancestors, as
+/// [`group_dirs_up`] lists them), with the path of the group that sets it: the kernel
+/// enforces every one of them. A file that cannot be parsed is noted and skipped.
+fn tightest<T: Limit>(
+    groups: &[(String, std::path::PathBuf)],
+    note_err: &mut impl FnMut(ContainerError),
+    read: impl Fn(&Path) -> Option<Result<Option<T>, ContainerError>>,
+) -> (Option<T>, Option<String>) {
+    let mut best: Option<(T, String)> = None;
+    for (path, dir) in groups {
+        match read(dir) {
+            Some(Ok(Some(l))) => {
+                if best.as_ref().is_none_or(|(b, _)| l.tighter_than(b)) {
+                    best = Some((l, path.clone()));
+                }
+            }
+            Some(Err(e)) => note_err(e),
+            Some(Ok(None)) | None => {}
+        }
+    }
+    match best {
+        Some((l, p)) => (Some(l), Some(p)),
+        None => (None, None),
+    }
+}
+
+/// A limit of which the smaller is the tighter.
+trait Limit {
+    fn tighter_than(&self, other: &Self) -> bool;
+}
+impl Limit for u64 {
+    fn tighter_than(&self, other: &Self) -> bool {
+        self < other
+    }
+}
+impl Limit for CpuQuota {
+    fn tighter_than(&self, other: &Self) -> bool {
+        self.cpus < other.cpus
+    }
+}
+
 fn read_trim(p: &Path) -> Option<String> {
     std::fs::read_to_string(p)
         .ok()
@@ -230,7 +283,7 @@ pub(crate) fn read_container(
         .unwrap_or_default();
     let mut note_err = |e: ContainerError| notes.push(e.to_string());
 
-    let memory = group_dir(&lines, &mounts, "memory").map(|(v, path, dir)| {
+    let memory = group_dirs_up(&lines, &mounts, "memory").map(|(v, groups)| {
         let (limit, usage, peak) = match v {
             Version::V1 => (
                 "memory.limit_in_bytes",
@@ -239,41 +292,48 @@ pub(crate) fn read_container(
             ),
             Version::V2 => ("memory.max", "memory.current", "memory.peak"),
         };
+        let (path, dir) = groups[0].clone();
         let num = |f: &str| read_trim(&dir.join(f)).and_then(|t| t.parse::<u64>().ok());
-        let limit_bytes = match read_trim(&dir.join(limit)).map(|t| parse_limit(&t)) {
-            Some(Ok(l)) => l,
-            Some(Err(e)) => {
-                note_err(e);
-                None
-            }
-            None => None,
-        };
+        let usage_bytes = num(usage);
+        let inactive = read_trim(&dir.join("memory.stat")).and_then(|t| {
+            let stat = super::parse_flat_keyed(&t);
+            let key = match v {
+                Version::V1 => "total_inactive_file",
+                Version::V2 => "inactive_file",
+            };
+            stat.get(key).copied()
+        });
+        let working_set_bytes = usage_bytes.zip(inactive).map(|(u, i)| u.saturating_sub(i));
+        let (limit_bytes, from) = tightest(&groups, &mut note_err, |d| {
+            read_trim(&d.join(limit)).map(|t| parse_limit(&t))
+        });
         MemoryGroup {
             version: v,
+            limit_from: from.filter(|f| *f != path),
             path,
             limit_bytes,
-            usage_bytes: num(usage),
+            usage_bytes,
+            working_set_bytes,
             peak_bytes: num(peak),
         }
     });
-    let cpu = group_dir(&lines, &mounts, "cpu").map(|(v, path, dir)| {
-        let q = match v {
+    let cpu = group_dirs_up(&lines, &mounts, "cpu").map(|(v, groups)| {
+        let (quota, from) = tightest(&groups, &mut note_err, |dir| match v {
             Version::V1 => match (
                 read_trim(&dir.join("cpu.cfs_quota_us")),
                 read_trim(&dir.join("cpu.cfs_period_us")),
             ) {
-                (Some(q), Some(p)) => parse_cfs(&q, &p),
-                _ => Ok(None),
+                (Some(q), Some(p)) => Some(parse_cfs(&q, &p)),
+                _ => None,
             },
-            Version::V2 => read_trim(&dir.join("cpu.max")).map_or(Ok(None), |t| parse_cpu_max(&t)),
-        };
+            Version::V2 => read_trim(&dir.join("cpu.max")).map(|t| parse_cpu_max(&t)),
+        });
+        let path = groups[0].0.clone();
         CpuGroup {
             version: v,
+            quota_from: from.filter(|f| *f != path),
             path,
-            quota: q.unwrap_or_else(|e| {
-                note_err(e);
-                None
-            }),
+            quota,
         }
     });
     let cpuset = group_dir(&lines, &mounts, "cpuset").and_then(|(v, path, dir)| {
@@ -355,6 +415,7 @@ mod tests {
             visible_cpus: 2,
             memory: None,
             cpu: Some(CpuGroup {
+                quota_from: None,
                 version: Version::V1,
                 path: "/x".into(),
                 quota: parse_cfs("50000", "100000").unwrap(),

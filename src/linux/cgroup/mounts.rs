@@ -135,6 +135,36 @@ pub fn group_dir(
     mounts: &[CgroupMount],
     controller: &str,
 ) -> Option<(Version, String, PathBuf)> {
+    let (v, path, m) = group_mount(lines, mounts, controller)?;
+    let dir = m.dir_of(&path)?;
+    Some((v, path, dir))
+}
+
+/// The group a process is in for `controller` and every group above it that the mount
+/// shows, nearest first, as (path, directory): a limit set on any of them applies.
+pub fn group_dirs_up(
+    lines: &[CgroupLine],
+    mounts: &[CgroupMount],
+    controller: &str,
+) -> Option<(Version, Vec<(String, PathBuf)>)> {
+    let (v, path, m) = group_mount(lines, mounts, controller)?;
+    let mut out = Vec::new();
+    let mut p = path.as_str();
+    while let Some(dir) = m.dir_of(p) {
+        out.push((if p.is_empty() { "/" } else { p }.to_string(), dir));
+        if p == "/" || p.is_empty() {
+            break;
+        }
+        p = &p[..p.rfind('/').unwrap_or(0)];
+    }
+    (!out.is_empty()).then_some((v, out))
+}
+
+fn group_mount<'m>(
+    lines: &[CgroupLine],
+    mounts: &'m [CgroupMount],
+    controller: &str,
+) -> Option<(Version, String, &'m CgroupMount)> {
     if let Some(l) = lines
         .iter()
         .find(|l| l.controllers.iter().any(|c| c == controller))
@@ -142,13 +172,13 @@ pub fn group_dir(
         let m = mounts
             .iter()
             .find(|m| m.version == Version::V1 && m.controllers.iter().any(|c| c == controller))?;
-        return Some((Version::V1, l.path.clone(), m.dir_of(&l.path)?));
+        return Some((Version::V1, l.path.clone(), m));
     }
     let l = lines
         .iter()
         .find(|l| l.hierarchy == 0 && l.controllers.is_empty())?;
     let m = mounts.iter().find(|m| m.version == Version::V2)?;
-    Some((Version::V2, l.path.clone(), m.dir_of(&l.path)?))
+    Some((Version::V2, l.path.clone(), m))
 }
 
 impl CgroupMount {
@@ -162,7 +192,8 @@ impl CgroupMount {
         let rel = if self.root == "/" {
             path
         } else {
-            path.strip_prefix(self.root.as_str())?
+            path.strip_prefix(self.root.as_str())
+                .filter(|r| r.is_empty() || r.starts_with('/'))?
         };
         let rel = rel.trim_start_matches('/');
         Some(if rel.is_empty() {
@@ -176,6 +207,46 @@ impl CgroupMount {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A group and the groups above it that the mount shows: all of them on the host;
+    /// inside a container whose mount's root is its own group, only that group.
+    #[test]
+    fn groups_up_to_the_mounts_root() {
+        let lines = parse_proc_cgroup("0::/kubepods/pod1/c1\n").unwrap();
+        let host = parse_mountinfo("30 23 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n");
+        let (v, up) = group_dirs_up(&lines, &host, "memory").unwrap();
+        assert_eq!(v, Version::V2);
+        let paths: Vec<_> = up.iter().map(|(p, d)| (p.as_str(), d.clone())).collect();
+        assert_eq!(
+            paths,
+            [
+                (
+                    "/kubepods/pod1/c1",
+                    PathBuf::from("/sys/fs/cgroup/kubepods/pod1/c1")
+                ),
+                (
+                    "/kubepods/pod1",
+                    PathBuf::from("/sys/fs/cgroup/kubepods/pod1")
+                ),
+                ("/kubepods", PathBuf::from("/sys/fs/cgroup/kubepods")),
+                ("/", PathBuf::from("/sys/fs/cgroup")),
+            ]
+        );
+        let inside =
+            parse_mountinfo("30 23 0:26 /kubepods/pod1 /sys/fs/cgroup ro - cgroup2 cgroup2 rw\n");
+        let (_, up) = group_dirs_up(&lines, &inside, "memory").unwrap();
+        let dirs: Vec<_> = up.iter().map(|(_, d)| d.clone()).collect();
+        assert_eq!(
+            dirs,
+            [
+                PathBuf::from("/sys/fs/cgroup/c1"),
+                PathBuf::from("/sys/fs/cgroup")
+            ]
+        );
+        // A sibling whose name merely starts with the mount's root is not under it.
+        let sibling = parse_proc_cgroup("0::/kubepods/pod10/c1\n").unwrap();
+        assert_eq!(group_dirs_up(&sibling, &inside, "memory"), None);
+    }
 
     // Captured on Debian 12 (cgroup v1 hybrid), group names changed.
     const CGROUP_V1: &str = "9:name=systemd:/\n8:pids:/\n7:blkio:/\n6:freezer:/\n5:devices:/\n4:memory:/svc/web\n3:cpuset:/\n2:cpuacct:/\n1:cpu:/memtrial-test-1\n0::/\n";
