@@ -45,28 +45,35 @@ pub(crate) fn fit_fd_limit(connections: usize, threads: usize, ui: &Ui) -> Resul
 /// Decides where runs are isolated: a fresh cgroup per run as root, else none — and
 /// then limits cannot be honoured, which is an error, never a silent no-op.
 pub(crate) fn isolation(limits: &memtrial::plan::Limits, ui: &Ui) -> Result<Isolation> {
+    // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
-    let reason = if !root {
-        "not running as root: memtrial creates a cgroup per run only as root (a delegated cgroup v2 subtree for other users is not supported yet)".to_string()
+    let found = if root {
+        cgroup::detect().map_err(|e| format!("no usable cgroup: {e}"))
     } else {
-        match cgroup::detect() {
-            Ok(h) => {
-                for p in cgroup::clean_stale(&h) {
-                    ui.note(&format!(
-                        "note: removed a cgroup left by an earlier memtrial that died: {}",
-                        p.display()
-                    ));
-                }
-                return Ok(Isolation::Cgroup(h));
+        cgroup::claim_delegated().map_err(|why| {
+            format!(
+                "not running as root, and {why}; {}",
+                cgroup::HOW_TO_DELEGATE
+            )
+        })
+    };
+    let reason = match found {
+        Ok(h) => {
+            for p in cgroup::clean_stale(&h) {
+                ui.note(&format!(
+                    "note: removed a cgroup left by an earlier memtrial that died: {}",
+                    p.display()
+                ));
             }
-            Err(e) => format!("no usable cgroup: {e}"),
+            return Ok(Isolation::Cgroup(h));
         }
+        Err(reason) => reason,
     };
     if limits.any() {
         bail!("--memory-limit, --cpus, --cpuset and --pids-limit need a cgroup, and there is none: {reason}");
     }
     ui.note(&format!(
-        "note: runs are not isolated in cgroups ({reason}); the tree's cgroup peak, OOM kills and CPU throttling are not measured"
+        "note: runs are not isolated in cgroups: without one, memtrial cannot apply limits, see OOM kills, measure the whole tree's cgroup peak and CPU throttling, or kill a run's whole tree at once (it stops the workload's process group and the descendants it has seen); {reason}"
     ));
     Ok(Isolation::None { reason })
 }
@@ -150,7 +157,22 @@ pub(super) fn isolation_note(isolation: &Isolation, limits: &memtrial::plan::Lim
             } else {
                 l.join(", ")
             };
-            format!("isolation: a fresh {} per run; {limits}", h.describe())
+            // SAFETY: geteuid has no preconditions.
+            let uid = unsafe { libc::geteuid() };
+            let delegated = if uid == 0 {
+                String::new()
+            } else {
+                format!(" (delegated to uid {uid})")
+            };
+            let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+            let missing = h
+                .missing_figures(&kernel)
+                .map(|m| format!("; {m}"))
+                .unwrap_or_default();
+            format!(
+                "isolation: a fresh {}{delegated} per run; {limits}{missing}",
+                h.describe()
+            )
         }
         Isolation::None { reason } => format!("isolation: none ({reason})"),
     }

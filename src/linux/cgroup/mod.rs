@@ -8,11 +8,13 @@
 //! (v1, v2, hybrid), limits and the flat-keyed and CPU-list parsers.
 
 pub mod container;
+mod delegated;
 mod mounts;
 mod reader;
 mod run;
 mod stale;
 
+pub use delegated::{claim_delegated, HOW_TO_DELEGATE};
 pub use mounts::*;
 pub use reader::*;
 pub use run::*;
@@ -113,6 +115,24 @@ impl Hierarchy {
                     .unwrap_or_default()
             ),
         }
+    }
+
+    /// What the kernel cannot give for this layout, said once in the record: on v2 a
+    /// group's own memory high-water mark (`memory.peak`) exists from Linux 5.19 on.
+    /// `kernel` is a release as `uname -r` prints it.
+    pub fn missing_figures(&self, kernel: &str) -> Option<String> {
+        let Hierarchy::V2 { .. } = self else {
+            return None;
+        };
+        let mut parts = kernel.trim().split(['.', '-']);
+        let major: u32 = parts.next()?.parse().ok()?;
+        let minor: u32 = parts.next()?.parse().ok()?;
+        ((major, minor) < (5, 19)).then(|| {
+            format!(
+                "kernel {} keeps no memory.peak for a cgroup v2 group (Linux 5.19 added it): the cgroup peak is not measured; peak RSS (wait4, VmHWM) and the sampled anon and file peaks are",
+                kernel.trim()
+            )
+        })
     }
 
     pub fn version(&self) -> u8 {
@@ -370,6 +390,26 @@ mod tests {
         assert_eq!(m["throttled_usec"], 800_000);
         let v2_events = "low 0\nhigh 0\nmax 7\noom 1\noom_kill 1\noom_group_kill 0\n";
         assert_eq!(parse_flat_keyed(v2_events)["oom_kill"], 1);
+    }
+
+    #[test]
+    fn memory_peak_missing_before_5_19_on_v2_only() {
+        let v2 = Hierarchy::V2 {
+            mount: "/sys/fs/cgroup".into(),
+            base: "/sys/fs/cgroup/memtrial".into(),
+        };
+        let note = v2.missing_figures("5.15.0-91-generic").unwrap();
+        assert!(
+            note.contains("memory.peak") && note.contains("5.15.0-91-generic"),
+            "{note}"
+        );
+        assert_eq!(v2.missing_figures("5.19.0"), None);
+        assert_eq!(v2.missing_figures("6.1.0-50-amd64\n"), None);
+        assert_eq!(v2.missing_figures("garbage"), None);
+        let v1 = Hierarchy::V1 {
+            bases: BTreeMap::new(),
+        };
+        assert_eq!(v1.missing_figures("4.19.0"), None);
     }
 
     #[test]
