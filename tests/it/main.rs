@@ -16,6 +16,7 @@ mod kube;
 mod kube_trust;
 mod layers;
 mod load;
+mod nobody;
 mod output;
 mod procs;
 mod program_variants;
