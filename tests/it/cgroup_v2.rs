@@ -34,6 +34,13 @@ fn in_vm(dir: &Path, script: &str) -> (String, String) {
     (stdout, stderr)
 }
 
+/// A directory for a VM test's files, when the test can run here (as root: vm.sh
+/// installs qemu and builds the VM's image).
+fn vm_dir() -> Option<tempfile::TempDir> {
+    need_root("scripts/vm.sh installs qemu and builds the VM's image")
+        .then(|| tempfile::tempdir().unwrap())
+}
+
 /// The value of the script's `KEY=value` line.
 fn said(stdout: &str, stderr: &str, key: &str) -> String {
     stdout
@@ -60,11 +67,8 @@ fn record(dir: &Path, name: &str) -> Value {
 #[test]
 #[ignore = "boots a VM (about 2 min the first time on a machine, then about 40 s): runs alone in the second pass of scripts/test.sh"]
 fn limits_an_oom_kill_and_teardown_on_a_real_cgroup_v2_kernel() {
-    if !need_root("scripts/vm.sh installs qemu and builds the VM's image") {
-        return;
-    }
+    let Some(dir) = vm_dir() else { return };
     let bin = memtrial();
-    let dir = tempfile::tempdir().unwrap();
     let script = format!(
         "M={bin}\n\
          $M run --runs 1 --variants glibc --memory-limit 64M --json oom.json -- \
@@ -116,10 +120,7 @@ fn limits_an_oom_kill_and_teardown_on_a_real_cgroup_v2_kernel() {
 #[test]
 #[ignore = "boots a VM (about 40 s, 2 min the first time on a machine): runs alone in the second pass of scripts/test.sh"]
 fn peaks_cpusets_side_by_side_runs_and_a_killed_memtrials_group_on_cgroup_v2() {
-    if !need_root("scripts/vm.sh installs qemu and builds the VM's image") {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
+    let Some(dir) = vm_dir() else { return };
     let script = r#"
 M=$BIN
 $M --db p.db run --runs 1 --variants glibc --json peak.json -- python3 -c 'x = bytearray(100 << 20)'
@@ -232,10 +233,7 @@ echo left=$(ls /sys/fs/cgroup/memtrial | grep -c -- '-')
 #[test]
 #[ignore = "boots a VM (about 40 s, 2 min the first time on a machine): runs alone in the second pass of scripts/test.sh"]
 fn containers_and_users_without_root_on_cgroup_v2() {
-    if !need_root("scripts/vm.sh installs qemu and builds the VM's image") {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
+    let Some(dir) = vm_dir() else { return };
     std::fs::write(
         dir.path().join("plan.toml"),
         "command = [\"python3\", \"-c\", \"x = bytearray(30 << 20)\"]\n\

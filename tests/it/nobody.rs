@@ -43,18 +43,19 @@ fn explain(o: &Output) -> String {
     )
 }
 
-/// A directory nobody may write, holding copies of memtrial and of the `arenas` fixture
-/// (named uniquely, so no other test's process joins its exporter group).
-fn sandbox(name: &str) -> (tempfile::TempDir, PathBuf, PathBuf) {
+/// A directory nobody may write, holding a copy of memtrial nobody may run.
+fn sandbox() -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
-    let bin = dir.path().join("memtrial");
-    let arenas = dir.path().join(name);
-    for (from, to) in [(memtrial(), &bin), (fixture("arenas"), &arenas)] {
-        std::fs::copy(from, to).unwrap();
-        std::fs::set_permissions(to, std::fs::Permissions::from_mode(0o755)).unwrap();
-    }
-    (dir, bin, arenas)
+    let bin = copy_into(dir.path(), &memtrial(), "memtrial");
+    (dir, bin)
+}
+
+fn copy_into(dir: &Path, from: &Path, name: &str) -> PathBuf {
+    let to = dir.join(name);
+    std::fs::copy(from, &to).unwrap();
+    std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o755)).unwrap();
+    to
 }
 
 #[test]
@@ -66,8 +67,10 @@ fn a_user_without_root_runs_reports_inspects_and_exports_their_own_programs() {
     {
         return;
     }
+    // The fixture named uniquely, so that no other test's process joins its exporter group.
     let name = format!("mtnb{}", std::process::id());
-    let (dir, bin, arenas) = sandbox(&name);
+    let (dir, bin) = sandbox();
+    let arenas = copy_into(dir.path(), &fixture("arenas"), &name);
     let d = dir.path();
 
     // run: every variant, unisolated, said once with the reason and the way to isolation.
@@ -233,6 +236,60 @@ fn a_user_without_root_runs_reports_inspects_and_exports_their_own_programs() {
             "nothing of its own process is refused to nobody:\n{text}"
         );
     }
+}
+
+/// Without a cgroup, a stopped run still leaves nothing: SIGINT to memtrial run as nobody
+/// kills the workload and a daemon it left behind (its own session, ignoring SIGTERM,
+/// SIGINT and SIGHUP), which memtrial, a child subreaper, still has among its descendants.
+#[test]
+fn a_run_without_a_cgroup_stops_cleanly_daemons_included() {
+    if !(need_root("to become nobody") && need_file("/usr/bin/setpriv", "util-linux")) {
+        return;
+    }
+    let (dir, bin) = sandbox();
+    let (daemon, main) = ("sleep 47.25", "sleep 46.25");
+    let script = format!("setsid sh -c 'trap \"\" TERM INT HUP; {daemon}' & {main}");
+    let child = Command::new(AS_NOBODY[0])
+        .args(&AS_NOBODY[1..])
+        .arg(&bin)
+        .args([
+            "run",
+            "--runs",
+            "3",
+            "--variants",
+            "glibc",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ])
+        .current_dir(dir.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while no_process_matching(&format!("^{daemon}$")) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the daemon never started"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // SAFETY: sending a signal to a process this test started.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGINT);
+    }
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130), "{}", explain(&out));
+    assert!(
+        no_process_matching(&format!("^{daemon}$")),
+        "the daemon outlived the run"
+    );
+    assert!(
+        no_process_matching(&format!("^{main}$")),
+        "the workload outlived the run"
+    );
 }
 
 fn status_uid(pid: i32) -> u64 {
