@@ -279,6 +279,11 @@ chown nobody $C/deleg $C/deleg/cgroup.procs $C/deleg/cgroup.subtree_control $C/d
 sh -c "echo \$\$ > $C/deleg/cgroup.procs; exec $AS_NOBODY $M --db d.db run --runs 1 --variants glibc --memory-limit 64M --json deleg.json -- python3 -c 'x = bytearray(200 << 20)'" > deleg.txt 2>&1
 echo deleg-exit=$?
 echo deleg-left=$(ls $C/deleg/memtrial | grep -c -- '-')
+mkdir $C/shared
+chown nobody $C/shared $C/shared/cgroup.procs $C/shared/cgroup.subtree_control $C/shared/cgroup.threads
+sh -c "echo \$\$ > $C/shared/cgroup.procs; sleep 20 & exec $AS_NOBODY $M --db s.db run --runs 1 --variants glibc -- /bin/true" > shared.txt 2>&1
+echo shared-exit=$?
+echo shared-moved=$(cat $C/shared/cgroup.procs | wc -l)
 $AS_NOBODY $M --db n.db run --runs 1 --variants glibc --json nobody.json -- /bin/true > nobody.txt 2>&1
 echo nobody-exit=$?
 $AS_NOBODY $M --db n.db run --runs 1 --variants glibc --memory-limit 64M -- /bin/true > nolimit.txt 2>&1
@@ -345,6 +350,19 @@ echo nolimit-exit=$?
         "{notes}"
     );
     assert_eq!(said("deleg-left"), "0", "{stdout}");
+    // A delegated group that holds another process is not taken: memtrial moves no process
+    // it did not start, so it runs unisolated and says why.
+    assert_eq!(said("shared-exit"), "0", "{}", text(d, "shared.txt"));
+    let shared = text(d, "shared.txt");
+    assert!(
+        shared.contains("not isolated") && shared.contains("holds 1 other process(es)"),
+        "{shared}"
+    );
+    assert_eq!(
+        said("shared-moved"),
+        "1",
+        "the other process stays where it was: {stdout}"
+    );
 
     // Not delegated: the run works, unisolated, and says what isolation would need; a
     // limit is refused, not pretended.
