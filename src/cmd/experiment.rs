@@ -48,7 +48,9 @@ pub(crate) fn isolation(limits: &memtrial::plan::Limits, ui: &Ui) -> Result<Isol
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
     let found = if root {
-        cgroup::detect().map_err(|e| format!("no usable cgroup: {e}"))
+        cgroup::detect()
+            .map_err(|e| format!("no usable cgroup: {e}"))
+            .and_then(cgroup::ready_for_root)
     } else {
         cgroup::claim_delegated().map_err(|why| {
             format!(

@@ -148,6 +148,13 @@ $M --db k2.db run --runs 1 --variants glibc -- true > k2.out 2>&1
 echo next-exit=$?
 echo orphans-after=$(pgrep -cf '^sleep 300$')
 echo left=$(ls /sys/fs/cgroup/memtrial | grep -c -- '-')
+mkdir /sys/fs/cgroup/ctr
+NS="echo \$\$ > /sys/fs/cgroup/ctr/cgroup.procs; exec unshare --cgroup --mount sh -c 'umount /sys/fs/cgroup && mount -t cgroup2 none /sys/fs/cgroup &&"
+LIMITED="--runs 1 --variants glibc --memory-limit 64M --json ns.json -- python3 -c \"x = bytearray(200 << 20)\""
+sh -c "$NS $M --db ns.db run $LIMITED; true'" > ns-shared.txt 2>&1
+sh -c "$NS exec $M --db ns.db run $LIMITED'" > ns.txt 2>&1
+echo ns-exit=$?
+echo ns-left=$(ls /sys/fs/cgroup/ctr/memtrial | grep -c -- -)
 "#
     .replace("$BIN", &memtrial().display().to_string());
     let (stdout, stderr) = in_vm(dir.path(), &script);
@@ -221,6 +228,26 @@ echo left=$(ls /sys/fs/cgroup/memtrial | grep -c -- '-')
     );
     assert_eq!(said("orphans-after"), "0", "{stdout}");
     assert_eq!(said("left"), "0", "{stdout}");
+
+    // Root in a container with a cgroup namespace of its own (Docker's default on v2): the
+    // tree's root there holds the container's processes and cannot give controllers to
+    // run groups, so memtrial, alone in it, moves itself into a leaf; the limit holds and
+    // the OOM kill is seen, with the group's own peak.
+    let shared = text(d, "ns-shared.txt");
+    assert!(
+        shared.contains("a container's cgroup namespace") && shared.contains("holds 1 other process(es)"),
+        "with a shell beside it in the namespace's root, memtrial refuses the limit and says why: {shared}"
+    );
+    assert_eq!(said("ns-exit"), "1", "{}", text(d, "ns.txt"));
+    let ns = record(d, "ns.json");
+    let run = first_run(&ns, "glibc");
+    assert_eq!(run["status"], "oom_killed", "{run}");
+    assert!(run["cgroup"]["oom_kills"].as_u64() >= Some(1), "{run}");
+    assert!(
+        run["cgroup"]["peak_bytes"].as_u64() > Some(32 << 20),
+        "{run}"
+    );
+    assert_eq!(said("ns-left"), "0", "{stdout}");
 }
 
 /// What a container and a user that is not root see on cgroup v2: limits set on the pod's

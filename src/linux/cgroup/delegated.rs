@@ -1,13 +1,15 @@
-//! Cgroups without root: a cgroup v2 subtree delegated to the user (systemd's
-//! `Delegate=yes`, what `systemd-run --user --scope -p Delegate=yes` gives; or any group
-//! whose directory and `cgroup.procs`/`cgroup.subtree_control` files the user owns, the
-//! kernel's own delegation model).
+//! cgroup v2 groups memtrial must claim before it can make run groups in them: one
+//! delegated to a user that is not root (systemd's `Delegate=yes`, what `systemd-run
+//! --user --scope -p Delegate=yes` gives; or any group whose directory and
+//! `cgroup.procs`/`cgroup.subtree_control` files the user owns, the kernel's own
+//! delegation model), and, for root, the root of a container's cgroup namespace (Docker's
+//! default on v2), which unlike the machine's root group holds processes.
 //!
-//! cgroup v2 lets a group give controllers to its children only while it holds no
-//! processes itself, so memtrial moves itself into a leaf of its own (`memtrial-self`)
-//! and makes its run groups beside it, under `memtrial/`, exactly as root does under the
-//! tree's root. It does this only when it is alone in its group: it never moves a process
-//! it did not start.
+//! cgroup v2 lets a group other than the root give controllers to its children only while
+//! it holds no processes itself, so memtrial moves itself into a leaf of its own
+//! (`memtrial-self`) and makes its run groups beside it, under `memtrial/`, exactly as root
+//! does under the machine's root. It does this only when it is alone in its group: it
+//! never moves a process it did not start.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -66,22 +68,64 @@ fn writable(p: &Path) -> bool {
 /// layout, run groups under `<group>/memtrial`. The reason, with what would give one,
 /// when there is none.
 pub fn claim_delegated() -> Result<Hierarchy, String> {
-    let read = |p: &str| fs::read_to_string(p).map_err(|e| format!("cannot read {p}: {e}"));
-    let (mount, group) = own_v2_group(&read("/proc/self/mountinfo")?, &read("/proc/self/cgroup")?)?;
-    let shown = group.display();
+    let (mount, group) = own_group()?;
     if !["", "cgroup.procs", "cgroup.subtree_control"]
         .iter()
         .all(|f| writable(&group.join(f)))
     {
         return Err(format!(
-            "memtrial's cgroup {shown} is not delegated to this user"
+            "memtrial's cgroup {} is not delegated to this user",
+            group.display()
         ));
     }
+    claim(mount, group)
+}
+
+/// For root on cgroup v2: `h` as it is when the tree's root (as this process sees it) can
+/// give controllers to its children — the machine's root group can; else (the root of a
+/// container's cgroup namespace, which holds the container's processes) memtrial's own
+/// group claimed as [`claim_delegated`] claims one. The reason when neither can be had.
+pub fn ready_for_root(h: Hierarchy) -> Result<Hierarchy, String> {
+    let Hierarchy::V2 { mount, .. } = &h else {
+        return Ok(h);
+    };
+    let line = enable_line(mount, &WANT);
+    if !line.contains("+memory") {
+        // Run groups without their memory figures would look isolated and measure nothing.
+        return Err(format!(
+            "the cgroup v2 tree at {} offers no memory controller",
+            mount.display()
+        ));
+    }
+    if fs::write(mount.join("cgroup.subtree_control"), &line).is_ok() {
+        return Ok(h);
+    }
+    let (mount, group) = own_group()?;
+    claim(mount, group).map_err(|why| {
+        format!(
+            "the cgroup v2 tree's root here is a group with processes (a container's cgroup namespace), which cannot give controllers to run groups, and {why}; run memtrial as the container's first process, or in a group of its own"
+        )
+    })
+}
+
+/// The controllers run groups get, where the parent has them.
+const WANT: [&str; 4] = ["memory", "cpu", "pids", "cpuset"];
+
+/// The cgroup2 mount and memtrial's own group's directory on it.
+fn own_group() -> Result<(PathBuf, PathBuf), String> {
+    let read = |p: &str| fs::read_to_string(p).map_err(|e| format!("cannot read {p}: {e}"));
+    own_v2_group(&read("/proc/self/mountinfo")?, &read("/proc/self/cgroup")?)
+}
+
+/// Moves memtrial into `<group>/memtrial-self` and gives the group's controllers to its
+/// children, when memtrial is alone in it.
+fn claim(mount: PathBuf, group: PathBuf) -> Result<Hierarchy, String> {
+    let shown = group.display();
     let me = std::process::id() as i32;
     let others = read_pids(&group).into_iter().filter(|p| *p != me).count();
     if others > 0 {
         return Err(format!(
-            "memtrial's cgroup {shown} is delegated to this user but holds {others} other process(es); \
+            "memtrial's cgroup {shown} holds {others} other process(es); \
              cgroup v2 lets only a group without processes give controllers to its children, and \
              memtrial moves no process it did not start"
         ));
@@ -89,16 +133,19 @@ pub fn claim_delegated() -> Result<Hierarchy, String> {
     let controllers = fs::read_to_string(group.join("cgroup.controllers")).unwrap_or_default();
     if !controllers.split_whitespace().any(|c| c == "memory") {
         return Err(format!(
-            "memtrial's cgroup {shown} is delegated to this user without the memory controller (it has: {})",
-            if controllers.trim().is_empty() { "none" } else { controllers.trim() }
+            "memtrial's cgroup {shown} has no memory controller to give (it has: {})",
+            if controllers.trim().is_empty() {
+                "none"
+            } else {
+                controllers.trim()
+            }
         ));
     }
     let leaf = group.join(SELF_LEAF);
     ensure_dir(&leaf).map_err(|e| e.to_string())?;
     fs::write(leaf.join("cgroup.procs"), me.to_string())
         .map_err(|e| format!("cannot move memtrial into {}: {e}", leaf.display()))?;
-    let want = ["memory", "cpu", "pids", "cpuset"];
-    let line = enable_line(&group, &want);
+    let line = enable_line(&group, &WANT);
     fs::write(group.join("cgroup.subtree_control"), &line).map_err(|e| {
         format!("cannot give the controllers ({line}) of {shown} to its children: {e}")
     })?;

@@ -14,7 +14,7 @@ mod reader;
 mod run;
 mod stale;
 
-pub use delegated::{claim_delegated, HOW_TO_DELEGATE};
+pub use delegated::{claim_delegated, ready_for_root, HOW_TO_DELEGATE};
 pub use mounts::*;
 pub use reader::*;
 pub use run::*;
