@@ -20,8 +20,7 @@ use serde::Serialize;
 
 use crate::linux::maps::Mapping;
 
-/// `HEAP_MAX_SIZE` on 64-bit glibc: `2 * DEFAULT_MMAP_THRESHOLD_MAX` = 64 MiB.
-pub(crate) const HEAP_MAX: u64 = 64 << 20;
+pub(crate) use crate::linux::regions::HEAP_MAX;
 
 /// How the arena count was obtained.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -168,19 +167,7 @@ pub(crate) fn count_from_headers(
 /// Without memory access: mappings shaped like a heap (64 MiB-aligned anonymous `rw-p`
 /// followed by its `---p` reserve, or a whole 64 MiB), plus main. An upper bound.
 pub(crate) fn estimate(maps: &[Mapping]) -> ArenaCount {
-    let mut ranges = Vec::new();
-    for (i, m) in maps.iter().enumerate() {
-        if !is_anon_rw(m) || m.start % HEAP_MAX != 0 {
-            continue;
-        }
-        let len = m.end - m.start;
-        let reserve_follows = maps.get(i + 1).is_some_and(|n| {
-            n.start == m.end && n.path.is_none() && n.perms == "---p" && n.end == m.start + HEAP_MAX
-        });
-        if len == HEAP_MAX || (len < HEAP_MAX && reserve_follows) {
-            ranges.push((m.start, m.start + HEAP_MAX));
-        }
-    }
+    let ranges = crate::linux::regions::heaps_from_maps(maps);
     ArenaCount {
         method: Method::Estimate,
         arenas: ranges.len() as u64 + 1,

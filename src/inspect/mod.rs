@@ -18,7 +18,7 @@
 
 pub mod advice;
 pub mod arenas;
-pub mod classify;
+pub use crate::linux::regions as classify;
 pub use crate::linux::container;
 mod access;
 mod facts;

@@ -9,4 +9,5 @@ pub mod kept;
 pub mod ldso;
 pub mod maps;
 pub mod proc;
+pub mod regions;
 pub mod safe_file;

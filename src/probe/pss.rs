@@ -48,7 +48,7 @@ impl PssBudget {
         }
     }
 
-    fn due(&self, now: Instant) -> bool {
+    pub(crate) fn due(&self, now: Instant) -> bool {
         let Some(start) = self.started else {
             return true;
         };
@@ -57,7 +57,7 @@ impl PssBudget {
         self.spent.as_secs_f64() <= allowed
     }
 
-    fn spent(&mut self, started: Instant, cost: Duration) {
+    pub(crate) fn spent(&mut self, started: Instant, cost: Duration) {
         self.started.get_or_insert(started);
         self.spent += cost;
     }

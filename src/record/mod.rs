@@ -195,7 +195,28 @@ pub struct RunRecord {
     /// A worker or service run's driven phase and the figures its driver reported.
     #[serde(default)]
     pub driver: Option<DriverFigures>,
+    /// Where the resident memory was, by kind of mapping, from the `smaps` read nearest the
+    /// run's peak.
+    #[serde(default)]
+    pub regions: Option<RegionsRead>,
     pub samples: Vec<TreeSample>,
+}
+
+/// The run's resident memory by kind of mapping (`smaps` of every live process, read at a
+/// new high of the tree's RSS within a CPU budget): the read with the most resident bytes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RegionsRead {
+    /// When it was asked for, seconds since the workload started.
+    pub t_seconds: f64,
+    /// The tree's sampled RSS at that moment (the kinds sum to about this).
+    pub tree_rss_bytes: u64,
+    /// Processes read.
+    pub processes: u32,
+    /// Reads made during the run, and the time they took in all.
+    pub reads: u32,
+    pub read_seconds: f64,
+    #[serde(flatten)]
+    pub regions: crate::linux::regions::Regions,
 }
 
 /// The driven phase of a worker trial (`--driver`) or a service run for `--duration`, on
@@ -274,6 +295,7 @@ impl RunRecord {
             load: None,
             inside: InsideView::default(),
             driver: None,
+            regions: None,
             samples: Vec::new(),
         }
     }

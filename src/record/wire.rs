@@ -76,6 +76,9 @@ pub struct RunJson<'a> {
     /// A worker's or service's driven phase and its driver's figures.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub driver: Option<&'a crate::record::DriverFigures>,
+    /// Where the resident memory was, by kind of mapping, near the run's peak.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub regions: Option<&'a crate::record::RegionsRead>,
     /// What the probes inside the workload saw (allocator, runtimes); absent when none ran.
     #[serde(skip_serializing_if = "crate::record::InsideView::is_empty")]
     pub inside: &'a crate::record::InsideView,
@@ -151,6 +154,7 @@ pub fn run(r: &RunRecord) -> RunJson<'_> {
         latency_max_ms: r.load.as_ref().map(|l| l.latency_max_ms),
         load: r.load.as_ref(),
         driver: r.driver.as_ref(),
+        regions: r.regions.as_ref(),
         inside: &r.inside,
         samples: r.samples.iter().map(sample).collect(),
         host: None,
@@ -211,6 +215,8 @@ pub struct RunIn {
     #[serde(default)]
     pub driver: Option<DriverFigures>,
     #[serde(default)]
+    pub regions: Option<crate::record::RegionsRead>,
+    #[serde(default)]
     pub inside: InsideView,
     pub samples: Vec<TreeSample>,
     #[serde(default)]
@@ -261,6 +267,7 @@ pub fn record_of(variant: &str, r: RunIn) -> Result<RunRecord, String> {
         load: r.load,
         inside: r.inside,
         driver: r.driver,
+        regions: r.regions,
         samples: r.samples,
     })
 }

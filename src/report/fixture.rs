@@ -138,6 +138,7 @@ fn run(variant: &str, block: u32, peak_mib: f64, wall: f64, status: RunStatus) -
         load: None,
         inside: inside(variant, peak, grows, wall),
         driver: None,
+        regions: None,
         samples,
     }
 }

@@ -127,6 +127,13 @@ pub fn render(e: &Experiment, a: &Analysis, rec: &Recommendation) -> String {
             out.push_str(&format!("- {}\n", md(&t)));
         }
     }
+    let regions = super::regions::region_lines(e, a);
+    if !regions.is_empty() {
+        out.push_str(&format!("\n{}:\n", md(super::regions::REGIONS_HEADING)));
+        for t in regions {
+            out.push_str(&format!("- {}\n", md(&t)));
+        }
+    }
     let runtimes = super::table::runtime_lines(e, a);
     if !runtimes.is_empty() {
         out.push_str(

@@ -13,6 +13,7 @@ pub mod inside_charts;
 pub mod json;
 pub mod markdown;
 pub mod printer;
+pub(crate) mod regions;
 pub mod table;
 pub mod text;
 

@@ -149,6 +149,15 @@ pub fn render(e: &Experiment, a: &Analysis, color: bool) -> String {
             out.push('\n');
         }
     }
+    let regions = super::regions::region_lines(e, a);
+    if !regions.is_empty() {
+        out.push_str(&format!("\n{}:\n", super::regions::REGIONS_HEADING));
+        for t in regions {
+            out.push_str("  ");
+            out.push_str(&terminal(&t));
+            out.push('\n');
+        }
+    }
     let runtimes = runtime_lines(e, a);
     if !runtimes.is_empty() {
         out.push_str(

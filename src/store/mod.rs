@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use rusqlite::Connection;
 
 /// The schema version this build writes (SQLite `user_version`).
-pub(crate) const SCHEMA_VERSION: i64 = 9;
+pub(crate) const SCHEMA_VERSION: i64 = 10;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -228,6 +228,31 @@ mod tests {
             }),
             load: None,
             inside: Default::default(),
+            regions: Some(crate::record::RegionsRead {
+                t_seconds: 1.5,
+                tree_rss_bytes: 300 << 20,
+                processes: 2,
+                reads: 4,
+                read_seconds: 0.012,
+                regions: crate::linux::regions::Regions {
+                    by_kind: [
+                        (crate::linux::regions::Kind::ExecAnon, 256 << 20),
+                        (crate::linux::regions::Kind::FileCode, 40 << 20),
+                    ]
+                    .into(),
+                    rss_bytes: 296 << 20,
+                    arena_heaps: 3,
+                    thread_stacks: 5,
+                    largest_exec_anon: Some(crate::linux::regions::Region {
+                        size_bytes: 256 << 20,
+                        rss_bytes: 256 << 20,
+                    }),
+                    files: vec![crate::linux::regions::FileRss {
+                        path: "/usr/lib/libruby.so.3.1".into(),
+                        rss_bytes: 30 << 20,
+                    }],
+                },
+            }),
             driver: Some(crate::record::DriverFigures {
                 driven_start_seconds: 0.01,
                 ready_seconds: Some(0.5),
@@ -461,7 +486,7 @@ mod tests {
     /// except those an import touched (resumed only when confirmed); they list, load and
     /// take new runs as before.
     #[test]
-    fn v8_database_is_migrated_to_9() {
+    fn v8_database_is_migrated_to_the_current_schema() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("v8.db");
         {
@@ -504,7 +529,7 @@ mod tests {
             .conn
             .query_row("PRAGMA user_version", [], |r| r.get(0))
             .unwrap();
-        assert_eq!(version, 9);
+        assert_eq!(version, SCHEMA_VERSION);
         assert_eq!(s.origin(1).unwrap(), Origin::Local);
         assert_eq!(s.origin(2).unwrap(), Origin::Imported);
         let host = HostInfo::detect();

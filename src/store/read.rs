@@ -157,6 +157,7 @@ impl Store {
                 .json(r, "inside_json", "inside view")?
                 .unwrap_or_default(),
             driver: self.json(r, "driver_json", "driver figures")?,
+            regions: self.json(r, "regions_json", "regions")?,
             samples: Vec::new(),
         })
     }
@@ -214,7 +215,7 @@ impl Store {
                     mean_rss_bytes, final_rss_bytes, peak_pss_bytes, peak_vsz_bytes, threads_peak,
                     minor_faults, major_faults, processes_seen, allocator_detected, verification,
                     verification_detail, message, stdout_path, stderr_path, cgroup_json, load_json, inside_json,
-                    driver_json, peak_uss_bytes, host_id
+                    driver_json, peak_uss_bytes, host_id, regions_json
                  FROM runs WHERE experiment_id = ?1 ORDER BY seq, id",
             )
             .map_err(|e| self.err(e))?;

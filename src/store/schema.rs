@@ -117,6 +117,9 @@ CREATE UNIQUE INDEX runs_by_identity ON runs(identity);
 /// store that an import touched count as imported: resuming one asks for confirmation,
 /// and their runs' output paths (possibly another machine's, named by a record) are
 /// blanked, since memtrial opens only files it made.
+/// v10: where a run's resident memory was, by kind of mapping (a JSON object).
+pub(super) const V10_STEP: &str = " ALTER TABLE runs ADD COLUMN regions_json TEXT;";
+
 pub(super) const V9_STEP: &str = r#"
 ALTER TABLE experiments ADD COLUMN origin TEXT NOT NULL DEFAULT 'local';
 ALTER TABLE experiments ADD COLUMN owner_pid INTEGER;
@@ -192,7 +195,7 @@ impl Store {
         let version = read_version()?;
         if version == 0 {
             let batch = format!(
-                "{SCHEMA} {V8_STEP} {V9_STEP} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
+                "{SCHEMA} {V8_STEP} {V9_STEP} {V10_STEP} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
             );
             self.conn.execute_batch(&batch).map_err(|e| self.err(e))?;
             return Ok(());
@@ -202,7 +205,7 @@ impl Store {
         // phase and its driver's figures; v6: the tree's peak USS (a column of its own
         // beside peak_pss_bytes: a figure, not a probe's view); v7: a variant's own
         // program or command; v8: hosts, fingerprints, run identities (see V8_STEP);
-        // v9: origins, owners, slot claims (see V9_STEP).
+        // v9: origins, owners, slot claims (see V9_STEP); v10: regions (V10_STEP).
         let mut steps = String::new();
         if version < 2 {
             steps.push_str(" ALTER TABLE runs ADD COLUMN cgroup_json TEXT;");
@@ -228,6 +231,9 @@ impl Store {
         }
         if version < 9 {
             steps.push_str(V9_STEP);
+        }
+        if version < 10 {
+            steps.push_str(V10_STEP);
         }
         if version < SCHEMA_VERSION {
             self.conn.execute_batch(&steps).map_err(|e| self.err(e))?;

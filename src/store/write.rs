@@ -151,9 +151,9 @@ pub(super) fn insert_run(
             mean_rss_bytes, final_rss_bytes, peak_pss_bytes, peak_vsz_bytes, threads_peak,
             minor_faults, major_faults, processes_seen, allocator_detected, verification,
             verification_detail, message, stdout_path, stderr_path, cgroup_json, load_json, inside_json,
-            driver_json, peak_uss_bytes, host_id, identity)
+            driver_json, peak_uss_bytes, host_id, identity, regions_json)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18,
-            ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33, ?34, ?35)",
+            ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33, ?34, ?35, ?36)",
         params![
             experiment,
             seq,
@@ -192,6 +192,7 @@ pub(super) fn insert_run(
             r.peak_uss_bytes.map(|v| v as i64),
             host,
             identity,
+            r.regions.as_ref().and_then(|g| serde_json::to_string(g).ok()),
         ],
     )?;
     let run_id = tx.last_insert_rowid();

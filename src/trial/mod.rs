@@ -66,7 +66,7 @@ pub struct Live {
     pub rss_bytes: u64,
 }
 
-/// The probes every run gets: PSS and the variant's verification (the tree sampler and
+/// The probes every run gets: PSS, the regions and the variant's verification (the tree sampler and
 /// the backend's own probes are added by the trial), then the plan's probes inside the
 /// workload, which report into `<log_stem>.probe/` — the allocator probe only when
 /// `allocator` (see [`ended_before_allocator_sample`]).
@@ -78,6 +78,7 @@ pub(crate) fn default_probes(
 ) -> Vec<Box<dyn Probe>> {
     let mut probes: Vec<Box<dyn Probe>> = vec![
         Box::new(PssProbe::new()),
+        Box::new(crate::probe::RegionsProbe::new()),
         Box::new(Verifier::for_run(plan, variant)),
     ];
     let dir = log_stem.with_extension("probe");

@@ -1,7 +1,7 @@
 //! What each mapping of a process holds, grouped by kind, from `/proc/PID/smaps`.
 //!
-//! Kinds are decided from the mapping line alone (plus the set of glibc heaps found
-//! by [`super::arenas`]):
+//! Kinds are decided from the mapping line alone (plus the set of glibc heaps: found by
+//! `inspect` from their headers, or by [`heaps_from_maps`] from the mappings' shape):
 //!
 //! * `[heap]` is the brk heap, glibc's main arena;
 //! * glibc malloc heaps (64 MiB-aligned, found by their headers) are the other arenas,
@@ -15,10 +15,14 @@
 //!   `/SYSV*`; a shared mapping of an ordinary file (e.g. glibc's `r--s`
 //!   `gconv-modules.cache`) is file data, like `pmap` counts it;
 //! * file code: file-backed with `x`; file data: any other file-backed mapping;
+//! * executable anonymous memory is JIT code (YJIT's executable region, the JVM's code
+//!   cache, V8's): a runtime's own, never malloc's;
 //! * everything else anonymous (including `mmap`ped malloc chunks above the mmap
 //!   threshold and other allocators' memory) is "other anonymous".
 
-use serde::Serialize;
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
 
 use crate::linux::maps::{self, Mapping};
 
@@ -26,7 +30,7 @@ use crate::linux::maps::{self, Mapping};
 pub(crate) const MAX_GUARD: u64 = 1 << 20;
 
 /// What a mapping holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Kind {
     /// The brk `[heap]`: glibc's main arena (or another allocator's brk use).
@@ -39,6 +43,8 @@ pub enum Kind {
     MainStack,
     /// Other anonymous memory: large malloc chunks, other allocators, runtimes' heaps.
     OtherAnon,
+    /// Executable anonymous memory: JIT code (YJIT, the JVM's code cache).
+    ExecAnon,
     /// Executable file mappings (program and library code).
     FileCode,
     /// Other file mappings (read-only data, relocated data, mapped files).
@@ -57,6 +63,7 @@ impl Kind {
             Kind::ThreadStacks => "thread stacks",
             Kind::MainStack => "main stack",
             Kind::OtherAnon => "other anonymous",
+            Kind::ExecAnon => "executable anonymous (JIT code)",
             Kind::FileCode => "file code",
             Kind::FileData => "file data",
             Kind::Shmem => "shared memory",
@@ -64,12 +71,13 @@ impl Kind {
         }
     }
 
-    pub(crate) const ALL: [Kind; 9] = [
+    pub(crate) const ALL: [Kind; 10] = [
         Kind::MainHeap,
         Kind::MallocArenas,
         Kind::ThreadStacks,
         Kind::MainStack,
         Kind::OtherAnon,
+        Kind::ExecAnon,
         Kind::FileCode,
         Kind::FileData,
         Kind::Shmem,
@@ -213,6 +221,9 @@ pub fn classify(maps: &[Mapping], heaps: &[(u64, u64)]) -> Vec<Kind> {
                 if in_heap(m) {
                     return Kind::MallocArenas;
                 }
+                if m.perms.contains('x') {
+                    return Kind::ExecAnon;
+                }
                 let guard_below = i > 0 && {
                     let prev = &maps[i - 1];
                     prev.end == m.start && is_guard(prev) && !in_heap(prev)
@@ -277,6 +288,109 @@ pub fn group(smaps: &[(Mapping, MapStats)], kinds: &[Kind]) -> Vec<Group> {
             (g.mappings > 0).then_some(g)
         })
         .collect()
+}
+
+/// `HEAP_MAX_SIZE` on 64-bit glibc: `2 * DEFAULT_MMAP_THRESHOLD_MAX` = 64 MiB.
+pub(crate) const HEAP_MAX: u64 = 64 << 20;
+
+/// glibc malloc heaps found from the mappings' shape alone (no memory read): a 64
+/// MiB-aligned anonymous `rw-p` mapping followed by its `---p` reserve up to 64 MiB, or a
+/// whole 64 MiB. An upper bound: another allocator's aligned mapping can look the same.
+pub fn heaps_from_maps(maps: &[Mapping]) -> Vec<(u64, u64)> {
+    let mut ranges = Vec::new();
+    for (i, m) in maps.iter().enumerate() {
+        if !(is_anon(m) && m.perms == "rw-p") || m.start % HEAP_MAX != 0 {
+            continue;
+        }
+        let len = m.end - m.start;
+        let reserve_follows = maps.get(i + 1).is_some_and(|n| {
+            n.start == m.end && n.path.is_none() && n.perms == "---p" && n.end == m.start + HEAP_MAX
+        });
+        if len == HEAP_MAX || (len < HEAP_MAX && reserve_follows) {
+            ranges.push((m.start, m.start + HEAP_MAX));
+        }
+    }
+    ranges
+}
+
+/// Where some processes' resident memory is, by kind, summed from their `smaps`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Regions {
+    /// Resident bytes by kind; kinds with nothing resident left out.
+    pub by_kind: BTreeMap<Kind, u64>,
+    /// Every mapping's `Rss` summed: what the kinds add up to.
+    pub rss_bytes: u64,
+    /// glibc malloc heaps (of the non-main arenas), from the mappings' shape.
+    pub arena_heaps: u64,
+    /// Thread stacks by the heuristic, and the bytes of them resident.
+    pub thread_stacks: u64,
+    /// The largest executable anonymous region (JIT code), if any.
+    #[serde(default)]
+    pub largest_exec_anon: Option<Region>,
+    /// Resident bytes of file mappings per file, largest first (at most [`FILES`]).
+    #[serde(default)]
+    pub files: Vec<FileRss>,
+}
+
+/// One mapping's extent and resident bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Region {
+    pub size_bytes: u64,
+    pub rss_bytes: u64,
+}
+
+/// The resident bytes of one mapped file.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileRss {
+    pub path: String,
+    pub rss_bytes: u64,
+}
+
+/// How many files [`Regions::files`] keeps.
+pub const FILES: usize = 8;
+
+impl Regions {
+    /// Adds one process's mappings.
+    pub fn add_process(&mut self, smaps: &[(Mapping, MapStats)]) {
+        let maps: Vec<Mapping> = smaps.iter().map(|(m, _)| m.clone()).collect();
+        let heaps = heaps_from_maps(&maps);
+        let kinds = classify(&maps, &heaps);
+        self.arena_heaps += heaps.len() as u64;
+        self.thread_stacks += thread_stack_count(&maps, &kinds);
+        for ((m, s), k) in smaps.iter().zip(&kinds) {
+            self.rss_bytes += s.rss;
+            if s.rss > 0 {
+                *self.by_kind.entry(*k).or_default() += s.rss;
+            }
+            if *k == Kind::ExecAnon {
+                let r = Region {
+                    size_bytes: m.end - m.start,
+                    rss_bytes: s.rss,
+                };
+                if self.largest_exec_anon.is_none_or(|l| (r.rss_bytes, r.size_bytes) > (l.rss_bytes, l.size_bytes)) {
+                    self.largest_exec_anon = Some(r);
+                }
+            }
+            if matches!(k, Kind::FileCode | Kind::FileData) && s.rss > 0 {
+                if let Some(p) = &m.path {
+                    match self.files.iter_mut().find(|f| f.path == *p) {
+                        Some(f) => f.rss_bytes += s.rss,
+                        None => self.files.push(FileRss {
+                            path: p.clone(),
+                            rss_bytes: s.rss,
+                        }),
+                    }
+                }
+            }
+        }
+    }
+
+    /// After the last process: the files ranked, the largest [`FILES`] kept.
+    pub fn finish(&mut self) {
+        self.files
+            .sort_by(|a, b| b.rss_bytes.cmp(&a.rss_bytes).then(a.path.cmp(&b.path)));
+        self.files.truncate(FILES);
+    }
 }
 
 /// Number of thread stacks found by the heuristic (the `rw-p` parts).

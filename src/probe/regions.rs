@@ -1,0 +1,240 @@
+//! Where a run's resident memory is, by kind of mapping: every live process's `smaps`
+//! read on a thread of its own at new highs of the tree's RSS, within a CPU budget, and
+//! the read that found the most resident bytes kept.
+//!
+//! A full `smaps` costs more than `smaps_rollup` (every mapping is printed: a process with
+//! 2,000 mappings takes tens of milliseconds), so it is read only when the tree's RSS has
+//! grown past the last read by [`NEW_HIGH`], and while the reads so far stay within
+//! [`REGIONS_CPU_FRACTION`] of a core plus a burst at the start.
+
+use std::time::{Duration, Instant};
+
+use super::pss::PssBudget;
+use super::{Probe, RunEnd, Tick, TickKind};
+use crate::linux::proc::{self, ProcError};
+use crate::linux::regions::{parse_smaps, Regions};
+use crate::record::{RegionsRead, RunRecord};
+
+/// Share of one core the `smaps` reads may use over a run (plus the start's burst).
+pub(crate) const REGIONS_CPU_FRACTION: f64 = 0.005;
+
+/// CPU time the reads may take at the start of a run on top of the fraction.
+pub(crate) const REGIONS_START_BURST: Duration = Duration::from_millis(40);
+
+/// Growth of the tree's RSS since the last read that makes a new high worth a read:
+/// 10%, and at least 1 MiB.
+pub(crate) const NEW_HIGH: f64 = 0.10;
+const NEW_HIGH_MIN: u64 = 1 << 20;
+
+struct Request {
+    t_seconds: f64,
+    tree_rss_bytes: u64,
+    pids: Vec<i32>,
+}
+
+struct Reading {
+    request: Request,
+    started: Instant,
+    cost: Duration,
+    /// `None` when a live process's `smaps` could not be read or parsed.
+    regions: Option<(Regions, u32)>,
+}
+
+/// Reads and classifies `smaps` on a thread of its own, one request at a time.
+struct Reader {
+    tx: Option<std::sync::mpsc::Sender<Request>>,
+    rx: std::sync::mpsc::Receiver<Reading>,
+    busy: bool,
+}
+
+impl Reader {
+    fn new() -> Reader {
+        let (tx, work) = std::sync::mpsc::channel::<Request>();
+        let (done, rx) = std::sync::mpsc::channel();
+        let spawned = std::thread::Builder::new()
+            .name("memtrial-regions".into())
+            .spawn(move || {
+                while let Ok(request) = work.recv() {
+                    let started = Instant::now();
+                    let regions = read(&request.pids);
+                    let r = Reading {
+                        request,
+                        started,
+                        cost: started.elapsed(),
+                        regions,
+                    };
+                    if done.send(r).is_err() {
+                        return;
+                    }
+                }
+            });
+        Reader {
+            // Without the thread, regions are simply never read.
+            tx: spawned.ok().map(|_| tx),
+            rx,
+            busy: false,
+        }
+    }
+}
+
+/// The regions of `pids` summed, with how many were read; processes that exited in the
+/// meantime are left out, any other failure gives `None` (a partial sum would mislead).
+fn read(pids: &[i32]) -> Option<(Regions, u32)> {
+    let mut regions = Regions::default();
+    let mut read = 0;
+    for &pid in pids {
+        let text = match proc::read_proc_file(pid, "smaps") {
+            Ok(b) => String::from_utf8_lossy(&b).into_owned(),
+            Err(ProcError::Gone { .. }) => continue,
+            Err(_) => return None,
+        };
+        if text.is_empty() {
+            continue; // exiting: its address space is gone
+        }
+        regions.add_process(&parse_smaps(&text).ok()?);
+        read += 1;
+    }
+    regions.finish();
+    (read > 0).then_some((regions, read))
+}
+
+/// Keeps the `smaps` read with the most resident bytes (see the module's doc).
+pub struct RegionsProbe {
+    budget: PssBudget,
+    reader: Reader,
+    /// The tree's RSS when the last read was asked for.
+    asked_at_rss: u64,
+    best: Option<RegionsRead>,
+    reads: u32,
+    time: Duration,
+}
+
+impl RegionsProbe {
+    pub fn new() -> RegionsProbe {
+        let mut budget = PssBudget::new(REGIONS_CPU_FRACTION);
+        budget.burst = REGIONS_START_BURST;
+        RegionsProbe {
+            budget,
+            reader: Reader::new(),
+            asked_at_rss: 0,
+            best: None,
+            reads: 0,
+            time: Duration::ZERO,
+        }
+    }
+
+    fn take(&mut self, r: Reading) {
+        self.busy(false);
+        self.reads += 1;
+        self.time += r.cost;
+        self.budget.spent(r.started, r.cost);
+        let Some((regions, processes)) = r.regions else {
+            return;
+        };
+        if self
+            .best
+            .as_ref()
+            .is_some_and(|b| b.regions.rss_bytes >= regions.rss_bytes)
+        {
+            return;
+        }
+        self.best = Some(RegionsRead {
+            t_seconds: r.request.t_seconds,
+            tree_rss_bytes: r.request.tree_rss_bytes,
+            processes,
+            reads: 0,
+            read_seconds: 0.0,
+            regions,
+        });
+    }
+
+    fn busy(&mut self, b: bool) {
+        self.reader.busy = b;
+    }
+}
+
+impl Default for RegionsProbe {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Probe for RegionsProbe {
+    fn observe(&mut self, tick: &Tick) {
+        if tick.kind != TickKind::Sample {
+            return;
+        }
+        if let Ok(r) = self.reader.rx.try_recv() {
+            self.take(r);
+        }
+        let live: Vec<&super::Member> = tick.members.iter().filter(|m| m.state != 'Z').collect();
+        let rss: u64 = live.iter().map(|m| m.rss_bytes).sum();
+        let threshold = self
+            .asked_at_rss
+            .saturating_add(((self.asked_at_rss as f64 * NEW_HIGH) as u64).max(NEW_HIGH_MIN));
+        let due = self.asked_at_rss == 0 || rss >= threshold;
+        if live.is_empty() || !due || self.reader.busy || !self.budget.due(Instant::now()) {
+            return;
+        }
+        if let Some(tx) = &self.reader.tx {
+            let request = Request {
+                t_seconds: tick.t_seconds,
+                tree_rss_bytes: rss,
+                pids: live.iter().map(|m| m.pid).collect(),
+            };
+            if tx.send(request).is_ok() {
+                self.asked_at_rss = rss;
+                self.busy(true);
+            }
+        }
+    }
+
+    fn finish(mut self: Box<Self>, _end: &RunEnd, record: &mut RunRecord) {
+        // A read still in flight is waited for briefly: it may be the one nearest the peak.
+        if self.reader.busy {
+            if let Ok(r) = self.reader.rx.recv_timeout(Duration::from_millis(500)) {
+                self.take(r);
+            }
+        }
+        record.regions = self.best.take().map(|b| RegionsRead {
+            reads: self.reads,
+            read_seconds: self.time.as_secs_f64(),
+            ..b
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::linux::regions::Kind;
+
+    /// This test process read as a run's only member: the kinds sum to the `smaps` total,
+    /// which lies near the process's own RSS, and its 4 threads' stacks are found.
+    #[test]
+    fn a_live_process_is_read_by_kind() {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                let stop = stop.clone();
+                std::thread::spawn(move || {
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                })
+            })
+            .collect();
+        let (regions, n) = read(&[std::process::id() as i32]).expect("own smaps");
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(n, 1);
+        assert_eq!(regions.by_kind.values().sum::<u64>(), regions.rss_bytes);
+        assert!(regions.thread_stacks >= 4, "{regions:?}");
+        assert!(regions.by_kind.contains_key(&Kind::FileCode), "{regions:?}");
+        assert!(!regions.files.is_empty() && regions.files.len() <= 8);
+        // A process that does not exist is left out, not a failure.
+        assert!(read(&[i32::MAX]).is_none());
+    }
+}

@@ -1,0 +1,251 @@
+//! "Where is the memory?": each variant's resident bytes by kind of mapping, from the
+//! `smaps` read nearest each run's peak, against the baseline by kind, and the next
+//! experiment a finding suggests (printed, never run).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::analysis::stats::median;
+use crate::analysis::Analysis;
+use crate::linux::regions::Kind;
+use crate::record::{Experiment, RunRecord};
+use crate::units::format_bytes;
+
+/// The heading of the lines, in every format.
+pub(crate) const REGIONS_HEADING: &str = "where is the memory? (resident bytes by kind of mapping, from /proc/PID/smaps read at new highs of RSS within 0.5% of a core; medians over runs read within 10% of their peak)";
+
+/// A read counts for a run's peak when the tree's RSS then was at least this share of the
+/// run's peak RSS.
+pub(crate) const NEAR_PEAK: f64 = 0.9;
+
+/// A kind is named when it holds at least this share of the resident bytes.
+const SHOWN_SHARE: f64 = 0.01;
+
+fn mib(b: f64) -> String {
+    format_bytes(b)
+}
+
+fn signed(b: f64) -> String {
+    if b < 0.0 {
+        format!("-{}", format_bytes(-b))
+    } else {
+        format!("+{}", format_bytes(b))
+    }
+}
+
+/// A variant's medians by kind over its runs read near their peak.
+struct Where {
+    by_kind: BTreeMap<Kind, f64>,
+    total: f64,
+    arena_heaps: f64,
+    thread_stacks: f64,
+    largest_exec: Option<(f64, f64)>,
+    near: usize,
+    read: usize,
+}
+
+fn near_peak(r: &RunRecord) -> bool {
+    r.regions
+        .as_ref()
+        .is_some_and(|g| g.tree_rss_bytes as f64 >= NEAR_PEAK * r.peak_rss_bytes as f64)
+}
+
+fn where_of(runs: &[&RunRecord]) -> Option<Where> {
+    let read: Vec<&RunRecord> = runs.iter().copied().filter(|r| r.regions.is_some()).collect();
+    let near: Vec<&RunRecord> = read.iter().copied().filter(|r| near_peak(r)).collect();
+    let regions: Vec<&crate::linux::regions::Regions> = near
+        .iter()
+        .filter_map(|r| r.regions.as_ref().map(|g| &g.regions))
+        .collect();
+    if regions.is_empty() {
+        return None;
+    }
+    let kinds: BTreeSet<Kind> = regions.iter().flat_map(|g| g.by_kind.keys().copied()).collect();
+    let med = |f: &dyn Fn(&crate::linux::regions::Regions) -> f64| {
+        median(&regions.iter().map(|g| f(g)).collect::<Vec<_>>())
+    };
+    let by_kind = kinds
+        .into_iter()
+        .map(|k| (k, med(&|g| g.by_kind.get(&k).copied().unwrap_or(0) as f64)))
+        .collect();
+    let exec: Vec<(f64, f64)> = regions
+        .iter()
+        .filter_map(|g| g.largest_exec_anon)
+        .map(|x| (x.size_bytes as f64, x.rss_bytes as f64))
+        .collect();
+    Some(Where {
+        by_kind,
+        total: med(&|g| g.rss_bytes as f64),
+        arena_heaps: med(&|g| g.arena_heaps as f64),
+        thread_stacks: med(&|g| g.thread_stacks as f64),
+        largest_exec: (!exec.is_empty()).then(|| {
+            (
+                median(&exec.iter().map(|x| x.0).collect::<Vec<_>>()),
+                median(&exec.iter().map(|x| x.1).collect::<Vec<_>>()),
+            )
+        }),
+        near: near.len(),
+        read: read.len(),
+    })
+}
+
+fn detail(k: Kind, w: &Where) -> String {
+    match k {
+        Kind::MallocArenas => format!(" ({:.0} heaps)", w.arena_heaps),
+        Kind::ThreadStacks => format!(" ({:.0} stacks)", w.thread_stacks),
+        Kind::ExecAnon => w
+            .largest_exec
+            .map(|(size, rss)| {
+                format!(
+                    " (largest region {} mapped, {} resident)",
+                    mib(size),
+                    mib(rss)
+                )
+            })
+            .unwrap_or_default(),
+        _ => String::new(),
+    }
+}
+
+/// Per variant: where its resident bytes were at the peak; against the baseline, by kind;
+/// then the next experiment a finding suggests.
+pub(crate) fn region_lines(e: &Experiment, a: &Analysis) -> Vec<String> {
+    let mut out = Vec::new();
+    let runs_of = |name: &str| -> Vec<&RunRecord> {
+        e.runs
+            .iter()
+            .filter(|r| r.variant == name && r.counts())
+            .collect()
+    };
+    let wheres: BTreeMap<&str, Where> = a
+        .variants
+        .iter()
+        .filter_map(|s| Some((s.name.as_str(), where_of(&runs_of(&s.name))?)))
+        .collect();
+    for s in &a.variants {
+        let runs = runs_of(&s.name);
+        let Some(w) = wheres.get(s.name.as_str()) else {
+            // Read, but never near the peak: say how near the nearest came.
+            let nearest = runs
+                .iter()
+                .filter_map(|r| Some((r.regions.as_ref()?.tree_rss_bytes, r.peak_rss_bytes)))
+                .max_by(|x, y| (x.0 as f64 / x.1.max(1) as f64).total_cmp(&(y.0 as f64 / y.1.max(1) as f64)));
+            if let Some((at, peak)) = nearest {
+                out.push(format!(
+                    "{}: no read near a peak (the nearest at {} of a {} peak): smaps is read within its CPU budget, so a run that stays near its peak longer gets one",
+                    s.name,
+                    mib(at as f64),
+                    mib(peak as f64)
+                ));
+            }
+            continue;
+        };
+        let mut kinds: Vec<(&Kind, &f64)> = w
+            .by_kind
+            .iter()
+            .filter(|(_, b)| **b >= SHOWN_SHARE * w.total && **b > 0.0)
+            .collect();
+        kinds.sort_by(|x, y| y.1.total_cmp(x.1));
+        let parts: Vec<String> = kinds
+            .iter()
+            .map(|(k, b)| format!("{} {}{}", k.label(), mib(**b), detail(**k, w)))
+            .collect();
+        out.push(format!(
+            "{}: {} resident: {} ({} of {} runs read within 10% of their peak)",
+            s.name,
+            mib(w.total),
+            parts.join(", "),
+            w.near,
+            w.read
+        ));
+    }
+    let base = &e.plan.baseline;
+    if let Some(b) = wheres.get(base.as_str()) {
+        for s in a.variants.iter().filter(|s| s.name != *base) {
+            let Some(w) = wheres.get(s.name.as_str()) else {
+                continue;
+            };
+            let diff = w.total - b.total;
+            let kinds: BTreeSet<Kind> = w.by_kind.keys().chain(b.by_kind.keys()).copied().collect();
+            let mut diffs: Vec<(Kind, f64)> = kinds
+                .into_iter()
+                .map(|k| {
+                    let get = |x: &Where| x.by_kind.get(&k).copied().unwrap_or(0.0);
+                    (k, get(w) - get(b))
+                })
+                .filter(|(_, d)| d.abs() >= (1u64 << 20) as f64 && d.abs() >= 0.05 * diff.abs())
+                .collect();
+            diffs.sort_by(|x, y| y.1.abs().total_cmp(&x.1.abs()));
+            let parts: Vec<String> = diffs
+                .iter()
+                .map(|(k, d)| format!("{} {}", k.label(), signed(*d)))
+                .collect();
+            out.push(format!(
+                "{} against {base}: {} resident{}",
+                s.name,
+                signed(diff),
+                if parts.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {}", parts.join(", "))
+                }
+            ));
+            if let Some(next) = next_for_yjit(e, &s.name, w, diff, &diffs) {
+                out.push(next);
+            }
+        }
+    }
+    out
+}
+
+/// The YJIT finding: a variant that turns YJIT on and whose extra memory is mostly the
+/// executable region gets a variant with a smaller region to try, sized from the code YJIT
+/// made where the Ruby probe saw it.
+fn next_for_yjit(
+    e: &Experiment,
+    name: &str,
+    w: &Where,
+    diff: f64,
+    diffs: &[(Kind, f64)],
+) -> Option<String> {
+    let variant = e.plan.variants.iter().find(|v| v.name == name)?;
+    let rubyopt = variant
+        .env
+        .iter()
+        .find(|(k, _)| k == "RUBYOPT")
+        .map(|(_, v)| v.as_str())?;
+    if !rubyopt.split_whitespace().any(|o| o == "--yjit") || rubyopt.contains("exec-mem-size") {
+        return None;
+    }
+    let exec = diffs.iter().find(|(k, _)| *k == Kind::ExecAnon)?.1;
+    if exec < (16u64 << 20) as f64 || exec < 0.5 * diff {
+        return None;
+    }
+    // The code YJIT made (the Ruby probe's code_region_size, its largest over the runs).
+    let code = e
+        .runs
+        .iter()
+        .filter(|r| r.variant == name && r.counts())
+        .filter_map(|r| r.inside.runtime("ruby")?.figure("code_region_size").map(|f| f.max))
+        .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))));
+    let (size, why) = match code {
+        Some(c) => {
+            let mib4 = (4.0 * c / (1u64 << 20) as f64).ceil().max(8.0) as u64;
+            let size = mib4.next_power_of_two();
+            (
+                size,
+                format!("4× the {} of code YJIT made, rounded up", mib(c)),
+            )
+        }
+        None => (
+            32,
+            "a guess: run with --probe ruby to size it from the code YJIT makes".to_string(),
+        ),
+    };
+    let region = w
+        .largest_exec
+        .map(|(s, r)| format!("{} mapped, {} resident", mib(s), mib(r)))
+        .unwrap_or_default();
+    Some(format!(
+        "next: YJIT's executable region ({region}) is most of {name}'s extra memory; a smaller one caps it ({why}): memtrial run --variant '{name}{size}=RUBYOPT={rubyopt} --yjit-exec-mem-size={size}' …"
+    ))
+}
