@@ -18,8 +18,8 @@
 
 pub mod advice;
 pub mod arenas;
-pub use crate::linux::regions as classify;
 pub use crate::linux::container;
+pub use crate::linux::regions as classify;
 mod access;
 mod facts;
 #[cfg(test)]

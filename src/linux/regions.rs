@@ -367,7 +367,10 @@ impl Regions {
                     size_bytes: m.end - m.start,
                     rss_bytes: s.rss,
                 };
-                if self.largest_exec_anon.is_none_or(|l| (r.rss_bytes, r.size_bytes) > (l.rss_bytes, l.size_bytes)) {
+                if self
+                    .largest_exec_anon
+                    .is_none_or(|l| (r.rss_bytes, r.size_bytes) > (l.rss_bytes, l.size_bytes))
+                {
                     self.largest_exec_anon = Some(r);
                 }
             }

@@ -641,6 +641,25 @@ env = { RUBYOPT = "--yjit" }
         assert!(v.program.unwrap().path().ends_with("sh"));
     }
 
+    /// An unquoted value with a space splits into two settings; the second is refused with
+    /// the quoting that was meant.
+    #[test]
+    fn an_unquoted_value_with_a_space_is_refused_with_the_fix() {
+        let e = parse("yjit32=RUBYOPT=--yjit --yjit-exec-mem-size=32")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("'--yjit-exec-mem-size=32' is not a setting")
+                && e.contains(r#"RUBYOPT="--yjit --yjit-exec-mem-size=32""#),
+            "{e}"
+        );
+        let v = parse(r#"yjit32=RUBYOPT="--yjit --yjit-exec-mem-size=32""#).unwrap();
+        assert_eq!(
+            v.env,
+            vec![("RUBYOPT".into(), "--yjit --yjit-exec-mem-size=32".into())]
+        );
+    }
+
     #[test]
     fn a_variant_may_replace_the_whole_command() {
         let v = parse(r#"c=command:'sh -c "sleep 1"' A=1"#).unwrap();

@@ -70,6 +70,14 @@ pub fn parse_custom_variant(spec: &str, ctx: &PlanContext) -> Result<Variant, Pl
             if let Some(reason) = env_key_problem(k) {
                 return Err(bad_key(reason));
             }
+            if k.starts_with('-') {
+                // `RUBYOPT=--yjit --yjit-exec-mem-size=32`: the spec is split like a shell
+                // splits it, so an unquoted value with a space became two settings.
+                return Err(bad(&format!(
+                    "'{w}' is not a setting but part of the value before it: quote a value \
+                     with spaces, e.g. 'yjit32=RUBYOPT=\"--yjit --yjit-exec-mem-size=32\"'"
+                )));
+            }
             if v.contains('\0') {
                 return Err(bad_key(
                     "has a value containing a NUL byte (an environment cannot hold one)",

@@ -37,7 +37,7 @@ struct Reading {
     started: Instant,
     cost: Duration,
     /// `None` when a live process's `smaps` could not be read or parsed.
-    regions: Option<(Regions, u32)>,
+    regions: Option<Read>,
 }
 
 /// Reads and classifies `smaps` on a thread of its own, one request at a time.
@@ -77,12 +77,28 @@ impl Reader {
     }
 }
 
-/// The regions of `pids` summed, with how many were read; processes that exited in the
-/// meantime are left out, any other failure gives `None` (a partial sum would mislead).
-fn read(pids: &[i32]) -> Option<(Regions, u32)> {
-    let mut regions = Regions::default();
-    let mut read = 0;
+/// What one read found.
+struct Read {
+    regions: Regions,
+    processes: u32,
+    /// The processes' `VmRSS`, each read just before its `smaps`.
+    status_rss_bytes: u64,
+}
+
+/// The regions of `pids` summed; processes that exited in the meantime are left out, any
+/// other failure gives `None` (a partial sum would mislead).
+fn read(pids: &[i32]) -> Option<Read> {
+    let mut r = Read {
+        regions: Regions::default(),
+        processes: 0,
+        status_rss_bytes: 0,
+    };
     for &pid in pids {
+        let vm_rss = match proc::read_status(pid) {
+            Ok(s) => s.vm_rss,
+            Err(ProcError::Gone { .. }) => continue,
+            Err(_) => return None,
+        };
         let text = match proc::read_proc_file(pid, "smaps") {
             Ok(b) => String::from_utf8_lossy(&b).into_owned(),
             Err(ProcError::Gone { .. }) => continue,
@@ -91,11 +107,12 @@ fn read(pids: &[i32]) -> Option<(Regions, u32)> {
         if text.is_empty() {
             continue; // exiting: its address space is gone
         }
-        regions.add_process(&parse_smaps(&text).ok()?);
-        read += 1;
+        r.regions.add_process(&parse_smaps(&text).ok()?);
+        r.status_rss_bytes += vm_rss;
+        r.processes += 1;
     }
-    regions.finish();
-    (read > 0).then_some((regions, read))
+    r.regions.finish();
+    (r.processes > 0).then_some(r)
 }
 
 /// Keeps the `smaps` read with the most resident bytes (see the module's doc).
@@ -128,20 +145,22 @@ impl RegionsProbe {
         self.reads += 1;
         self.time += r.cost;
         self.budget.spent(r.started, r.cost);
-        let Some((regions, processes)) = r.regions else {
+        let Some(read) = r.regions else {
             return;
         };
         if self
             .best
             .as_ref()
-            .is_some_and(|b| b.regions.rss_bytes >= regions.rss_bytes)
+            .is_some_and(|b| b.regions.rss_bytes >= read.regions.rss_bytes)
         {
             return;
         }
+        let regions = read.regions;
         self.best = Some(RegionsRead {
             t_seconds: r.request.t_seconds,
             tree_rss_bytes: r.request.tree_rss_bytes,
-            processes,
+            status_rss_bytes: read.status_rss_bytes,
+            processes: read.processes,
             reads: 0,
             read_seconds: 0.0,
             regions,
@@ -224,7 +243,8 @@ mod tests {
                 })
             })
             .collect();
-        let (regions, n) = read(&[std::process::id() as i32]).expect("own smaps");
+        let r = read(&[std::process::id() as i32]).expect("own smaps");
+        let (regions, n) = (r.regions, r.processes);
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         for t in threads {
             t.join().unwrap();

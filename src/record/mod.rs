@@ -208,8 +208,12 @@ pub struct RunRecord {
 pub struct RegionsRead {
     /// When it was asked for, seconds since the workload started.
     pub t_seconds: f64,
-    /// The tree's sampled RSS at that moment (the kinds sum to about this).
+    /// The tree's sampled RSS when the read was asked for.
     pub tree_rss_bytes: u64,
+    /// The processes' `VmRSS`, each read just before its `smaps`: what the kinds, which
+    /// sum to every mapping's `Rss`, are checked against.
+    #[serde(default)]
+    pub status_rss_bytes: u64,
     /// Processes read.
     pub processes: u32,
     /// Reads made during the run, and the time they took in all.

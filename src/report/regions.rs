@@ -17,6 +17,10 @@ pub(crate) const REGIONS_HEADING: &str = "where is the memory? (resident bytes b
 /// run's peak RSS.
 pub(crate) const NEAR_PEAK: f64 = 0.9;
 
+/// The smallest `--yjit-exec-mem-size` suggested, in MiB: room for an application's code
+/// to grow past what one run made.
+const MIN_EXEC_MIB: f64 = 16.0;
+
 /// A kind is named when it holds at least this share of the resident bytes.
 const SHOWN_SHARE: f64 = 0.01;
 
@@ -50,7 +54,11 @@ fn near_peak(r: &RunRecord) -> bool {
 }
 
 fn where_of(runs: &[&RunRecord]) -> Option<Where> {
-    let read: Vec<&RunRecord> = runs.iter().copied().filter(|r| r.regions.is_some()).collect();
+    let read: Vec<&RunRecord> = runs
+        .iter()
+        .copied()
+        .filter(|r| r.regions.is_some())
+        .collect();
     let near: Vec<&RunRecord> = read.iter().copied().filter(|r| near_peak(r)).collect();
     let regions: Vec<&crate::linux::regions::Regions> = near
         .iter()
@@ -59,7 +67,10 @@ fn where_of(runs: &[&RunRecord]) -> Option<Where> {
     if regions.is_empty() {
         return None;
     }
-    let kinds: BTreeSet<Kind> = regions.iter().flat_map(|g| g.by_kind.keys().copied()).collect();
+    let kinds: BTreeSet<Kind> = regions
+        .iter()
+        .flat_map(|g| g.by_kind.keys().copied())
+        .collect();
     let med = |f: &dyn Fn(&crate::linux::regions::Regions) -> f64| {
         median(&regions.iter().map(|g| f(g)).collect::<Vec<_>>())
     };
@@ -128,7 +139,9 @@ pub(crate) fn region_lines(e: &Experiment, a: &Analysis) -> Vec<String> {
             let nearest = runs
                 .iter()
                 .filter_map(|r| Some((r.regions.as_ref()?.tree_rss_bytes, r.peak_rss_bytes)))
-                .max_by(|x, y| (x.0 as f64 / x.1.max(1) as f64).total_cmp(&(y.0 as f64 / y.1.max(1) as f64)));
+                .max_by(|x, y| {
+                    (x.0 as f64 / x.1.max(1) as f64).total_cmp(&(y.0 as f64 / y.1.max(1) as f64))
+                });
             if let Some((at, peak)) = nearest {
                 out.push(format!(
                     "{}: no read near a peak (the nearest at {} of a {} peak): smaps is read within its CPU budget, so a run that stays near its peak longer gets one",
@@ -220,20 +233,29 @@ fn next_for_yjit(
     if exec < (16u64 << 20) as f64 || exec < 0.5 * diff {
         return None;
     }
-    // The code YJIT made (the Ruby probe's code_region_size, its largest over the runs).
+    // The code YJIT made, as the Ruby probe saw it: `code_region_size` (Ruby 3.2 on), or
+    // `inline_code_size` + `outlined_code_size` (3.1); the largest over the runs.
     let code = e
         .runs
         .iter()
         .filter(|r| r.variant == name && r.counts())
-        .filter_map(|r| r.inside.runtime("ruby")?.figure("code_region_size").map(|f| f.max))
+        .filter_map(|r| {
+            let ruby = r.inside.runtime("ruby")?;
+            let max = |n: &str| ruby.figure(n).map(|f| f.max);
+            max("code_region_size")
+                .or_else(|| Some(max("inline_code_size")? + max("outlined_code_size")?))
+        })
         .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))));
     let (size, why) = match code {
         Some(c) => {
-            let mib4 = (4.0 * c / (1u64 << 20) as f64).ceil().max(8.0) as u64;
+            let mib4 = (4.0 * c / (1u64 << 20) as f64).ceil().max(MIN_EXEC_MIB) as u64;
             let size = mib4.next_power_of_two();
             (
                 size,
-                format!("4× the {} of code YJIT made, rounded up", mib(c)),
+                format!(
+                    "4× the {} of code YJIT made, at least {MIN_EXEC_MIB} MiB, rounded up to a power of two",
+                    mib(c)
+                ),
             )
         }
         None => (
@@ -246,6 +268,6 @@ fn next_for_yjit(
         .map(|(s, r)| format!("{} mapped, {} resident", mib(s), mib(r)))
         .unwrap_or_default();
     Some(format!(
-        "next: YJIT's executable region ({region}) is most of {name}'s extra memory; a smaller one caps it ({why}): memtrial run --variant '{name}{size}=RUBYOPT={rubyopt} --yjit-exec-mem-size={size}' …"
+        "next: YJIT's executable region ({region}) is most of {name}'s extra memory; a smaller one caps it ({why}): memtrial run --variant '{name}{size}=RUBYOPT=\"{rubyopt} --yjit-exec-mem-size={size}\"' …"
     ))
 }

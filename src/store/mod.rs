@@ -231,6 +231,7 @@ mod tests {
             regions: Some(crate::record::RegionsRead {
                 t_seconds: 1.5,
                 tree_rss_bytes: 300 << 20,
+                status_rss_bytes: 297 << 20,
                 processes: 2,
                 reads: 4,
                 read_seconds: 0.012,

@@ -21,6 +21,7 @@ mod output;
 mod procs;
 mod program_variants;
 mod props;
+mod regions;
 mod reports;
 mod ruby_probe;
 mod run;

@@ -1,0 +1,158 @@
+//! Where a run's memory is: resident bytes by kind of mapping on real programs — Ruby with
+//! YJIT (its executable region named, a smaller one suggested and, when run, lower), glibc
+//! arena heaps as the program's own malloc_info counts them, a shared-memory file — and,
+//! on every run these tests make, the kinds summing to the processes' RSS within 1%.
+
+use memtrial::linux::regions::Kind;
+use memtrial::record::RunRecord;
+
+use crate::common::*;
+
+const MIB: u64 = 1 << 20;
+
+/// Every run read near its peak, and its kinds sum to its processes' `VmRSS` read with it
+/// within 1% (plus the kernel's per-CPU counter slack, 64 pages a CPU).
+fn check_sums(runs: &[RunRecord]) {
+    let slack = 64 * 4096 * memtrial::linux::host::online_cpus() as u64;
+    for r in runs {
+        let g = r
+            .regions
+            .as_ref()
+            .unwrap_or_else(|| panic!("no regions: {r:?}"));
+        let sum: u64 = g.regions.by_kind.values().sum();
+        assert_eq!(sum, g.regions.rss_bytes, "{g:?}");
+        let (a, b) = (g.regions.rss_bytes, g.status_rss_bytes);
+        assert!(
+            a.abs_diff(b) <= b / 100 + slack,
+            "kinds sum to {a}, VmRSS {b}: {g:?}"
+        );
+    }
+}
+
+/// A Ruby job that builds data for about a second and holds it for two.
+const JOB: &str = r#"data = (1..20).map { |i| (1..20_000).map { |j| "item-#{i}-#{j}" * 2 } }
+h = data.flatten.each_with_index.to_h
+sleep 2
+puts h.size"#;
+
+#[test]
+fn yjits_executable_region_is_named_and_a_smaller_one_lowers_rss() {
+    if !need_program("ruby", "ruby") {
+        return;
+    }
+    let r = run_json(
+        3,
+        "glibc",
+        &[
+            "--probe",
+            "ruby",
+            "--variant",
+            "yjit=RUBYOPT=--yjit",
+            "--variant",
+            "yjit16=RUBYOPT=\"--yjit --yjit-exec-mem-size=16\"",
+        ],
+        &["ruby", "-e", JOB],
+    );
+    assert_eq!(r.code(), 0, "{}", r.explain());
+    let doc = r.json();
+    let (glibc, yjit, small) = (
+        typed_runs(&doc, "glibc"),
+        typed_runs(&doc, "yjit"),
+        typed_runs(&doc, "yjit16"),
+    );
+    for runs in [&glibc, &yjit, &small] {
+        check_sums(runs);
+    }
+    // YJIT's region: one executable anonymous mapping of the configured size, resident.
+    for (runs, size) in [(&yjit, 256 * MIB), (&small, 16 * MIB)] {
+        for run in runs.iter() {
+            let g = &run.regions.as_ref().unwrap().regions;
+            let exec = g.largest_exec_anon.expect("an executable anonymous region");
+            assert_eq!(exec.size_bytes, size, "{g:?}");
+            assert!(g.by_kind[&Kind::ExecAnon] >= exec.rss_bytes, "{g:?}");
+        }
+    }
+    for run in &glibc {
+        let g = &run.regions.as_ref().unwrap().regions;
+        assert!(
+            !g.by_kind.contains_key(&Kind::ExecAnon),
+            "no JIT without YJIT: {g:?}"
+        );
+    }
+    // The report names it and suggests the smaller region, sized from the code made.
+    let text = r.stdout();
+    assert!(
+        text.contains("yjit against glibc: +")
+            && text.contains("executable anonymous (JIT code) +256 MiB"),
+        "{text}"
+    );
+    assert!(
+        text.contains("--variant 'yjit16=RUBYOPT=\"--yjit --yjit-exec-mem-size=16\"' …")
+            && text.contains("of code YJIT made"),
+        "{text}"
+    );
+    // And the suggestion, run, lowers the peak by most of the region.
+    let median = |runs: &[RunRecord]| {
+        let mut p: Vec<u64> = runs.iter().map(|r| r.peak_rss_bytes).collect();
+        p.sort_unstable();
+        p[p.len() / 2]
+    };
+    assert!(
+        median(&yjit) > median(&small) + 200 * MIB,
+        "yjit {} vs yjit16 {}",
+        median(&yjit),
+        median(&small)
+    );
+}
+
+/// glibc's arenas: as many heaps as the program's own malloc_info counts non-main arenas;
+/// and a 64 MiB file in /dev/shm, written, is shared memory.
+#[test]
+fn arena_heaps_and_shared_memory_are_found() {
+    if !(need_c_compiler() && need_program("python3", "python3")) {
+        return;
+    }
+    let r = run_json(
+        2,
+        "glibc",
+        &[],
+        &[fixture("arenas").to_str().unwrap(), "8", "2"],
+    );
+    assert_eq!(r.code(), 0, "{}", r.explain());
+    let doc = r.json();
+    let runs = typed_runs(&doc, "glibc");
+    check_sums(&runs);
+    for (i, run) in runs.iter().enumerate() {
+        // A record's paths are not read back (they are another machine's): from the JSON.
+        let path = variant(&doc, "glibc")["runs"][i]["stdout_path"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let log = std::fs::read_to_string(path).unwrap();
+        let arenas: u64 = log
+            .lines()
+            .find_map(|l| l.strip_prefix("arenas "))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{log}"));
+        let g = &run.regions.as_ref().unwrap().regions;
+        assert_eq!(g.arena_heaps, arenas - 1, "{g:?}\n{log}");
+        assert!(g.by_kind.contains_key(&Kind::MallocArenas), "{g:?}");
+        assert!(g.thread_stacks >= 8, "{g:?}");
+    }
+
+    let name = format!("/dev/shm/memtrial-regions-{}", std::process::id());
+    let script = format!(
+        "import mmap, os, time\n\
+         f = open('{name}', 'w+b'); f.truncate(64 << 20); os.unlink('{name}')\n\
+         m = mmap.mmap(f.fileno(), 64 << 20)\n\
+         for _ in range(64): m.write(b'x' * (1 << 20))\n\
+         time.sleep(1.5)\n"
+    );
+    let r = run_json(1, "glibc", &[], &["python3", "-c", &script]);
+    assert_eq!(r.code(), 0, "{}", r.explain());
+    let runs = typed_runs(&r.json(), "glibc");
+    check_sums(&runs);
+    let g = &runs[0].regions.as_ref().unwrap().regions;
+    let shm = g.by_kind.get(&Kind::Shmem).copied().unwrap_or(0);
+    assert!((64 * MIB..66 * MIB).contains(&shm), "{g:?}");
+}
