@@ -81,8 +81,9 @@ impl Reader {
 struct Read {
     regions: Regions,
     processes: u32,
-    /// The processes' `VmRSS`, each read just before its `smaps`.
+    /// The processes' `VmRSS`, each read just before and just after its `smaps`.
     status_rss_bytes: u64,
+    status_rss_after_bytes: u64,
 }
 
 /// The regions of `pids` summed; processes that exited in the meantime are left out, any
@@ -92,6 +93,7 @@ fn read(pids: &[i32]) -> Option<Read> {
         regions: Regions::default(),
         processes: 0,
         status_rss_bytes: 0,
+        status_rss_after_bytes: 0,
     };
     for &pid in pids {
         let vm_rss = match proc::read_status(pid) {
@@ -107,8 +109,11 @@ fn read(pids: &[i32]) -> Option<Read> {
         if text.is_empty() {
             continue; // exiting: its address space is gone
         }
+        // After: a process that exited since counts as it was before.
+        let after = proc::read_status(pid).map_or(vm_rss, |s| s.vm_rss);
         r.regions.add_process(&parse_smaps(&text).ok()?);
         r.status_rss_bytes += vm_rss;
+        r.status_rss_after_bytes += after;
         r.processes += 1;
     }
     r.regions.finish();
@@ -160,6 +165,7 @@ impl RegionsProbe {
             t_seconds: r.request.t_seconds,
             tree_rss_bytes: r.request.tree_rss_bytes,
             status_rss_bytes: read.status_rss_bytes,
+            status_rss_after_bytes: read.status_rss_after_bytes,
             processes: read.processes,
             reads: 0,
             read_seconds: 0.0,

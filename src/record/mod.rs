@@ -214,6 +214,9 @@ pub struct RegionsRead {
     /// sum to every mapping's `Rss`, are checked against.
     #[serde(default)]
     pub status_rss_bytes: u64,
+    /// The same just after each `smaps`: while memory moves, the kinds lie between the two.
+    #[serde(default)]
+    pub status_rss_after_bytes: u64,
     /// Processes read.
     pub processes: u32,
     /// Reads made during the run, and the time they took in all.

@@ -232,6 +232,7 @@ mod tests {
                 t_seconds: 1.5,
                 tree_rss_bytes: 300 << 20,
                 status_rss_bytes: 297 << 20,
+                status_rss_after_bytes: 296 << 20,
                 processes: 2,
                 reads: 4,
                 read_seconds: 0.012,
