@@ -4,8 +4,10 @@
 //!
 //! A full `smaps` costs more than `smaps_rollup` (every mapping is printed: a process with
 //! 2,000 mappings takes tens of milliseconds), so it is read only when the tree's RSS has
-//! grown past the last read by [`NEW_HIGH`], and while the reads so far stay within
-//! [`REGIONS_CPU_FRACTION`] of a core plus a burst at the start.
+//! grown past the last read by [`NEW_HIGH`] and its growth has paused (the sample is no
+//! higher than the one before: where a peak is) or it has doubled since (a run that grows
+//! until it ends), and while the reads so far stay within [`REGIONS_CPU_FRACTION`] of a core
+//! plus a burst at the start.
 
 use std::time::{Duration, Instant};
 
@@ -126,6 +128,8 @@ pub struct RegionsProbe {
     reader: Reader,
     /// The tree's RSS when the last read was asked for.
     asked_at_rss: u64,
+    /// The tree's RSS at the sample before.
+    prev_rss: u64,
     best: Option<RegionsRead>,
     reads: u32,
     time: Duration,
@@ -139,6 +143,7 @@ impl RegionsProbe {
             budget,
             reader: Reader::new(),
             asked_at_rss: 0,
+            prev_rss: 0,
             best: None,
             reads: 0,
             time: Duration::ZERO,
@@ -197,7 +202,10 @@ impl Probe for RegionsProbe {
         let threshold = self
             .asked_at_rss
             .saturating_add(((self.asked_at_rss as f64 * NEW_HIGH) as u64).max(NEW_HIGH_MIN));
-        let due = self.asked_at_rss == 0 || rss >= threshold;
+        let paused = rss <= self.prev_rss;
+        self.prev_rss = rss;
+        let due = self.asked_at_rss == 0
+            || (rss >= threshold && (paused || rss >= self.asked_at_rss.saturating_mul(2)));
         if live.is_empty() || !due || self.reader.busy || !self.budget.due(Instant::now()) {
             return;
         }

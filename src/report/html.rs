@@ -175,6 +175,11 @@ fn title_and_verdict(e: &Experiment, a: &Analysis, rec: &Recommendation) -> Mark
             p { (super::table::WHY_HEADING) ":" }
             ul { @for t in &trends { li { (t) } } }
         }
+        @let regions = super::regions::region_lines(e, a);
+        @if !regions.is_empty() {
+            p { (super::regions::REGIONS_HEADING) ":" }
+            ul { @for t in &regions { li { (t) } } }
+        }
     }
 }
 

@@ -11,7 +11,7 @@ use crate::record::{Experiment, RunRecord};
 use crate::units::format_bytes;
 
 /// The heading of the lines, in every format.
-pub(crate) const REGIONS_HEADING: &str = "where is the memory? (resident bytes by kind of mapping, from /proc/PID/smaps read at new highs of RSS within 0.5% of a core; medians over runs read within 10% of their peak)";
+pub(crate) const REGIONS_HEADING: &str = "where is the memory? (resident bytes by kind of mapping, from /proc/PID/smaps read at new highs of RSS where its growth pauses, within 0.5% of a core; medians over runs read within 10% of their peak)";
 
 /// A read counts for a run's peak when the tree's RSS then was at least this share of the
 /// run's peak RSS.
@@ -171,6 +171,7 @@ pub(crate) fn region_lines(e: &Experiment, a: &Analysis) -> Vec<String> {
             w.read
         ));
     }
+    out.extend(next_for_arenas(e, a, &wheres));
     let base = &e.plan.baseline;
     if let Some(b) = wheres.get(base.as_str()) {
         for s in a.variants.iter().filter(|s| s.name != *base) {
@@ -206,6 +207,46 @@ pub(crate) fn region_lines(e: &Experiment, a: &Analysis) -> Vec<String> {
                 out.push(next);
             }
         }
+    }
+    out
+}
+
+/// The glibc-arenas finding: a variant on glibc malloc with its default arena limit whose
+/// arena heaps hold a quarter or more of its resident bytes, in an experiment that tries no
+/// arena limit, gets `MALLOC_ARENA_MAX=2` to try (the catalog's `arena2`).
+fn next_for_arenas(e: &Experiment, a: &Analysis, wheres: &BTreeMap<&str, Where>) -> Vec<String> {
+    let limited = |v: &crate::plan::Variant| {
+        v.env.iter().any(|(k, val)| {
+            k == "MALLOC_ARENA_MAX" || (k == "GLIBC_TUNABLES" && val.contains("arena_max"))
+        })
+    };
+    if e.plan.variants.iter().any(limited) {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for s in &a.variants {
+        let Some(w) = wheres.get(s.name.as_str()) else {
+            continue;
+        };
+        let Some(v) = e.plan.variants.iter().find(|v| v.name == s.name) else {
+            continue;
+        };
+        let arenas = w.by_kind.get(&Kind::MallocArenas).copied().unwrap_or(0.0);
+        if v.preload.is_some()
+            || s.allocator_detected.as_deref() != Some("glibc")
+            || w.arena_heaps < 4.0
+            || arenas < 0.25 * w.total
+        {
+            continue;
+        }
+        out.push(format!(
+            "next: in {}, glibc's arena heaps hold {} of {} resident ({:.0} heaps): fewer arenas pack the same data into fewer heaps: memtrial run --variants {},arena2 … (arena2 is MALLOC_ARENA_MAX=2)",
+            s.name,
+            mib(arenas),
+            mib(w.total),
+            w.arena_heaps,
+            s.name
+        ));
     }
     out
 }
