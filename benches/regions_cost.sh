@@ -3,9 +3,9 @@
 # /proc/PID/smaps, read at new highs of the tree's RSS within 0.5% of a core plus a 40 ms
 # burst) on a process with many mappings, from the records memtrial writes: how many reads
 # a run got, what each cost, the share of a core they took over the run, and whether the
-# read kept lies near the peak. Measured on 2 cores: ~7.5 ms a read for 2,000 mappings and 1 GiB
-# resident, 10-11 reads in a 8.7 s run (0.9% of a core: the 40 ms burst plus 0.5%), the read
-# kept at 100% of the peak.
+# read kept lies near the peak. Measured on 2 cores: 7-9 ms a read for 2,000 mappings and 1 GiB
+# resident, 10-11 reads in an 8.7 s run (0.9-1.1% of a core: the 40 ms burst plus 0.5%), the read
+# kept at 89-100% of the peak.
 #
 #   bash benches/regions_cost.sh        # from the repo root; no arguments; ~1 min
 #

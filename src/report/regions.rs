@@ -171,6 +171,21 @@ pub(crate) fn region_lines(e: &Experiment, a: &Analysis) -> Vec<String> {
             w.read
         ));
     }
+    for s in &a.variants {
+        let ws: Vec<f64> = runs_of(&s.name)
+            .iter()
+            .filter_map(|r| r.cgroup.as_ref()?.working_set_peak_bytes)
+            .map(|b| b as f64)
+            .collect();
+        if !ws.is_empty() {
+            out.push(format!(
+                "{}: the run cgroup's working set (usage less inactive page cache, what the kubelet evicts on) peaked at {} (median of {} run(s), sampled)",
+                s.name,
+                mib(median(&ws)),
+                ws.len()
+            ));
+        }
+    }
     out.extend(next_for_arenas(e, a, &wheres));
     let base = &e.plan.baseline;
     if let Some(b) = wheres.get(base.as_str()) {

@@ -171,6 +171,14 @@ echo ns-left=$(ls /sys/fs/cgroup/ctr/memtrial | grep -c -- -)
         .expect("memory.peak read");
     let rss_peak = run["peak_rss_bytes"].as_u64().unwrap();
     assert!(group_peak >= 100 << 20 && group_peak >= rss_peak, "{run}");
+    // The working set (memory.current less inactive_file), sampled with the anonymous
+    // memory: never less than it (anonymous pages are no inactive file cache), never more
+    // than the group's own peak.
+    let ws = run["cgroup"]["working_set_peak_bytes"]
+        .as_u64()
+        .expect("working set sampled");
+    let anon = run["cgroup"]["anon_peak_bytes"].as_u64().unwrap();
+    assert!(ws >= anon && ws <= group_peak, "{run}");
     assert!(
         !peak["notes"].to_string().contains("memory.peak"),
         "{}",

@@ -167,4 +167,10 @@ fn arena_heaps_and_shared_memory_are_found() {
     let shm = g.by_kind.get(&Kind::Shmem).copied().unwrap_or(0);
     // The read kept is within 10% of the peak (a new read needs 10% more RSS).
     assert!((57 * MIB..66 * MIB).contains(&shm), "{g:?}");
+    // In a run cgroup (as root), the working set counts the shared file: it is not
+    // inactive page cache (shmem is swap-backed).
+    if let Some(cg) = &runs[0].cgroup {
+        let ws = cg.working_set_peak_bytes.expect("sampled working set");
+        assert!(ws >= 64 * MIB, "{cg:?}");
+    }
 }

@@ -24,6 +24,11 @@ pub struct CgroupFigures {
     pub cpu_seconds: Option<f64>,
     /// Times a fork or clone failed at the pids limit, where the kernel counts them.
     pub pids_limit_hits: Option<u64>,
+    /// Largest sampled working set: usage less inactive page cache (v2 `memory.current` −
+    /// `inactive_file`, v1 `memory.usage_in_bytes` − `total_inactive_file`), what the
+    /// kubelet evicts on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub working_set_peak_bytes: Option<u64>,
 }
 /// Reads one run's cgroup files: the figures a probe samples and reports. It owns
 /// nothing: the [`RunCgroup`] it came from creates, kills and removes the group.
@@ -34,6 +39,8 @@ pub struct CgroupReader {
     pub(super) figures: CgroupFigures,
     /// `memory.stat`, kept open: it is read on the run's clock.
     pub(super) stat: crate::linux::kept::KeptSlot,
+    /// `memory.current` (v2) or `memory.usage_in_bytes` (v1), kept open likewise.
+    pub(super) usage: crate::linux::kept::KeptSlot,
 }
 impl CgroupReader {
     pub(super) fn main_dir(&self) -> &Path {
@@ -65,11 +72,33 @@ impl CgroupReader {
             .read(&d)
             .map(|t| parse_flat_keyed(&String::from_utf8_lossy(t)))
             .unwrap_or_default();
-        let (anon, file) = if v2 {
-            (stat.get("anon"), stat.get("file"))
+        let (anon, file, inactive) = if v2 {
+            (
+                stat.get("anon"),
+                stat.get("file"),
+                stat.get("inactive_file"),
+            )
         } else {
-            (stat.get("rss"), stat.get("cache"))
+            (
+                stat.get("rss"),
+                stat.get("cache"),
+                stat.get("total_inactive_file"),
+            )
         };
+        let usage_file = d.with_file_name(if v2 {
+            "memory.current"
+        } else {
+            "memory.usage_in_bytes"
+        });
+        let usage = self
+            .usage
+            .read(&usage_file)
+            .ok()
+            .and_then(|t| String::from_utf8_lossy(t).trim().parse::<u64>().ok());
+        if let (Some(u), Some(i)) = (usage, inactive) {
+            let ws = u.saturating_sub(*i);
+            self.figures.working_set_peak_bytes = self.figures.working_set_peak_bytes.max(Some(ws));
+        }
         self.figures.anon_peak_bytes = self.figures.anon_peak_bytes.max(anon.copied().unwrap_or(0));
         self.figures.file_peak_bytes = self.figures.file_peak_bytes.max(file.copied().unwrap_or(0));
     }

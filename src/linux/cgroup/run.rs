@@ -185,6 +185,7 @@ impl RunCgroup {
             dirs: self.dirs.clone(),
             figures: CgroupFigures::default(),
             stat: Default::default(),
+            usage: Default::default(),
         }
     }
 
