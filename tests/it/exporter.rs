@@ -271,6 +271,17 @@ fn prometheus_scrapes_the_exporter_and_the_figures_match_proc() {
         query(prom_addr, &format!("memtrial_group_arena_pitfall{g}")),
         Some(0.0)
     );
+    // The working set of the fixture's memory cgroup (the tests' own, shared with other
+    // tests): present, and holding at least the fixture's own resident pages.
+    let ws = query(
+        prom_addr,
+        &format!("memtrial_group_cgroup_working_set_bytes{g}"),
+    )
+    .expect("the cgroup working set is scraped");
+    assert!(
+        ws >= proc_rss * 0.95,
+        "working set {ws}, the fixture's RSS {proc_rss}"
+    );
     drop(exporter);
 }
 
