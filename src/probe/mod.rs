@@ -14,6 +14,7 @@
 //! [`crate::record::InsideView`] entry at the end.
 
 pub mod allocator;
+mod background;
 pub mod cgroup;
 pub mod files;
 pub mod jvm;

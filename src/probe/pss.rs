@@ -6,6 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
+use super::background::Background;
 use super::{Probe, RunEnd, Tick, TickKind};
 use crate::linux::proc::{self, ProcError};
 use crate::record::RunRecord;
@@ -63,7 +64,7 @@ impl PssBudget {
     }
 }
 
-/// The sums of PSS and USS over some processes, read by [`PssReader`].
+/// The sums of PSS and USS over some processes, read by [`read_sums`].
 struct PssResult {
     started: Instant,
     cost: Duration,
@@ -81,66 +82,29 @@ struct Sums {
     uss: u64,
 }
 
-/// Reads `smaps_rollup` on its own thread, one request at a time.
-struct PssReader {
-    tx: Option<std::sync::mpsc::Sender<Vec<i32>>>,
-    rx: std::sync::mpsc::Receiver<PssResult>,
-    busy: bool,
-}
-
-impl PssReader {
-    fn new() -> PssReader {
-        let (tx, work) = std::sync::mpsc::channel::<Vec<i32>>();
-        let (done, rx) = std::sync::mpsc::channel();
-        let spawned = std::thread::Builder::new()
-            .name("memtrial-pss".into())
-            .spawn(move || {
-                while let Ok(pids) = work.recv() {
-                    let started = Instant::now();
-                    let mut sums = Some(Sums::default());
-                    let mut read = Vec::with_capacity(pids.len());
-                    for pid in pids {
-                        match proc::read_smaps_rollup(pid) {
-                            Ok(r) => {
-                                read.push(pid);
-                                sums = sums.map(|x| Sums {
-                                    pss: x.pss + r.pss,
-                                    uss: x.uss + r.uss,
-                                });
-                            }
-                            Err(ProcError::Gone { .. }) => {}
-                            Err(_) => sums = None,
-                        }
-                    }
-                    let r = PssResult {
-                        started,
-                        cost: started.elapsed(),
-                        sums,
-                        read,
-                    };
-                    if done.send(r).is_err() {
-                        return;
-                    }
-                }
-            });
-        PssReader {
-            // Without the thread, PSS is simply never read.
-            tx: spawned.ok().map(|_| tx),
-            rx,
-            busy: false,
+/// Reads `smaps_rollup` of `pids` and sums them (on the probe's own thread).
+fn read_sums(pids: Vec<i32>) -> PssResult {
+    let started = Instant::now();
+    let mut sums = Some(Sums::default());
+    let mut read = Vec::with_capacity(pids.len());
+    for pid in pids {
+        match proc::read_smaps_rollup(pid) {
+            Ok(r) => {
+                read.push(pid);
+                sums = sums.map(|x| Sums {
+                    pss: x.pss + r.pss,
+                    uss: x.uss + r.uss,
+                });
+            }
+            Err(ProcError::Gone { .. }) => {}
+            Err(_) => sums = None,
         }
     }
-
-    fn request(&mut self, pids: Vec<i32>) {
-        if let Some(tx) = &self.tx {
-            self.busy = tx.send(pids).is_ok();
-        }
-    }
-
-    fn poll(&mut self) -> Option<PssResult> {
-        let r = self.rx.try_recv().ok()?;
-        self.busy = false;
-        Some(r)
+    PssResult {
+        started,
+        cost: started.elapsed(),
+        sums,
+        read,
     }
 }
 
@@ -148,7 +112,7 @@ impl PssReader {
 /// sum is attached to the tree sample of the tick at which it arrived.
 pub struct PssProbe {
     budget: PssBudget,
-    reader: PssReader,
+    reader: Background<Vec<i32>, PssResult>,
     /// Tick time (seconds) → the sums that arrived then (`None`: unreadable).
     readings: BTreeMap<u64, Option<Sums>>,
     /// Every process whose `smaps_rollup` was read at least once.
@@ -164,7 +128,7 @@ impl PssProbe {
     pub fn new() -> PssProbe {
         PssProbe {
             budget: PssBudget::new(PSS_CPU_FRACTION),
-            reader: PssReader::new(),
+            reader: Background::new("memtrial-pss", read_sums),
             readings: BTreeMap::new(),
             pids_read: BTreeSet::new(),
             reads: 0,
@@ -222,7 +186,7 @@ impl Probe for PssProbe {
             0 | 1 => self.single_fraction,
             _ => self.several_fraction,
         };
-        if !live.is_empty() && self.budget.due(now) && !self.reader.busy {
+        if !live.is_empty() && self.budget.due(now) && !self.reader.busy() {
             self.reader.request(live);
         }
     }

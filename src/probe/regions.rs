@@ -11,6 +11,7 @@
 
 use std::time::{Duration, Instant};
 
+use super::background::Background;
 use super::pss::PssBudget;
 use super::{Probe, RunEnd, Tick, TickKind};
 use crate::linux::proc::{self, ProcError};
@@ -42,40 +43,15 @@ struct Reading {
     regions: Option<Read>,
 }
 
-/// Reads and classifies `smaps` on a thread of its own, one request at a time.
-struct Reader {
-    tx: Option<std::sync::mpsc::Sender<Request>>,
-    rx: std::sync::mpsc::Receiver<Reading>,
-    busy: bool,
-}
-
-impl Reader {
-    fn new() -> Reader {
-        let (tx, work) = std::sync::mpsc::channel::<Request>();
-        let (done, rx) = std::sync::mpsc::channel();
-        let spawned = std::thread::Builder::new()
-            .name("memtrial-regions".into())
-            .spawn(move || {
-                while let Ok(request) = work.recv() {
-                    let started = Instant::now();
-                    let regions = read(&request.pids);
-                    let r = Reading {
-                        request,
-                        started,
-                        cost: started.elapsed(),
-                        regions,
-                    };
-                    if done.send(r).is_err() {
-                        return;
-                    }
-                }
-            });
-        Reader {
-            // Without the thread, regions are simply never read.
-            tx: spawned.ok().map(|_| tx),
-            rx,
-            busy: false,
-        }
+/// Reads and classifies `smaps` for a request (on the probe's own thread).
+fn reading(request: Request) -> Reading {
+    let started = Instant::now();
+    let regions = read(&request.pids);
+    Reading {
+        request,
+        started,
+        cost: started.elapsed(),
+        regions,
     }
 }
 
@@ -125,7 +101,7 @@ fn read(pids: &[i32]) -> Option<Read> {
 /// Keeps the `smaps` read with the most resident bytes (see the module's doc).
 pub struct RegionsProbe {
     budget: PssBudget,
-    reader: Reader,
+    reader: Background<Request, Reading>,
     /// The tree's RSS when the last read was asked for.
     asked_at_rss: u64,
     /// The tree's RSS at the sample before.
@@ -141,7 +117,7 @@ impl RegionsProbe {
         budget.burst = REGIONS_START_BURST;
         RegionsProbe {
             budget,
-            reader: Reader::new(),
+            reader: Background::new("memtrial-regions", reading),
             asked_at_rss: 0,
             prev_rss: 0,
             best: None,
@@ -151,7 +127,6 @@ impl RegionsProbe {
     }
 
     fn take(&mut self, r: Reading) {
-        self.busy(false);
         self.reads += 1;
         self.time += r.cost;
         self.budget.spent(r.started, r.cost);
@@ -177,10 +152,6 @@ impl RegionsProbe {
             regions,
         });
     }
-
-    fn busy(&mut self, b: bool) {
-        self.reader.busy = b;
-    }
 }
 
 impl Default for RegionsProbe {
@@ -194,7 +165,7 @@ impl Probe for RegionsProbe {
         if tick.kind != TickKind::Sample {
             return;
         }
-        if let Ok(r) = self.reader.rx.try_recv() {
+        if let Some(r) = self.reader.poll() {
             self.take(r);
         }
         let live: Vec<&super::Member> = tick.members.iter().filter(|m| m.state != 'Z').collect();
@@ -206,28 +177,23 @@ impl Probe for RegionsProbe {
         self.prev_rss = rss;
         let due = self.asked_at_rss == 0
             || (rss >= threshold && (paused || rss >= self.asked_at_rss.saturating_mul(2)));
-        if live.is_empty() || !due || self.reader.busy || !self.budget.due(Instant::now()) {
+        if live.is_empty() || !due || self.reader.busy() || !self.budget.due(Instant::now()) {
             return;
         }
-        if let Some(tx) = &self.reader.tx {
-            let request = Request {
-                t_seconds: tick.t_seconds,
-                tree_rss_bytes: rss,
-                pids: live.iter().map(|m| m.pid).collect(),
-            };
-            if tx.send(request).is_ok() {
-                self.asked_at_rss = rss;
-                self.busy(true);
-            }
+        let request = Request {
+            t_seconds: tick.t_seconds,
+            tree_rss_bytes: rss,
+            pids: live.iter().map(|m| m.pid).collect(),
+        };
+        if self.reader.request(request) {
+            self.asked_at_rss = rss;
         }
     }
 
     fn finish(mut self: Box<Self>, _end: &RunEnd, record: &mut RunRecord) {
         // A read still in flight is waited for briefly: it may be the one nearest the peak.
-        if self.reader.busy {
-            if let Ok(r) = self.reader.rx.recv_timeout(Duration::from_millis(500)) {
-                self.take(r);
-            }
+        if let Some(r) = self.reader.wait(Duration::from_millis(500)) {
+            self.take(r);
         }
         record.regions = self.best.take().map(|b| RegionsRead {
             reads: self.reads,
