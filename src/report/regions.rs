@@ -171,20 +171,24 @@ pub(crate) fn region_lines(e: &Experiment, a: &Analysis) -> Vec<String> {
             w.read
         ));
     }
-    for s in &a.variants {
-        let ws: Vec<f64> = runs_of(&s.name)
-            .iter()
-            .filter_map(|r| r.cgroup.as_ref()?.working_set_peak_bytes)
-            .map(|b| b as f64)
-            .collect();
-        if !ws.is_empty() {
-            out.push(format!(
-                "{}: the run cgroup's working set (usage less inactive page cache, what the kubelet evicts on) peaked at {} (median of {} run(s), sampled)",
-                s.name,
-                mib(median(&ws)),
-                ws.len()
-            ));
-        }
+    // The run cgroups' working sets, one line for all variants.
+    let ws: Vec<String> = a
+        .variants
+        .iter()
+        .filter_map(|s| {
+            let ws: Vec<f64> = runs_of(&s.name)
+                .iter()
+                .filter_map(|r| r.cgroup.as_ref()?.working_set_peak_bytes)
+                .map(|b| b as f64)
+                .collect();
+            (!ws.is_empty()).then(|| format!("{} {}", s.name, mib(median(&ws))))
+        })
+        .collect();
+    if !ws.is_empty() {
+        out.push(format!(
+            "the run cgroup's working set at its sampled peak (usage less inactive page cache, what the kubelet evicts on; medians): {}",
+            ws.join(", ")
+        ));
     }
     out.extend(next_for_arenas(e, a, &wheres));
     let base = &e.plan.baseline;
