@@ -3,6 +3,8 @@
 //! beyond small accessors live here.
 
 pub mod evidence;
+#[cfg(test)]
+pub(crate) mod fixture;
 pub mod inside;
 pub mod load;
 pub mod wire;

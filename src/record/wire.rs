@@ -292,15 +292,10 @@ mod tests {
         .flat_map(|e| e.runs)
         .collect();
         // And one run with every optional part: a server's load, a driver, the cgroup's
-        // figures, a signal.
-        let mut full = runs[0].clone();
+        // figures, its regions, a signal.
+        let mut full = crate::record::fixture::with_optional_parts(runs[0].clone());
         full.signal = Some(9);
         full.message = Some("killed by SIGKILL".into());
-        full.cgroup = Some(crate::linux::cgroup::CgroupFigures {
-            peak_bytes: Some(1 << 30),
-            oom_kills: 1,
-            ..Default::default()
-        });
         full.load = Some(crate::record::LoadFigures {
             requests: 1200,
             throughput_rps: 400.0,
@@ -334,20 +329,6 @@ mod tests {
             cooldown_end_seconds: 4.6,
             rss_at_load_end_bytes: Some(1 << 29),
             rss_after_cooldown_bytes: Some(1 << 28),
-        });
-        full.driver = Some(DriverFigures {
-            driven_start_seconds: 0.01,
-            ready_seconds: Some(0.5),
-            driven_end_seconds: 2.0,
-            figures: [(
-                "jobs_per_second".to_string(),
-                crate::record::DriverFigure {
-                    value: 812.5,
-                    unit: Some("jobs/s".into()),
-                },
-            )]
-            .into(),
-            ignored: vec!["memtrial-figure x: bad".into()],
         });
         runs.push(full);
         {

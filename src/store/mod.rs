@@ -193,7 +193,7 @@ mod tests {
     }
 
     fn run() -> RunRecord {
-        RunRecord {
+        crate::record::fixture::with_optional_parts(RunRecord {
             variant: "glibc".into(),
             block: 0,
             warmup: false,
@@ -221,54 +221,11 @@ mod tests {
             message: None,
             stdout_path: "/tmp/a.stdout".into(),
             stderr_path: "/tmp/a.stderr".into(),
-            cgroup: Some(crate::linux::cgroup::CgroupFigures {
-                peak_bytes: Some(1 << 30),
-                oom_kills: 1,
-                ..Default::default()
-            }),
+            cgroup: None,
             load: None,
             inside: Default::default(),
-            regions: Some(crate::record::RegionsRead {
-                t_seconds: 1.5,
-                tree_rss_bytes: 300 << 20,
-                status_rss_bytes: 297 << 20,
-                status_rss_after_bytes: 296 << 20,
-                processes: 2,
-                reads: 4,
-                read_seconds: 0.012,
-                regions: crate::linux::regions::Regions {
-                    by_kind: [
-                        (crate::linux::regions::Kind::ExecAnon, 256 << 20),
-                        (crate::linux::regions::Kind::FileCode, 40 << 20),
-                    ]
-                    .into(),
-                    rss_bytes: 296 << 20,
-                    arena_heaps: 3,
-                    thread_stacks: 5,
-                    largest_exec_anon: Some(crate::linux::regions::Region {
-                        size_bytes: 256 << 20,
-                        rss_bytes: 256 << 20,
-                    }),
-                    files: vec![crate::linux::regions::FileRss {
-                        path: "/usr/lib/libruby.so.3.1".into(),
-                        rss_bytes: 30 << 20,
-                    }],
-                },
-            }),
-            driver: Some(crate::record::DriverFigures {
-                driven_start_seconds: 0.01,
-                ready_seconds: Some(0.5),
-                driven_end_seconds: 2.0,
-                figures: [(
-                    "jobs_per_second".to_string(),
-                    crate::record::DriverFigure {
-                        value: 812.5,
-                        unit: Some("jobs/s".into()),
-                    },
-                )]
-                .into(),
-                ignored: vec!["memtrial-figure x: bad".into()],
-            }),
+            regions: None,
+            driver: None,
             samples: vec![
                 TreeSample {
                     t_seconds: 0.0,
@@ -289,7 +246,7 @@ mod tests {
                     processes: 1,
                 },
             ],
-        }
+        })
     }
 
     #[test]

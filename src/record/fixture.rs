@@ -1,0 +1,53 @@
+//! Test data: the optional parts of a run, filled, for the tests that write a run out and
+//! read it back (the store, the JSON record).
+
+use super::{DriverFigure, DriverFigures, RegionsRead, RunRecord};
+use crate::linux::cgroup::CgroupFigures;
+use crate::linux::regions::{FileRss, Kind, Region, Regions};
+
+/// `r` with its cgroup's figures, a driver's figures and where its memory was.
+pub(crate) fn with_optional_parts(mut r: RunRecord) -> RunRecord {
+    r.cgroup = Some(CgroupFigures {
+        peak_bytes: Some(1 << 30),
+        oom_kills: 1,
+        ..Default::default()
+    });
+    r.driver = Some(DriverFigures {
+        driven_start_seconds: 0.01,
+        ready_seconds: Some(0.5),
+        driven_end_seconds: 2.0,
+        figures: [(
+            "jobs_per_second".to_string(),
+            DriverFigure {
+                value: 812.5,
+                unit: Some("jobs/s".into()),
+            },
+        )]
+        .into(),
+        ignored: vec!["memtrial-figure x: bad".into()],
+    });
+    r.regions = Some(RegionsRead {
+        t_seconds: 1.5,
+        tree_rss_bytes: 300 << 20,
+        status_rss_bytes: 297 << 20,
+        status_rss_after_bytes: 296 << 20,
+        processes: 2,
+        reads: 4,
+        read_seconds: 0.012,
+        regions: Regions {
+            by_kind: [(Kind::ExecAnon, 256 << 20), (Kind::FileCode, 40 << 20)].into(),
+            rss_bytes: 296 << 20,
+            arena_heaps: 3,
+            thread_stacks: 5,
+            largest_exec_anon: Some(Region {
+                size_bytes: 256 << 20,
+                rss_bytes: 256 << 20,
+            }),
+            files: vec![FileRss {
+                path: "/usr/lib/libruby.so.3.1".into(),
+                rss_bytes: 30 << 20,
+            }],
+        },
+    });
+    r
+}
