@@ -16,7 +16,8 @@ use std::path::Path;
 use super::{Backend, BackendError, Launch, LaunchSpec};
 use crate::linux::cgroup::Limits;
 use crate::linux::container::{
-    group_dirs_up, parse_limit, parse_mountinfo, parse_proc_cgroup, read_container, Container,
+    group_dirs_up, parse_limit, parse_mountinfo, parse_proc_cgroup, read_container, tightest,
+    Container,
 };
 
 /// The limits of the container memtrial runs in, as its cgroup files state them.
@@ -94,17 +95,12 @@ pub(crate) fn limits_of(
     let pids_max = parse_proc_cgroup(cgroup_text).ok().and_then(|lines| {
         let mounts = parse_mountinfo(mountinfo);
         let (_, groups) = group_dirs_up(&lines, &mounts, "pids")?;
-        let mut best: Option<(u64, &str)> = None;
-        for (path, dir) in &groups {
-            match read_file(&dir.join("pids.max")).map(|t| parse_limit(&t)) {
-                Some(Ok(Some(l))) if best.is_none_or(|(b, _)| l < b) => best = Some((l, path)),
-                Some(Err(e)) => problems.push(e.to_string()),
-                _ => {}
-            }
-        }
+        let (l, from) = tightest(&groups, &mut |e| problems.push(e.to_string()), |d| {
+            read_file(&d.join("pids.max")).map(|t| parse_limit(&t))
+        });
+        let (l, from) = (l?, from?);
         let own = &groups[0].0;
-        let (l, from) = best?;
-        sources.push(if from == own {
+        sources.push(if from == *own {
             format!("pids: {own}")
         } else {
             format!("pids: {own}, limit set on {from}")

@@ -217,7 +217,7 @@ impl Container {
 /// The tightest limit set on `groups` (a group and its ancestors, as
 /// [`group_dirs_up`] lists them), with the path of the group that sets it: the kernel
 /// enforces every one of them. A file that cannot be parsed is noted and skipped.
-fn tightest<T: Limit>(
+pub(crate) fn tightest<T: Limit>(
     groups: &[(String, std::path::PathBuf)],
     note_err: &mut impl FnMut(ContainerError),
     read: impl Fn(&Path) -> Option<Result<Option<T>, ContainerError>>,
@@ -241,7 +241,7 @@ fn tightest<T: Limit>(
 }
 
 /// A limit of which the smaller is the tighter.
-trait Limit {
+pub(crate) trait Limit {
     fn tighter_than(&self, other: &Self) -> bool;
 }
 impl Limit for u64 {
