@@ -29,6 +29,23 @@
  * tcmalloc: tcmalloc.current_total_thread_cache_bytes), which live does NOT count: jemalloc's
  * stats.allocated counts them, so live is stats.allocated minus them. The sample written at
  * exit is preceded by a "# exit" line.
+ *
+ * The shape of the holes: when <MEMTRIAL_PROBE_DIR>/holes exists (memtrial makes it for a
+ * run; a production deployment does not, and pays nothing), the thread also writes what
+ * the allocator says about its free memory to <dir>/holes/<pid>, replaced whole (a
+ * temporary file renamed) at a new high of resident memory once its growth pauses (see
+ * holes_due), within the same CPU budget:
+ *   # memtrial-holes 1 <pid> <allocator>
+ *   ns <CLOCK_MONOTONIC ns>          rss <resident bytes from statm then>
+ *   glibc:    "xml" and then malloc_info's XML (free chunks by bin, per arena)
+ *   jemalloc: page <bytes>, dirty_pages <n>, muzzy_pages <n>, retained <bytes>, and one
+ *             "bin <size> <nregs> <curregs> <curslabs>" per small size class
+ *   tcmalloc: central, transfer, thread, pageheap_free, unmapped <bytes>
+ *   # end
+ * malloc_info writes to a stdio stream, and a stream is made by malloc: in this thread
+ * that would make it a glibc arena of its own (one more heap than the program has). So the
+ * stream is made once, on the thread that loads the library (or forks), over a buffer of
+ * our own, and writes through a cookie to whichever file is open at the time.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -230,6 +247,146 @@ static int fd_is_ours(void) {
     return fd >= 0;
 }
 
+/* The holes: on while <dir>/holes exists (checked at the first sample). */
+static int holes_on;
+static FILE *holes_fp;
+static char holes_buf[4096];
+static int holes_fd = -1;
+typedef int (*nametomib_fn)(const char *, size_t *, size_t *);
+typedef int (*bymib_fn)(const size_t *, size_t, void *, size_t *, void *, size_t);
+static nametomib_fn je_nametomib;
+static bymib_fn je_bymib;
+
+static ssize_t holes_cookie_write(void *c, const char *buf, size_t n) {
+    (void)c;
+    size_t done = 0;
+    while (holes_fd >= 0 && done < n) {
+        ssize_t w = write(holes_fd, buf + done, n - done);
+        if (w <= 0)
+            break;
+        done += (size_t)w;
+    }
+    return (ssize_t)n;
+}
+
+/* The stream malloc_info writes to; made by the calling thread (see the comment at the top). */
+static void make_holes_stream(void) {
+    cookie_io_functions_t io = {NULL, holes_cookie_write, NULL, NULL};
+    holes_fp = fopencookie(NULL, "w", io);
+    if (holes_fp)
+        setvbuf(holes_fp, holes_buf, _IOFBF, sizeof holes_buf);
+}
+
+static void put_line(const char *key, uint64_t v) {
+    char buf[96];
+    size_t n = put_str(buf, 0, 64, key);
+    buf[n++] = '\t';
+    n = put(buf, n, v, '\n');
+    ssize_t w = write(holes_fd, buf, n);
+    (void)w;
+}
+
+/* A value of jemalloc's by mib: name's mib with its index components (at positions
+ * i1 and i2, when not 0) replaced. NONE when jemalloc does not answer. width is 4 for
+ * uint32_t figures (nregs), else 8. */
+static uint64_t je_mib_value(const char *name, size_t i1, size_t v1, size_t i2, size_t v2,
+                             int width) {
+    size_t mib[8], len = 8;
+    if (!je_nametomib || !je_bymib || je_nametomib(name, mib, &len) != 0)
+        return NONE;
+    if (i1)
+        mib[i1] = v1;
+    if (i2)
+        mib[i2] = v2;
+    if (width == 4) {
+        uint32_t v = 0;
+        size_t vl = sizeof v;
+        return je_bymib(mib, len, &v, &vl, NULL, 0) == 0 ? v : NONE;
+    }
+    size_t v = 0, vl = sizeof v;
+    return je_bymib(mib, len, &v, &vl, NULL, 0) == 0 ? (uint64_t)v : NONE;
+}
+
+static void holes_body(void) {
+    switch (which) {
+    case GLIBC: {
+        ssize_t w = write(holes_fd, "xml\n", 4);
+        (void)w;
+        if (holes_fp) {
+            malloc_info(0, holes_fp);
+            fflush(holes_fp);
+        }
+        break;
+    }
+    case JEMALLOC: {
+        uint64_t epoch = 1;
+        size_t len = sizeof epoch;
+        je_ctl("epoch", &epoch, &len, &epoch, len);
+        put_line("page", je_size("arenas.page"));
+        put_line("dirty_pages", je_size("stats.arenas.4096.pdirty"));
+        put_line("muzzy_pages", je_size("stats.arenas.4096.pmuzzy"));
+        put_line("retained", je_size("stats.retained"));
+        unsigned nbins = 0;
+        size_t nl = sizeof nbins;
+        if (je_ctl("arenas.nbins", &nbins, &nl, NULL, 0) != 0)
+            break;
+        for (unsigned j = 0; j < nbins && j < 256; j++) {
+            char buf[128];
+            size_t n = put_str(buf, 0, 16, "bin\t");
+            n = put(buf, n, je_mib_value("arenas.bin.0.size", 2, j, 0, 0, 8), '\t');
+            n = put(buf, n, je_mib_value("arenas.bin.0.nregs", 2, j, 0, 0, 4), '\t');
+            n = put(buf, n, je_mib_value("stats.arenas.0.bins.0.curregs", 2, 4096, 4, j, 8),
+                    '\t');
+            n = put(buf, n, je_mib_value("stats.arenas.0.bins.0.curslabs", 2, 4096, 4, j, 8),
+                    '\n');
+            ssize_t w = write(holes_fd, buf, n);
+            (void)w;
+        }
+        break;
+    }
+    case TCMALLOC:
+        put_line("central", tc_size("tcmalloc.central_cache_free_bytes"));
+        put_line("transfer", tc_size("tcmalloc.transfer_cache_free_bytes"));
+        put_line("thread", tc_size("tcmalloc.thread_cache_free_bytes"));
+        put_line("pageheap_free", tc_size("tcmalloc.pageheap_free_bytes"));
+        put_line("unmapped", tc_size("tcmalloc.pageheap_unmapped_bytes"));
+        break;
+    default:
+        break;
+    }
+}
+
+/* Writes the holes file whole: a temporary file renamed over the last one (under the lock). */
+static void holes_snapshot(uint64_t rss_bytes) {
+    char tmp[640], final[640];
+    size_t n = put_str(final, 0, sizeof final - 40, dir);
+    n = put_str(final, n, sizeof final - 32, "/holes/");
+    memcpy(tmp, final, n);
+    put(final, n, (uint64_t)getpid(), '\0');
+    tmp[n] = '.';
+    put(tmp, n + 1, (uint64_t)getpid(), '\0');
+    holes_fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (holes_fd < 0) {
+        holes_on = 0;
+        return;
+    }
+    char head[160];
+    n = put_str(head, 0, 64, "# memtrial-holes 1 ");
+    n = put(head, n, (uint64_t)getpid(), ' ');
+    n = put_str(head, n, 100, names[which]);
+    head[n++] = '\n';
+    ssize_t w = write(holes_fd, head, n);
+    (void)w;
+    put_line("ns", ns_of(CLOCK_MONOTONIC));
+    put_line("rss", rss_bytes);
+    holes_body();
+    w = write(holes_fd, "# end\n", 6);
+    close(holes_fd);
+    holes_fd = -1;
+    if (rename(tmp, final) != 0)
+        unlink(tmp);
+}
+
 static void sample_locked(void) {
     struct figures f;
     char buf[256];
@@ -267,6 +424,7 @@ static void sample(void) {
 #define DENSE_FOR_NS 1000000000ULL
 #define WATCH_MAX_NS 50000000ULL
 #define HIGH_STEP 50
+#define HOLES_STEP 10 /* 1/10: 10% */
 
 /* The thread's CPU budget: BUDGET_PPM (0.15%) of one core over its life plus a 30 ms burst,
  * so that a short run gets every sample while a long one stays within the budget. Reading an
@@ -276,6 +434,12 @@ static void sample(void) {
  * 3 us each through a kept descriptor: 0.006% of a core at one per 50 ms). */
 #define BUDGET_PPM 1500
 #define BURST_NS 30000000ULL
+/* The holes' accounts have a budget of their own, beside the samples': 0.1% of a core plus a
+ * 60 ms burst. glibc's malloc_info walks every free chunk, as mallinfo2 does (both about
+ * 120 ns per free chunk: 10 ms at 85k), and a fragmented glibc heap spends the samples'
+ * burst in its first second - just when a short run reaches its peak. */
+#define HOLES_PPM 1000
+#define HOLES_BURST_NS 60000000ULL
 
 /* When this process started (the constructor, or the fork that made it). */
 static uint64_t born_ns;
@@ -285,22 +449,26 @@ static int resolved;
 static int statm_fd = -1;
 
 static void find_malloc(void **base);
-static int same_object(void *fn, void *base);
+static void *defined_in(void *base, const char *name);
 
 /* Which allocator answers malloc, checked against the library that defines it. */
 static void resolve(void) {
     void *base = NULL;
     find_malloc(&base);
-    je_ctl = (mallctl_fn)dlsym(RTLD_DEFAULT, "mallctl");
-    tc_prop = (tc_prop_fn)dlsym(RTLD_DEFAULT, "MallocExtension_GetNumericProperty");
-    mi_info = (mi_info_fn)dlsym(RTLD_DEFAULT, "mi_process_info");
-    /* An allocator's statistics count only if they live in the object that defines
-     * malloc: a program linking jemalloc's mallctl while malloc is glibc's is glibc. */
-    if (same_object((void *)je_ctl, base))
+    /* Looked up in the object that defines malloc only: a program linking jemalloc's
+     * mallctl while malloc is glibc's is glibc. No dlsym: a failed one makes dlerror's
+     * message with malloc, and a malloc on this thread would give it a glibc arena of its
+     * own - one heap more than the program has. */
+    je_ctl = (mallctl_fn)defined_in(base, "mallctl");
+    tc_prop = (tc_prop_fn)defined_in(base, "MallocExtension_GetNumericProperty");
+    mi_info = (mi_info_fn)defined_in(base, "mi_process_info");
+    je_nametomib = (nametomib_fn)defined_in(base, "mallctlnametomib");
+    je_bymib = (bymib_fn)defined_in(base, "mallctlbymib");
+    if (je_ctl)
         which = JEMALLOC;
-    else if (same_object((void *)tc_prop, base))
+    else if (tc_prop)
         which = TCMALLOC;
-    else if (same_object((void *)mi_info, base))
+    else if (mi_info)
         which = MIMALLOC;
     else if (strstr(lib, "/libc.so") || strstr(lib, "/libc-"))
         which = GLIBC;
@@ -408,14 +576,32 @@ static void *loop(void *arg) {
         statm_fd = -1;
     }
     uint64_t high = 0;
+    /* The holes: resident pages at the last snapshot and at the last read; a snapshot is
+     * due once resident memory is HOLES_STEP past the last one's, and taken where its
+     * growth pauses (a read no higher than the one before) or where it has doubled. */
+    uint64_t holes_rss = 0, prev_rss = 0;
+    int holes_pending = 0;
+    uint64_t holes_cpu = 0; /* this thread's CPU time spent on them */
+    uint64_t page = (uint64_t)getpagesize();
+    {
+        char hd[600];
+        size_t hn = put_str(hd, 0, sizeof hd - 8, dir);
+        hn = put_str(hd, hn, sizeof hd - 1, "/holes");
+        hd[hn] = '\0';
+        holes_on = holes_fp != NULL || (which != GLIBC && access(hd, W_OK) == 0);
+    }
     uint64_t gap = DENSE_NS < interval_ns ? DENSE_NS : interval_ns;
     uint64_t watch = DENSE_NS;
     uint64_t now = ns_of(CLOCK_MONOTONIC);
     uint64_t next_sample = now;
     for (;;) {
         uint64_t allowed = BURST_NS + (now - born_ns) / 1000000 * BUDGET_PPM;
-        if (ns_of(CLOCK_THREAD_CPUTIME_ID) <= allowed) {
-            uint64_t rss = resident_pages();
+        uint64_t holes_allowed = HOLES_BURST_NS + (now - born_ns) / 1000000 * HOLES_PPM;
+        int figures_ok = ns_of(CLOCK_THREAD_CPUTIME_ID) - holes_cpu <= allowed;
+        int holes_ok = holes_on && holes_cpu <= holes_allowed;
+        /* statm is read when either budget allows (its reads count in the samples'). */
+        uint64_t rss = figures_ok || holes_ok ? resident_pages() : 0;
+        if (figures_ok) {
             int new_high = rss > high + high / HIGH_STEP;
             if (rss > high)
                 high = rss;
@@ -431,6 +617,21 @@ static void *loop(void *arg) {
             gap = next_gap(gap, now, interval_ns);
             next_sample = now + gap;
         }
+        if (holes_ok && rss) {
+            if (rss > holes_rss + holes_rss / HOLES_STEP)
+                holes_pending = 1;
+            if (holes_pending && (rss <= prev_rss || rss >= 2 * holes_rss)) {
+                uint64_t before = ns_of(CLOCK_THREAD_CPUTIME_ID);
+                pthread_mutex_lock(&lock);
+                holes_snapshot(rss * page);
+                pthread_mutex_unlock(&lock);
+                holes_cpu += ns_of(CLOCK_THREAD_CPUTIME_ID) - before;
+                holes_rss = rss;
+                holes_pending = 0;
+            }
+        }
+        if (rss)
+            prev_rss = rss;
         watch = next_gap(watch, now, WATCH_MAX_NS < interval_ns ? WATCH_MAX_NS : interval_ns);
         uint64_t wake = now + watch;
         if (wake > next_sample)
@@ -464,21 +665,131 @@ static void after_fork_child(void) {
     if (statm_is_ours())
         close(statm_fd);
     fd = statm_fd = -1;
+    /* The parent's stream may be mid-write on a thread this child does not have: a new
+     * one, made on this (the forking) thread. */
+    if (holes_fp)
+        make_holes_stream();
     born_ns = raw_ns();
     start();
 }
 
-/* The loaded objects in lookup order (the program first), collected before any dlopen. */
-#define MAX_OBJECTS 256
-static char objects[MAX_OBJECTS][256];
-static int n_objects;
+/* The address of the symbol `name` defined by the loaded object `i`, from its own dynamic
+ * symbol table (through its GNU hash table, or every symbol when it has only the SysV
+ * one); NULL when it defines none. A walk over what the loader mapped: no dlsym. */
+static void *symbol_of(struct dl_phdr_info *i, const char *name) {
+    const ElfW(Dyn) *dyn = NULL;
+    for (int k = 0; k < i->dlpi_phnum; k++)
+        if (i->dlpi_phdr[k].p_type == PT_DYNAMIC)
+            dyn = (const ElfW(Dyn) *)(i->dlpi_addr + i->dlpi_phdr[k].p_vaddr);
+    if (!dyn)
+        return NULL;
+    uintptr_t gnu = 0, sysv = 0, sym = 0, str = 0;
+    for (; dyn->d_tag != DT_NULL; dyn++) {
+        /* The loader relocates these in place for libraries; not for every object (the
+         * vDSO): an address below the object's is an offset. */
+        uintptr_t v = dyn->d_un.d_ptr;
+        if (v < i->dlpi_addr)
+            v += i->dlpi_addr;
+        if (dyn->d_tag == DT_GNU_HASH)
+            gnu = v;
+        else if (dyn->d_tag == DT_HASH)
+            sysv = v;
+        else if (dyn->d_tag == DT_SYMTAB)
+            sym = v;
+        else if (dyn->d_tag == DT_STRTAB)
+            str = v;
+    }
+    if (!sym || !str)
+        return NULL;
+    const ElfW(Sym) *syms = (const ElfW(Sym) *)sym;
+    const char *strs = (const char *)str;
+#define DEFINES(s)                                                                            \
+    ((s)->st_shndx != SHN_UNDEF && (s)->st_value &&                                           \
+     (ELF64_ST_TYPE((s)->st_info) == STT_FUNC || ELF64_ST_TYPE((s)->st_info) == STT_GNU_IFUNC) && \
+     strcmp(strs + (s)->st_name, name) == 0)
+    if (gnu) {
+        const uint32_t *h = (const uint32_t *)gnu;
+        uint32_t nbuckets = h[0], symoffset = h[1], bloom_size = h[2];
+        const uint32_t *buckets = (const uint32_t *)((const ElfW(Addr) *)&h[4] + bloom_size);
+        const uint32_t *chain = buckets + nbuckets;
+        uint32_t hash = 5381;
+        for (const char *c = name; *c; c++)
+            hash = hash * 33 + (uint8_t)*c;
+        if (!nbuckets)
+            return NULL;
+        uint32_t idx = buckets[hash % nbuckets];
+        if (idx < symoffset)
+            return NULL;
+        for (;; idx++) {
+            uint32_t ch = chain[idx - symoffset];
+            if ((ch | 1) == (hash | 1) && DEFINES(&syms[idx]))
+                return (void *)(i->dlpi_addr + syms[idx].st_value);
+            if (ch & 1)
+                return NULL;
+        }
+    }
+    if (sysv) {
+        uint32_t n = ((const uint32_t *)sysv)[1];
+        for (uint32_t k = 0; k < n; k++)
+            if (DEFINES(&syms[k]))
+                return (void *)(i->dlpi_addr + syms[k].st_value);
+    }
+#undef DEFINES
+    return NULL;
+}
 
-static int collect(struct dl_phdr_info *i, size_t size, void *data) {
+/* The start of an object's first PT_LOAD segment: its "base" below. */
+static uintptr_t base_of(struct dl_phdr_info *i) {
+    uintptr_t first = 0;
+    for (int k = 0; k < i->dlpi_phnum; k++) {
+        const ElfW(Phdr) *ph = &i->dlpi_phdr[k];
+        uintptr_t lo = i->dlpi_addr + ph->p_vaddr;
+        if (ph->p_type == PT_LOAD && (!first || lo < first))
+            first = lo;
+    }
+    return first;
+}
+
+struct symbol_at {
+    uintptr_t base;
+    const char *name;
+    void *found;
+};
+
+static int symbol_at_cb(struct dl_phdr_info *i, size_t size, void *data) {
     (void)size;
-    (void)data;
-    if (n_objects < MAX_OBJECTS)
-        set_str(objects[n_objects++], sizeof objects[0], i->dlpi_name ? i->dlpi_name : "");
-    return 0;
+    struct symbol_at *s = data;
+    if (base_of(i) != s->base)
+        return 0;
+    s->found = symbol_of(i, s->name);
+    return 1;
+}
+
+/* The symbol `name` as defined by the object loaded at base (NULL when none). */
+static void *defined_in(void *base, const char *name) {
+    struct symbol_at s = {(uintptr_t)base, name, NULL};
+    if (base)
+        dl_iterate_phdr(symbol_at_cb, &s);
+    return s.found;
+}
+
+/* The first library (not the program) in the loader's order that defines malloc. */
+struct first_def {
+    int index;
+    const char *name;
+    uintptr_t base;
+};
+
+static int first_def_cb(struct dl_phdr_info *i, size_t size, void *data) {
+    (void)size;
+    struct first_def *d = data;
+    if (d->index++ == 0 || !i->dlpi_name || !i->dlpi_name[0])
+        return 0;
+    if (!symbol_of(i, "malloc"))
+        return 0;
+    d->name = i->dlpi_name;
+    d->base = base_of(i);
+    return 1;
 }
 
 /* The loaded object whose PT_LOAD segments hold an address: its name and the start of its
@@ -549,30 +860,13 @@ static void find_malloc(void **base) {
             return;
         }
     }
-    n_objects = 0;
-    dl_iterate_phdr(collect, NULL);
-    for (int k = 1; k < n_objects; k++) {
-        if (!objects[k][0])
-            continue;
-        void *h = dlopen(objects[k], RTLD_LAZY | RTLD_NOLOAD);
-        if (!h)
-            continue;
-        void *f = dlsym(h, "malloc");
-        int mine = locate(f, &w) && strcmp(w.name, objects[k]) == 0;
-        if (mine) {
-            set_str(lib, sizeof lib, objects[k]);
-            *base = (void *)w.base;
-        }
-        dlclose(h);
-        if (mine)
-            return;
+    /* The first library in lookup order that defines malloc. */
+    struct first_def d = {0, NULL, 0};
+    dl_iterate_phdr(first_def_cb, &d);
+    if (d.name) {
+        set_str(lib, sizeof lib, d.name);
+        *base = (void *)d.base;
     }
-}
-
-/* True when fn is defined in the object loaded at base. */
-static int same_object(void *fn, void *base) {
-    struct where w;
-    return fn && base && locate(fn, &w) && (void *)w.base == base;
 }
 
 /* Only what the thread needs: the directory, the interval (parsed by hand), the start time
@@ -592,6 +886,13 @@ __attribute__((constructor)) static void init(void) {
         v = v * 10 + (*iv++ - '0');
     if (v >= 10)
         interval_ms = v;
+    /* The holes' stream for glibc's malloc_info, made here on the loading thread. */
+    char hd[600];
+    size_t hn = put_str(hd, 0, sizeof hd - 8, dir);
+    hn = put_str(hd, hn, sizeof hd - 1, "/holes");
+    hd[hn] = '\0';
+    if (raw4(SYS_access, (long)hd, W_OK, 0, 0) == 0)
+        make_holes_stream();
     pthread_atfork(NULL, NULL, after_fork_child);
     start();
 }

@@ -469,6 +469,7 @@ mod tests {
             peak_live_bytes: None,
             peak_held_bytes: None,
             series,
+            holes: None,
         });
         r
     }

@@ -456,6 +456,7 @@ mod tests {
             peak_live_bytes: None,
             peak_held_bytes: None,
             series,
+            holes: None,
         });
         if load {
             let mut l: LoadFigures = serde_json::from_value(serde_json::json!({

@@ -197,8 +197,16 @@ pub(crate) const READ_EVERY_SECONDS: f64 = 0.5;
 impl AllocatorProbe {
     /// A probe whose processes report into `dir` (created here) every `interval_ms`.
     pub fn new(dir: PathBuf, interval_ms: u64) -> AllocatorProbe {
+        // The holes' directory: the library writes its accounts of free memory only where
+        // it exists.
+        let reports = ReportDir::create(dir).and_then(|r| {
+            let holes = r.dir().join(super::holes::DIR);
+            std::fs::create_dir_all(&holes)
+                .map_err(|e| format!("cannot create {}: {e}", holes.display()))?;
+            Ok(r)
+        });
         AllocatorProbe {
-            reports: ReportDir::create(dir),
+            reports,
             interval_ms,
             series: Vec::new(),
             at_exit: Vec::new(),
@@ -246,6 +254,7 @@ impl AllocatorProbe {
         reports: &ReportDir<ProcessFile>,
         record: &RunRecord,
         end: &RunEnd,
+        pids: &BTreeSet<i32>,
     ) -> Result<AllocatorView, String> {
         let reporting: Vec<&ProcessFile> = reports
             .states()
@@ -286,6 +295,10 @@ impl AllocatorProbe {
             peak_live_bytes: self.series.iter().filter_map(|p| p.live_bytes).max(),
             peak_held_bytes: self.series.iter().filter_map(|p| p.held_bytes).max(),
             series: self.series.clone(),
+            holes: self.start_ns.and_then(|start| {
+                let accounts = super::holes::read_dir(&reports.dir().join(super::holes::DIR), pids);
+                super::holes::sum(&accounts, start)
+            }),
         })
     }
 }
@@ -461,7 +474,7 @@ impl Probe for AllocatorProbe {
         pids.append(&mut self.members_since);
         self.points(end.t_seconds, &pids);
         let view = match &self.reports {
-            Ok(reports) => self.view(reports, record, end),
+            Ok(reports) => self.view(reports, record, end, &pids),
             Err(reason) => Err(reason.clone()),
         };
         match view {

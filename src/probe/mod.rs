@@ -17,6 +17,7 @@ pub mod allocator;
 mod background;
 pub mod cgroup;
 pub mod files;
+mod holes;
 pub mod jvm;
 pub mod pss;
 pub mod regions;

@@ -71,6 +71,81 @@ pub struct AllocatorView {
     /// The highest held bytes over the run.
     pub peak_held_bytes: Option<u64>,
     pub series: Vec<AllocatorPoint>,
+    /// The shape of the allocator's free memory at the processes' highest resident memory
+    /// the probe reached (absent when the allocator offers none, or no process wrote one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holes: Option<Holes>,
+}
+
+/// The shape of the allocator's free memory ("the holes"), summed over the run's processes
+/// from each one's latest account: written by the probe library at a new high of the
+/// process's resident memory where its growth paused, so the latest is the one nearest the
+/// process's peak that the probe's CPU budget allowed.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct Holes {
+    /// The allocator that gave the account (`glibc`, `jemalloc`, `tcmalloc`).
+    pub allocator: String,
+    /// How many processes wrote one.
+    pub processes: u32,
+    /// Seconds since the workload started, of the latest account.
+    pub t_seconds: f64,
+    /// The processes' resident bytes (`/proc/self/statm`) when their accounts were taken,
+    /// summed: how near the peak the accounts are.
+    pub resident_bytes: u64,
+    /// Bytes in free blocks the allocator hands out again but keeps resident between live
+    /// ones: glibc's free chunks in its bins (not the top of a heap), jemalloc's free
+    /// regions in slabs of its small size classes. Absent where the allocator tells no such
+    /// figure by size (tcmalloc: see `parts`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub free_bytes: Option<u64>,
+    /// How many free blocks `free_bytes` is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub free_blocks: Option<u64>,
+    /// `free_bytes` by block size.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub classes: Vec<HoleClass>,
+    /// The allocator's other free memory, by its own names: glibc's free tops of heaps;
+    /// jemalloc's dirty, muzzy and retained pages; tcmalloc's free lists and page heap.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parts: Vec<HolePart>,
+    /// glibc: one entry per arena of every process (main arenas first).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub arenas: Vec<ArenaHoles>,
+}
+
+/// Free blocks of one size class.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct HoleClass {
+    /// Blocks of at least this many bytes…
+    pub from_bytes: u64,
+    /// …and up to this many; `None`: no upper bound.
+    pub up_to_bytes: Option<u64>,
+    pub bytes: u64,
+    pub blocks: u64,
+}
+
+/// Free memory of one kind the allocator names.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct HolePart {
+    /// `top of heaps`, `dirty pages`, `muzzy pages`, `retained`, `central free lists`, …
+    pub name: String,
+    pub bytes: u64,
+    /// The bytes are resident (false: address space returned to the system, such as
+    /// jemalloc's retained or tcmalloc's unmapped pages).
+    pub resident: bool,
+}
+
+/// One glibc arena in one process.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct ArenaHoles {
+    /// The main arena (the brk heap), else a thread arena made of 64 MiB heaps.
+    pub main: bool,
+    /// Bytes the arena has from the system.
+    pub system_bytes: u64,
+    /// Bytes in its free chunks (bins and fast bins).
+    pub free_bytes: u64,
+    /// Bytes free at the top of its heap (given back only by trimming).
+    pub top_bytes: u64,
 }
 
 /// The allocator's figures at one moment, summed over processes; `None` where the

@@ -17,8 +17,8 @@ use crate::linux::cgroup::CgroupFigures;
 use crate::linux::host::HostInfo;
 use crate::plan::Plan;
 pub use inside::{
-    Absence, AllocatorPoint, AllocatorView, FigureUnit, InsideView, RuntimeFigure, RuntimeSeries,
-    RuntimeView,
+    Absence, AllocatorPoint, AllocatorView, ArenaHoles, FigureUnit, HoleClass, HolePart, Holes,
+    InsideView, RuntimeFigure, RuntimeSeries, RuntimeView,
 };
 pub use load::LoadFigures;
 

@@ -3,9 +3,9 @@
 use crate::linux::host::HostInfo;
 use crate::plan::{Plan, Variant, VariantOrigin};
 use crate::record::{
-    AllocatorPoint, AllocatorView, Experiment, ExperimentStatus, FigureUnit, InsideView,
-    PeakSource, RunRecord, RunStatus, RuntimeFigure, RuntimeSeries, RuntimeView, TreeSample,
-    Verification,
+    AllocatorPoint, AllocatorView, ArenaHoles, Experiment, ExperimentStatus, FigureUnit, HoleClass,
+    HolePart, Holes, InsideView, PeakSource, RunRecord, RunStatus, RuntimeFigure, RuntimeSeries,
+    RuntimeView, TreeSample, Verification,
 };
 
 fn variant(name: &str, env: &[(&str, &str)], preload: Option<&str>) -> Variant {
@@ -74,9 +74,75 @@ fn inside(variant: &str, peak: u64, grows: bool, wall: f64) -> InsideView {
             peak_live_bytes: Some(live),
             peak_held_bytes: Some(held),
             series,
+            holes: Some(holes(variant, peak)),
         }),
         runtimes,
         absent: Vec::new(),
+    }
+}
+
+/// The allocator's free memory at the peak: glibc with free chunks mostly under 1 KiB in
+/// five arenas and an eighth of its peak free at the tops of its heaps; jemalloc with a
+/// fifth of its peak in dirty pages.
+fn holes(variant: &str, peak: u64) -> Holes {
+    let part = |name: &str, bytes: u64, resident: bool| HolePart {
+        name: name.into(),
+        bytes,
+        resident,
+    };
+    if variant == "jemalloc" {
+        return Holes {
+            allocator: "jemalloc".into(),
+            processes: 1,
+            t_seconds: 1.0,
+            resident_bytes: peak,
+            free_bytes: Some(peak / 10),
+            free_blocks: Some(peak / 10 / 256),
+            classes: vec![HoleClass {
+                from_bytes: 65,
+                up_to_bytes: Some(256),
+                bytes: peak / 10,
+                blocks: peak / 10 / 256,
+            }],
+            parts: vec![
+                part("dirty pages", peak / 5, true),
+                part("muzzy pages", 0, false),
+                part("retained", peak / 3, false),
+            ],
+            arenas: Vec::new(),
+        };
+    }
+    let free = peak / 4;
+    Holes {
+        allocator: "glibc".into(),
+        processes: 1,
+        t_seconds: 1.0,
+        resident_bytes: peak,
+        free_bytes: Some(free),
+        free_blocks: Some(free / 300),
+        classes: vec![
+            HoleClass {
+                from_bytes: 257,
+                up_to_bytes: Some(1024),
+                bytes: free / 5 * 4,
+                blocks: free / 5 * 4 / 300,
+            },
+            HoleClass {
+                from_bytes: 4097,
+                up_to_bytes: Some(16384),
+                bytes: free / 5,
+                blocks: free / 5 / 8192,
+            },
+        ],
+        parts: vec![part("top of heaps", peak / 8, true)],
+        arenas: (0..5)
+            .map(|i| ArenaHoles {
+                main: i == 0,
+                system_bytes: peak / 5,
+                free_bytes: free / 5,
+                top_bytes: peak / 40,
+            })
+            .collect(),
     }
 }
 

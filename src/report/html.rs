@@ -180,6 +180,11 @@ fn title_and_verdict(e: &Experiment, a: &Analysis, rec: &Recommendation) -> Mark
             p { (super::regions::REGIONS_HEADING) ":" }
             ul { @for t in &regions { li { (t) } } }
         }
+        @let holes = super::holes::hole_lines(e, a);
+        @if !holes.is_empty() {
+            p { (super::holes::HOLES_HEADING) ":" }
+            ul { @for t in &holes { li { (t) } } }
+        }
     }
 }
 

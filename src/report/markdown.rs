@@ -134,6 +134,13 @@ pub fn render(e: &Experiment, a: &Analysis, rec: &Recommendation) -> String {
             out.push_str(&format!("- {}\n", md(&t)));
         }
     }
+    let holes = super::holes::hole_lines(e, a);
+    if !holes.is_empty() {
+        out.push_str(&format!("\n{}:\n", md(super::holes::HOLES_HEADING)));
+        for t in holes {
+            out.push_str(&format!("- {}\n", md(&t)));
+        }
+    }
     let runtimes = super::table::runtime_lines(e, a);
     if !runtimes.is_empty() {
         out.push_str(

@@ -158,6 +158,15 @@ pub fn render(e: &Experiment, a: &Analysis, color: bool) -> String {
             out.push('\n');
         }
     }
+    let holes = super::holes::hole_lines(e, a);
+    if !holes.is_empty() {
+        out.push_str(&format!("\n{}:\n", super::holes::HOLES_HEADING));
+        for t in holes {
+            out.push_str("  ");
+            out.push_str(&terminal(&t));
+            out.push('\n');
+        }
+    }
     let runtimes = runtime_lines(e, a);
     if !runtimes.is_empty() {
         out.push_str(

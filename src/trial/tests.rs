@@ -254,6 +254,7 @@ fn a_run_shorter_than_the_first_allocator_sample_leaves_the_probe_out_of_the_nex
         peak_live_bytes: None,
         peak_held_bytes: None,
         series: Vec::new(),
+        holes: None,
     });
     assert_eq!(ended_before_allocator_sample(&plan, &r, 7), None);
     r.inside.allocator = None;

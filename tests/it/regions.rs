@@ -177,3 +177,166 @@ fn arena_heaps_and_shared_memory_are_found() {
         assert!(ws >= 64 * MIB, "{cg:?}");
     }
 }
+
+/// The `freed N USABLE` line of the `holes frag` fixture's output in run `i` of `name`.
+fn freed(doc: &serde_json::Value, name: &str, i: usize) -> (u64, u64) {
+    let path = variant(doc, name)["runs"][i]["stdout_path"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let log = std::fs::read_to_string(path).unwrap();
+    let mut f = log
+        .lines()
+        .find_map(|l| l.strip_prefix("freed "))
+        .unwrap_or_else(|| panic!("{log}"))
+        .split(' ')
+        .map(|n| n.parse::<u64>().unwrap());
+    (f.next().unwrap(), f.next().unwrap())
+}
+
+/// The allocator's account of its free memory against a heap whose holes are known: two
+/// threads each free every other one of 100,000 blocks. glibc's free chunks are those
+/// blocks (usable size + 8 bytes of header) in three arenas — and the probe, which
+/// allocates nothing on its own thread, adds no arena of its own; jemalloc's free regions
+/// are those blocks rounded to its size classes; tcmalloc's free lists hold them.
+#[test]
+fn the_allocators_free_memory_matches_a_heap_with_known_holes() {
+    if !need_c_compiler() {
+        return;
+    }
+    let r = run_json(
+        1,
+        "glibc,jemalloc,tcmalloc",
+        &[],
+        &[fixture("holes").to_str().unwrap(), "frag", "2", "1200"],
+    );
+    assert_eq!(r.code(), 0, "{}", r.explain());
+    let doc = r.json();
+    validate_schema(&doc, "experiment-v4.schema.json");
+    let holes = |name: &str| {
+        let runs = typed_runs(&doc, name);
+        check_sums(&runs, Some(0.01));
+        let run = runs.into_iter().next().unwrap();
+        let h = run
+            .inside
+            .allocator
+            .as_ref()
+            .and_then(|a| a.holes.clone())
+            .unwrap_or_else(|| panic!("no holes: {:?}", run.inside));
+        assert_eq!(h.allocator, name);
+        assert!(
+            h.resident_bytes as f64 >= 0.9 * run.peak_rss_bytes as f64,
+            "{h:?} {}",
+            run.peak_rss_bytes
+        );
+        (run, h)
+    };
+
+    let (run, h) = holes("glibc");
+    let (n, usable) = freed(&doc, "glibc", 0);
+    assert_eq!(n, 100_000);
+    let chunks = usable + 8 * n;
+    let free = h.free_bytes.unwrap();
+    assert!(
+        free.abs_diff(chunks) as f64 <= 0.02 * chunks as f64,
+        "{free} free vs {chunks} freed: {h:?}"
+    );
+    let blocks = h.free_blocks.unwrap();
+    assert!((n..n + 200).contains(&blocks), "{blocks}: {h:?}");
+    assert_eq!(h.arenas.len(), 3, "main + 2 thread arenas: {h:?}");
+    assert_eq!(h.arenas.iter().filter(|a| a.main).count(), 1);
+    let most = h.classes.iter().max_by_key(|c| c.bytes).unwrap();
+    assert_eq!(
+        (most.from_bytes, most.up_to_bytes),
+        (257, Some(1024)),
+        "{h:?}"
+    );
+    let g = &run.regions.as_ref().unwrap().regions;
+    assert_eq!(g.arena_heaps, 2, "the probe's thread made no arena: {g:?}");
+
+    let (_, h) = holes("jemalloc");
+    let (n, usable) = freed(&doc, "jemalloc", 0);
+    let free = h.free_bytes.unwrap();
+    assert!(
+        free >= usable * 95 / 100 && free <= usable * 110 / 100,
+        "{free} free vs {usable} freed ({n} blocks): {h:?}"
+    );
+    let names: Vec<&str> = h.parts.iter().map(|p| p.name.as_str()).collect();
+    assert!(
+        names.contains(&"dirty pages") && names.contains(&"retained"),
+        "{h:?}"
+    );
+
+    let (_, h) = holes("tcmalloc");
+    let (_, usable) = freed(&doc, "tcmalloc", 0);
+    let lists: u64 = h
+        .parts
+        .iter()
+        .filter(|p| p.name.ends_with("free lists") || p.name.ends_with("caches"))
+        .map(|p| p.bytes)
+        .sum();
+    assert!(
+        lists >= usable / 2 && lists <= usable * 110 / 100,
+        "{lists} in free lists vs {usable} freed: {h:?}"
+    );
+
+    let text = r.stdout();
+    assert!(
+        text.contains("the allocator's free memory (its own account")
+            && text.contains("glibc: glibc at ")
+            && text.contains("100,0")
+            && text.contains("3 arenas (1 main + 2 thread)"),
+        "{text}"
+    );
+}
+
+/// jemalloc's dirty pages: one thread's freed 64 MiB stays dirty in its arena while
+/// another allocates 64 MiB in its own. The account sees them, the report suggests a
+/// background thread with a shorter decay, and that variant, run, lowers the peak.
+#[test]
+fn jemallocs_dirty_pages_are_seen_and_the_suggested_decay_lowers_the_peak() {
+    if !need_c_compiler() {
+        return;
+    }
+    let holes = fixture("holes");
+    let command = [holes.to_str().unwrap(), "dirty", "300"];
+    let r = run_json(1, "jemalloc", &[], &command);
+    assert_eq!(r.code(), 0, "{}", r.explain());
+    let doc = r.json();
+    let run = typed_runs(&doc, "jemalloc").into_iter().next().unwrap();
+    let h = run
+        .inside
+        .allocator
+        .as_ref()
+        .unwrap()
+        .holes
+        .clone()
+        .unwrap();
+    let dirty = h.parts.iter().find(|p| p.name == "dirty pages").unwrap();
+    assert!(dirty.bytes >= 40 * MIB && dirty.resident, "{h:?}");
+    let text = r.stdout();
+    let line = text
+        .lines()
+        .find(|l| l.contains("next: in jemalloc, jemalloc keeps"))
+        .unwrap_or_else(|| panic!("{text}"));
+    // The suggested variant, as printed: `--variant '…'`.
+    let spec = line
+        .split("--variant '")
+        .nth(1)
+        .and_then(|s| s.split('\'').next())
+        .unwrap_or_else(|| panic!("{line}"));
+    assert!(
+        spec.starts_with("jemalloc-decay=preload:jemalloc MALLOC_CONF="),
+        "{spec}"
+    );
+    let r = run_json(1, "jemalloc", &["--variant", spec], &command);
+    assert_eq!(r.code(), 0, "{}", r.explain());
+    let doc = r.json();
+    let peak = |name: &str| typed_runs(&doc, name)[0].peak_rss_bytes;
+    assert!(
+        peak("jemalloc-decay") + 30 * MIB < peak("jemalloc"),
+        "decay {} vs default {}",
+        peak("jemalloc-decay"),
+        peak("jemalloc")
+    );
+}
