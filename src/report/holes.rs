@@ -60,6 +60,7 @@ fn class_range(c: &crate::record::HoleClass) -> String {
             "above {}",
             format_bytes(c.from_bytes.saturating_sub(1) as f64)
         ),
+        Some(up) if c.from_bytes == 0 => format!("of up to {}", format_bytes(up as f64)),
         Some(up) => format!(
             "of {}–{}",
             format_bytes(c.from_bytes as f64),
