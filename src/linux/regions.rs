@@ -396,6 +396,113 @@ impl Regions {
     }
 }
 
+/// Runs of address-adjacent private mappings, anonymous or of files (index ranges into
+/// `smaps`): what a runtime reserves in one piece and commits part by part — or maps a file
+/// into (the JVM maps its archived heap regions from `classes.jsa` into the Java heap's top).
+/// glibc's arena heaps (64 MiB each, often side by side) are no runtime's reservation and
+/// are left out: two of them would be a stretch of any size a runtime reserves in 64 MiB
+/// multiples.
+fn private_runs(smaps: &[(Mapping, MapStats)]) -> Vec<std::ops::Range<usize>> {
+    let maps: Vec<Mapping> = smaps.iter().map(|(m, _)| m.clone()).collect();
+    let heaps = heaps_from_maps(&maps);
+    let anon = |m: &Mapping| {
+        m.perms.ends_with('p')
+            && m.path.as_deref().is_none_or(|p| !p.starts_with('['))
+            && !heaps.iter().any(|(lo, hi)| m.start >= *lo && m.end <= *hi)
+    };
+    let mut runs = Vec::new();
+    let mut i = 0;
+    while i < smaps.len() {
+        if !anon(&smaps[i].0) {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i + 1 < smaps.len() && anon(&smaps[i + 1].0) && smaps[i + 1].0.start == smaps[i].0.end
+        {
+            i += 1;
+        }
+        runs.push(start..i + 1);
+        i += 1;
+    }
+    runs
+}
+
+/// A runtime's reservation found among the mappings: its resident bytes and how many
+/// mappings it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Found {
+    pub size_bytes: u64,
+    pub rss_bytes: u64,
+    pub mappings: u32,
+}
+
+/// The one stretch of address-adjacent private mappings, beginning and ending at mapping
+/// boundaries, of exactly `reserved` bytes (a runtime reserves its heap in one piece: the
+/// JVM's Java heap and class space); `None` when there is none, or more than one (then the
+/// size does not tell which).
+pub fn reservation_of(smaps: &[(Mapping, MapStats)], reserved: u64) -> Option<Found> {
+    if reserved == 0 {
+        return None;
+    }
+    let mut found: Option<Found> = None;
+    let mut count = 0;
+    for run in private_runs(smaps) {
+        // Spans only grow with the end: a sliding window.
+        let (mut lo, mut span) = (run.start, 0u64);
+        for hi in run.clone() {
+            span += smaps[hi].0.end - smaps[hi].0.start;
+            while span > reserved && lo <= hi {
+                span -= smaps[lo].0.end - smaps[lo].0.start;
+                lo += 1;
+            }
+            if span == reserved {
+                count += 1;
+                found = Some(Found {
+                    size_bytes: reserved,
+                    rss_bytes: smaps[lo..=hi].iter().map(|(_, s)| s.rss).sum(),
+                    mappings: (hi + 1 - lo) as u32,
+                });
+            }
+        }
+    }
+    (count == 1).then_some(found).flatten()
+}
+
+/// The executable stretch of anonymous memory with the most resident bytes: from the first
+/// executable anonymous mapping of a run of adjacent mappings to its last (a JIT's code
+/// region: the JVM's segmented code cache, YJIT's region), the reserved parts between
+/// included.
+pub fn exec_stretch(smaps: &[(Mapping, MapStats)]) -> Option<Found> {
+    private_runs(smaps)
+        .into_iter()
+        .filter_map(|run| {
+            let exec: Vec<usize> = run
+                .filter(|i| is_anon(&smaps[*i].0) && smaps[*i].0.perms.contains('x'))
+                .collect();
+            let (first, last) = (*exec.first()?, *exec.last()?);
+            Some(Found {
+                size_bytes: smaps[last].0.end - smaps[first].0.start,
+                rss_bytes: smaps[first..=last].iter().map(|(_, s)| s.rss).sum(),
+                mappings: (last + 1 - first) as u32,
+            })
+        })
+        .max_by_key(|f| (f.rss_bytes, f.size_bytes))
+}
+
+/// Thread stacks by the heuristic: how many, and their resident bytes.
+pub fn thread_stacks_of(smaps: &[(Mapping, MapStats)]) -> (u64, u64) {
+    let maps: Vec<Mapping> = smaps.iter().map(|(m, _)| m.clone()).collect();
+    let kinds = classify(&maps, &heaps_from_maps(&maps));
+    let rss = smaps
+        .iter()
+        .zip(&kinds)
+        .filter(|(_, k)| **k == Kind::ThreadStacks)
+        .map(|((_, s), _)| s.rss)
+        .sum();
+    (thread_stack_count(&maps, &kinds), rss)
+}
+
 /// Number of thread stacks found by the heuristic (the `rw-p` parts).
 pub(crate) fn thread_stack_count(maps: &[Mapping], kinds: &[Kind]) -> u64 {
     maps.iter()
@@ -418,6 +525,60 @@ mod tests {
             .filter(|m| m.end - m.start < 64 << 20)
             .map(|m| (m.start, m.start + (64 << 20)))
             .collect()
+    }
+
+    #[test]
+    fn reservations_are_found_by_exact_size_at_mapping_boundaries() {
+        let m = |start: u64, end: u64, perms: &str, rss: u64| {
+            (
+                Mapping {
+                    start,
+                    end,
+                    perms: perms.into(),
+                    offset: 0,
+                    dev: "00:00".into(),
+                    inode: 0,
+                    path: None,
+                },
+                MapStats {
+                    rss,
+                    ..Default::default()
+                },
+            )
+        };
+        const M: u64 = 1 << 20;
+        // A heap of 128 MiB (32 committed, 96 reserved) right below a 1 GiB class space
+        // (1 committed), all adjacent; then a code cache of two executable segments.
+        let smaps = vec![
+            m(0, 32 * M, "rw-p", 30 * M),
+            m(32 * M, 128 * M, "---p", 0),
+            m(128 * M, 129 * M, "rw-p", M / 2),
+            m(129 * M, 1152 * M, "---p", 0),
+            m(2000 * M, 2002 * M, "rwxp", M),
+            m(2002 * M, 2100 * M, "---p", 0),
+            m(2100 * M, 2102 * M, "rwxp", 2 * M),
+            m(2102 * M, 2240 * M, "---p", 0),
+        ];
+        let heap = reservation_of(&smaps, 128 * M).unwrap();
+        assert_eq!((heap.rss_bytes, heap.mappings), (30 * M, 2));
+        let class = reservation_of(&smaps, 1024 * M).unwrap();
+        assert_eq!((class.rss_bytes, class.mappings), (M / 2, 2));
+        assert_eq!(reservation_of(&smaps, 3 * M), None, "no such stretch");
+        assert_eq!(reservation_of(&smaps, 0), None);
+        let code = exec_stretch(&smaps).unwrap();
+        assert_eq!(
+            (code.size_bytes, code.rss_bytes, code.mappings),
+            (102 * M, 3 * M, 3)
+        );
+        // Two stretches of the same size: the size does not tell which.
+        let twice = vec![m(M, 65 * M, "rw-p", 1), m(101 * M, 165 * M, "rw-p", 1)];
+        assert_eq!(reservation_of(&twice, 64 * M), None);
+        // Two glibc arena heaps side by side are no runtime's 128 MiB reservation.
+        let arenas = vec![
+            m(64 * M, 128 * M, "rw-p", 1),
+            m(128 * M, 192 * M, "rw-p", 1),
+        ];
+        assert_eq!(reservation_of(&arenas, 128 * M), None);
     }
 
     #[test]

@@ -190,6 +190,7 @@ pub(crate) fn region_lines(e: &Experiment, a: &Analysis) -> Vec<String> {
             ws.join(", ")
         ));
     }
+    out.extend(jvm_lines(e, a));
     out.extend(next_for_arenas(e, a, &wheres));
     let base = &e.plan.baseline;
     if let Some(b) = wheres.get(base.as_str()) {
@@ -330,4 +331,85 @@ fn next_for_yjit(
     Some(format!(
         "next: YJIT's executable region ({region}) is most of {name}'s extra memory; a smaller one caps it ({why}): memtrial run --variant '{name}{size}=RUBYOPT=\"{rubyopt} --yjit-exec-mem-size={size}\"' …"
     ))
+}
+
+/// The JVM's regions named: per variant whose runs the JVM probe read, NMT's reservations
+/// found in the JVM's mappings (the Java heap and class space by their exact size, the code
+/// cache as the executable stretch, thread stacks by their shape), medians of each run's
+/// last read.
+fn jvm_lines(e: &Experiment, a: &Analysis) -> Vec<String> {
+    let mut out = Vec::new();
+    for s in &a.variants {
+        let views: Vec<&crate::record::RuntimeView> = e
+            .runs
+            .iter()
+            .filter(|r| r.variant == s.name && r.counts())
+            .filter_map(|r| r.inside.runtime("jvm"))
+            .collect();
+        if views.is_empty() {
+            continue;
+        }
+        let last = |n: &str| {
+            let v: Vec<f64> = views
+                .iter()
+                .filter_map(|j| j.figure(n).map(|f| f.last))
+                .collect();
+            (!v.is_empty()).then(|| median(&v))
+        };
+        let nmt = |n: &str, what: &str| {
+            last(n)
+                .map(|c| format!(" (NMT {what} {})", mib(c)))
+                .unwrap_or_default()
+        };
+        let mut parts = Vec::new();
+        for (key, label) in [("java_heap", "Java heap"), ("class_space", "class space")] {
+            let reserved_key = if key == "class_space" { "class" } else { key };
+            let Some(reserved) = last(&format!("mmap_reserved.{reserved_key}")) else {
+                continue;
+            };
+            parts.push(match last(&format!("resident.{key}")) {
+                Some(rss) => format!(
+                    "{label} {} reserved, {} resident{}",
+                    mib(reserved),
+                    mib(rss),
+                    nmt(&format!("committed.{reserved_key}"), "committed")
+                ),
+                None => format!(
+                    "{label} {} reserved: not found in the mappings (no stretch of that size with boundaries of its own)",
+                    mib(reserved)
+                ),
+            });
+        }
+        if let (Some(mapped), Some(rss)) = (last("mapped.code_cache"), last("resident.code_cache"))
+        {
+            parts.push(format!(
+                "code cache {} from its first executable mapping to its last, {} resident{}",
+                mib(mapped),
+                mib(rss),
+                nmt("committed.code", "Code committed")
+            ));
+        }
+        if let (Some(n), Some(rss)) = (last("thread_stacks_mapped"), last("resident.thread_stacks"))
+        {
+            parts.push(format!(
+                "{n:.0} thread stacks, {} resident{}",
+                mib(rss),
+                match (last("threads"), last("thread_stacks_committed")) {
+                    (Some(t), Some(c)) =>
+                        format!(" (NMT: {t:.0} threads, {} of stack committed)", mib(c)),
+                    (Some(t), None) => format!(" (NMT: {t:.0} threads)"),
+                    _ => String::new(),
+                }
+            ));
+        }
+        if parts.is_empty() {
+            continue;
+        }
+        out.push(format!(
+            "{}: the JVM's regions (NMT's reservations found in its mappings; medians of each run's last read): {}",
+            s.name,
+            parts.join("; ")
+        ));
+    }
+    out
 }

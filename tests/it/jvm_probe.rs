@@ -111,6 +111,51 @@ fn jvm_probe_reads_native_memory_tracking() {
     assert!(max("committed_total") > 0.0);
     assert!(max("committed.java_heap") > 0.0);
     assert!(jvm.figure("rss_outside_nmt").is_some());
+    // NMT's reservations found in the JVM's mappings: the Java heap (-Xmx128m) and the class
+    // space by their exact size, the code cache as the executable stretch, and the thread
+    // stacks by their shape, as many as NMT counts threads (give or take the JVM's few
+    // threads NMT starts later or does not count).
+    assert_eq!(max("mmap_reserved.java_heap"), 128.0 * MIB);
+    assert!(
+        max("resident.java_heap") > 0.0 && max("resident.java_heap") <= 128.0 * MIB,
+        "{:?}",
+        jvm.figures
+    );
+    assert!(
+        jvm.figure("resident.class_space").is_some(),
+        "{:?}",
+        jvm.figures
+    );
+    assert!(
+        max("resident.code_cache") > 0.0 && max("mapped.code_cache") >= max("resident.code_cache"),
+        "{:?}",
+        jvm.figures
+    );
+    let (stacks, threads) = (max("thread_stacks_mapped"), max("threads"));
+    assert!(
+        stacks >= threads - 2.0 && stacks <= threads + 16.0,
+        "{stacks} stacks by shape vs {threads} threads by NMT"
+    );
+    assert!(max("resident.thread_stacks") > 0.0);
+    // The run's regions: the kinds sum to the mappings' Rss, within 1% of VmRSS (plus the
+    // kernel's per-CPU counter slack) read around the smaps.
+    let g = run.regions.as_ref().expect("a regions read");
+    let sum: u64 = g.regions.by_kind.values().sum();
+    assert_eq!(sum, g.regions.rss_bytes);
+    let slack = 64 * 4096 * memtrial::linux::host::online_cpus() as u64;
+    let lo = g.status_rss_bytes.min(g.status_rss_after_bytes);
+    let hi = g.status_rss_bytes.max(g.status_rss_after_bytes);
+    assert!(
+        sum + lo / 100 + slack >= lo && sum <= hi + hi / 100 + slack,
+        "kinds sum to {sum}, VmRSS {lo}..{hi}"
+    );
+    let text = r.stdout();
+    assert!(
+        text.contains("the JVM's regions (NMT's reservations found in its mappings")
+            && text.contains("Java heap 128 MiB reserved, ")
+            && text.contains("thread stacks, "),
+        "{text}"
+    );
     assert!(
         max("rss") > 64.0 * MIB,
         "the JVM's RSS at the read holds the buffers"

@@ -23,7 +23,7 @@ use jcmd::*;
 #[cfg(test)]
 use summary::category_key;
 use summary::Figure;
-pub use summary::{figures, Category, Summary, SummaryError};
+pub use summary::{figures, mapped_figures, Category, Summary, SummaryError};
 pub(crate) use summary::{first_words, parse_summary};
 
 use std::collections::{BTreeMap, HashMap};
@@ -140,6 +140,8 @@ pub struct JvmProbe {
     names: Vec<(String, FigureUnit)>,
     points: Vec<(f64, HashMap<String, u64>)>,
     cpu: Duration,
+    /// Time spent reading the JVMs' smaps after their summaries (on the run's clock).
+    smaps_seconds: f64,
     reads_ok: u32,
     reads_failed: u32,
     /// The run's helper processes, where its jcmd reads are hidden.
@@ -156,6 +158,7 @@ impl JvmProbe {
             names: Vec::new(),
             points: Vec::new(),
             cpu: Duration::ZERO,
+            smaps_seconds: 0.0,
             reads_ok: 0,
             reads_failed: 0,
             helpers: Helpers::default(),
@@ -231,7 +234,17 @@ impl JvmProbe {
                     self.reads_ok += 1;
                     jvm.reads += 1;
                     jvm.failures_in_a_row = 0;
-                    jvm.latest = Some(figures(&s, alive.map(|m| m.rss_bytes)));
+                    let mut f = figures(&s, alive.map(|m| m.rss_bytes));
+                    // The mappings NMT's reservations occupy, read right after it.
+                    let started = Instant::now();
+                    if let Some(smaps) = std::fs::read_to_string(format!("/proc/{}/smaps", key.0))
+                        .ok()
+                        .and_then(|t| crate::linux::regions::parse_smaps(&t).ok())
+                    {
+                        f.extend(mapped_figures(&s, &smaps));
+                    }
+                    self.smaps_seconds += started.elapsed().as_secs_f64();
+                    jvm.latest = Some(f);
                     jvm.fresh = true;
                 }
                 Err(f) => {
@@ -369,13 +382,17 @@ impl JvmProbe {
         let mut note = format!(
             "Native Memory Tracking (summary), read with jcmd at most every {} s per JVM: \
              {} read(s) of {} JVM(s), {} failed; jcmd used {:.2} s of CPU ({:.0} ms a read), \
-             outside the run's processes.",
+             outside the run's processes. After each read the JVM's /proc/PID/smaps is read \
+             ({:.1} ms a read) to find the mappings NMT's reservations occupy: the Java heap \
+             and class space by their exact reserved size, the code cache as the executable \
+             stretch, thread stacks by their shape (resident.*).",
             self.gap.as_secs(),
             self.reads_ok,
             view.processes,
             self.reads_failed,
             self.cpu.as_secs_f64(),
             per_read,
+            self.smaps_seconds * 1000.0 / f64::from(self.reads_ok.max(1)),
         );
         let unread: Vec<String> = self
             .jvms
@@ -491,6 +508,15 @@ mod tests {
         let thread = s.categories.iter().find(|c| c.name == "Thread").unwrap();
         assert_eq!(thread.threads, Some(69));
         assert_eq!(thread.stack_committed, Some(6000 * 1024));
+        assert_eq!(thread.stack_reserved, Some(70656 * 1024));
+        let heap = s.categories.iter().find(|c| c.name == "Java Heap").unwrap();
+        assert_eq!(heap.mmap_reserved, Some(6_172_672 * 1024));
+        let f = figures(&s, None);
+        let get = |n: &str| f.iter().find(|x| x.0 == n).map(|x| x.2);
+        assert_eq!(get("mmap_reserved.java_heap"), Some(6_172_672 * 1024));
+        assert_eq!(get("mmap_reserved.code"), Some(247_688 * 1024));
+        assert_eq!(get("thread_stacks_reserved"), Some(70656 * 1024));
+        assert_eq!(get("mmap_reserved.compiler"), None, "no mmap line");
         assert_eq!(thread.malloc, Some(118 * 1024));
         assert_eq!(thread.committed, 6197 * 1024);
         // Class's Metadata lines are not categories of their own.

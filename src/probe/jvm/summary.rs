@@ -23,6 +23,11 @@ pub struct Category {
     pub threads: Option<u64>,
     /// `(stack: reserved=…, committed=…)`, in the `Thread` category.
     pub stack_committed: Option<u64>,
+    /// The stacks' reserved bytes, in the `Thread` category.
+    pub stack_reserved: Option<u64>,
+    /// `(mmap: reserved=…)`: the address space the category reserved with mmap (the Java
+    /// heap's, the class space's, the code cache's), which its mappings occupy.
+    pub mmap_reserved: Option<u64>,
 }
 
 /// Why jcmd's output is no summary.
@@ -123,6 +128,9 @@ pub(crate) fn parse_summary(text: &str) -> Result<Summary, SummaryError> {
                 c.threads = count_after_hash(line);
             } else if line.starts_with("(stack:") {
                 c.stack_committed = size_after(line, "committed=");
+                c.stack_reserved = size_after(line, "reserved=");
+            } else if line.starts_with("(mmap:") {
+                c.mmap_reserved = size_after(line, "reserved=");
             } else if line.starts_with("(malloc=") {
                 c.malloc = size_after(line, "malloc=");
             }
@@ -184,8 +192,51 @@ pub fn figures(s: &Summary, rss: Option<u64>) -> Vec<Figure> {
     if let Some(b) = s.categories.iter().find_map(|c| c.stack_committed) {
         out.push(("thread_stacks_committed".into(), Bytes, b));
     }
+    if let Some(b) = s.categories.iter().find_map(|c| c.stack_reserved) {
+        out.push(("thread_stacks_reserved".into(), Bytes, b));
+    }
     for c in &s.categories {
         out.push((category_key(&c.name), Bytes, c.committed));
     }
+    // The reservations the mappings can be matched to (`mmap_reserved.java_heap`, …).
+    for c in &s.categories {
+        if let Some(r) = c.mmap_reserved.filter(|r| *r > 0) {
+            let key = category_key(&c.name).replacen("committed.", "mmap_reserved.", 1);
+            out.push((key, Bytes, r));
+        }
+    }
+    out
+}
+
+/// NMT's reservations matched to the JVM's mappings (`/proc/PID/smaps` read right after the
+/// summary): the Java heap's and the class space's resident bytes (the one stretch of
+/// adjacent private mappings of exactly the size NMT says each reserved), the code cache's
+/// (the executable stretch) and the thread stacks' (by the mappings' shape).
+pub fn mapped_figures(
+    s: &Summary,
+    smaps: &[(crate::linux::maps::Mapping, crate::linux::regions::MapStats)],
+) -> Vec<Figure> {
+    use crate::linux::regions::{exec_stretch, reservation_of, thread_stacks_of};
+    use FigureUnit::{Bytes, Count};
+    let mut out: Vec<Figure> = Vec::new();
+    for (category, key) in [("Java Heap", "java_heap"), ("Class", "class_space")] {
+        let reserved = s
+            .categories
+            .iter()
+            .find(|c| c.name == category)
+            .and_then(|c| c.mmap_reserved);
+        if let Some(f) = reserved.and_then(|r| reservation_of(smaps, r)) {
+            out.push((format!("resident.{key}"), Bytes, f.rss_bytes));
+        }
+    }
+    // The code cache: from its first executable mapping to its last (NMT's Code total
+    // holds more than the code heap's reservation, so its size finds nothing).
+    if let Some(code) = exec_stretch(smaps) {
+        out.push(("resident.code_cache".into(), Bytes, code.rss_bytes));
+        out.push(("mapped.code_cache".into(), Bytes, code.size_bytes));
+    }
+    let (stacks, rss) = thread_stacks_of(smaps);
+    out.push(("thread_stacks_mapped".into(), Count, stacks));
+    out.push(("resident.thread_stacks".into(), Bytes, rss));
     out
 }
