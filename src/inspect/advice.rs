@@ -26,6 +26,8 @@ pub enum AdviceKind {
     Swapped,
     /// RSS kept growing while watched.
     Growing,
+    /// A Ruby process's executable anonymous region (YJIT's) is large.
+    JitRegion,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -66,6 +68,7 @@ pub(crate) fn advise(ins: &Inspection) -> Vec<Advice> {
     memory_limit_advice(ins, &mut out);
     swap_advice(ins, &mut out);
     growth_advice(ins, &mut out);
+    jit_advice(ins, &mut out);
     out
 }
 
@@ -302,6 +305,61 @@ fn growth_advice(ins: &Inspection, out: &mut Vec<Advice>) {
     }
 }
 
+/// A JIT region worth a smaller size: at least this much of it resident.
+const JIT_RESIDENT: u64 = 32 << 20;
+
+/// Ruby: a large executable anonymous region is YJIT's, all of it resident on Ruby 3.1 from
+/// the start; a smaller `--yjit-exec-mem-size` caps it.
+fn jit_advice(ins: &Inspection, out: &mut Vec<Advice>) {
+    use crate::inspect::Runtime;
+    let ruby = ins
+        .process
+        .runtimes
+        .iter()
+        .any(|h| h.runtime == Runtime::Ruby);
+    let Some(exec) = ins
+        .mappings
+        .iter()
+        .filter(|g| g.kind == Some(crate::linux::regions::Kind::ExecAnon))
+        .flat_map(|g| g.largest.iter())
+        .max_by_key(|m| (m.rss_bytes, m.size_bytes))
+    else {
+        return;
+    };
+    if !ruby || exec.rss_bytes < JIT_RESIDENT {
+        return;
+    }
+    // The command without its own YJIT options: the variants set them, the baseline has none.
+    let args: Vec<&String> = ins
+        .process
+        .cmdline
+        .iter()
+        .filter(|a| !a.starts_with("--yjit"))
+        .collect();
+    let command = if args.is_empty() {
+        "COMMAND".to_string()
+    } else {
+        shell_words::join(args)
+    };
+    out.push(Advice {
+        kind: AdviceKind::JitRegion,
+        message: format!(
+            "YJIT's executable region holds {} of the {} resident; a smaller --yjit-exec-mem-size caps it, and memtrial's Ruby probe sizes it from the code YJIT makes: memtrial run --probe ruby --variant 'yjit=RUBYOPT=--yjit' --variant 'yjit32=RUBYOPT=\"--yjit --yjit-exec-mem-size=32\"' -- {command}",
+            format_bytes(exec.rss_bytes as f64),
+            format_bytes(ins.memory.rss_bytes as f64)
+        ),
+        evidence: vec![
+            format!(
+                "one executable anonymous mapping of {} at {:#x}, {} resident (a JIT's code region: YJIT's in a Ruby process)",
+                format_bytes(exec.size_bytes as f64),
+                exec.start,
+                format_bytes(exec.rss_bytes as f64)
+            ),
+            "Ruby 3.1's YJIT maps its whole region (256 MiB by default) and touches it at start".into(),
+        ],
+    });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -373,6 +431,52 @@ mod tests {
 
     fn kinds(ins: &Inspection) -> Vec<AdviceKind> {
         advise(ins).iter().map(|a| a.kind).collect()
+    }
+
+    #[test]
+    fn a_ruby_with_a_large_jit_region_gets_a_smaller_one_to_try() {
+        use crate::inspect::{Runtime, RuntimeHint};
+        use crate::linux::regions::{Group, Kind, MapEntry};
+        let mut ins = base();
+        let exec = MapEntry {
+            start: 0x7f00_0000_0000,
+            size_bytes: 256 << 20,
+            rss_bytes: 256 << 20,
+            pss_bytes: 256 << 20,
+            swap_bytes: 0,
+            perms: "rwxp".into(),
+            path: None,
+        };
+        ins.mappings.push(Group {
+            kind: Some(Kind::ExecAnon),
+            label: Kind::ExecAnon.label(),
+            mappings: 1,
+            size_bytes: 256 << 20,
+            rss_bytes: 256 << 20,
+            pss_bytes: 256 << 20,
+            uss_bytes: 256 << 20,
+            swap_bytes: 0,
+            largest: vec![exec],
+        });
+        assert!(!kinds(&ins).contains(&AdviceKind::JitRegion), "not a Ruby");
+        ins.process.runtimes.push(RuntimeHint {
+            runtime: Runtime::Ruby,
+            evidence: "libruby".into(),
+        });
+        let advice = advise(&ins);
+        let a = advice
+            .iter()
+            .find(|a| a.kind == AdviceKind::JitRegion)
+            .unwrap();
+        assert!(
+            a.message.contains("--yjit-exec-mem-size=32")
+                && a.message.contains("-- /usr/bin/app --serve"),
+            "{}",
+            a.message
+        );
+        // The suggested variant parses as memtrial reads it.
+        let arg = a.message.split("--variant '").nth(2).unwrap();
+        assert!(arg.starts_with("yjit32=RUBYOPT=\"--yjit --yjit-exec-mem-size=32\"'"));
     }
 
     #[test]

@@ -686,3 +686,48 @@ fn inspect_without_ptrace_rights_says_what_is_needed() {
     assert!(text.contains("Access "), "{text}");
     assert!(text.contains("Allocator unknown"), "{text}");
 }
+
+/// A Ruby with YJIT on: inspect names its executable region and suggests a smaller one to
+/// measure; the same Ruby without YJIT gets no such advice.
+#[test]
+fn inspect_suggests_a_smaller_yjit_region_for_a_ruby_with_yjit() {
+    if !need_program("ruby", "ruby") {
+        return;
+    }
+    let ruby = Path::new("/usr/bin/ruby");
+    let script = "puts 'ready'; $stdout.flush; sleep 30";
+    let on = live(ruby, &["--yjit", "-e", script], &[]);
+    let v = inspect_json(on.child.id() as i32, &[]);
+    let jit: Vec<&Value> = v["advice"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["kind"] == "jit_region")
+        .collect();
+    assert_eq!(jit.len(), 1, "{:#}", v["advice"]);
+    let message = jit[0]["message"].as_str().unwrap();
+    assert!(
+        message.contains("--yjit-exec-mem-size=32")
+            && message.contains("-- /usr/bin/ruby -e 'puts"),
+        "{message}"
+    );
+    assert!(
+        jit[0]["evidence"][0]
+            .as_str()
+            .unwrap()
+            .contains("one executable anonymous mapping of 256 MiB"),
+        "{:#}",
+        jit[0]
+    );
+    let off = live(ruby, &["-e", script], &[]);
+    let v = inspect_json(off.child.id() as i32, &[]);
+    assert!(
+        v["advice"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|a| a["kind"] != "jit_region"),
+        "{:#}",
+        v["advice"]
+    );
+}
