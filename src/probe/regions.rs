@@ -7,7 +7,8 @@
 //! grown past the last read by [`NEW_HIGH`] and its growth has paused (the sample is no
 //! higher than the one before: where a peak is) or it has doubled since (a run that grows
 //! until it ends), and while the reads so far stay within [`REGIONS_CPU_FRACTION`] of a core
-//! plus a burst at the start.
+//! plus a burst at the start. Between highs it is also read every [`PERIOD`] within the
+//! same budget, so that every read, kept as a series, shows the kinds over the whole run.
 
 use std::time::{Duration, Instant};
 
@@ -16,7 +17,7 @@ use super::pss::PssBudget;
 use super::{Probe, RunEnd, Tick, TickKind};
 use crate::linux::proc::{self, ProcError};
 use crate::linux::regions::{parse_smaps, Regions};
-use crate::record::{RegionsRead, RunRecord};
+use crate::record::{RegionsPoint, RegionsRead, RunRecord};
 
 /// Share of one core the `smaps` reads may use over a run (plus the start's burst).
 pub(crate) const REGIONS_CPU_FRACTION: f64 = 0.005;
@@ -28,6 +29,13 @@ pub(crate) const REGIONS_START_BURST: Duration = Duration::from_millis(40);
 /// 10%, and at least 1 MiB.
 pub(crate) const NEW_HIGH: f64 = 0.10;
 const NEW_HIGH_MIN: u64 = 1 << 20;
+
+/// Between new highs, a read at most this often (within the budget): the kinds over time.
+pub(crate) const PERIOD: f64 = 5.0;
+
+/// The most reads kept in a run's series: beyond, every other one is dropped (the read
+/// with the most resident bytes is kept apart).
+pub const SERIES_MAX: usize = 240;
 
 struct Request {
     t_seconds: f64,
@@ -107,6 +115,9 @@ pub struct RegionsProbe {
     /// The tree's RSS at the sample before.
     prev_rss: u64,
     best: Option<RegionsRead>,
+    series: Vec<RegionsPoint>,
+    /// When the last read was asked for (seconds since the start).
+    asked_at_t: f64,
     reads: u32,
     time: Duration,
 }
@@ -121,6 +132,8 @@ impl RegionsProbe {
             asked_at_rss: 0,
             prev_rss: 0,
             best: None,
+            series: Vec::new(),
+            asked_at_t: 0.0,
             reads: 0,
             time: Duration::ZERO,
         }
@@ -133,6 +146,17 @@ impl RegionsProbe {
         let Some(read) = r.regions else {
             return;
         };
+        if self.series.len() >= SERIES_MAX {
+            let mut i = 0;
+            self.series.retain(|_| {
+                i += 1;
+                i % 2 == 1
+            });
+        }
+        self.series.push(RegionsPoint {
+            t_seconds: r.request.t_seconds,
+            by_kind: read.regions.by_kind.clone(),
+        });
         if self
             .best
             .as_ref()
@@ -150,6 +174,7 @@ impl RegionsProbe {
             reads: 0,
             read_seconds: 0.0,
             regions,
+            series: Vec::new(),
         });
     }
 }
@@ -176,7 +201,8 @@ impl Probe for RegionsProbe {
         let paused = rss <= self.prev_rss;
         self.prev_rss = rss;
         let due = self.asked_at_rss == 0
-            || (rss >= threshold && (paused || rss >= self.asked_at_rss.saturating_mul(2)));
+            || (rss >= threshold && (paused || rss >= self.asked_at_rss.saturating_mul(2)))
+            || tick.t_seconds >= self.asked_at_t + PERIOD;
         if live.is_empty() || !due || self.reader.busy() || !self.budget.due(Instant::now()) {
             return;
         }
@@ -185,8 +211,13 @@ impl Probe for RegionsProbe {
             tree_rss_bytes: rss,
             pids: live.iter().map(|m| m.pid).collect(),
         };
+        let high = rss >= threshold || self.asked_at_rss == 0;
         if self.reader.request(request) {
-            self.asked_at_rss = rss;
+            // A periodic read below the last high leaves the high where it was.
+            if high {
+                self.asked_at_rss = rss;
+            }
+            self.asked_at_t = tick.t_seconds;
         }
     }
 
@@ -195,9 +226,11 @@ impl Probe for RegionsProbe {
         if let Some(r) = self.reader.wait(Duration::from_millis(500)) {
             self.take(r);
         }
+        let series = std::mem::take(&mut self.series);
         record.regions = self.best.take().map(|b| RegionsRead {
             reads: self.reads,
             read_seconds: self.time.as_secs_f64(),
+            series,
             ..b
         });
     }

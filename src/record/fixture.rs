@@ -48,6 +48,16 @@ pub(crate) fn with_optional_parts(mut r: RunRecord) -> RunRecord {
                 rss_bytes: 30 << 20,
             }],
         },
+        series: vec![
+            crate::record::RegionsPoint {
+                t_seconds: 0.5,
+                by_kind: [(Kind::ExecAnon, 256 << 20)].into(),
+            },
+            crate::record::RegionsPoint {
+                t_seconds: 1.5,
+                by_kind: [(Kind::ExecAnon, 256 << 20), (Kind::FileCode, 40 << 20)].into(),
+            },
+        ],
     });
     r
 }

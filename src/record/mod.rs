@@ -226,6 +226,19 @@ pub struct RegionsRead {
     pub read_seconds: f64,
     #[serde(flatten)]
     pub regions: crate::linux::regions::Regions,
+    /// Every read of the run by kind, in time order (at most
+    /// [`crate::probe::regions::SERIES_MAX`]: beyond, every other one is dropped).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub series: Vec<RegionsPoint>,
+}
+
+/// One `smaps` read: resident bytes by kind at a moment.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RegionsPoint {
+    /// Seconds since the workload started.
+    pub t_seconds: f64,
+    /// Resident bytes by kind (the kinds with none left out).
+    pub by_kind: std::collections::BTreeMap<crate::linux::regions::Kind, u64>,
 }
 
 /// The driven phase of a worker trial (`--driver`) or a service run for `--duration`, on

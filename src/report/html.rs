@@ -279,6 +279,7 @@ fn memory_section(rss_chart: &Option<String>, pss_chart: &Option<String>) -> Mar
 fn inside_section(e: &Experiment, a: &Analysis) -> Markup {
     let allocator = super::inside_charts::allocator_over_time(e, a);
     let runtimes = super::inside_charts::runtime_over_time(e, a);
+    let regions = super::inside_charts::regions_over_time(e, a);
     let notes: Vec<String> = {
         let mut n: Vec<String> = e
             .runs
@@ -306,6 +307,11 @@ fn inside_section(e: &Experiment, a: &Analysis) -> Markup {
         n
     };
     html! {
+        @if !regions.is_empty() {
+            h2 { "Where the memory is, over time" }
+            @for (_, svg) in &regions { figure.chart { (PreEscaped(svg)) } }
+            p.small { "Each variant's median run: every /proc/PID/smaps read memtrial made (at new highs of RSS where its growth paused, and every 5 s between, within 0.5% of a core), its resident bytes by kind of mapping stacked; the kernel's RSS sampled as a line." }
+        }
         @if !allocator.is_empty() || !runtimes.is_empty() || !absent.is_empty() {
             h2 { "Inside the workload" }
             @for (_, svg) in &allocator { figure.chart { (PreEscaped(svg)) } }

@@ -1,5 +1,6 @@
 //! SVG charts of the inside view: the allocator's live and held bytes beside RSS, and a
-//! runtime's own figures (Ruby GC and YJIT, JVM NMT), for each variant's median run.
+//! runtime's own figures (Ruby GC and YJIT, JVM NMT), and the resident bytes by kind of
+//! mapping stacked over time, for each variant's median run.
 
 use plotters::prelude::*;
 
@@ -171,4 +172,111 @@ fn y_desc_word(unit: FigureUnit) -> &'static str {
         FigureUnit::Bytes => "memory (MiB)",
         FigureUnit::Count => "counts",
     }
+}
+
+/// For each variant whose median run (by peak RSS) has two or more `smaps` reads: its
+/// resident bytes by kind of mapping stacked over time (MiB), the kernel's RSS as a line.
+pub(crate) fn regions_over_time(e: &Experiment, a: &Analysis) -> Vec<(String, String)> {
+    use crate::linux::regions::Kind;
+    let mut out = Vec::new();
+    for v in &a.variants {
+        let runs: Vec<&RunRecord> = counted(e, &v.name)
+            .into_iter()
+            .filter(|r| r.regions.as_ref().is_some_and(|g| g.series.len() >= 2))
+            .collect();
+        let Some(m) = median_run(&runs, Figure::PeakRssBytes) else {
+            continue;
+        };
+        let Some(read) = &m.regions else { continue };
+        let series = &read.series;
+        let kinds: Vec<Kind> = Kind::ALL
+            .into_iter()
+            .filter(|k| {
+                series
+                    .iter()
+                    .any(|p| p.by_kind.get(k).is_some_and(|b| *b > 0))
+            })
+            .collect();
+        // Cumulative tops, kind by kind, at every read.
+        let tops: Vec<Vec<(f64, f64)>> = (0..kinds.len())
+            .map(|upto| {
+                series
+                    .iter()
+                    .map(|p| {
+                        let sum: u64 = kinds[..=upto]
+                            .iter()
+                            .map(|k| p.by_kind.get(k).copied().unwrap_or(0))
+                            .sum();
+                        (p.t_seconds, sum as f64 / MIB)
+                    })
+                    .collect()
+            })
+            .collect();
+        let rss: Vec<(f64, f64)> = m
+            .samples
+            .iter()
+            .map(|s| (s.t_seconds, s.rss_bytes as f64 / MIB))
+            .collect();
+        let max_t = rss
+            .iter()
+            .chain(tops.last().into_iter().flatten())
+            .map(|p| p.0)
+            .fold(0.0, f64::max);
+        let max_y = rss
+            .iter()
+            .chain(tops.last().into_iter().flatten())
+            .map(|p| p.1)
+            .fold(0.0, f64::max);
+        let title = format!(
+            "{}: resident bytes by kind of mapping (MiB), median run, {} smaps reads",
+            v.name,
+            series.len()
+        );
+        let mut svg = String::new();
+        let drawn = (|| -> Option<()> {
+            let root = SVGBackend::with_string(&mut svg, (900, 360)).into_drawing_area();
+            let mut chart = styled(
+                &root,
+                &title,
+                0.0..(max_t * 1.02).max(0.1),
+                0.0..(max_y * 1.08).max(1.0),
+            )?;
+            chart
+                .configure_mesh()
+                .x_desc("seconds since start")
+                .y_desc("MiB")
+                .light_line_style(RGBColor(235, 235, 235))
+                .draw()
+                .ok()?;
+            // The highest band first, each lower one drawn over it.
+            for (i, k) in kinds.iter().enumerate().rev() {
+                // Opaque and light: each lower band covers the one above it exactly.
+                let RGBColor(r, g, b) = color(i);
+                let light = |x: u8| ((u16::from(x) + 2 * 255) / 3) as u8;
+                let c = RGBColor(r, g, b);
+                let fill = RGBColor(light(r), light(g), light(b));
+                chart
+                    .draw_series(AreaSeries::new(tops[i].clone(), 0.0, fill).border_style(c))
+                    .ok()?
+                    .label(k.label())
+                    .legend(move |(x, y)| {
+                        Rectangle::new([(x, y - 5), (x + 14, y + 5)], fill.filled())
+                    });
+            }
+            let grey = RGBColor(60, 60, 60);
+            chart
+                .draw_series(LineSeries::new(rss, grey.stroke_width(2)))
+                .ok()?
+                .label("RSS (kernel)")
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 18, y)], grey.stroke_width(2))
+                });
+            legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
+            root.present().ok()
+        })();
+        if drawn.is_some() {
+            out.push((v.name.clone(), svg));
+        }
+    }
+    out
 }

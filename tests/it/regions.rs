@@ -51,6 +51,8 @@ fn yjits_executable_region_is_named_and_a_smaller_one_lowers_rss() {
         3,
         "glibc",
         &[
+            "--html",
+            "out.html",
             "--probe",
             "ruby",
             "--variant",
@@ -76,6 +78,23 @@ fn yjits_executable_region_is_named_and_a_smaller_one_lowers_rss() {
     for runs in [&glibc, &yjit, &small] {
         check_sums(runs, None);
     }
+    // Every read is kept as a series in time order (new highs, and every 5 s between),
+    // and the HTML stacks it by kind for each variant's median run.
+    for run in yjit.iter().chain(&glibc) {
+        let s = &run.regions.as_ref().unwrap().series;
+        assert!(s.len() >= 2, "{s:?}");
+        assert!(s.windows(2).all(|w| w[0].t_seconds <= w[1].t_seconds));
+    }
+    let html = std::fs::read_to_string(r.dir.path().join("out.html")).unwrap();
+    let over_time = &html[html
+        .find("Where the memory is, over time")
+        .expect("the regions chart section")..];
+    assert!(
+        over_time.contains("yjit: resident bytes by kind of mapping")
+            && over_time.contains("executable anonymous (JIT code)"),
+        "{}",
+        &over_time[..over_time.len().min(2000)]
+    );
     // YJIT's region: one executable anonymous mapping of the configured size, resident.
     for (runs, size) in [(&yjit, 256 * MIB), (&small, 16 * MIB)] {
         for run in runs.iter() {
