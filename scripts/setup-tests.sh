@@ -16,6 +16,8 @@ packages=(
   ruby puma ruby-rack
   # Worker-trial tests: a real Sidekiq on a real redis.
   redis-server ruby-sidekiq
+  # The require probe's tests: Debian's Rails booting `require "rails/all"`.
+  ruby-rails
   # JVM probe tests: java, javac and jcmd (Native Memory Tracking).
   openjdk-17-jdk-headless
   # Exporter tests: a real Prometheus scraping `memtrial exporter`, promtool checks.

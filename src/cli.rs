@@ -198,7 +198,8 @@ pub struct RunArgs {
     pub pids_limit: Option<u64>,
     /// Turn on a probe inside the workload: allocator (on by default), ruby (GC.stat and
     /// YJIT through RUBYOPT), jvm (Native Memory Tracking through JAVA_TOOL_OPTIONS and
-    /// jcmd). Repeatable or comma-separated.
+    /// jcmd), require (what each Ruby require adds, through RUBYOPT). Repeatable or
+    /// comma-separated.
     #[arg(
         long = "probe",
         value_delimiter = ',',

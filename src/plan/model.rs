@@ -168,16 +168,24 @@ pub enum ProbeKind {
     Ruby,
     /// The JVM's Native Memory Tracking, through `JAVA_TOOL_OPTIONS` and `jcmd`.
     Jvm,
+    /// What each Ruby `require` adds (RSS and objects), through `RUBYOPT`.
+    Require,
 }
 
 impl ProbeKind {
-    pub(crate) const ALL: [ProbeKind; 3] = [ProbeKind::Allocator, ProbeKind::Ruby, ProbeKind::Jvm];
+    pub(crate) const ALL: [ProbeKind; 4] = [
+        ProbeKind::Allocator,
+        ProbeKind::Ruby,
+        ProbeKind::Jvm,
+        ProbeKind::Require,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
             ProbeKind::Allocator => "allocator",
             ProbeKind::Ruby => "ruby",
             ProbeKind::Jvm => "jvm",
+            ProbeKind::Require => "require",
         }
     }
 

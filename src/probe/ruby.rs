@@ -40,19 +40,22 @@ const NOTE: &str = "Ruby's own figures, summed over its live processes at each s
 /// Where the embedded script is written for Ruby: once per memtrial process.
 pub(crate) fn script_path() -> Result<PathBuf, String> {
     static PATH: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
-    PATH.get_or_init(|| {
-        let path = super::files::install("memtrial_probe", "rb", SCRIPT.as_bytes())?;
-        // RUBYOPT is split on white space: a path with a space in it cannot be loaded.
-        if path.to_string_lossy().contains(char::is_whitespace) {
-            return Err(format!(
-                "the probe script's path {} has white space in it, which RUBYOPT cannot \
-                 carry (set TMPDIR to a path without spaces)",
-                path.display()
-            ));
-        }
-        Ok(path)
-    })
-    .clone()
+    PATH.get_or_init(|| install_script("memtrial_probe", SCRIPT))
+        .clone()
+}
+
+/// Writes one of memtrial's Ruby scripts where `RUBYOPT=-r<path>` can load it.
+pub(crate) fn install_script(name: &str, text: &str) -> Result<PathBuf, String> {
+    let path = super::files::install(name, "rb", text.as_bytes())?;
+    // RUBYOPT is split on white space: a path with a space in it cannot be loaded.
+    if path.to_string_lossy().contains(char::is_whitespace) {
+        return Err(format!(
+            "the probe script's path {} has white space in it, which RUBYOPT cannot \
+             carry (set TMPDIR to a path without spaces)",
+            path.display()
+        ));
+    }
+    Ok(path)
 }
 
 /// The header a process writes once.

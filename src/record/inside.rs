@@ -19,11 +19,65 @@ pub struct InsideView {
     /// Probes that were on but have no data, and why.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub absent: Vec<Absence>,
+    /// The require probe's tree, when it was on and a Ruby process wrote one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requires: Option<RequireTree>,
+}
+
+/// What each require of a Ruby process loaded: one node per file loaded, depth-first.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct RequireTree {
+    /// Processes that wrote a tree; this is the one whose top-level requires grew most.
+    pub processes: u32,
+    /// `RUBY_VERSION`.
+    pub ruby: String,
+    /// The objects the probe allocates itself per require it wraps (measured in the
+    /// process), already taken out of every node's count.
+    pub own_objects: u64,
+    pub nodes: Vec<RequireNode>,
+}
+
+impl RequireTree {
+    /// The resident bytes the top-level requires added, summed.
+    pub fn top_growth_bytes(&self) -> u64 {
+        self.nodes
+            .iter()
+            .filter(|n| n.depth == 0)
+            .map(|n| n.rss_after_bytes.saturating_sub(n.rss_before_bytes))
+            .sum()
+    }
+}
+
+/// One file a require loaded.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct RequireNode {
+    /// 0 for a require of the program's own; each nested require one deeper.
+    pub depth: u32,
+    /// As required (`rails/all`, or the resolved path of a `require_relative`).
+    pub name: String,
+    /// The file loaded.
+    pub path: String,
+    /// The gem the file belongs to (`ruby`: the standard library; empty: none found).
+    pub gem: String,
+    /// The process's resident bytes (`/proc/self/statm`) just before the require and just
+    /// after it returned: what it and its own requires added.
+    pub rss_before_bytes: u64,
+    pub rss_after_bytes: u64,
+    /// Objects allocated while it loaded (`GC.stat` total_allocated_objects), its own
+    /// requires' included, the probe's own taken out.
+    pub objects: u64,
+    pub seconds: f64,
+    /// Files that required it again after it was loaded (derailed's "also required by").
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub also: Vec<String>,
 }
 
 impl InsideView {
     pub fn is_empty(&self) -> bool {
-        self.allocator.is_none() && self.runtimes.is_empty() && self.absent.is_empty()
+        self.allocator.is_none()
+            && self.runtimes.is_empty()
+            && self.absent.is_empty()
+            && self.requires.is_none()
     }
 
     /// The runtime view of that name (`ruby`, `jvm`).

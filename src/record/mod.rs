@@ -18,7 +18,7 @@ use crate::linux::host::HostInfo;
 use crate::plan::Plan;
 pub use inside::{
     Absence, AllocatorPoint, AllocatorView, ArenaHoles, FigureUnit, HoleClass, HolePart, Holes,
-    InsideView, RuntimeFigure, RuntimeSeries, RuntimeView,
+    InsideView, RequireNode, RequireTree, RuntimeFigure, RuntimeSeries, RuntimeView,
 };
 pub use load::LoadFigures;
 

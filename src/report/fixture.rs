@@ -4,8 +4,8 @@ use crate::linux::host::HostInfo;
 use crate::plan::{Plan, Variant, VariantOrigin};
 use crate::record::{
     AllocatorPoint, AllocatorView, ArenaHoles, Experiment, ExperimentStatus, FigureUnit, HoleClass,
-    HolePart, Holes, InsideView, PeakSource, RunRecord, RunStatus, RuntimeFigure, RuntimeSeries,
-    RuntimeView, TreeSample, Verification,
+    HolePart, Holes, InsideView, PeakSource, RequireNode, RequireTree, RunRecord, RunStatus,
+    RuntimeFigure, RuntimeSeries, RuntimeView, TreeSample, Verification,
 };
 
 fn variant(name: &str, env: &[(&str, &str)], preload: Option<&str>) -> Variant {
@@ -78,6 +78,48 @@ fn inside(variant: &str, peak: u64, grows: bool, wall: f64) -> InsideView {
         }),
         runtimes,
         absent: Vec::new(),
+        requires: (variant != "arena2").then(|| requires(variant)),
+    }
+}
+
+/// A boot's requires: rails/all with rails and active_support under it; jemalloc's a
+/// tenth smaller.
+fn requires(variant: &str) -> RequireTree {
+    let scale = if variant == "jemalloc" { 0.9 } else { 1.0 };
+    let node =
+        |depth: u32, name: &str, gem: &str, start_mib: f64, mib: f64, objects: u64| RequireNode {
+            depth,
+            name: name.into(),
+            path: format!("/usr/share/rubygems-integration/all/gems/{gem}/lib/{name}.rb"),
+            gem: gem.into(),
+            rss_before_bytes: (start_mib * 1048576.0) as u64,
+            rss_after_bytes: ((start_mib + mib * scale) * 1048576.0) as u64,
+            objects,
+            seconds: 0.01,
+            also: if name == "rails" {
+                vec!["active_record/railtie".into()]
+            } else {
+                Vec::new()
+            },
+        };
+    RequireTree {
+        processes: 1,
+        ruby: "3.1.2".into(),
+        own_objects: 21,
+        nodes: vec![
+            node(0, "rails/all", "railties", 14.0, 42.0, 600_000),
+            node(1, "rails", "railties", 14.5, 18.0, 250_000),
+            node(2, "active_support", "activesupport", 15.0, 3.5, 70_000),
+            node(2, "set", "ruby", 18.5, 0.1, 900),
+            node(
+                1,
+                "active_record/railtie",
+                "activerecord",
+                33.0,
+                12.0,
+                120_000,
+            ),
+        ],
     }
 }
 

@@ -180,6 +180,14 @@ fn title_and_verdict(e: &Experiment, a: &Analysis, rec: &Recommendation) -> Mark
             p { (super::regions::REGIONS_HEADING) ":" }
             ul { @for t in &regions { li { (t) } } }
         }
+        @let requires = super::requires::require_lines(e, a);
+        @if !requires.is_empty() {
+            p { (super::requires::REQUIRES_HEADING) ":" }
+            @for (top, items) in super::requires::require_trees(e, a) {
+                details.requires { summary { (top) } (require_items(&items)) }
+            }
+            ul { @for t in requires.iter().filter(|t| !t.starts_with(' ') && !t.contains(": TOP ") || t.contains(" against ")) { li { (t) } } }
+        }
         @let holes = super::holes::hole_lines(e, a);
         @if !holes.is_empty() {
             p { (super::holes::HOLES_HEADING) ":" }
@@ -457,5 +465,22 @@ fn not_measured_and_footer(not_measured: &[String]) -> Markup {
             ul { @for n in not_measured { li { (n) } } }
         }
         p.small { "Made by memtrial " (env!("CARGO_PKG_VERSION")) ". How the figures are made: docs/methodology.md in the memtrial repository." }
+    }
+}
+
+/// The require tree as nested lists, each require with what it required folded under it.
+fn require_items(items: &[super::requires::Item]) -> Markup {
+    html! {
+        ul {
+            @for i in items {
+                li {
+                    @if i.children.is_empty() {
+                        (i.label)
+                    } @else {
+                        details { summary { (i.label) } (require_items(&i.children)) }
+                    }
+                }
+            }
+        }
     }
 }

@@ -134,6 +134,16 @@ pub fn render(e: &Experiment, a: &Analysis, rec: &Recommendation) -> String {
             out.push_str(&format!("- {}\n", md(&t)));
         }
     }
+    let requires = super::requires::require_lines(e, a);
+    if !requires.is_empty() {
+        out.push_str(&format!("\n{}:\n", md(super::requires::REQUIRES_HEADING)));
+        out.push_str("```\n");
+        for t in requires {
+            out.push_str(&t);
+            out.push('\n');
+        }
+        out.push_str("```\n");
+    }
     let holes = super::holes::hole_lines(e, a);
     if !holes.is_empty() {
         out.push_str(&format!("\n{}:\n", md(super::holes::HOLES_HEADING)));

@@ -15,6 +15,7 @@ pub mod json;
 pub mod markdown;
 pub mod printer;
 pub(crate) mod regions;
+pub(crate) mod requires;
 pub mod table;
 pub mod text;
 

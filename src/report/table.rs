@@ -158,6 +158,15 @@ pub fn render(e: &Experiment, a: &Analysis, color: bool) -> String {
             out.push('\n');
         }
     }
+    let requires = super::requires::require_lines(e, a);
+    if !requires.is_empty() {
+        out.push_str(&format!("\n{}:\n", super::requires::REQUIRES_HEADING));
+        for t in requires {
+            out.push_str("  ");
+            out.push_str(&terminal(&t));
+            out.push('\n');
+        }
+    }
     let holes = super::holes::hole_lines(e, a);
     if !holes.is_empty() {
         out.push_str(&format!("\n{}:\n", super::holes::HOLES_HEADING));

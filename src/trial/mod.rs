@@ -96,6 +96,9 @@ pub(crate) fn default_probes(
             ProbeKind::Jvm => probes.push(Box::new(crate::probe::JvmProbe::new(
                 plan.probes.interval_ms,
             ))),
+            ProbeKind::Require => probes.push(Box::new(crate::probe::RequireProbe::new(
+                dir.join("require"),
+            ))),
         }
     }
     probes

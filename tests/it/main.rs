@@ -23,6 +23,7 @@ mod program_variants;
 mod props;
 mod regions;
 mod reports;
+mod requires;
 mod ruby_probe;
 mod run;
 mod sampling;

@@ -1,0 +1,188 @@
+# frozen_string_literal: true
+
+# memtrial's require probe, loaded into a run's Ruby processes through RUBYOPT=-r<this file>.
+# When MEMTRIAL_REQUIRE_DIR is set, it wraps Kernel#require and #require_relative and
+# records, for every file a require loads, the process's resident memory before and after
+# (from /proc/self/statm) and the objects allocated meanwhile (GC.stat), nested requires as
+# the tree. A require of a file already loaded adds its requirer to the file's "also
+# required by". At exit the tree is written to <dir>/<pid> as tab-separated lines, one per
+# node in depth-first order:
+#
+#   # memtrial-require 1\tpid=<pid>\truby=<RUBY_VERSION>\tpage=<bytes>
+#   N\t<depth>\t<rss before>\t<rss after>\t<objects>\t<seconds>\t<name>\t<path>\t<gem>
+#   A\t<depth of the node>\t<name of the requirer>     (also required by, after its node)
+#
+# rss values are bytes, objects a count (GC.stat total_allocated_objects: every object
+# made while the file and what it requires loaded, the probe's own few included). Nothing
+# allocates between a require's statm read and the call but the read's small strings.
+# It never raises into the program and prints nothing.
+
+unless defined?(MemtrialRequire)
+  module MemtrialRequire
+    Node = Struct.new(:name, :path, :rss_before, :rss_after, :objects, :seconds, :children, :also, :nested)
+
+    # The objects the probe itself allocates for one require it wraps (measured at load,
+    # below): taken out of each node's count once per require nested in it.
+    @own_objects = 0
+    # Every require wrapped so far (loaded or not): a node's own count less its first is
+    # how many the probe wrapped inside it.
+    @calls = 0
+
+    @dir = ENV["MEMTRIAL_REQUIRE_DIR"]
+    @root = Node.new("TOP", "", 0, 0, 0, 0.0, [], [], 0)
+    @stack = [@root]
+    @by_path = {}
+    @by_name = {}
+    @statm = nil
+    @page = 4096
+    @on = !(@dir.nil? || @dir.empty?)
+    @pid = Process.pid
+
+    class << self
+      attr_reader :on
+
+      # Resident bytes of this process (statm's second field).
+      def rss
+        @statm ||= File.open("/proc/self/statm", "r")
+        @buf ||= String.new(capacity: 128)
+        @statm.pread(127, 0, @buf)
+        @buf.split(" ", 3)[1].to_i * @page
+      rescue StandardError
+        0
+      end
+
+      # How many objects wrapping one require allocates: a require of nothing, measured.
+      def calibrate
+        before = GC.stat(:total_allocated_objects)
+        around("") { false }
+        around("") { false }
+        @own_objects = (GC.stat(:total_allocated_objects) - before) / 2
+        @root.children.clear
+        @calls = 0
+      end
+
+      def around(name)
+        return yield unless @on && Process.pid == @pid
+
+        before_features = $LOADED_FEATURES.size
+        node = Node.new(name, nil, 0, 0, 0, 0.0, [], [], 0)
+        calls = (@calls += 1)
+        parent = @stack.last
+        @stack.push(node)
+        objects = GC.stat(:total_allocated_objects)
+        t = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+        node.rss_before = rss
+        loaded = false
+        begin
+          result = yield
+          loaded = result
+          result
+        ensure
+          node.rss_after = rss
+          node.seconds = Process.clock_gettime(Process::CLOCK_MONOTONIC) - t
+          node.objects = GC.stat(:total_allocated_objects) - objects
+          node.nested = @calls - calls
+          @stack.pop
+          if loaded
+            # Ruby adds a file to $LOADED_FEATURES once it has loaded, after what it required.
+            node.path = $LOADED_FEATURES.size > before_features ? $LOADED_FEATURES.last : name
+            parent.children << node
+            @by_path[node.path] = node
+            @by_name[name] = node
+          else
+            other = resolve(name)
+            other.also << parent.name if other && parent != other && !other.also.include?(parent.name)
+            # What a require that loaded nothing required itself belongs to the parent.
+            parent.children.concat(node.children)
+          end
+        end
+      end
+
+      # The node of a file already loaded, by the name it was first required with or by
+      # its path (a hash look-up: a large boot repeats thousands of requires).
+      def resolve(name)
+        @by_name[name] || @by_path[name]
+      end
+
+      # The gem a file belongs to: the loaded gem whose directory holds it ("ruby" for the
+      # standard library; a vendor_ruby library by its name).
+      def gem_of(path)
+        return "" if path.nil?
+
+        @gem_dirs ||= begin
+          specs = defined?(Gem) && Gem.respond_to?(:loaded_specs) ? Gem.loaded_specs.values : []
+          dirs = specs.map { |s| ["#{s.full_gem_path}/", s.name] }
+          # A gem's compiled extensions live apart from its files.
+          specs.each { |s| dirs << ["#{s.extension_dir}/", s.name] if s.respond_to?(:extension_dir) }
+          lib = defined?(RbConfig) ? RbConfig::CONFIG["rubylibdir"].to_s : ""
+          arch = defined?(RbConfig) ? RbConfig::CONFIG["rubyarchdir"].to_s : ""
+          dirs << ["#{lib}/", "ruby"] unless lib.empty?
+          dirs << ["#{arch}/", "ruby"] unless arch.empty?
+          dirs
+        end
+        @gem_dirs.each { |dir, name| return name if path.start_with?(dir) }
+        # A library a distribution installs beside Ruby's own, not as a gem (Debian's
+        # vendor_ruby): named by its first directory or file there.
+        vendor = path.split("/vendor_ruby/", 2)[1]
+        return vendor.split("/", 2)[0].sub(/\.(rb|so)\z/, "") if vendor
+
+        ""
+      rescue StandardError
+        ""
+      end
+
+      def clean(text)
+        text.to_s.tr("\t\n", "  ")
+      end
+
+      def write
+        return unless @on && Process.pid == @pid
+
+        File.open(File.join(@dir, @pid.to_s), "w") do |f|
+          f.write("# memtrial-require 1\tpid=#{@pid}\truby=#{RUBY_VERSION}\tpage=#{@page}\t" \
+                  "own_objects=#{@own_objects}\n")
+          emit(f, @root, 0)
+        end
+      rescue StandardError
+        nil
+      end
+
+      def emit(f, node, depth)
+        unless node.equal?(@root)
+          objects = [node.objects - @own_objects * node.nested, 0].max
+          f.write("N\t#{depth}\t#{node.rss_before}\t#{node.rss_after}\t#{objects}\t" \
+                  "#{format('%.6f', node.seconds)}\t#{clean(node.name)}\t#{clean(node.path)}\t" \
+                  "#{clean(gem_of(node.path))}\n")
+          node.also.each { |a| f.write("A\t#{depth}\t#{clean(a)}\n") }
+        end
+        node.children.each { |c| emit(f, c, node.equal?(@root) ? 0 : depth + 1) }
+      end
+    end
+
+    module Wrap
+      private
+
+      def require(name)
+        MemtrialRequire.around(name.to_s) { super }
+      end
+
+      def require_relative(name)
+        base = caller_locations(1, 1).first&.absolute_path
+        full = base ? File.expand_path(name.to_s, File.dirname(base)) : name.to_s
+        # require_relative resolves against its caller's file: call require with the
+        # resolved path (the wrapper is the caller now).
+        MemtrialRequire.around(full) { MemtrialRequire::REQUIRE.bind_call(self, full) }
+      end
+    end
+  end
+
+  if MemtrialRequire.on
+    # Kernel#require as it is before the wrapper (rubygems' own): require_relative calls it
+    # with the path resolved against its caller's file.
+    MemtrialRequire::REQUIRE = Kernel.instance_method(:require)
+    MemtrialRequire.rss
+    MemtrialRequire.calibrate
+    Kernel.prepend(MemtrialRequire::Wrap)
+    at_exit { MemtrialRequire.write }
+  end
+end
