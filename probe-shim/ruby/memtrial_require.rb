@@ -13,8 +13,8 @@
 #   A\t<depth of the node>\t<name of the requirer>     (also required by, after its node)
 #
 # rss values are bytes, objects a count (GC.stat total_allocated_objects: every object
-# made while the file and what it requires loaded, the probe's own few included). Nothing
-# allocates between a require's statm read and the call but the read's small strings.
+# made while the file and what it requires loaded, less the probe's own: measured at load
+# per wrapped require and per require_relative resolved, and taken out per nested call).
 # It never raises into the program and prints nothing.
 
 unless defined?(MemtrialRequire)
@@ -22,11 +22,13 @@ unless defined?(MemtrialRequire)
     Node = Struct.new(:name, :path, :rss_before, :rss_after, :objects, :seconds, :children, :also, :nested)
 
     # The objects the probe itself allocates for one require it wraps (measured at load,
-    # below): taken out of each node's count once per require nested in it.
+    # below).
     @own_objects = 0
-    # Every require wrapped so far (loaded or not): a node's own count less its first is
-    # how many the probe wrapped inside it.
-    @calls = 0
+    # The objects the probe has allocated so far by its own estimate (own_objects per
+    # require wrapped, rel_objects more per require_relative resolved): what a node's
+    # count holds of the probe's is this counter's growth while it loaded.
+    @probe_objects = 0
+    @rel_objects = 0
 
     @dir = ENV["MEMTRIAL_REQUIRE_DIR"]
     @root = Node.new("TOP", "", 0, 0, 0, 0.0, [], [], 0)
@@ -57,8 +59,11 @@ unless defined?(MemtrialRequire)
         around("") { false }
         around("") { false }
         @own_objects = (GC.stat(:total_allocated_objects) - before) / 2
+        before = GC.stat(:total_allocated_objects)
+        2.times { resolve_relative("x", caller_locations(0, 1).first) }
+        @rel_objects = (GC.stat(:total_allocated_objects) - before) / 2
         @root.children.clear
-        @calls = 0
+        @probe_objects = 0
       end
 
       def around(name)
@@ -66,7 +71,7 @@ unless defined?(MemtrialRequire)
 
         before_features = $LOADED_FEATURES.size
         node = Node.new(name, nil, 0, 0, 0, 0.0, [], [], 0)
-        calls = (@calls += 1)
+        probe_objects = (@probe_objects += @own_objects)
         parent = @stack.last
         @stack.push(node)
         objects = GC.stat(:total_allocated_objects)
@@ -81,7 +86,7 @@ unless defined?(MemtrialRequire)
           node.rss_after = rss
           node.seconds = Process.clock_gettime(Process::CLOCK_MONOTONIC) - t
           node.objects = GC.stat(:total_allocated_objects) - objects
-          node.nested = @calls - calls
+          node.nested = @probe_objects - probe_objects
           @stack.pop
           if loaded
             # Ruby adds a file to $LOADED_FEATURES once it has loaded, after what it required.
@@ -131,6 +136,13 @@ unless defined?(MemtrialRequire)
         ""
       end
 
+      # require_relative's path: `name` against the directory of the caller's file.
+      def resolve_relative(name, location)
+        base = location&.absolute_path
+        @probe_objects += @rel_objects
+        base ? File.expand_path(name.to_s, File.dirname(base)) : name.to_s
+      end
+
       def clean(text)
         text.to_s.tr("\t\n", "  ")
       end
@@ -140,7 +152,7 @@ unless defined?(MemtrialRequire)
 
         File.open(File.join(@dir, @pid.to_s), "w") do |f|
           f.write("# memtrial-require 1\tpid=#{@pid}\truby=#{RUBY_VERSION}\tpage=#{@page}\t" \
-                  "own_objects=#{@own_objects}\n")
+                  "own_objects=#{@own_objects}\trel_objects=#{@rel_objects}\n")
           emit(f, @root, 0)
         end
       rescue StandardError
@@ -149,7 +161,7 @@ unless defined?(MemtrialRequire)
 
       def emit(f, node, depth)
         unless node.equal?(@root)
-          objects = [node.objects - @own_objects * node.nested, 0].max
+          objects = [node.objects - node.nested, 0].max
           f.write("N\t#{depth}\t#{node.rss_before}\t#{node.rss_after}\t#{objects}\t" \
                   "#{format('%.6f', node.seconds)}\t#{clean(node.name)}\t#{clean(node.path)}\t" \
                   "#{clean(gem_of(node.path))}\n")
@@ -167,19 +179,23 @@ unless defined?(MemtrialRequire)
       end
 
       def require_relative(name)
-        base = caller_locations(1, 1).first&.absolute_path
-        full = base ? File.expand_path(name.to_s, File.dirname(base)) : name.to_s
-        # require_relative resolves against its caller's file: call require with the
-        # resolved path (the wrapper is the caller now).
+        full = MemtrialRequire.resolve_relative(name, caller_locations(1, 1).first)
+        # The wrapper is the caller now, so the path is resolved here and loaded by the
+        # require Ruby's require_relative itself uses (not rubygems', which does more).
         MemtrialRequire.around(full) { MemtrialRequire::REQUIRE.bind_call(self, full) }
       end
     end
   end
 
   if MemtrialRequire.on
-    # Kernel#require as it is before the wrapper (rubygems' own): require_relative calls it
-    # with the path resolved against its caller's file.
-    MemtrialRequire::REQUIRE = Kernel.instance_method(:require)
+    # Ruby's own require (rubygems keeps it as gem_original_require), which require_relative
+    # loads with: the wrapped require_relative calls it with the path it resolved.
+    MemtrialRequire::REQUIRE =
+      if Kernel.private_method_defined?(:gem_original_require)
+        Kernel.instance_method(:gem_original_require)
+      else
+        Kernel.instance_method(:require)
+      end
     MemtrialRequire.rss
     MemtrialRequire.calibrate
     Kernel.prepend(MemtrialRequire::Wrap)

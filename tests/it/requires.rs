@@ -42,11 +42,25 @@ fn own_growth(doc: &serde_json::Value, name: &str, i: usize) -> u64 {
         .unwrap_or_else(|| panic!("{log}"))
 }
 
+/// The objects `require "rails/all"` allocates in a Ruby without the probe.
+fn uninstrumented_objects() -> u64 {
+    let o = Command::new("ruby")
+        .args([
+            "-e",
+            "a = GC.stat(:total_allocated_objects); require 'rails/all'; \
+             puts GC.stat(:total_allocated_objects) - a",
+        ])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&o.stdout).trim().parse().unwrap()
+}
+
 #[test]
 fn rails_boot_is_a_tree_of_requires_with_what_each_added() {
     if !(need_rails() && need_file("/usr/lib/x86_64-linux-gnu/libjemalloc.so.2", "libjemalloc2")) {
         return;
     }
+    let objects = uninstrumented_objects();
     let r = run_json(
         2,
         "glibc,jemalloc",
@@ -76,6 +90,13 @@ fn rails_boot_is_a_tree_of_requires_with_what_each_added() {
             );
             assert_eq!(top[0].name, "rails/all");
             assert_eq!(top[0].gem, "railties");
+            // Its objects, the probe's own taken out, are the uninstrumented boot's within
+            // 5% (seen 2% under).
+            assert!(
+                top[0].objects.abs_diff(objects) as f64 <= 0.05 * objects as f64,
+                "the probe counts {}, a Ruby without it {objects}",
+                top[0].objects
+            );
             let probe = top[0].rss_after_bytes - top[0].rss_before_bytes;
             let own = own_growth(&doc, name, i);
             assert!(own > 20 * MIB, "Rails adds tens of MiB: {own}");
