@@ -213,9 +213,13 @@ pub struct RunArgs {
     /// How often the probes inside the workload report, 10ms to 1h [default: 1s].
     #[arg(long, value_name = "DURATION")]
     pub probe_interval: Option<String>,
+    /// With --probe require: leave out of the reports' require trees what added less than
+    /// SIZE (e.g. 1MiB; the JSON record keeps every require) [default: 0.3MiB].
+    #[arg(long, value_name = "SIZE")]
+    pub require_cut_off: Option<String>,
     /// Finish an interrupted experiment (the latest, or ID): runs only what is missing,
     /// with the same plan and seed.
-    #[arg(long, value_name = "ID", num_args = 0..=1, conflicts_with_all = ["in_container", "command", "plan", "url", "duration", "before", "driver", "rate", "targets", "replay", "variants", "custom", "runs", "warmup", "baseline", "seed", "memory_limit", "cpus", "cpuset", "pids_limit", "interval", "timeout", "probes", "no_probes", "probe_interval"])]
+    #[arg(long, value_name = "ID", num_args = 0..=1, conflicts_with_all = ["in_container", "command", "plan", "url", "duration", "before", "driver", "rate", "targets", "replay", "variants", "custom", "runs", "warmup", "baseline", "seed", "memory_limit", "cpus", "cpuset", "pids_limit", "interval", "timeout", "probes", "no_probes", "probe_interval", "require_cut_off"])]
     pub resume: Option<Option<i64>>,
     /// With --resume ID of an experiment made on another host (imported): runs its command
     /// here. Repeat the command exactly as the refusal shows it, as one argument.

@@ -38,6 +38,7 @@ pub(crate) fn run_input(args: &RunArgs) -> Result<PlanInput> {
         probes,
         no_probes,
         probe_interval,
+        require_cut_off,
         resume: _,          // handled before: a resumed experiment keeps its stored plan
         confirm_command: _, // only with --resume
         in_container: _,    // handled before: where the run happens, not what runs
@@ -70,6 +71,7 @@ pub(crate) fn run_input(args: &RunArgs) -> Result<PlanInput> {
         probes: probes.clone(),
         no_probes: *no_probes,
         probe_interval: probe_interval.clone(),
+        require_cut_off: require_cut_off.clone(),
     };
     Ok(match plan {
         Some(path) => flags.or(read_plan_file(path)?),

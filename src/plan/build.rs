@@ -173,9 +173,27 @@ pub(super) fn build_probes(
         Some(t) => settings::duration("--probe-interval", t, settings::PROBE_INTERVAL)?,
         None => Duration::from_millis(DEFAULT_PROBE_INTERVAL_MS),
     };
+    let require_cut_off_bytes = match &input.require_cut_off {
+        None => None,
+        Some(_) if !kinds.contains(&ProbeKind::Require) => {
+            return Err(PlanError::BadValue {
+                flag: "--require-cut-off",
+                value: input.require_cut_off.clone().unwrap_or_default(),
+                reason: "prunes the require probe's trees: add --probe require".into(),
+            })
+        }
+        Some(t) => Some(
+            crate::units::parse_size(t).map_err(|why| PlanError::BadValue {
+                flag: "--require-cut-off",
+                value: t.clone(),
+                reason: why,
+            })?,
+        ),
+    };
     Ok(ProbePlan {
         kinds,
         interval_ms: interval.as_millis() as u64,
+        require_cut_off_bytes,
     })
 }
 

@@ -62,6 +62,8 @@ struct PlanFile {
     /// `probes = ["allocator", "ruby"]`; `[]` for kernel counters only.
     probes: Option<Vec<String>>,
     probe_interval: Option<String>,
+    /// `require_cut_off = "1MiB"`.
+    require_cut_off: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -207,6 +209,7 @@ pub fn parse_plan_text(text: &str) -> Result<PlanInput, String> {
         no_probes: file.probes.as_ref().is_some_and(|p| p.is_empty()),
         probes: file.probes,
         probe_interval: file.probe_interval,
+        require_cut_off: file.require_cut_off,
     })
 }
 

@@ -29,6 +29,8 @@ pub struct PlanInput {
     /// `--no-probes`: kernel counters only.
     pub no_probes: bool,
     pub probe_interval: Option<String>,
+    /// `--require-cut-off SIZE`: the require trees' cut-off in the reports.
+    pub require_cut_off: Option<String>,
 }
 
 /// Server-trial settings as given: the `run` flags and the plan file's `[server]` keys,
@@ -267,6 +269,7 @@ impl PlanInput {
             probes,
             no_probes,
             probe_interval,
+            require_cut_off,
         } = self;
         let PlanInput {
             command: file_command,
@@ -287,6 +290,7 @@ impl PlanInput {
             probes: file_probes,
             no_probes: file_no_probes,
             probe_interval: file_probe_interval,
+            require_cut_off: file_require_cut_off,
         } = other;
         let mut all_custom = file_custom;
         all_custom.extend(custom);
@@ -320,6 +324,7 @@ impl PlanInput {
                 probes.or(file_probes)
             },
             probe_interval: probe_interval.or(file_probe_interval),
+            require_cut_off: require_cut_off.or(file_require_cut_off),
         }
     }
 }

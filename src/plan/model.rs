@@ -199,6 +199,10 @@ impl ProbeKind {
 pub struct ProbePlan {
     pub kinds: Vec<ProbeKind>,
     pub interval_ms: u64,
+    /// `--require-cut-off`: the require trees leave out what added less (bytes); absent:
+    /// the reports' default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub require_cut_off_bytes: Option<u64>,
 }
 
 impl Default for ProbePlan {
@@ -207,6 +211,7 @@ impl Default for ProbePlan {
         ProbePlan {
             kinds: Vec::new(),
             interval_ms: DEFAULT_PROBE_INTERVAL_MS,
+            require_cut_off_bytes: None,
         }
     }
 }

@@ -182,7 +182,7 @@ fn title_and_verdict(e: &Experiment, a: &Analysis, rec: &Recommendation) -> Mark
         }
         @let requires = super::requires::require_lines(e, a);
         @if !requires.is_empty() {
-            p { (super::requires::REQUIRES_HEADING) ":" }
+            p { (super::requires::requires_heading(e)) ":" }
             @for (top, items) in super::requires::require_trees(e, a) {
                 details.requires { summary { (top) } (require_items(&items)) }
             }

@@ -136,7 +136,10 @@ pub fn render(e: &Experiment, a: &Analysis, rec: &Recommendation) -> String {
     }
     let requires = super::requires::require_lines(e, a);
     if !requires.is_empty() {
-        out.push_str(&format!("\n{}:\n", md(super::requires::REQUIRES_HEADING)));
+        out.push_str(&format!(
+            "\n{}:\n",
+            md(&super::requires::requires_heading(e))
+        ));
         out.push_str("```\n");
         for t in requires {
             out.push_str(&t);

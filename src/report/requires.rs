@@ -10,10 +10,26 @@ use crate::record::{Experiment, RequireTree, RunRecord};
 use crate::units::format_bytes;
 
 /// The heading of the lines, in every format.
-pub(crate) const REQUIRES_HEADING: &str = "what does each require cost? (resident bytes each require added while it and what it required loaded, from /proc/self/statm around it; medians over runs; requires under 0.3 MiB left out)";
+pub(crate) fn requires_heading(e: &Experiment) -> String {
+    format!(
+        "what does each require cost? (resident bytes each require added while it and what it required loaded, from /proc/self/statm around it; medians over runs; requires under {} left out)",
+        match cut_off(e) {
+            c if c >= 0.05 * 1048576.0 => format!("{:.1} MiB", c / 1048576.0),
+            c => format_bytes(c),
+        }
+    )
+}
 
-/// Requires that added less than this are left out (derailed's default `CUT_OFF`).
+/// Requires that added less than this are left out by default (derailed's `CUT_OFF`).
 pub(crate) const CUT_OFF: f64 = 0.3 * 1048576.0;
+
+/// The experiment's cut-off: `--require-cut-off`, else [`CUT_OFF`].
+fn cut_off(e: &Experiment) -> f64 {
+    e.plan
+        .probes
+        .require_cut_off_bytes
+        .map_or(CUT_OFF, |b| b as f64)
+}
 
 /// At most this many lines of one variant's tree.
 const MAX_LINES: usize = 40;
@@ -137,8 +153,8 @@ fn trees<'a>(e: &'a Experiment, variant: &str) -> Vec<&'a RequireTree> {
 }
 
 /// A variant's tree as indented lines (the top first), pruned at [`CUT_OFF`].
-fn tree_lines(m: &Merged) -> Vec<String> {
-    pruned(m)
+fn tree_lines(m: &Merged, cut: f64) -> Vec<String> {
+    pruned(m, cut)
         .into_iter()
         .map(|(depth, label)| format!("{}{label}", "  ".repeat(depth as usize + 1)))
         .collect()
@@ -146,7 +162,7 @@ fn tree_lines(m: &Merged) -> Vec<String> {
 
 /// A variant's tree pruned at [`CUT_OFF`]: (depth, label) in depth-first order; a last
 /// line at depth 0 says how many more there are.
-fn pruned(m: &Merged) -> Vec<(u32, String)> {
+fn pruned(m: &Merged, cut: f64) -> Vec<(u32, String)> {
     let mut out = Vec::new();
     let mut pruned_below: Option<u32> = None;
     let mut left_out = 0usize;
@@ -160,7 +176,7 @@ fn pruned(m: &Merged) -> Vec<(u32, String)> {
         }
         // A node in fewer than half the runs is not the variant's.
         let g = median(&n.grew);
-        if g < CUT_OFF || n.grew.len() * 2 < m.runs {
+        if g < cut || n.grew.len() * 2 < m.runs {
             pruned_below = Some(n.depth);
             continue;
         }
@@ -244,7 +260,7 @@ pub(crate) fn require_trees(e: &Experiment, a: &Analysis) -> Vec<(String, Vec<It
                     count(median(&m.top_objects)),
                     m.runs
                 ),
-                nest(&pruned(&m)),
+                nest(&pruned(&m, cut_off(e))),
             ))
         })
         .collect()
@@ -272,7 +288,7 @@ pub(crate) fn require_lines(e: &Experiment, a: &Analysis) -> Vec<String> {
             count(median(&m.top_objects)),
             m.runs
         ));
-        out.extend(tree_lines(m));
+        out.extend(tree_lines(m, cut_off(e)));
         let mut gems: Vec<(&String, f64)> = m.gems.iter().map(|(g, v)| (g, median(v))).collect();
         gems.sort_by(|x, y| y.1.total_cmp(&x.1));
         let named: Vec<String> = gems
@@ -315,7 +331,7 @@ pub(crate) fn require_lines(e: &Experiment, a: &Analysis) -> Vec<String> {
             .filter_map(|(k, n)| {
                 let bn = b.nodes.get(k)?;
                 let d = median(&n.grew) - median(&bn.grew);
-                (d.abs() >= CUT_OFF).then(|| (n.name.clone(), d))
+                (d.abs() >= cut_off(e)).then(|| (n.name.clone(), d))
             })
             .collect();
         moved.sort_by(|x, y| y.1.abs().total_cmp(&x.1.abs()));
@@ -381,7 +397,7 @@ mod tests {
                 node(1, "medium", 1 << 20),
             ],
         };
-        let lines = tree_lines(&merge(&[&t]));
+        let lines = tree_lines(&merge(&[&t]), CUT_OFF);
         assert_eq!(lines.len(), 2, "{lines:?}");
         assert!(lines[0].starts_with("  big: 10.0 MiB"), "{lines:?}");
         assert!(lines[1].starts_with("    medium: 1.0 MiB"), "{lines:?}");

@@ -160,7 +160,7 @@ pub fn render(e: &Experiment, a: &Analysis, color: bool) -> String {
     }
     let requires = super::requires::require_lines(e, a);
     if !requires.is_empty() {
-        out.push_str(&format!("\n{}:\n", super::requires::REQUIRES_HEADING));
+        out.push_str(&format!("\n{}:\n", super::requires::requires_heading(e)));
         for t in requires {
             out.push_str("  ");
             out.push_str(&terminal(&t));

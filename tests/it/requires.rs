@@ -64,7 +64,14 @@ fn rails_boot_is_a_tree_of_requires_with_what_each_added() {
     let r = run_json(
         2,
         "glibc,jemalloc",
-        &["--probe", "require", "--html", "out.html"],
+        &[
+            "--probe",
+            "require",
+            "--require-cut-off",
+            "1MiB",
+            "--html",
+            "out.html",
+        ],
         &["ruby", "-e", BOOT],
     );
     assert_eq!(r.code(), 0, "{}", r.explain());
@@ -124,7 +131,11 @@ fn rails_boot_is_a_tree_of_requires_with_what_each_added() {
         }
     }
     let text = r.stdout();
-    assert!(text.contains("what does each require cost?"), "{text}");
+    assert!(
+        text.contains("what does each require cost?")
+            && text.contains("requires under 1.0 MiB left out"),
+        "{text}"
+    );
     assert!(
         text.contains("glibc: TOP ") && text.contains("  rails/all: "),
         "{text}"
@@ -151,4 +162,23 @@ fn a_program_that_is_no_ruby_says_why_it_has_no_requires() {
     assert!(run.inside.requires.is_none());
     let why = run.inside.absence("require").expect("an absence");
     assert!(why.contains("no Ruby process wrote its requires"), "{why}");
+}
+
+#[test]
+fn a_cut_off_without_the_require_probe_or_of_no_size_is_refused_by_name() {
+    for (args, says) in [
+        (&["--require-cut-off", "1MiB"][..], "add --probe require"),
+        (
+            &["--probe", "require", "--require-cut-off", "lots"][..],
+            "'lots' is not a size",
+        ),
+    ] {
+        let r = run_json(1, "glibc", args, &["/bin/true"]);
+        assert_eq!(r.code(), 2, "{}", r.explain());
+        assert!(
+            r.stderr().contains("--require-cut-off") && r.stderr().contains(says),
+            "{}",
+            r.stderr()
+        );
+    }
 }
