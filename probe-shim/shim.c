@@ -665,6 +665,10 @@ static void after_fork_child(void) {
     if (statm_is_ours())
         close(statm_fd);
     fd = statm_fd = -1;
+    /* An account the parent was writing when it forked is the parent's. */
+    if (holes_fd >= 0)
+        close(holes_fd);
+    holes_fd = -1;
     /* The parent's stream may be mid-write on a thread this child does not have: a new
      * one, made on this (the forking) thread. */
     if (holes_fp)
@@ -773,7 +777,10 @@ static void *defined_in(void *base, const char *name) {
     return s.found;
 }
 
-/* The first library (not the program) in the loader's order that defines malloc. */
+/* The first object in the loader's order (the program, the preloaded libraries, then the
+ * rest: the order symbols are looked up in) whose own symbol table defines malloc - what
+ * the program's calls reach. A program that only takes malloc's address has an undefined
+ * symbol with a value (a PLT stub), which defines nothing. */
 struct first_def {
     int index;
     const char *name;
@@ -783,90 +790,29 @@ struct first_def {
 static int first_def_cb(struct dl_phdr_info *i, size_t size, void *data) {
     (void)size;
     struct first_def *d = data;
-    if (d->index++ == 0 || !i->dlpi_name || !i->dlpi_name[0])
-        return 0;
+    d->index++;
     if (!symbol_of(i, "malloc"))
         return 0;
-    d->name = i->dlpi_name;
+    d->name = i->dlpi_name ? i->dlpi_name : "";
     d->base = base_of(i);
     return 1;
 }
 
-/* The loaded object whose PT_LOAD segments hold an address: its name and the start of its
- * first segment (its "base"). A walk over the program headers the loader already mapped;
- * dladdr would read the whole symbol table of the object (~100 KiB of libc's pages that
- * then count in a small program's RSS). */
-struct where {
-    uintptr_t addr;
-    uintptr_t base;
-    const char *name;
-    int index; /* 0: the program itself */
-};
-
-static int locate_cb(struct dl_phdr_info *i, size_t size, void *data) {
-    (void)size;
-    struct where *w = data;
-    uintptr_t first = 0;
-    int found = 0;
-    for (int k = 0; k < i->dlpi_phnum; k++) {
-        const ElfW(Phdr) *ph = &i->dlpi_phdr[k];
-        if (ph->p_type != PT_LOAD)
-            continue;
-        uintptr_t lo = i->dlpi_addr + ph->p_vaddr;
-        if (!first || lo < first)
-            first = lo;
-        if (w->addr >= lo && w->addr - lo < ph->p_memsz)
-            found = 1;
-    }
-    if (found) {
-        w->base = first;
-        w->name = i->dlpi_name ? i->dlpi_name : "";
-        return 1;
-    }
-    w->index++;
-    return 0;
-}
-
-/* 1 and *w filled when addr lies in a loaded object. */
-static int locate(void *addr, struct where *w) {
-    memset(w, 0, sizeof *w);
-    w->addr = (uintptr_t)addr;
-    return addr && dl_iterate_phdr(locate_cb, w) == 1;
-}
-
-/* The object whose definition of malloc the program's calls reach, into lib; its base
- * into *base. A program that only takes malloc's address has a PLT stub there, not a
- * definition: then the first library in lookup order that defines malloc answers. Only
- * the program itself can hold such a stub (a library's undefined symbols have no value),
- * so only then is the symbol table read (dladdr1) to tell a stub from a definition. */
+/* The object whose definition of malloc the program's calls reach (the first that defines
+ * it, see first_def_cb), into lib; its base into *base. No dlsym (see resolve). */
 static void find_malloc(void **base) {
-    struct where w;
-    void *m = dlsym(RTLD_DEFAULT, "malloc");
-    if (locate(m, &w)) {
-        int defined = 1;
-        if (w.index == 0) {
-            const ElfW(Sym) *sym = NULL;
-            Dl_info info;
-            memset(&info, 0, sizeof info);
-            defined = dladdr1(m, &info, (void **)&sym, RTLD_DL_SYMENT) && sym &&
-                      info.dli_sname && strcmp(info.dli_sname, "malloc") == 0 &&
-                      sym->st_shndx != SHN_UNDEF;
-            if (defined)
-                w.name = info.dli_fname ? info.dli_fname : "";
-        }
-        if (defined) {
-            set_str(lib, sizeof lib, w.name);
-            *base = (void *)w.base;
-            return;
-        }
-    }
-    /* The first library in lookup order that defines malloc. */
     struct first_def d = {0, NULL, 0};
     dl_iterate_phdr(first_def_cb, &d);
-    if (d.name) {
+    if (!d.name)
+        return;
+    if (d.name[0]) {
         set_str(lib, sizeof lib, d.name);
-        *base = (void *)d.base;
+    } else {
+        /* The program itself defines malloc: its path. */
+        ssize_t n = readlink("/proc/self/exe", lib, sizeof lib - 1);
+        lib[n > 0 ? n : 0] = '\0';
     }
+    *base = (void *)d.base;
 }
 
 /* Only what the thread needs: the directory, the interval (parsed by hand), the start time

@@ -15,6 +15,8 @@
 # rss values are bytes, objects a count (GC.stat total_allocated_objects: every object
 # made while the file and what it requires loaded, less the probe's own: measured at load
 # per wrapped require and per require_relative resolved, and taken out per nested call).
+# Each thread's requires nest under its own thread's; the resident bytes and objects are the
+# process's, so requires that overlap in time in two threads count some of each other's.
 # It never raises into the program and prints nothing.
 
 unless defined?(MemtrialRequire)
@@ -32,7 +34,7 @@ unless defined?(MemtrialRequire)
 
     @dir = ENV["MEMTRIAL_REQUIRE_DIR"]
     @root = Node.new("TOP", "", 0, 0, 0, 0.0, [], [], 0)
-    @stack = [@root]
+    @lock = Mutex.new
     @by_path = {}
     @by_name = {}
     @statm = nil
@@ -43,14 +45,20 @@ unless defined?(MemtrialRequire)
     class << self
       attr_reader :on
 
-      # Resident bytes of this process (statm's second field).
+      # Resident bytes of this process (statm's second field); nil when unreadable. One
+      # descriptor, read with pread (no shared position), a new string per read: threads
+      # may require at once.
       def rss
         @statm ||= File.open("/proc/self/statm", "r")
-        @buf ||= String.new(capacity: 128)
-        @statm.pread(127, 0, @buf)
-        @buf.split(" ", 3)[1].to_i * @page
+        @statm.pread(127, 0).split(" ", 3)[1].to_i * @page
       rescue StandardError
-        0
+        nil
+      end
+
+      # This thread's requires in progress: a require in another thread nests under its
+      # own thread's, never under this one's.
+      def stack
+        Thread.current[:memtrial_require_stack] ||= [@root]
       end
 
       # How many objects wrapping one require allocates: a require of nothing, measured.
@@ -64,6 +72,7 @@ unless defined?(MemtrialRequire)
         @rel_objects = (GC.stat(:total_allocated_objects) - before) / 2
         @root.children.clear
         @probe_objects = 0
+        Thread.current[:memtrial_require_stack] = nil
       end
 
       def around(name)
@@ -72,8 +81,9 @@ unless defined?(MemtrialRequire)
         before_features = $LOADED_FEATURES.size
         node = Node.new(name, nil, 0, 0, 0, 0.0, [], [], 0)
         probe_objects = (@probe_objects += @own_objects)
-        parent = @stack.last
-        @stack.push(node)
+        stack = self.stack
+        parent = stack.last
+        stack.push(node)
         objects = GC.stat(:total_allocated_objects)
         t = Process.clock_gettime(Process::CLOCK_MONOTONIC)
         node.rss_before = rss
@@ -87,19 +97,28 @@ unless defined?(MemtrialRequire)
           node.seconds = Process.clock_gettime(Process::CLOCK_MONOTONIC) - t
           node.objects = GC.stat(:total_allocated_objects) - objects
           node.nested = @probe_objects - probe_objects
-          @stack.pop
-          if loaded
-            # Ruby adds a file to $LOADED_FEATURES once it has loaded, after what it required.
-            node.path = $LOADED_FEATURES.size > before_features ? $LOADED_FEATURES.last : name
-            parent.children << node
-            @by_path[node.path] = node
-            @by_name[name] = node
-          else
-            other = resolve(name)
-            other.also << parent.name if other && parent != other && !other.also.include?(parent.name)
-            # What a require that loaded nothing required itself belongs to the parent.
-            parent.children.concat(node.children)
-          end
+          stack.pop
+          # A statm read that failed says nothing: no growth rather than all of RSS.
+          node.rss_before = node.rss_after = 0 if node.rss_before.nil? || node.rss_after.nil?
+          @lock.synchronize { record(node, parent, name, loaded, before_features) }
+        end
+      end
+
+      # Files a finished require loaded go under its parent (under the lock: the tree and
+      # the indexes are shared by the threads).
+      def record(node, parent, name, loaded, before_features)
+        if loaded
+          # Ruby adds a file to $LOADED_FEATURES once it has loaded, after what it required.
+          node.path = $LOADED_FEATURES.size > before_features ? $LOADED_FEATURES.last : name
+          parent.children << node
+          @by_path[node.path] = node
+          @by_name[name] = node
+        else
+          other = resolve(name)
+          requirer = parent.equal?(@root) ? nil : parent.name
+          other.also << requirer if other && requirer && !other.equal?(parent) && !other.also.include?(requirer)
+          # What a require that loaded nothing required itself belongs to the parent.
+          parent.children.concat(node.children)
         end
       end
 
@@ -198,7 +217,9 @@ unless defined?(MemtrialRequire)
       end
     MemtrialRequire.rss
     MemtrialRequire.calibrate
-    Kernel.prepend(MemtrialRequire::Wrap)
+    # Before Ruby 3.0 a module prepended to Kernel is not seen by classes that already
+    # include Kernel (Object): prepend to Object there.
+    (RUBY_VERSION >= "3.0" ? Kernel : Object).prepend(MemtrialRequire::Wrap)
     at_exit { MemtrialRequire.write }
   end
 end

@@ -200,9 +200,13 @@ impl Probe for RegionsProbe {
             .saturating_add(((self.asked_at_rss as f64 * NEW_HIGH) as u64).max(NEW_HIGH_MIN));
         let paused = rss <= self.prev_rss;
         self.prev_rss = rss;
-        let due = self.asked_at_rss == 0
-            || (rss >= threshold && (paused || rss >= self.asked_at_rss.saturating_mul(2)))
-            || tick.t_seconds >= self.asked_at_t + PERIOD;
+        let high = self.asked_at_rss == 0
+            || (rss >= threshold && (paused || rss >= self.asked_at_rss.saturating_mul(2)));
+        // A read between highs only while the reads so far used under half the budget: the
+        // other half stays for the peak.
+        let periodic = tick.t_seconds >= self.asked_at_t + PERIOD
+            && self.time.as_secs_f64() < 0.5 * REGIONS_CPU_FRACTION * tick.t_seconds;
+        let due = high || periodic;
         if live.is_empty() || !due || self.reader.busy() || !self.budget.due(Instant::now()) {
             return;
         }
@@ -211,9 +215,9 @@ impl Probe for RegionsProbe {
             tree_rss_bytes: rss,
             pids: live.iter().map(|m| m.pid).collect(),
         };
-        let high = rss >= threshold || self.asked_at_rss == 0;
         if self.reader.request(request) {
-            // A periodic read below the last high leaves the high where it was.
+            // A periodic read leaves the last high where it was: the pause at the peak
+            // still gets its read.
             if high {
                 self.asked_at_rss = rss;
             }
