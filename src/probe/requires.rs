@@ -163,6 +163,17 @@ impl Probe for RequireProbe {
             }),
             Err(why) => Err(why.clone()),
         };
+        let tree = tree.and_then(|t| {
+            if t.nodes.is_empty() {
+                Err(
+                    "the Ruby process loaded no file through require or require_relative \
+                     after the probe was loaded"
+                        .to_string(),
+                )
+            } else {
+                Ok(t)
+            }
+        });
         match tree {
             Ok(t) => record.inside.requires = Some(t),
             Err(reason) => record.inside.absent.push(Absence {

@@ -211,7 +211,42 @@ fn preload_word(v: &Variant) -> Option<String> {
         .preload_spec
         .clone()
         .or_else(|| v.preload.as_ref().map(|p| p.display().to_string()))?;
-    Some(format!("preload:{spec}"))
+    Some(prefixed_word("preload:", &spec))
+}
+
+/// `prefix` and a value as one word of a variant spec, the value quoted when a shell would
+/// split it or read something in it (`preload:'/opt/my libs/x.so'`).
+fn prefixed_word(prefix: &str, value: &str) -> String {
+    format!("{prefix}{}", shell_words::quote(value))
+}
+
+/// A variant's own words (preload, settings, program or command), less the settings
+/// `replaced` names, as its spec holds them.
+fn own_words(v: &Variant, replaced: &str) -> Vec<String> {
+    let mut words: Vec<String> = preload_word(v).into_iter().collect();
+    words.extend(
+        v.env
+            .iter()
+            .filter(|(k, _)| !replaced.starts_with(&format!("{k}=")))
+            .map(|(k, val)| setting_word(k, val)),
+    );
+    match &v.program {
+        Some(crate::plan::VariantProgram::Program { spec, .. }) => {
+            words.push(prefixed_word("program:", spec))
+        }
+        Some(crate::plan::VariantProgram::Command { argv, .. }) => {
+            words.push(prefixed_word("command:", &shell_words::join(argv)))
+        }
+        None => {}
+    }
+    words
+}
+
+/// `NAME-SUFFIX`, the name shortened to keep within a variant name's 64 characters.
+fn derived_name(name: &str, suffix: &str) -> String {
+    let room = 64usize.saturating_sub(suffix.len() + 1);
+    let short: String = name.chars().take(room).collect();
+    format!("{short}-{suffix}")
 }
 
 fn has_env(v: &Variant, key: &str) -> bool {
@@ -247,17 +282,24 @@ fn next_for_holes(e: &Experiment, v: &Variant, h: &Holes) -> Vec<String> {
     let mut out = Vec::new();
     // The variant's own settings and one more, as one `--variant` word quoted for a shell.
     let variant_arg = |suffix: &str, extra: &str| {
-        let mut words: Vec<String> = preload_word(v).into_iter().collect();
-        words.extend(
-            v.env
-                .iter()
-                .filter(|(k, _)| !extra.starts_with(&format!("{k}=")))
-                .map(|(k, val)| setting_word(k, val)),
-        );
+        let mut words = own_words(v, extra);
         words.push(extra.to_string());
         format!(
             "--variant {}",
-            shell_words::quote(&format!("{name}-{suffix}={}", words.join(" ")))
+            shell_words::quote(&format!(
+                "{}={}",
+                derived_name(name, suffix),
+                words.join(" ")
+            ))
+        )
+    };
+    // Other allocators beside this variant: a custom one is given again by its spec.
+    let others = if v.origin == crate::plan::VariantOrigin::Catalog {
+        format!("--variants {name},jemalloc,tcmalloc")
+    } else {
+        format!(
+            "--variant {} --variants jemalloc,tcmalloc",
+            shell_words::quote(&format!("{name}={}", own_words(v, "").join(" ")))
         )
     };
     match h.allocator.as_str() {
@@ -275,7 +317,7 @@ fn next_for_holes(e: &Experiment, v: &Variant, h: &Holes) -> Vec<String> {
             let tried = e.plan.variants.iter().any(|v| v.preload.is_some());
             if free as f64 >= HOLES_SHARE * resident as f64 && !tried && v.preload.is_none() {
                 out.push(format!(
-                    "next: in {name}, glibc holds {} ({} of resident) in free chunks between live ones, which it cannot give back; whether an allocator that keeps blocks of one size together leaves fewer is one experiment away: memtrial run --variants {name},jemalloc,tcmalloc …",
+                    "next: in {name}, glibc holds {} ({} of resident) in free chunks between live ones, which it cannot give back; whether an allocator that keeps blocks of one size together leaves fewer is one experiment away: memtrial run {others} …",
                     format_bytes(free as f64),
                     share(free, resident)
                 ));
@@ -344,6 +386,34 @@ mod tests {
         assert_eq!(
             words,
             ["arena2-trim=MALLOC_ARENA_MAX=2 MALLOC_TRIM_THRESHOLD_=131072"]
+        );
+    }
+
+    #[test]
+    fn a_suggested_variant_keeps_the_variants_program_and_quotes_its_library() {
+        let v = Variant {
+            name: "x".repeat(70),
+            env: vec![("RUBYOPT".into(), "--yjit -W0".into())],
+            preload: Some("/opt/my libs/libjemalloc.so.2".into()),
+            preload_spec: Some("/opt/my libs/libjemalloc.so.2".into()),
+            origin: crate::plan::VariantOrigin::Custom,
+            program: Some(crate::plan::VariantProgram::Command {
+                argv: vec!["ruby".into(), "--yjit".into(), "job.rb".into()],
+                path: "/usr/bin/ruby".into(),
+            }),
+        };
+        let words = own_words(&v, "MALLOC_CONF=x");
+        let spec = format!("{}={}", derived_name(&v.name, "decay"), words.join(" "));
+        assert!(spec.len() < 64 + 200 && spec.split('=').next().unwrap().len() == 64);
+        // Read back the way the spec parser splits it.
+        let split = shell_words::split(spec.split_once('=').unwrap().1).unwrap();
+        assert_eq!(
+            split,
+            [
+                "preload:/opt/my libs/libjemalloc.so.2",
+                "RUBYOPT=--yjit -W0",
+                "command:ruby --yjit job.rb"
+            ]
         );
     }
 

@@ -104,7 +104,18 @@ fn merge(trees: &[&RequireTree]) -> Merged {
                 ..Node::default()
             });
             if e.grew.is_empty() && e.objects.is_empty() {
-                m.order.push(path.clone());
+                // A require first seen in this run goes after its parent's last descendant
+                // so far (depth-first order), not at the end under another parent.
+                let parent = &path[..path.len() - 1];
+                let at = m
+                    .order
+                    .iter()
+                    .rposition(|k| {
+                        k.starts_with(parent) && (k.len() > parent.len() || parent.is_empty())
+                    })
+                    .map_or(m.order.len(), |i| i + 1);
+                let at = if parent.is_empty() { m.order.len() } else { at };
+                m.order.insert(at, path.clone());
             }
             e.grew.push(g);
             e.objects.push(n.objects as f64);
@@ -362,6 +373,31 @@ pub(crate) fn require_lines(e: &Experiment, a: &Analysis) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_require_only_a_later_run_made_nests_under_its_own_parent() {
+        let node = |depth, name: &str| crate::record::RequireNode {
+            depth,
+            name: name.into(),
+            rss_after_bytes: 4 << 20,
+            objects: 1,
+            ..Default::default()
+        };
+        let tree = |nodes| RequireTree {
+            processes: 1,
+            ruby: "3.1.2".into(),
+            own_objects: 0,
+            nodes,
+        };
+        let one = tree(vec![node(0, "a"), node(1, "b"), node(0, "d")]);
+        let two = tree(vec![node(0, "a"), node(1, "b"), node(1, "c"), node(0, "d")]);
+        let m = merge(&[&one, &two]);
+        let names: Vec<String> = m.order.iter().map(|k| k.join(">")).collect();
+        assert_eq!(names, ["a", "a>b", "a>c", "d"]);
+        // c is in one run of two: kept (half the runs), and under a.
+        let lines = tree_lines(&m, CUT_OFF);
+        assert_eq!(lines[2], "    c: 4.0 MiB (1 objects)", "{lines:?}");
+    }
 
     #[test]
     fn lines_nest_by_depth() {
