@@ -138,6 +138,19 @@ pub fn format_bytes(bytes: f64) -> String {
 /// Formats seconds compactly: `850 ms`, `3.42 s`, `12.5 min`; beyond 100000 minutes (no
 /// run lasts that long; a figure from outside may say so) in scientific notation,
 /// `1.80e308 s`, never hundreds of digits.
+/// A count with thousands separators: `703,856`.
+pub fn format_count(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, ch) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(ch);
+    }
+    out
+}
+
 pub fn format_seconds(s: f64) -> String {
     let a = s.abs();
     if !s.is_finite() {

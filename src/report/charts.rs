@@ -116,6 +116,31 @@ pub(super) fn styled<'a, 'b>(
         .ok()
 }
 
+/// A chart over time in the house style: seconds since start on x from 0 to `max_t`, the
+/// unit `y_desc` on y from 0 to `max_y`, with the mesh drawn.
+pub(super) fn time_axes<'a, 'b>(
+    root: &'a DrawingArea<SVGBackend<'b>, plotters::coord::Shift>,
+    title: &str,
+    max_t: f64,
+    max_y: f64,
+    y_desc: &str,
+) -> Option<Chart<'a, 'b>> {
+    let mut chart = styled(
+        root,
+        title,
+        0.0..(max_t * 1.02).max(0.1),
+        0.0..(max_y * 1.08).max(1.0),
+    )?;
+    chart
+        .configure_mesh()
+        .x_desc("seconds since start")
+        .y_desc(y_desc)
+        .light_line_style(RGBColor(235, 235, 235))
+        .draw()
+        .ok()?;
+    Some(chart)
+}
+
 /// The legend box, where the lines are least likely to be.
 pub(super) fn legend<'a, 'b: 'a>(
     chart: &mut Chart<'a, 'b>,
@@ -187,19 +212,7 @@ pub(crate) fn memory_over_time(e: &Experiment, a: &Analysis, s: Series) -> Optio
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, (900, 420)).into_drawing_area();
-        let mut chart = styled(
-            &root,
-            title,
-            0.0..(max_t * 1.02).max(0.1),
-            0.0..(max_y * 1.08).max(1.0),
-        )?;
-        chart
-            .configure_mesh()
-            .x_desc("seconds since start")
-            .y_desc("MiB")
-            .light_line_style(RGBColor(235, 235, 235))
-            .draw()
-            .ok()?;
+        let mut chart = time_axes(&root, title, max_t, max_y, "MiB")?;
         for (vi, v) in a.variants.iter().enumerate() {
             let runs = counted(e, &v.name);
             let c = color(vi);

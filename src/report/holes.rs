@@ -69,19 +69,6 @@ fn class_range(c: &crate::record::HoleClass) -> String {
     }
 }
 
-/// `399,804`.
-fn thousands(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, ch) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(ch);
-    }
-    out
-}
-
 /// The account of one run, in words: free blocks by size, arenas, the allocator's other
 /// free memory.
 fn describe(h: &Holes) -> String {
@@ -112,7 +99,7 @@ fn describe(h: &Holes) -> String {
             format!(
                 "{} in {} {what}{}",
                 format_bytes(free as f64),
-                thousands(blocks),
+                crate::units::format_count(blocks),
                 if sizes.is_empty() {
                     String::new()
                 } else {
@@ -364,8 +351,8 @@ mod tests {
         );
         assert_eq!(setting_word("X", "a\"$b"), "X=\"a\\\"\\$b\"");
         assert_eq!(setting_word("X", ""), "X=\"\"");
-        assert_eq!(thousands(703_856), "703,856");
-        assert_eq!(thousands(12), "12");
+        assert_eq!(crate::units::format_count(703_856), "703,856");
+        assert_eq!(crate::units::format_count(12), "12");
     }
 
     #[test]

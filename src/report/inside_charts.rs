@@ -4,7 +4,7 @@
 
 use plotters::prelude::*;
 
-use super::charts::{color, counted, legend, median_run, styled, MIB};
+use super::charts::{color, counted, legend, median_run, time_axes, MIB};
 use crate::analysis::{Analysis, Figure};
 use crate::record::{Experiment, FigureUnit, RunRecord};
 
@@ -25,19 +25,7 @@ fn draw(title: &str, y_desc: &str, lines: &[Line]) -> Option<String> {
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, (900, 360)).into_drawing_area();
-        let mut chart = styled(
-            &root,
-            title,
-            0.0..(max_t * 1.02).max(0.1),
-            0.0..(max_y * 1.08).max(1.0),
-        )?;
-        chart
-            .configure_mesh()
-            .x_desc("seconds since start")
-            .y_desc(y_desc)
-            .light_line_style(RGBColor(235, 235, 235))
-            .draw()
-            .ok()?;
+        let mut chart = time_axes(&root, title, max_t, max_y, y_desc)?;
         for l in lines.iter().filter(|l| !l.points.is_empty()) {
             let (c, w) = (l.color, l.width);
             chart
@@ -235,19 +223,7 @@ pub(crate) fn regions_over_time(e: &Experiment, a: &Analysis) -> Vec<(String, St
         let mut svg = String::new();
         let drawn = (|| -> Option<()> {
             let root = SVGBackend::with_string(&mut svg, (900, 360)).into_drawing_area();
-            let mut chart = styled(
-                &root,
-                &title,
-                0.0..(max_t * 1.02).max(0.1),
-                0.0..(max_y * 1.08).max(1.0),
-            )?;
-            chart
-                .configure_mesh()
-                .x_desc("seconds since start")
-                .y_desc("MiB")
-                .light_line_style(RGBColor(235, 235, 235))
-                .draw()
-                .ok()?;
+            let mut chart = time_axes(&root, &title, max_t, max_y, "MiB")?;
             // The highest band first, each lower one drawn over it.
             for (i, k) in kinds.iter().enumerate().rev() {
                 // Opaque and light: each lower band covers the one above it exactly.

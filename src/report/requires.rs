@@ -135,15 +135,7 @@ fn merge(trees: &[&RequireTree]) -> Merged {
 }
 
 fn count(n: f64) -> String {
-    let digits = format!("{:.0}", n.max(0.0));
-    let mut out = String::new();
-    for (i, ch) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(ch);
-    }
-    out
+    crate::units::format_count(n.max(0.0).round() as u64)
 }
 
 fn signed(b: f64) -> String {

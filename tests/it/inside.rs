@@ -178,11 +178,25 @@ fn a_fragmented_heap_under_steady_load_is_fragmentation_not_a_leak() {
     // 40 MiB beside the other tests of the suite only two of 85 fell there, and on a machine
     // loaded by parallel builds none after the first 0.2 s: "too short" was the right
     // verdict then, so this test runs alone and keeps its samples cheap.
-    let r = loaded_server(&["fragment", "20"], "250ms", "5s");
-    assert_eq!(r.code(), 0, "{}", r.explain());
-    let doc = r.json();
+    // How many samples the budget leaves for the later half varies with how expensive the
+    // server's heap is to walk at that moment (seen: 1 of 3 runs starved in a row on this
+    // 2-core machine): a run whose budget ran out is "too short", never a leak, and the
+    // test tries again, at most three times.
+    let mut tries = Vec::new();
+    let doc = loop {
+        let r = loaded_server(&["fragment", "20"], "250ms", "5s");
+        assert_eq!(r.code(), 0, "{}", r.explain());
+        let doc = r.json();
+        let verdict = variant(&doc, "glibc")["summary"]["why"].clone();
+        assert_ne!(verdict["verdict"], "leak", "{verdict}");
+        if verdict["verdict"] == "fragmentation" || tries.len() == 2 {
+            break doc;
+        }
+        assert_eq!(verdict["verdict"], "too_short", "{verdict}");
+        tries.push(verdict);
+    };
     let why = &variant(&doc, "glibc")["summary"]["why"];
-    assert_eq!(why["verdict"], "fragmentation", "{why}");
+    assert_eq!(why["verdict"], "fragmentation", "{why}; before: {tries:?}");
     let sentence = why["sentence"].as_str().unwrap();
     // The fixture freed every other buffer of 20 MiB: the allocator holds about twice live.
     let ratio: f64 = sentence
