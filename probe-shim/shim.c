@@ -247,7 +247,9 @@ static int fd_is_ours(void) {
     return fd >= 0;
 }
 
-/* The holes: on while <dir>/holes exists (checked at the first sample). */
+/* The holes: <dir>/holes exists (checked when the library loads); on while it does and the
+ * allocator's account can be written. */
+static int holes_dir;
 static int holes_on;
 static FILE *holes_fp;
 static char holes_buf[4096];
@@ -583,13 +585,8 @@ static void *loop(void *arg) {
     int holes_pending = 0;
     uint64_t holes_cpu = 0; /* this thread's CPU time spent on them */
     uint64_t page = (uint64_t)getpagesize();
-    {
-        char hd[600];
-        size_t hn = put_str(hd, 0, sizeof hd - 8, dir);
-        hn = put_str(hd, hn, sizeof hd - 1, "/holes");
-        hd[hn] = '\0';
-        holes_on = holes_fp != NULL || (which != GLIBC && access(hd, W_OK) == 0);
-    }
+    /* glibc's account needs the stream; the others write to the file directly. */
+    holes_on = holes_dir && (which != GLIBC || holes_fp != NULL);
     uint64_t gap = DENSE_NS < interval_ns ? DENSE_NS : interval_ns;
     uint64_t watch = DENSE_NS;
     uint64_t now = ns_of(CLOCK_MONOTONIC);
@@ -837,7 +834,8 @@ __attribute__((constructor)) static void init(void) {
     size_t hn = put_str(hd, 0, sizeof hd - 8, dir);
     hn = put_str(hd, hn, sizeof hd - 1, "/holes");
     hd[hn] = '\0';
-    if (raw4(SYS_access, (long)hd, W_OK, 0, 0) == 0)
+    holes_dir = raw4(SYS_access, (long)hd, W_OK, 0, 0) == 0;
+    if (holes_dir)
         make_holes_stream();
     pthread_atfork(NULL, NULL, after_fork_child);
     start();

@@ -396,38 +396,6 @@ impl Regions {
     }
 }
 
-/// Runs of address-adjacent private mappings, anonymous or of files (index ranges into
-/// `smaps`): what a runtime reserves in one piece and commits part by part — or maps a file
-/// into (the JVM maps its archived heap regions from `classes.jsa` into the Java heap's top).
-/// glibc's arena heaps (64 MiB each, often side by side) are no runtime's reservation and
-/// are left out: two of them would be a stretch of any size a runtime reserves in 64 MiB
-/// multiples.
-fn private_runs(smaps: &[(Mapping, MapStats)]) -> Vec<std::ops::Range<usize>> {
-    let maps: Vec<Mapping> = smaps.iter().map(|(m, _)| m.clone()).collect();
-    let heaps = heaps_from_maps(&maps);
-    let anon = |m: &Mapping| {
-        m.perms.ends_with('p')
-            && m.path.as_deref().is_none_or(|p| !p.starts_with('['))
-            && !heaps.iter().any(|(lo, hi)| m.start >= *lo && m.end <= *hi)
-    };
-    let mut runs = Vec::new();
-    let mut i = 0;
-    while i < smaps.len() {
-        if !anon(&smaps[i].0) {
-            i += 1;
-            continue;
-        }
-        let start = i;
-        while i + 1 < smaps.len() && anon(&smaps[i + 1].0) && smaps[i + 1].0.start == smaps[i].0.end
-        {
-            i += 1;
-        }
-        runs.push(start..i + 1);
-        i += 1;
-    }
-    runs
-}
-
 /// A runtime's reservation found among the mappings: its resident bytes and how many
 /// mappings it is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -437,70 +405,115 @@ pub struct Found {
     pub mappings: u32,
 }
 
-/// The one stretch of address-adjacent private mappings, beginning and ending at mapping
-/// boundaries, of exactly `reserved` bytes (a runtime reserves its heap in one piece: the
-/// JVM's Java heap and class space); `None` when there is none, or more than one (then the
-/// size does not tell which).
-pub fn reservation_of(smaps: &[(Mapping, MapStats)], reserved: u64) -> Option<Found> {
-    if reserved == 0 {
-        return None;
-    }
-    let mut found: Option<Found> = None;
-    let mut count = 0;
-    for run in private_runs(smaps) {
-        // Spans only grow with the end: a sliding window.
-        let (mut lo, mut span) = (run.start, 0u64);
-        for hi in run.clone() {
-            span += smaps[hi].0.end - smaps[hi].0.start;
-            while span > reserved && lo <= hi {
-                span -= smaps[lo].0.end - smaps[lo].0.start;
-                lo += 1;
+/// One process's mappings read for what a runtime reserved: its glibc heaps found once, and
+/// the runs of address-adjacent private mappings, anonymous or of files (what a runtime
+/// reserves in one piece and commits part by part — or maps a file into: the JVM maps its
+/// archived heap regions from `classes.jsa` into the Java heap's top). glibc's arena heaps
+/// (64 MiB each, often side by side) are no runtime's reservation and are left out of the
+/// runs: two of them would be a stretch of any size a runtime reserves in 64 MiB multiples.
+pub struct Stretches<'a> {
+    smaps: &'a [(Mapping, MapStats)],
+    maps: Vec<Mapping>,
+    heaps: Vec<(u64, u64)>,
+    runs: Vec<std::ops::Range<usize>>,
+}
+
+impl<'a> Stretches<'a> {
+    pub fn of(smaps: &'a [(Mapping, MapStats)]) -> Stretches<'a> {
+        let maps: Vec<Mapping> = smaps.iter().map(|(m, _)| m.clone()).collect();
+        let heaps = heaps_from_maps(&maps);
+        let private = |m: &Mapping| {
+            m.perms.ends_with('p')
+                && m.path.as_deref().is_none_or(|p| !p.starts_with('['))
+                && !heaps.iter().any(|(lo, hi)| m.start >= *lo && m.end <= *hi)
+        };
+        let mut runs = Vec::new();
+        let mut i = 0;
+        while i < maps.len() {
+            if !private(&maps[i]) {
+                i += 1;
+                continue;
             }
-            if span == reserved {
-                count += 1;
-                found = Some(Found {
-                    size_bytes: reserved,
-                    rss_bytes: smaps[lo..=hi].iter().map(|(_, s)| s.rss).sum(),
-                    mappings: (hi + 1 - lo) as u32,
-                });
+            let start = i;
+            while i + 1 < maps.len() && private(&maps[i + 1]) && maps[i + 1].start == maps[i].end {
+                i += 1;
             }
+            runs.push(start..i + 1);
+            i += 1;
+        }
+        Stretches {
+            smaps,
+            maps,
+            heaps,
+            runs,
         }
     }
-    (count == 1).then_some(found).flatten()
-}
 
-/// The executable stretch of anonymous memory with the most resident bytes: from the first
-/// executable anonymous mapping of a run of adjacent mappings to its last (a JIT's code
-/// region: the JVM's segmented code cache, YJIT's region), the reserved parts between
-/// included.
-pub fn exec_stretch(smaps: &[(Mapping, MapStats)]) -> Option<Found> {
-    private_runs(smaps)
-        .into_iter()
-        .filter_map(|run| {
-            let exec: Vec<usize> = run
-                .filter(|i| is_anon(&smaps[*i].0) && smaps[*i].0.perms.contains('x'))
-                .collect();
-            let (first, last) = (*exec.first()?, *exec.last()?);
-            Some(Found {
-                size_bytes: smaps[last].0.end - smaps[first].0.start,
-                rss_bytes: smaps[first..=last].iter().map(|(_, s)| s.rss).sum(),
-                mappings: (last + 1 - first) as u32,
+    fn found(&self, lo: usize, hi: usize, size_bytes: u64) -> Found {
+        Found {
+            size_bytes,
+            rss_bytes: self.smaps[lo..=hi].iter().map(|(_, s)| s.rss).sum(),
+            mappings: (hi + 1 - lo) as u32,
+        }
+    }
+
+    /// The one stretch of a run, beginning and ending at mapping boundaries, of exactly
+    /// `reserved` bytes (a runtime reserves its heap in one piece: the JVM's Java heap and
+    /// class space); `None` when there is none, or more than one (then the size does not
+    /// tell which).
+    pub fn reservation(&self, reserved: u64) -> Option<Found> {
+        if reserved == 0 {
+            return None;
+        }
+        let len = |i: usize| self.maps[i].end - self.maps[i].start;
+        let mut found: Vec<Found> = Vec::new();
+        for run in &self.runs {
+            // Spans only grow with the end: a sliding window.
+            let (mut lo, mut span) = (run.start, 0u64);
+            for hi in run.clone() {
+                span += len(hi);
+                while span > reserved && lo <= hi {
+                    span -= len(lo);
+                    lo += 1;
+                }
+                if span == reserved {
+                    found.push(self.found(lo, hi, reserved));
+                }
+            }
+        }
+        (found.len() == 1).then(|| found[0])
+    }
+
+    /// The executable stretch of anonymous memory with the most resident bytes: from the
+    /// first executable anonymous mapping of a run to its last (a JIT's code region: the
+    /// JVM's segmented code cache, YJIT's region), the reserved parts between included.
+    pub fn exec(&self) -> Option<Found> {
+        self.runs
+            .iter()
+            .filter_map(|run| {
+                let mut exec = run
+                    .clone()
+                    .filter(|i| is_anon(&self.maps[*i]) && self.maps[*i].perms.contains('x'));
+                let first = exec.next()?;
+                let last = exec.next_back().unwrap_or(first);
+                let size = self.maps[last].end - self.maps[first].start;
+                Some(self.found(first, last, size))
             })
-        })
-        .max_by_key(|f| (f.rss_bytes, f.size_bytes))
-}
+            .max_by_key(|f| (f.rss_bytes, f.size_bytes))
+    }
 
-/// Thread stacks by the heuristic: how many, and their resident bytes.
-pub fn thread_stacks_of(smaps: &[(Mapping, MapStats)]) -> (u64, u64) {
-    let maps: Vec<Mapping> = smaps.iter().map(|(m, _)| m.clone()).collect();
-    let kinds = classify(&maps, &heaps_from_maps(&maps));
-    let rss = smaps
-        .iter()
-        .zip(&kinds)
-        .filter(|(_, k)| **k == Kind::ThreadStacks)
-        .map(|((_, s), _)| s.rss)
-        .sum();
-    (thread_stack_count(&maps, &kinds), rss)
+    /// Thread stacks by the heuristic: how many, and their resident bytes.
+    pub fn thread_stacks(&self) -> (u64, u64) {
+        let kinds = classify(&self.maps, &self.heaps);
+        let rss = self
+            .smaps
+            .iter()
+            .zip(&kinds)
+            .filter(|(_, k)| **k == Kind::ThreadStacks)
+            .map(|((_, s), _)| s.rss)
+            .sum();
+        (thread_stack_count(&self.maps, &kinds), rss)
+    }
 }
 
 /// Number of thread stacks found by the heuristic (the `rw-p` parts).
@@ -559,26 +572,27 @@ mod tests {
             m(2100 * M, 2102 * M, "rwxp", 2 * M),
             m(2102 * M, 2240 * M, "---p", 0),
         ];
-        let heap = reservation_of(&smaps, 128 * M).unwrap();
+        let st = Stretches::of(&smaps);
+        let heap = st.reservation(128 * M).unwrap();
         assert_eq!((heap.rss_bytes, heap.mappings), (30 * M, 2));
-        let class = reservation_of(&smaps, 1024 * M).unwrap();
+        let class = st.reservation(1024 * M).unwrap();
         assert_eq!((class.rss_bytes, class.mappings), (M / 2, 2));
-        assert_eq!(reservation_of(&smaps, 3 * M), None, "no such stretch");
-        assert_eq!(reservation_of(&smaps, 0), None);
-        let code = exec_stretch(&smaps).unwrap();
+        assert_eq!(st.reservation(3 * M), None, "no such stretch");
+        assert_eq!(st.reservation(0), None);
+        let code = st.exec().unwrap();
         assert_eq!(
             (code.size_bytes, code.rss_bytes, code.mappings),
             (102 * M, 3 * M, 3)
         );
         // Two stretches of the same size: the size does not tell which.
         let twice = vec![m(M, 65 * M, "rw-p", 1), m(101 * M, 165 * M, "rw-p", 1)];
-        assert_eq!(reservation_of(&twice, 64 * M), None);
+        assert_eq!(Stretches::of(&twice).reservation(64 * M), None);
         // Two glibc arena heaps side by side are no runtime's 128 MiB reservation.
         let arenas = vec![
             m(64 * M, 128 * M, "rw-p", 1),
             m(128 * M, 192 * M, "rw-p", 1),
         ];
-        assert_eq!(reservation_of(&arenas, 128 * M), None);
+        assert_eq!(Stretches::of(&arenas).reservation(128 * M), None);
     }
 
     #[test]

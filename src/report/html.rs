@@ -180,13 +180,16 @@ fn title_and_verdict(e: &Experiment, a: &Analysis, rec: &Recommendation) -> Mark
             p { (super::regions::REGIONS_HEADING) ":" }
             ul { @for t in &regions { li { (t) } } }
         }
-        @let requires = super::requires::require_lines(e, a);
-        @if !requires.is_empty() {
+        @let requires = super::requires::require_report(e, a);
+        @if !requires.variants.is_empty() {
             p { (super::requires::requires_heading(e)) ":" }
-            @for (top, items) in super::requires::require_trees(e, a) {
-                details.requires { summary { (top) } (require_items(&items)) }
+            @for v in &requires.variants {
+                details.requires { summary { (v.top) } (require_items(&v.items())) }
             }
-            ul { @for t in requires.iter().filter(|t| !t.starts_with(' ') && !t.contains(": TOP ") || t.contains(" against ")) { li { (t) } } }
+            ul {
+                @for t in requires.variants.iter().filter_map(|v| v.gems.as_ref()) { li { (t) } }
+                @for t in &requires.against { li { (t) } }
+            }
         }
         @let holes = super::holes::hole_lines(e, a);
         @if !holes.is_empty() {

@@ -107,14 +107,14 @@ fn merge(trees: &[&RequireTree]) -> Merged {
                 // A require first seen in this run goes after its parent's last descendant
                 // so far (depth-first order), not at the end under another parent.
                 let parent = &path[..path.len() - 1];
-                let at = m
-                    .order
-                    .iter()
-                    .rposition(|k| {
-                        k.starts_with(parent) && (k.len() > parent.len() || parent.is_empty())
-                    })
-                    .map_or(m.order.len(), |i| i + 1);
-                let at = if parent.is_empty() { m.order.len() } else { at };
+                let at = if parent.is_empty() {
+                    m.order.len()
+                } else {
+                    m.order
+                        .iter()
+                        .rposition(|k| k.starts_with(parent))
+                        .map_or(m.order.len(), |i| i + 1)
+                };
                 m.order.insert(at, path.clone());
             }
             e.grew.push(g);
@@ -155,10 +155,9 @@ fn trees<'a>(e: &'a Experiment, variant: &str) -> Vec<&'a RequireTree> {
         .collect()
 }
 
-/// A variant's tree as indented lines (the top first), pruned at [`CUT_OFF`].
-fn tree_lines(m: &Merged, cut: f64) -> Vec<String> {
-    pruned(m, cut)
-        .into_iter()
+/// A pruned tree as indented lines (the top first).
+fn indented(tree: Vec<(u32, String)>) -> Vec<String> {
+    tree.into_iter()
         .map(|(depth, label)| format!("{}{label}", "  ".repeat(depth as usize + 1)))
         .collect()
 }
@@ -245,33 +244,30 @@ fn nest(lines: &[(u32, String)]) -> Vec<Item> {
     out
 }
 
-/// Per variant with trees: its TOP line and its pruned tree, nested, for the HTML.
-pub(crate) fn require_trees(e: &Experiment, a: &Analysis) -> Vec<(String, Vec<Item>)> {
-    a.variants
-        .iter()
-        .filter_map(|s| {
-            let t = trees(e, &s.name);
-            if t.is_empty() {
-                return None;
-            }
-            let m = merge(&t);
-            Some((
-                format!(
-                    "{}: TOP {} ({} objects; {} run(s))",
-                    s.name,
-                    format_bytes(median(&m.top)),
-                    count(median(&m.top_objects)),
-                    m.runs
-                ),
-                nest(&pruned(&m, cut_off(e))),
-            ))
-        })
-        .collect()
+/// One variant's part of the report: its TOP line, its pruned tree as (depth, label), and
+/// its objects per gem.
+pub(crate) struct VariantRequires {
+    pub top: String,
+    pub tree: Vec<(u32, String)>,
+    pub gems: Option<String>,
 }
 
-/// Per variant: TOP and the tree; the objects per gem; against the baseline.
-pub(crate) fn require_lines(e: &Experiment, a: &Analysis) -> Vec<String> {
-    let mut out = Vec::new();
+impl VariantRequires {
+    /// The tree nested, for the HTML.
+    pub(crate) fn items(&self) -> Vec<Item> {
+        nest(&self.tree)
+    }
+}
+
+/// The require report: each variant's part, then each variant against the baseline. Every
+/// variant's trees are merged once here, for every format.
+pub(crate) struct RequireReport {
+    pub variants: Vec<VariantRequires>,
+    pub against: Vec<String>,
+}
+
+pub(crate) fn require_report(e: &Experiment, a: &Analysis) -> RequireReport {
+    let cut = cut_off(e);
     let merged: BTreeMap<&str, Merged> = a
         .variants
         .iter()
@@ -280,18 +276,11 @@ pub(crate) fn require_lines(e: &Experiment, a: &Analysis) -> Vec<String> {
             (!t.is_empty()).then(|| (s.name.as_str(), merge(&t)))
         })
         .collect();
+    let mut variants = Vec::new();
     for s in &a.variants {
         let Some(m) = merged.get(s.name.as_str()) else {
             continue;
         };
-        out.push(format!(
-            "{}: TOP {} ({} objects; {} run(s))",
-            s.name,
-            format_bytes(median(&m.top)),
-            count(median(&m.top_objects)),
-            m.runs
-        ));
-        out.extend(tree_lines(m, cut_off(e)));
         let mut gems: Vec<(&String, f64)> = m.gems.iter().map(|(g, v)| (g, median(v))).collect();
         gems.sort_by(|x, y| y.1.total_cmp(&x.1));
         let named: Vec<String> = gems
@@ -300,65 +289,92 @@ pub(crate) fn require_lines(e: &Experiment, a: &Analysis) -> Vec<String> {
             .filter(|(_, n)| *n > 0.0)
             .map(|(g, n)| format!("{g} {}", count(*n)))
             .collect();
-        if !named.is_empty() {
-            out.push(format!(
-                "{}: objects allocated per gem while loading (its files' own, not their requires'): {}",
+        variants.push(VariantRequires {
+            top: format!(
+                "{}: TOP {} ({} objects; {} run(s))",
                 s.name,
-                named.join(", ")
-            ));
+                format_bytes(median(&m.top)),
+                count(median(&m.top_objects)),
+                m.runs
+            ),
+            tree: pruned(m, cut),
+            gems: (!named.is_empty()).then(|| {
+                format!(
+                    "{}: objects allocated per gem while loading (its files' own, not their requires'): {}",
+                    s.name,
+                    named.join(", ")
+                )
+            }),
+        });
+    }
+    let mut against = Vec::new();
+    let base = &e.plan.baseline;
+    if let Some(b) = merged.get(base.as_str()) {
+        for s in a.variants.iter().filter(|s| s.name != *base) {
+            let Some(m) = merged.get(s.name.as_str()) else {
+                continue;
+            };
+            against.push(against_line(&s.name, base, m, b, cut));
         }
     }
-    let base = &e.plan.baseline;
-    let Some(b) = merged.get(base.as_str()) else {
-        return out;
-    };
-    for s in a.variants.iter().filter(|s| s.name != *base) {
-        let Some(m) = merged.get(s.name.as_str()) else {
-            continue;
-        };
-        let (mt, bt) = (median(&m.top), median(&b.top));
-        let interval = ratio_ci95(&m.top, &b.top, 0x5eed)
-            .map(|(_, (lo, hi))| {
-                format!(
-                    " [{:+.1}%, {:+.1}%]",
-                    100.0 * (lo - 1.0),
-                    100.0 * (hi - 1.0)
-                )
-            })
-            .unwrap_or_default();
-        // The nodes of the first two levels that moved most.
-        let mut moved: Vec<(String, f64)> = m
-            .nodes
-            .iter()
-            .filter(|(_, n)| n.depth <= 1)
-            .filter_map(|(k, n)| {
-                let bn = b.nodes.get(k)?;
-                let d = median(&n.grew) - median(&bn.grew);
-                (d.abs() >= cut_off(e)).then(|| (n.name.clone(), d))
-            })
-            .collect();
-        moved.sort_by(|x, y| y.1.abs().total_cmp(&x.1.abs()));
-        let moved: Vec<String> = moved
-            .iter()
-            .take(5)
-            .map(|(n, d)| format!("{n} {}", signed(*d)))
-            .collect();
-        out.push(format!(
-            "{} against {base}: TOP {} ({:+.1}%{interval}){}",
-            s.name,
-            signed(mt - bt),
-            if bt != 0.0 {
-                100.0 * (mt - bt) / bt
-            } else {
-                0.0
-            },
-            if moved.is_empty() {
-                String::new()
-            } else {
-                format!("; {}", moved.join(", "))
-            }
-        ));
+    RequireReport { variants, against }
+}
+
+/// One variant's TOP against the baseline's, with an interval, and the nodes of the first
+/// two levels that moved most.
+fn against_line(name: &str, base: &str, m: &Merged, b: &Merged, cut: f64) -> String {
+    let (mt, bt) = (median(&m.top), median(&b.top));
+    let interval = ratio_ci95(&m.top, &b.top, 0x5eed)
+        .map(|(_, (lo, hi))| {
+            format!(
+                " [{:+.1}%, {:+.1}%]",
+                100.0 * (lo - 1.0),
+                100.0 * (hi - 1.0)
+            )
+        })
+        .unwrap_or_default();
+    let mut moved: Vec<(String, f64)> = m
+        .nodes
+        .iter()
+        .filter(|(_, n)| n.depth <= 1)
+        .filter_map(|(k, n)| {
+            let bn = b.nodes.get(k)?;
+            let d = median(&n.grew) - median(&bn.grew);
+            (d.abs() >= cut).then(|| (n.name.clone(), d))
+        })
+        .collect();
+    moved.sort_by(|x, y| y.1.abs().total_cmp(&x.1.abs()));
+    let moved: Vec<String> = moved
+        .iter()
+        .take(5)
+        .map(|(n, d)| format!("{n} {}", signed(*d)))
+        .collect();
+    format!(
+        "{name} against {base}: TOP {} ({:+.1}%{interval}){}",
+        signed(mt - bt),
+        if bt != 0.0 {
+            100.0 * (mt - bt) / bt
+        } else {
+            0.0
+        },
+        if moved.is_empty() {
+            String::new()
+        } else {
+            format!("; {}", moved.join(", "))
+        }
+    )
+}
+
+/// Per variant: TOP and the tree; the objects per gem; against the baseline.
+pub(crate) fn require_lines(e: &Experiment, a: &Analysis) -> Vec<String> {
+    let r = require_report(e, a);
+    let mut out = Vec::new();
+    for v in r.variants {
+        out.push(v.top);
+        out.extend(indented(v.tree));
+        out.extend(v.gems);
     }
+    out.extend(r.against);
     out
 }
 
@@ -387,7 +403,7 @@ mod tests {
         let names: Vec<String> = m.order.iter().map(|k| k.join(">")).collect();
         assert_eq!(names, ["a", "a>b", "a>c", "d"]);
         // c is in one run of two: kept (half the runs), and under a.
-        let lines = tree_lines(&m, CUT_OFF);
+        let lines = indented(pruned(&m, CUT_OFF));
         assert_eq!(lines[2], "    c: 4.0 MiB (1 objects)", "{lines:?}");
     }
 
@@ -425,7 +441,7 @@ mod tests {
                 node(1, "medium", 1 << 20),
             ],
         };
-        let lines = tree_lines(&merge(&[&t]), CUT_OFF);
+        let lines = indented(pruned(&merge(&[&t]), CUT_OFF));
         assert_eq!(lines.len(), 2, "{lines:?}");
         assert!(lines[0].starts_with("  big: 10.0 MiB"), "{lines:?}");
         assert!(lines[1].starts_with("    medium: 1.0 MiB"), "{lines:?}");

@@ -216,8 +216,8 @@ pub fn mapped_figures(
     s: &Summary,
     smaps: &[(crate::linux::maps::Mapping, crate::linux::regions::MapStats)],
 ) -> Vec<Figure> {
-    use crate::linux::regions::{exec_stretch, reservation_of, thread_stacks_of};
     use FigureUnit::{Bytes, Count};
+    let stretches = crate::linux::regions::Stretches::of(smaps);
     let mut out: Vec<Figure> = Vec::new();
     for (category, key) in [("Java Heap", "java_heap"), ("Class", "class_space")] {
         let reserved = s
@@ -225,17 +225,17 @@ pub fn mapped_figures(
             .iter()
             .find(|c| c.name == category)
             .and_then(|c| c.mmap_reserved);
-        if let Some(f) = reserved.and_then(|r| reservation_of(smaps, r)) {
+        if let Some(f) = reserved.and_then(|r| stretches.reservation(r)) {
             out.push((format!("resident.{key}"), Bytes, f.rss_bytes));
         }
     }
     // The code cache: from its first executable mapping to its last (NMT's Code total
     // holds more than the code heap's reservation, so its size finds nothing).
-    if let Some(code) = exec_stretch(smaps) {
+    if let Some(code) = stretches.exec() {
         out.push(("resident.code_cache".into(), Bytes, code.rss_bytes));
         out.push(("mapped.code_cache".into(), Bytes, code.size_bytes));
     }
-    let (stacks, rss) = thread_stacks_of(smaps);
+    let (stacks, rss) = stretches.thread_stacks();
     out.push(("thread_stacks_mapped".into(), Count, stacks));
     out.push(("resident.thread_stacks".into(), Bytes, rss));
     out
