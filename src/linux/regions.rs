@@ -295,7 +295,10 @@ pub(crate) const HEAP_MAX: u64 = 64 << 20;
 
 /// glibc malloc heaps found from the mappings' shape alone (no memory read): a 64
 /// MiB-aligned anonymous `rw-p` mapping followed by its `---p` reserve up to 64 MiB, or a
-/// whole 64 MiB. An upper bound: another allocator's aligned mapping can look the same.
+/// whole 64 MiB that no `---p` reserve continues (a whole heap has none left; a runtime's
+/// larger reservation with its first 64 MiB committed — the JVM's Java heap of `-Xmx128m`
+/// grown to 64 MiB — does). An upper bound: another allocator's aligned mapping can look
+/// the same.
 pub fn heaps_from_maps(maps: &[Mapping]) -> Vec<(u64, u64)> {
     let mut ranges = Vec::new();
     for (i, m) in maps.iter().enumerate() {
@@ -303,10 +306,11 @@ pub fn heaps_from_maps(maps: &[Mapping]) -> Vec<(u64, u64)> {
             continue;
         }
         let len = m.end - m.start;
-        let reserve_follows = maps.get(i + 1).is_some_and(|n| {
-            n.start == m.end && n.path.is_none() && n.perms == "---p" && n.end == m.start + HEAP_MAX
-        });
-        if len == HEAP_MAX || (len < HEAP_MAX && reserve_follows) {
+        let next_reserve = maps
+            .get(i + 1)
+            .filter(|n| n.start == m.end && n.path.is_none() && n.perms == "---p");
+        let reserve_follows = next_reserve.is_some_and(|n| n.end == m.start + HEAP_MAX);
+        if (len == HEAP_MAX && next_reserve.is_none()) || (len < HEAP_MAX && reserve_follows) {
             ranges.push((m.start, m.start + HEAP_MAX));
         }
     }
@@ -593,6 +597,18 @@ mod tests {
             m(128 * M, 192 * M, "rw-p", 1),
         ];
         assert_eq!(Stretches::of(&arenas).reservation(128 * M), None);
+        // The JVM's Java heap of -Xmx128m at 0xf8000000 (64 MiB-aligned) grown to 64 MiB
+        // committed, as a loaded machine showed it: its reserve continues it, so it is no
+        // glibc heap, and the whole 128 MiB is found.
+        let java = vec![
+            m(3968 * M, 4032 * M, "rw-p", 40 * M),
+            m(4032 * M, 4094 * M, "---p", 0),
+            m(4094 * M, 4096 * M, "rw-p", M),
+        ];
+        let st = Stretches::of(&java);
+        assert!(st.heaps.is_empty(), "{:?}", st.heaps);
+        let heap = st.reservation(128 * M).unwrap();
+        assert_eq!((heap.rss_bytes, heap.mappings), (41 * M, 3));
     }
 
     #[test]
