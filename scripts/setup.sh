@@ -25,8 +25,9 @@ install_missing() {
 
 # The allocators memtrial compares (glibc's malloc is always there), and the C compiler
 # with glibc's static library that build.rs needs for the small spawner and the allocator
-# probe memtrial embeds (without a C compiler the build fails, naming what to install).
-install_missing libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0 gcc libc6-dev
+# probe memtrial embeds (without a C compiler the build fails, naming what to install);
+# glibc's full symbol table, where `--probe cpu` finds malloc.c's internal functions.
+install_missing libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0 gcc libc6-dev libc6-dbg
 
 if ! command -v cargo >/dev/null 2>&1; then
   for d in "$HOME/.cargo/bin" /root/.cargo/bin /usr/local/cargo/bin; do

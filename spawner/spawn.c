@@ -8,7 +8,8 @@
  * its normal build, embeds it and runs it from memory (see src/backend/spawn.rs, which
  * also holds the same logic in Rust as the fallback, and the protocol).
  *
- * argv: memtrial __memtrial-spawn <report fd> <n> K=V (n times) <program> <argv0> <args...>
+ * argv: memtrial __memtrial-spawn <report fd>[:<gate fd>] <n> K=V (n times) <program> <argv0>
+ * <args...>; with a gate, the workload is forked once memtrial writes to it or closes it.
  * Reports on <report fd>, one line each: "E <errno>" (exec failed) or "S <pid> <fork ns>"
  * (started; CLOCK_MONOTONIC just before the fork),
  * then "X c|s <code|signal> <user us> <sys us> <maxrss bytes> <minflt> <majflt> <exit ns>", where
@@ -51,7 +52,12 @@ int main(int argc, char **argv) {
         fputs("memtrial: __memtrial-spawn is memtrial's own; it is not for direct use\n", stderr);
         return 2;
     }
-    int report = atoi(argv[2]);
+    /* "<report fd>" or "<report fd>:<gate fd>": with a gate, the workload is forked only
+       once memtrial has written to it or closed it (a probe attaches to this process
+       first, and the workload inherits what it attached). */
+    char *rest = NULL;
+    int report = (int)strtol(argv[2], &rest, 10);
+    int gate = (rest && *rest == ':') ? atoi(rest + 1) : -1;
     long n = atol(argv[3]);
     if (n < 0 || 4 + n + 2 > argc) {
         fputs("memtrial: bad spawner arguments\n", stderr);
@@ -65,6 +71,12 @@ int main(int argc, char **argv) {
     char *program = argv[4 + n];
     char **wargv = &argv[5 + n];
 
+    if (gate >= 0) {
+        char go;
+        while (read(gate, &go, 1) < 0 && errno == EINTR)
+            ;
+        close(gate);
+    }
     int status_pipe[2];
     if (pipe2(status_pipe, O_CLOEXEC) != 0) {
         dprintf(report, "E %d\n", errno);

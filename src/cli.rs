@@ -198,8 +198,9 @@ pub struct RunArgs {
     pub pids_limit: Option<u64>,
     /// Turn on a probe inside the workload: allocator (on by default), ruby (GC.stat and
     /// YJIT through RUBYOPT), jvm (Native Memory Tracking through JAVA_TOOL_OPTIONS and
-    /// jcmd), require (what each Ruby require adds, through RUBYOPT). Repeatable or
-    /// comma-separated.
+    /// jcmd), require (what each Ruby require adds, through RUBYOPT), cpu (the allocator's
+    /// share of the CPU, from perf samples; root, or user space only with
+    /// kernel.perf_event_paranoid ≤ 2). Repeatable or comma-separated.
     #[arg(
         long = "probe",
         value_delimiter = ',',

@@ -52,11 +52,18 @@ pub(super) fn start(spec: LaunchSpec, cgroup: Option<RunCgroup>) -> Result<Launc
     super::become_subreaper();
     let (reports, report_w) = report_pipe().map_err(BackendError::Thread)?;
     let report_fd = report_w.as_raw_fd();
+    // The gate the spawner waits at, when something must attach to it first.
+    let gate = match &spec.at_gate {
+        Some(_) => Some(report_pipe().map_err(BackendError::Thread)?),
+        None => None,
+    };
+    let gate_fd = gate.as_ref().map(|(r, _)| r.as_raw_fd());
     // memtrial itself, started again as the spawner (see [`super::spawn`]).
     let mut cmd = Command::new(spawn::spawner_program());
     cmd.arg0("memtrial")
         .args(spawn::spawner_args(
             report_fd,
+            gate_fd,
             &spec.env,
             spec.program.as_os_str(),
             &spec.argv,
@@ -80,8 +87,10 @@ pub(super) fn start(spec: LaunchSpec, cgroup: Option<RunCgroup>) -> Result<Launc
             if let Some(r) = &nofile {
                 libc::setrlimit(libc::RLIMIT_NOFILE, r);
             }
-            if libc::fcntl(report_fd, libc::F_SETFD, 0) != 0 {
-                return Err(std::io::Error::last_os_error());
+            for fd in std::iter::once(report_fd).chain(gate_fd) {
+                if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
             }
             cgroup::join_self(&fds)
         });
@@ -105,6 +114,12 @@ pub(super) fn start(spec: LaunchSpec, cgroup: Option<RunCgroup>) -> Result<Launc
     // The spawner is reaped by wait4 below, never by std.
     drop(child);
     drop(report_w);
+    if let (Some((gate_r, gate_w)), Some(at_gate)) = (gate, spec.at_gate) {
+        drop(gate_r);
+        (at_gate.0)(pid);
+        // The end of the pipe opens the gate.
+        drop(gate_w);
+    }
     let mut reports = spawn::Reports::new(reports);
     let workload = match reports.next_report() {
         Some(Report::Started(workload, forked_ns)) => {

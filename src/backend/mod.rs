@@ -37,6 +37,20 @@ pub struct LaunchSpec {
     pub limits: Limits,
     /// Unique among the runs of this memtrial (the cgroup's name).
     pub name: String,
+    /// Called with the spawner's PID before it forks the workload (a backend that starts
+    /// workloads through the spawner holds it at a gate meanwhile); a backend that cannot
+    /// never calls it.
+    pub at_gate: Option<AtGate>,
+}
+
+/// What to do while the spawner waits at its gate: the CPU probe attaches its perf events
+/// to the spawner there, and the workload inherits them.
+pub struct AtGate(pub Box<dyn FnOnce(i32)>);
+
+impl std::fmt::Debug for AtGate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AtGate(..)")
+    }
 }
 
 /// How the root process ended.

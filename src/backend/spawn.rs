@@ -105,15 +105,22 @@ pub const SPAWN_ARG: &str = "__memtrial-spawn";
 /// The signals memtrial sends a run's process group to stop it.
 const STOP_SIGNALS: [i32; 4] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGQUIT];
 
-/// The spawner's arguments after [`SPAWN_ARG`]: `<report fd> <n env> K=V… <program>
-/// <argv0> <args…>`.
+/// The spawner's arguments after [`SPAWN_ARG`]: `<report fd>[:<gate fd>] <n env> K=V…
+/// <program> <argv0> <args…>`. With a gate, the spawner forks the workload only once
+/// memtrial has written to the gate or closed it: what memtrial attaches to the spawner
+/// meanwhile (the CPU probe's perf events) the workload inherits from its first instruction.
 pub(crate) fn spawner_args(
     report_fd: RawFd,
+    gate_fd: Option<RawFd>,
     env: &[(String, String)],
     program: &OsStr,
     argv: &[String],
 ) -> Vec<OsString> {
-    let mut a: Vec<OsString> = vec![SPAWN_ARG.into(), report_fd.to_string().into()];
+    let fds = match gate_fd {
+        Some(g) => format!("{report_fd}:{g}"),
+        None => report_fd.to_string(),
+    };
+    let mut a: Vec<OsString> = vec![SPAWN_ARG.into(), fds.into()];
     a.push(env.len().to_string().into());
     a.extend(env.iter().map(|(k, v)| OsString::from(format!("{k}={v}"))));
     a.push(program.to_os_string());
@@ -233,6 +240,7 @@ pub fn spawner_main(args: Vec<OsString>) -> Result<i32, NotForDirectUse> {
     let parsed = parse_args(args).ok_or(NotForDirectUse)?;
     let Parsed {
         report_fd,
+        gate_fd,
         env,
         program,
         argv,
@@ -260,6 +268,12 @@ pub fn spawner_main(args: Vec<OsString>) -> Result<i32, NotForDirectUse> {
         let _ = report.write_all(Report::ExecFailed(libc::EINVAL).line().as_bytes());
         return Ok(127);
     };
+    if let Some(g) = gate_fd {
+        // SAFETY: the descriptor was handed to us by memtrial for this purpose; any byte or
+        // the end of the pipe opens the gate.
+        let mut gate = unsafe { std::fs::File::from_raw_fd(g) };
+        let _ = gate.read(&mut [0u8; 1]);
+    }
     let mut status_pipe = [0; 2];
     // SAFETY: a valid array of two ints.
     if unsafe { libc::pipe2(status_pipe.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
@@ -321,6 +335,7 @@ pub fn spawner_main(args: Vec<OsString>) -> Result<i32, NotForDirectUse> {
 
 struct Parsed {
     report_fd: RawFd,
+    gate_fd: Option<RawFd>,
     env: Vec<Vec<u8>>,
     program: Vec<u8>,
     argv: Vec<Vec<u8>>,
@@ -329,7 +344,16 @@ struct Parsed {
 fn parse_args(args: Vec<OsString>) -> Option<Parsed> {
     let mut it = args.into_iter().map(OsStringExt::into_vec);
     let num = |b: Vec<u8>| String::from_utf8(b).ok()?.parse::<usize>().ok();
-    let report_fd = RawFd::try_from(num(it.next()?)?).ok()?;
+    let fds = String::from_utf8(it.next()?).ok()?;
+    let (report, gate) = match fds.split_once(':') {
+        Some((r, g)) => (r, Some(g)),
+        None => (fds.as_str(), None),
+    };
+    let report_fd = report.parse::<RawFd>().ok().filter(|fd| *fd >= 0)?;
+    let gate_fd = match gate {
+        Some(g) => Some(g.parse::<RawFd>().ok().filter(|fd| *fd >= 0)?),
+        None => None,
+    };
     let n_env = num(it.next()?)?;
     let env: Vec<Vec<u8>> = it.by_ref().take(n_env).collect();
     if env.len() != n_env {
@@ -342,6 +366,7 @@ fn parse_args(args: Vec<OsString>) -> Option<Parsed> {
     }
     Some(Parsed {
         report_fd,
+        gate_fd,
         env,
         program,
         argv,
@@ -480,6 +505,7 @@ mod tests {
     fn arguments_round_trip() {
         let a = spawner_args(
             5,
+            None,
             &[("A".into(), "1=2".into())],
             OsStr::new("/bin/echo"),
             &["echo".into(), "hi".into()],
@@ -490,6 +516,16 @@ mod tests {
         assert_eq!(p.env, vec![b"A=1=2".to_vec()]);
         assert_eq!(p.program, b"/bin/echo");
         assert_eq!(p.argv, vec![b"echo".to_vec(), b"hi".to_vec()]);
+        assert_eq!(p.gate_fd, None);
         assert!(parse_args(vec!["x".into()]).is_none());
+        let gated = spawner_args(5, Some(9), &[], OsStr::new("/bin/true"), &["true".into()]);
+        assert_eq!(gated[1], "5:9");
+        let p = parse_args(gated[1..].to_vec()).unwrap();
+        assert_eq!((p.report_fd, p.gate_fd), (5, Some(9)));
+        for bad in ["5:", ":9", "5:-1", "-5"] {
+            let mut a = gated[1..].to_vec();
+            a[0] = bad.into();
+            assert!(parse_args(a).is_none(), "{bad}");
+        }
     }
 }

@@ -122,6 +122,18 @@ pub(crate) fn check_outputs(o: &OutputArgs) -> Result<()> {
 /// What this memtrial starts workloads through and puts inside them, kept in the
 /// experiment's notes (both change a small program's figures); the fallback spawner, which
 /// can add memtrial's start-up pages to a small program's peak, is also said now.
+/// Refuses a probe that cannot work here, before anything runs; else its note.
+pub(crate) fn probe_preflight(plan: &memtrial::plan::Plan) -> Result<Vec<String>> {
+    let mut notes = Vec::new();
+    if plan.probes.kinds.contains(&memtrial::plan::ProbeKind::Cpu) {
+        match memtrial::probe::cpu::preflight() {
+            Ok(n) => notes.push(n),
+            Err(e) => bail!("--probe cpu: {e}"),
+        }
+    }
+    Ok(notes)
+}
+
 pub(super) fn tool_notes(plan: &memtrial::plan::Plan, ui: &Ui) -> Vec<String> {
     let (spawner, fallback) = memtrial::backend::spawn::spawner_note();
     if fallback {

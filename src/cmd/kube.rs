@@ -80,6 +80,7 @@ pub fn in_container_cmd(db: &Path, args: &RunArgs, index: u32, ui: &Ui) -> Resul
     }
     notes.extend(slot_notes(&plan, slot, index, slots.len(), &container));
     notes.extend(super::experiment::tool_notes(&plan, ui));
+    notes.extend(super::experiment::probe_preflight(&plan)?);
     for n in &notes[built.notes.len()..] {
         ui.note(&format!("note: {n}"));
     }

@@ -125,12 +125,14 @@ fn execute(db: &Path, input: PlanInput, output: &OutputArgs, ui: &Ui) -> Result<
     if let Some(s) = &plan.server {
         fit_fd_limit(s.connections, s.threads, ui)?;
     }
+    let probe_notes = super::experiment::probe_preflight(&plan)?;
     let mut store = Store::open(db)?;
     let host = HostInfo::detect();
     let isolation = isolation(&plan.limits, ui)?;
     let mut notes = built.notes.clone();
     notes.push(isolation_note(&isolation, &plan.limits));
     notes.extend(tool_notes(&plan, ui));
+    notes.extend(probe_notes);
     run_and_present(
         db,
         &mut store,

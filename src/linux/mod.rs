@@ -8,6 +8,8 @@ pub mod host;
 pub mod kept;
 pub mod ldso;
 pub mod maps;
+pub mod perf;
 pub mod proc;
 pub mod regions;
 pub mod safe_file;
+pub mod symbols;

@@ -170,14 +170,17 @@ pub enum ProbeKind {
     Jvm,
     /// What each Ruby `require` adds (RSS and objects), through `RUBYOPT`.
     Require,
+    /// Where the CPU time goes (the allocator's share), from perf's `cpu-clock` samples.
+    Cpu,
 }
 
 impl ProbeKind {
-    pub(crate) const ALL: [ProbeKind; 4] = [
+    pub(crate) const ALL: [ProbeKind; 5] = [
         ProbeKind::Allocator,
         ProbeKind::Ruby,
         ProbeKind::Jvm,
         ProbeKind::Require,
+        ProbeKind::Cpu,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -186,6 +189,7 @@ impl ProbeKind {
             ProbeKind::Ruby => "ruby",
             ProbeKind::Jvm => "jvm",
             ProbeKind::Require => "require",
+            ProbeKind::Cpu => "cpu",
         }
     }
 

@@ -16,6 +16,7 @@
 pub mod allocator;
 mod background;
 pub mod cgroup;
+pub mod cpu;
 pub mod files;
 mod holes;
 pub mod jvm;
@@ -33,6 +34,7 @@ use crate::record::RunRecord;
 
 pub use allocator::AllocatorProbe;
 pub use cgroup::CgroupProbe;
+pub use cpu::CpuProbe;
 pub use jvm::JvmProbe;
 pub use pss::PssProbe;
 pub use regions::RegionsProbe;
@@ -82,6 +84,12 @@ pub trait Probe: Send {
     fn instrument(&mut self, _env: &mut Vec<(String, String)>) {}
     /// Before launch, after every probe has instrumented: the environment the workload gets.
     fn launching(&mut self, _env: &[(String, String)]) {}
+    /// Before launch: what to do with the spawner's PID while it waits to fork the workload
+    /// (attach something the workload then inherits from its first instruction). A probe
+    /// whose closure is never called (a backend without a spawner) has nothing attached.
+    fn at_gate(&mut self) -> Option<Box<dyn FnOnce(i32)>> {
+        None
+    }
     /// The run's helper processes: a probe that starts a process of its own (the JVM
     /// probe's `jcmd`) hides it there, so that the tree sampler leaves it out.
     fn share_helpers(&mut self, _helpers: &Helpers) {}

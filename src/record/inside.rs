@@ -22,6 +22,58 @@ pub struct InsideView {
     /// The require probe's tree, when it was on and a Ruby process wrote one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requires: Option<RequireTree>,
+    /// The CPU probe's samples, when it was on and attached.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<CpuView>,
+}
+
+/// Where the workload's CPU time went, from timer samples of all its threads (perf's
+/// `cpu-clock`): how many landed in the allocator's code.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct CpuView {
+    /// Samples per second of each thread's CPU time.
+    pub rate_hz: u64,
+    /// Whether samples in the kernel were taken (else user space only).
+    pub kernel_included: bool,
+    /// The workload's samples (memtrial's spawner left out).
+    pub samples: u64,
+    /// Of them, in the allocator's code: its library's, or glibc's `malloc.c`.
+    pub allocator: u64,
+    /// In the kernel (system calls, page faults, …).
+    pub kernel: u64,
+    /// In a process that ended before its mappings were read, or outside any mapping.
+    pub unattributed: u64,
+    /// Samples the kernel dropped (a ring full between two reads).
+    pub lost: u64,
+    /// Where the samples landed, by object (`libc.so.6 (malloc.c)`, `libjemalloc.so.2`,
+    /// `ruby`, `[kernel]`, …), most first, at most [`CpuView::PLACES`].
+    pub places: Vec<CpuPlace>,
+    /// How glibc's allocator code was found, or why it was not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+    /// Seconds memtrial's sampling thread spent reading and attributing the samples (the
+    /// kernel's cost of taking them is the benchmark's to measure).
+    pub own_seconds: f64,
+}
+
+impl CpuView {
+    /// Places kept per run.
+    pub const PLACES: usize = 16;
+
+    /// The allocator's share of the attributed samples, if there are any.
+    pub fn allocator_share(&self) -> Option<f64> {
+        let attributed = self.samples.saturating_sub(self.unattributed);
+        (attributed > 0).then(|| self.allocator as f64 / attributed as f64)
+    }
+}
+
+/// Samples in one object.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct CpuPlace {
+    pub name: String,
+    pub samples: u64,
+    /// Part of the allocator.
+    pub allocator: bool,
 }
 
 /// What each require of a Ruby process loaded: one node per file loaded, depth-first.

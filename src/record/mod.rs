@@ -17,8 +17,9 @@ use crate::linux::cgroup::CgroupFigures;
 use crate::linux::host::HostInfo;
 use crate::plan::Plan;
 pub use inside::{
-    Absence, AllocatorPoint, AllocatorView, ArenaHoles, FigureUnit, HoleClass, HolePart, Holes,
-    InsideView, RequireNode, RequireTree, RuntimeFigure, RuntimeSeries, RuntimeView,
+    Absence, AllocatorPoint, AllocatorView, ArenaHoles, CpuPlace, CpuView, FigureUnit, HoleClass,
+    HolePart, Holes, InsideView, RequireNode, RequireTree, RuntimeFigure, RuntimeSeries,
+    RuntimeView,
 };
 pub use load::LoadFigures;
 

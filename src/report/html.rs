@@ -196,6 +196,11 @@ fn title_and_verdict(e: &Experiment, a: &Analysis, rec: &Recommendation) -> Mark
             p { (super::holes::HOLES_HEADING) ":" }
             ul { @for t in &holes { li { (t) } } }
         }
+        @let cpu = super::cpu::cpu_lines(e, a);
+        @if !cpu.is_empty() {
+            p { (super::cpu::cpu_heading(e)) ":" }
+            ul { @for t in &cpu { li { (t) } } }
+        }
     }
 }
 

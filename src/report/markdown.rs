@@ -154,6 +154,13 @@ pub fn render(e: &Experiment, a: &Analysis, rec: &Recommendation) -> String {
             out.push_str(&format!("- {}\n", md(&t)));
         }
     }
+    let cpu = super::cpu::cpu_lines(e, a);
+    if !cpu.is_empty() {
+        out.push_str(&format!("\n{}:\n", md(&super::cpu::cpu_heading(e))));
+        for t in cpu {
+            out.push_str(&format!("- {}\n", md(&t)));
+        }
+    }
     let runtimes = super::table::runtime_lines(e, a);
     if !runtimes.is_empty() {
         out.push_str(

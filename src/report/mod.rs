@@ -7,6 +7,7 @@ pub mod csv;
 /// Escaping for terminals, shells and HTML lives at the bottom layer (analysis quotes a
 /// Dockerfile line with it); reachable here as before.
 pub use crate::escape;
+pub(crate) mod cpu;
 pub(crate) mod holes;
 pub mod hosts;
 pub mod html;

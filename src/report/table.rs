@@ -176,6 +176,15 @@ pub fn render(e: &Experiment, a: &Analysis, color: bool) -> String {
             out.push('\n');
         }
     }
+    let cpu = super::cpu::cpu_lines(e, a);
+    if !cpu.is_empty() {
+        out.push_str(&format!("\n{}:\n", super::cpu::cpu_heading(e)));
+        for t in cpu {
+            out.push_str("  ");
+            out.push_str(&terminal(&t));
+            out.push('\n');
+        }
+    }
     let runtimes = runtime_lines(e, a);
     if !runtimes.is_empty() {
         out.push_str(

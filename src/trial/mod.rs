@@ -99,6 +99,7 @@ pub(crate) fn default_probes(
             ProbeKind::Require => probes.push(Box::new(crate::probe::RequireProbe::new(
                 dir.join("require"),
             ))),
+            ProbeKind::Cpu => probes.push(Box::new(crate::probe::CpuProbe::new())),
         }
     }
     probes
@@ -394,8 +395,21 @@ fn prepare(
         stderr: open(&record.stderr_path)?,
         limits: plan.limits.clone(),
         name: crate::linux::cgroup::run_group_name(spec.seq),
+        at_gate: at_gate(probes),
     };
     Ok((launch, port))
+}
+
+/// What the probes attach to the spawner before it forks the workload, all in one.
+fn at_gate(probes: &mut [Box<dyn Probe>]) -> Option<crate::backend::AtGate> {
+    let each: Vec<Box<dyn FnOnce(i32)>> = probes.iter_mut().filter_map(|p| p.at_gate()).collect();
+    (!each.is_empty()).then(|| {
+        crate::backend::AtGate(Box::new(move |pid| {
+            for f in each {
+                f(pid);
+            }
+        }))
+    })
 }
 
 /// The run's clock: samples densely at the start and backing off to the plan's interval

@@ -4,6 +4,7 @@
 mod bad_input;
 mod cgroup_v2;
 mod common;
+mod cpu;
 mod evidence;
 mod exporter;
 mod exporter_trust;

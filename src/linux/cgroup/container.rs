@@ -103,29 +103,29 @@ pub fn parse_cfs(quota_text: &str, period_text: &str) -> Result<Option<CpuQuota>
 
 /// The number of CPUs in a list such as `0-3,8,10-11`.
 pub fn cpu_list_count(text: &str) -> Result<u32, ContainerError> {
+    Ok(cpu_list(text)?.len() as u32)
+}
+
+/// The kernel never numbers CPUs beyond this (`CONFIG_NR_CPUS` is at most 8192).
+const MAX_CPUS: u32 = 1 << 16;
+
+/// The CPUs of a list such as `0-3,8,10-11`, in its order.
+pub fn cpu_list(text: &str) -> Result<Vec<u32>, ContainerError> {
     let err = || ContainerError::Parse {
         what: "CPU list",
         reason: format!("{:?}", text.trim()),
     };
-    let mut n = 0u32;
+    let mut out = Vec::new();
     for part in text.trim().split(',').filter(|p| !p.is_empty()) {
-        match part.split_once('-') {
-            Some((a, b)) => {
-                let a: u32 = a.parse().map_err(|_| err())?;
-                let b: u32 = b.parse().map_err(|_| err())?;
-                if b < a {
-                    return Err(err());
-                }
-                let count = (b - a).checked_add(1).ok_or_else(err)?;
-                n = n.checked_add(count).ok_or_else(err)?;
-            }
-            None => {
-                part.parse::<u32>().map_err(|_| err())?;
-                n = n.checked_add(1).ok_or_else(err)?;
-            }
+        let (a, b) = part.split_once('-').unwrap_or((part, part));
+        let a: u32 = a.parse().map_err(|_| err())?;
+        let b: u32 = b.parse().map_err(|_| err())?;
+        if b < a || b >= MAX_CPUS || out.len() as u32 + (b - a) >= MAX_CPUS {
+            return Err(err());
         }
+        out.extend(a..=b);
     }
-    Ok(n)
+    Ok(out)
 }
 
 /// `Cpus_allowed_list` of `/proc/PID/status`: the affinity mask.
@@ -402,6 +402,12 @@ mod tests {
         assert_eq!(cpu_list_count("5").unwrap(), 1);
         assert!(cpu_list_count("3-1").is_err());
         assert!(cpu_list_count("a").is_err());
+        assert_eq!(cpu_list("0-2,5\n").unwrap(), vec![0, 1, 2, 5]);
+        assert!(cpu_list("").unwrap().is_empty());
+        assert!(
+            cpu_list("0-4294967295").is_err(),
+            "no range beyond any kernel's CPUs"
+        );
         let status = "Name:\tx\nCpus_allowed:\t3\nCpus_allowed_list:\t0-1\nMems_allowed:\t1\n";
         assert_eq!(status_cpus_allowed(status).as_deref(), Some("0-1"));
     }

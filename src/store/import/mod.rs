@@ -371,6 +371,7 @@ mod tests {
                 }
                 if let Some(i) = run["inside"].as_object_mut() {
                     i.remove("requires");
+                    i.remove("cpu");
                 }
             }
         }
