@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::analysis::stats::{median, ratio_ci95};
+use crate::analysis::stats::{median, median_ci95, ratio_ci95};
 use crate::analysis::Analysis;
 use crate::record::{Experiment, RequireTree, RunRecord};
 use crate::units::format_bytes;
@@ -12,7 +12,7 @@ use crate::units::format_bytes;
 /// The heading of the lines, in every format.
 pub(crate) fn requires_heading(e: &Experiment) -> String {
     format!(
-        "what does each require cost? (resident bytes each require added while it and what it required loaded, from /proc/self/statm around it; medians over runs; requires under {} left out)",
+        "what does each require cost? (resident bytes each require added while it and what it required loaded, from /proc/self/statm around it; medians over runs, with 95% intervals from 3 runs; requires under {} left out)",
         match cut_off(e) {
             c if c >= 0.05 * 1048576.0 => format!("{:.1} MiB", c / 1048576.0),
             c => format_bytes(c),
@@ -200,10 +200,17 @@ fn pruned(m: &Merged, cut: f64) -> Vec<(u32, String)> {
                 }
             )
         };
+        // From 3 runs, the median's interval over runs.
+        let interval = if n.grew.len() >= 3 {
+            let (lo, hi) = median_ci95(&n.grew, 0x5eed);
+            format!(" [{}, {}]", format_bytes(lo), format_bytes(hi))
+        } else {
+            String::new()
+        };
         out.push((
             n.depth,
             format!(
-                "{}: {} ({} objects){also}",
+                "{}: {}{interval} ({} objects){also}",
                 n.name,
                 format_bytes(g),
                 count(median(&n.objects))
