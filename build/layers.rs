@@ -23,7 +23,7 @@ pub const LAYERS: &[&[&str]] = &[
     // Starting and reaping workloads; rendering analyses.
     &["backend", "report"],
     // One trial; live diagnosis of a process; the Kubernetes Job.
-    &["trial", "inspect", "kube"],
+    &["trial", "inspect", "kube", "judge"],
     // A whole experiment; the fleet exporter.
     &["runner", "exporter"],
 ];

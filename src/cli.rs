@@ -73,6 +73,10 @@ pub enum Command {
     /// Serve Prometheus metrics for the processes matching a regex: RSS, PSS, USS, swap,
     /// threads, allocator, glibc arenas against their limit, CPU quota, the arena pitfall.
     Exporter(ExporterArgs),
+    /// Judge the fleet from Prometheus: a baseline and variant groups (label selectors), or
+    /// one selector before and after a moment; memory per pod and time block, each group's
+    /// median, ratios to the baseline with intervals, and a verdict.
+    Judge(JudgeArgs),
     /// The plan as a Kubernetes Indexed Job, one pod per run under the production pod's
     /// limits (YAML on standard output); `kube collect NAME` gathers the pods' records.
     Kube(KubeArgs),
@@ -404,6 +408,51 @@ pub struct LoadArgs {
     #[arg(long, value_name = "DURATION")]
     pub timeout: Option<String>,
     /// Write the result as JSON to FILE ('-' for standard output).
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+}
+
+/// `memtrial judge`.
+#[derive(Debug, Args)]
+pub struct JudgeArgs {
+    /// The Prometheus server: http://HOST:PORT.
+    #[arg(long, value_name = "URL")]
+    pub prometheus: String,
+    /// The baseline group's label matchers, e.g. 'deployment="web",variant="glibc"'.
+    #[arg(long, value_name = "SELECTOR", required_unless_present = "selector")]
+    pub baseline: Option<String>,
+    /// A group to compare with the baseline: NAME=SELECTOR. Repeatable.
+    #[arg(long = "variant", value_name = "NAME=SELECTOR", requires = "baseline")]
+    pub variants: Vec<String>,
+    /// One group judged before and after a moment (with --before and --after).
+    #[arg(long, value_name = "SELECTOR", conflicts_with_all = ["baseline", "variants"], requires = "before")]
+    pub selector: Option<String>,
+    /// With --selector: the moment and the window before it, TIME/DURATION
+    /// (2026-11-01T00:00:00Z/7d).
+    #[arg(long, value_name = "TIME/DURATION", requires = "selector")]
+    pub before: Option<String>,
+    /// With --before: the window after the moment [default: as long as the one before].
+    #[arg(long, value_name = "DURATION", requires = "before")]
+    pub after: Option<String>,
+    /// The window judged, ending at --until: 1s to 400d.
+    #[arg(long, default_value = "24h", value_name = "DURATION")]
+    pub since: String,
+    /// The window's end (RFC 3339) [default: now].
+    #[arg(long, value_name = "TIME")]
+    pub until: Option<String>,
+    /// The memory metric [default: the first of container_memory_working_set_bytes,
+    /// memtrial_process_resident_bytes, memtrial_group_cgroup_working_set_bytes,
+    /// memtrial_group_resident_bytes, process_resident_memory_bytes with the baseline's
+    /// series].
+    #[arg(long, value_name = "NAME")]
+    pub metric: Option<String>,
+    /// The time block per pod [default: 1h for windows of 12h or more, else a twelfth].
+    #[arg(long, value_name = "DURATION")]
+    pub block: Option<String>,
+    /// Left out at the start of a pod that started in the window [default: one block].
+    #[arg(long, value_name = "DURATION")]
+    pub warmup: Option<String>,
+    /// Also write the judgement as JSON to FILE ('-' for standard output).
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
 }

@@ -9,6 +9,7 @@ pub mod backend;
 pub mod escape;
 pub mod exporter;
 pub mod inspect;
+pub mod judge;
 pub mod kube;
 pub mod linux;
 pub mod load;

@@ -10,6 +10,7 @@
 //! command's module (`kube` takes `run`'s flags-to-plan step and `report`'s import).
 
 mod experiment;
+mod judge;
 mod kube;
 mod report;
 mod resume;
@@ -46,6 +47,7 @@ pub fn dispatch(cli: Cli) -> Result<Outcome> {
         Command::Load(args) => tools::load_cmd(args, &ui),
         Command::Exporter(args) => tools::exporter_cmd(args, &ui),
         Command::Kube(args) => kube::kube_cmd(db, args, &ui),
+        Command::Judge(args) => judge::judge_cmd(args, &ui),
     }
 }
 

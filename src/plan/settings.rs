@@ -73,6 +73,12 @@ pub const INSPECT_WATCH: DurationRange = DurationRange::new(millis(1), secs(7 * 
 pub const EXPORTER_BUDGET: DurationRange = DurationRange::new(millis(1), secs(60));
 /// `exporter --max-age`: how old a cached costly figure may be before it is read again.
 pub const EXPORTER_MAX_AGE: DurationRange = DurationRange::up_to(secs(DAY));
+/// `judge --since`, `--before`'s and `--after`'s windows.
+pub const JUDGE_WINDOW: DurationRange = DurationRange::new(secs(1), secs(400 * DAY));
+/// `judge --block`.
+pub const JUDGE_BLOCK: DurationRange = DurationRange::new(secs(1), secs(30 * DAY));
+/// `judge --warmup`.
+pub const JUDGE_WARMUP: DurationRange = DurationRange::up_to(secs(30 * DAY));
 
 /// `workload fragment --threads`.
 pub const FRAGMENT_THREADS: (usize, usize) = (1, 1024);

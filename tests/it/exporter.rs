@@ -143,7 +143,7 @@ fn urlencode(s: &str) -> String {
 }
 
 /// An instant query to Prometheus: the value of its only sample, once there is one.
-fn query(prom: SocketAddr, q: &str) -> Option<f64> {
+pub(crate) fn query(prom: SocketAddr, q: &str) -> Option<f64> {
     let (code, body) = http_get(prom, &format!("/api/v1/query?query={}", urlencode(q))).ok()?;
     if code != 200 {
         return None;
@@ -154,6 +154,35 @@ fn query(prom: SocketAddr, q: &str) -> Option<f64> {
         return None;
     }
     result[0]["value"][1].as_str()?.parse().ok()
+}
+
+/// Debian's Prometheus on a free loopback port, scraping `target` every second, its data
+/// and log (`prometheus.log`) in `dir`.
+pub(crate) fn start_prometheus(dir: &Path, target: SocketAddr) -> (Killed, SocketAddr) {
+    let prom_addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let config = dir.join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: memtrial\n    static_configs:\n      - targets: ['{target}']\n"
+        ),
+    )
+    .unwrap();
+    let log = std::fs::File::create(dir.join("prometheus.log")).unwrap();
+    let prom = Killed(
+        Command::new("/usr/bin/prometheus")
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("data").display()
+            ))
+            .arg(format!("--web.listen-address={prom_addr}"))
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start prometheus"),
+    );
+    (prom, prom_addr)
 }
 
 pub(crate) fn wait_for(what: &str, secs: u64, mut f: impl FnMut() -> Option<f64>) -> f64 {
@@ -183,30 +212,7 @@ fn prometheus_scrapes_the_exporter_and_the_figures_match_proc() {
     );
     let pid = fixture.pid();
     let exporter = start_exporter(&memtrial(), &["--match", &format!("^{name}$")], &[]);
-    let prom_addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let config = dir.path().join("prometheus.yml");
-    std::fs::write(
-        &config,
-        format!(
-            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: memtrial\n    static_configs:\n      - targets: ['{}']\n",
-            exporter.addr
-        ),
-    )
-    .unwrap();
-    let log = std::fs::File::create(dir.path().join("prometheus.log")).unwrap();
-    let _prom = Killed(
-        Command::new("/usr/bin/prometheus")
-            .arg(format!("--config.file={}", config.display()))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                dir.path().join("data").display()
-            ))
-            .arg(format!("--web.listen-address={prom_addr}"))
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("start prometheus"),
-    );
+    let (_prom, prom_addr) = start_prometheus(dir.path(), exporter.addr);
     let g = format!("{{group=\"{name}\"}}");
     let threads = wait_for("scraped series in Prometheus", 60, || {
         query(prom_addr, &format!("memtrial_group_threads{g}"))

@@ -12,6 +12,7 @@ mod forking;
 mod import;
 mod inside;
 mod inspect;
+mod judge;
 mod jvm_probe;
 mod kube;
 mod kube_trust;

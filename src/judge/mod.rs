@@ -1,0 +1,329 @@
+//! `memtrial judge`: a baseline and variant groups of a fleet compared from Prometheus, with
+//! the statistics of a local trial made fit for time series ([`blocks`]): per pod and time
+//! block a median, a group's figure the median of those, each variant's ratio to the
+//! baseline with a bootstrap interval, and a verdict that never outruns the data ("too
+//! little data: N more blocks").
+//!
+//! Groups are label selectors over one memory metric: cAdvisor's
+//! `container_memory_working_set_bytes` (what the kubelet evicts on), memtrial's exporter's
+//! per-process or per-group series, or any the user names. One selector can also be judged
+//! before and after a moment (a rollout), each side its own window.
+
+pub mod blocks;
+pub mod prom;
+
+use serde::Serialize;
+
+use blocks::{Cells, MIN_BLOCKS};
+use prom::{Prometheus, MAX_POINTS};
+
+/// The memory metrics tried in order when none is named.
+pub const METRICS: &[&str] = &[
+    "container_memory_working_set_bytes",
+    "memtrial_process_resident_bytes",
+    "memtrial_group_cgroup_working_set_bytes",
+    "memtrial_group_resident_bytes",
+    "process_resident_memory_bytes",
+];
+
+/// Points aimed at per series: fine enough for hourly blocks over a week.
+const POINTS: u64 = 1000;
+
+/// One group: a name, its selector, its window (Unix seconds).
+#[derive(Debug, Clone)]
+pub struct Group {
+    pub name: String,
+    pub selector: String,
+    pub start: f64,
+    pub end: f64,
+}
+
+/// What to judge. The first group is the baseline.
+#[derive(Debug, Clone)]
+pub struct JudgeSpec {
+    pub prometheus: String,
+    pub groups: Vec<Group>,
+    pub metric: Option<String>,
+    /// Seconds; `None`: an hour for a window of 12 hours or more, else a twelfth of it.
+    pub block: Option<f64>,
+    /// Seconds left out of a pod that started in the window; `None`: one block.
+    pub warmup: Option<f64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Judgement {
+    pub prometheus: String,
+    pub metric: String,
+    pub step_seconds: u64,
+    pub block_seconds: f64,
+    pub warmup_seconds: f64,
+    pub groups: Vec<GroupResult>,
+    pub notes: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct GroupResult {
+    pub name: String,
+    pub selector: String,
+    pub start: String,
+    pub end: String,
+    pub pods: usize,
+    pub blocks: usize,
+    pub blocks_with_data: usize,
+    pub samples: usize,
+    /// Pods that started in the window, their warm-up left out.
+    pub warmed_pods: usize,
+    /// The median over pods and blocks of the metric.
+    pub median: Option<f64>,
+    /// Against the baseline (absent for the baseline).
+    pub ratio: Option<f64>,
+    pub ci95: Option<[f64; 2]>,
+    /// `baseline`, `lower`, `higher`, `no_significant_difference`, `too_little_data`.
+    pub verdict: String,
+    pub says: String,
+}
+
+/// A selector as the user gives it, checked for what would break the query's shape.
+pub fn check_selector(flag: &str, s: &str) -> Result<(), String> {
+    let t = s.trim();
+    if t.is_empty() {
+        return Err(format!(
+            "{flag}: give a label selector, e.g. 'deployment=\"web\"'"
+        ));
+    }
+    if t.contains(['{', '}', '\n', '\r']) || t.len() > 2000 {
+        return Err(format!(
+            "{flag} {s:?}: give the label matchers only, without braces or line breaks \
+             (e.g. 'deployment=\"web\",variant=\"glibc\"'), at most 2000 characters"
+        ));
+    }
+    Ok(())
+}
+
+fn rfc3339(t: f64) -> String {
+    let at = std::time::UNIX_EPOCH + std::time::Duration::from_secs_f64(t.max(0.0));
+    humantime::format_rfc3339_seconds(at).to_string()
+}
+
+fn window_text(g: &Group) -> String {
+    format!("{} – {}", rfc3339(g.start), rfc3339(g.end))
+}
+
+/// Runs the queries and judges. `progress` hears what is being asked.
+pub fn judge(spec: &JudgeSpec, progress: &mut dyn FnMut(&str)) -> Result<Judgement, String> {
+    let prom = Prometheus::new(&spec.prometheus)?;
+    let base = spec.groups.first().ok_or("no baseline group")?;
+    let longest = spec
+        .groups
+        .iter()
+        .map(|g| g.end - g.start)
+        .fold(0.0f64, f64::max);
+    let step = ((longest / POINTS as f64).ceil() as u64)
+        .max((longest / (MAX_POINTS - 1) as f64).ceil() as u64)
+        .max(1);
+    let block = spec.block.unwrap_or(if longest >= 12.0 * 3600.0 {
+        3600.0
+    } else {
+        (longest / 12.0).max(step as f64)
+    });
+    if block < step as f64 {
+        return Err(format!(
+            "--block {block} s is shorter than the query's step ({step} s for a {longest:.0} s \
+             window): give a longer block or a shorter window"
+        ));
+    }
+    let warmup = spec.warmup.unwrap_or(block);
+    let query = |metric: &str, g: &Group| format!("{metric}{{{}}}", g.selector.trim());
+    // The metric: the named one, or the first that has the baseline's series.
+    let metric = match &spec.metric {
+        Some(m) => m.clone(),
+        None => {
+            let mut found = None;
+            for m in METRICS {
+                progress(&format!("looking for {m} of the baseline"));
+                let s = prom
+                    .query_range(&query(m, base), base.start, base.end, step)
+                    .map_err(|e| e.to_string())?;
+                if s.iter().any(|s| !s.points.is_empty()) {
+                    found = Some(m.to_string());
+                    break;
+                }
+            }
+            found.ok_or_else(|| {
+                format!(
+                    "the baseline's selector {{{}}} matches no series of any memory metric memtrial \
+                     knows ({}) in {}: check the selector, or name the metric with --metric",
+                    base.selector,
+                    METRICS.join(", "),
+                    window_text(base)
+                )
+            })?
+        }
+    };
+    let mut cells: Vec<Cells> = Vec::new();
+    for g in &spec.groups {
+        let q = query(&metric, g);
+        progress(&format!("{}: {q}", g.name));
+        let series = prom
+            .query_range(&q, g.start, g.end, step)
+            .map_err(|e| e.to_string())?;
+        if series.iter().all(|s| s.points.is_empty()) {
+            return Err(format!(
+                "{}: {q} matches no series in {} (Prometheus {}): check the selector and the window",
+                g.name,
+                window_text(g),
+                prom.url()
+            ));
+        }
+        let n = ((g.end - g.start) / block).ceil().max(1.0) as usize;
+        cells.push(blocks::cells(
+            &series,
+            g.start,
+            block,
+            n,
+            step as f64,
+            warmup,
+        ));
+    }
+    let mut groups = Vec::new();
+    let b = &cells[0];
+    for (i, (g, c)) in spec.groups.iter().zip(&cells).enumerate() {
+        let paired = g.start == base.start && g.end == base.end;
+        let have = c.blocks_with_data().min(b.blocks_with_data());
+        let (ratio, ci, verdict, says) = if i == 0 {
+            (
+                None,
+                None,
+                "baseline".to_string(),
+                "the baseline".to_string(),
+            )
+        } else if have < MIN_BLOCKS {
+            let more = MIN_BLOCKS - have;
+            (
+                None,
+                None,
+                "too_little_data".into(),
+                format!(
+                    "too little data: {more} more block(s) of {} with data in both groups needed",
+                    crate::units::format_seconds(block)
+                ),
+            )
+        } else {
+            match blocks::ratio(c, b, paired, 0x1d6e + i as u64) {
+                None => (
+                    None,
+                    None,
+                    "too_little_data".into(),
+                    "too little data for an interval".into(),
+                ),
+                Some((r, (lo, hi))) => {
+                    let (v, s) = if hi < 1.0 {
+                        ("lower", "lower than the baseline, significantly")
+                    } else if lo > 1.0 {
+                        ("higher", "higher than the baseline, significantly")
+                    } else {
+                        (
+                            "no_significant_difference",
+                            "no significant difference (the interval includes 1)",
+                        )
+                    };
+                    (
+                        Some(r),
+                        Some([lo, hi]),
+                        v.to_string(),
+                        format!("{r:.2}× [{lo:.2}, {hi:.2}]: {s}"),
+                    )
+                }
+            }
+        };
+        groups.push(GroupResult {
+            name: g.name.clone(),
+            selector: g.selector.clone(),
+            start: rfc3339(g.start),
+            end: rfc3339(g.end),
+            pods: c.pods.len(),
+            blocks: c.blocks(),
+            blocks_with_data: c.blocks_with_data(),
+            samples: c.samples,
+            warmed_pods: c.warmed,
+            median: c.figure(),
+            ratio,
+            ci95: ci,
+            verdict,
+            says,
+        });
+    }
+    let mut notes = Vec::new();
+    for g in groups.iter().skip(1) {
+        let (p, bp) = (g.pods.max(1) as f64, groups[0].pods.max(1) as f64);
+        if p / bp > 3.0 || bp / p > 3.0 {
+            notes.push(format!(
+                "{} has {} pod(s) against the baseline's {}: groups of very different size",
+                g.name, g.pods, groups[0].pods
+            ));
+        }
+        let (c, bc) = (g.blocks_with_data, groups[0].blocks_with_data);
+        if c * 2 < bc || bc * 2 < c {
+            notes.push(format!(
+                "{} has data in {c} block(s) against the baseline's {bc}: very different coverage",
+                g.name
+            ));
+        }
+    }
+    Ok(Judgement {
+        prometheus: prom.url().to_string(),
+        metric,
+        step_seconds: step,
+        block_seconds: block,
+        warmup_seconds: warmup,
+        groups,
+        notes,
+    })
+}
+
+/// The judgement as text.
+pub fn text(j: &Judgement) -> String {
+    use crate::units::{format_bytes, format_seconds};
+    let bytes = j.metric.ends_with("_bytes");
+    let mut out = format!(
+        "memory from {} (Prometheus {}; step {} s; per pod, the median of each block of {}; a \
+         pod that started in the window loses its first {}; the group's figure is the median \
+         of its pods' blocks; intervals from a bootstrap over pods and runs of neighbouring \
+         blocks)\n\n",
+        j.metric,
+        j.prometheus,
+        j.step_seconds,
+        format_seconds(j.block_seconds),
+        format_seconds(j.warmup_seconds)
+    );
+    for g in &j.groups {
+        let figure = g.median.map_or("-".to_string(), |m| {
+            if bytes {
+                format_bytes(m)
+            } else {
+                format!("{m:.4}")
+            }
+        });
+        out.push_str(&format!(
+            "{}: {figure} ({} pod(s), {} of {} block(s) with data, {} samples{}; {{{}}} {} – {}): {}\n",
+            g.name,
+            g.pods,
+            g.blocks_with_data,
+            g.blocks,
+            g.samples,
+            if g.warmed_pods > 0 {
+                format!(", {} started in the window", g.warmed_pods)
+            } else {
+                String::new()
+            },
+            g.selector,
+            g.start,
+            g.end,
+            g.says
+        ));
+    }
+    for n in &j.notes {
+        out.push_str(&format!("note: {n}\n"));
+    }
+    out
+}
