@@ -434,6 +434,10 @@ pub struct JudgeArgs {
     /// With --before: the window after the moment [default: as long as the one before].
     #[arg(long, value_name = "DURATION", requires = "before")]
     pub after: Option<String>,
+    /// With --before: compare the windows block by block at the same hours of the week
+    /// (both windows whole weeks long, the one after as long as the one before).
+    #[arg(long, value_name = "HOW", value_parser = ["hour-of-week"], requires = "before")]
+    pub align: Option<String>,
     /// The window judged, ending at --until: 1s to 400d.
     #[arg(long, default_value = "24h", value_name = "DURATION")]
     pub since: String,

@@ -57,7 +57,21 @@ fn groups(args: &JudgeArgs) -> Result<Vec<Group>> {
             Some(a) => window("--after", a)?,
             None => dur,
         };
+        if args.align.is_some() && (dur % memtrial::judge::WEEK != 0.0 || after != dur) {
+            bail!(
+                "--align hour-of-week: give --before TIME/DURATION with whole weeks (7d, 14d, …) \
+                 and no --after, or one as long: the blocks after must fall on the same hours \
+                 of the week as the blocks before"
+            );
+        }
         let end = (at + after).min(now());
+        if args.align.is_some() && end < at + after {
+            bail!(
+                "--align hour-of-week: the window after {} ends in the future; wait until it is \
+                 over, or give a moment a whole window ago",
+                before
+            );
+        }
         if end <= at {
             bail!(
                 "--before: the moment {} is not in the past: there is nothing after it yet",
@@ -154,6 +168,7 @@ pub(super) fn judge_cmd(args: &JudgeArgs, ui: &Ui) -> Result<Outcome> {
         metric: args.metric.clone(),
         block,
         warmup,
+        align_week: args.align.is_some(),
     };
     let j =
         memtrial::judge::judge(&spec, &mut |what| ui.live(Some(what))).map_err(anyhow::Error::msg);

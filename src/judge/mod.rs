@@ -48,7 +48,17 @@ pub struct JudgeSpec {
     pub block: Option<f64>,
     /// Seconds left out of a pod that started in the window; `None`: one block.
     pub warmup: Option<f64>,
+    /// Pair the blocks of windows a whole number of weeks apart (the same hours of the week),
+    /// as for groups over the same window.
+    pub align_week: bool,
 }
+
+/// A week in seconds.
+pub const WEEK: f64 = 7.0 * 86400.0;
+
+/// kube-state-metrics' restarts counter and last termination reason.
+const RESTARTS: &str = "kube_pod_container_status_restarts_total";
+const TERMINATED: &str = "kube_pod_container_status_last_terminated_reason";
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Judgement {
@@ -78,6 +88,10 @@ pub struct GroupResult {
     /// Against the baseline (absent for the baseline).
     pub ratio: Option<f64>,
     pub ci95: Option<[f64; 2]>,
+    /// Container restarts in the window (kube-state-metrics' counter), when it is exported.
+    pub restarts: Option<u64>,
+    /// Pods whose last termination was an OOM kill, when kube-state-metrics exports it.
+    pub oom_killed_pods: Option<usize>,
     /// `baseline`, `lower`, `higher`, `no_significant_difference`, `too_little_data`.
     pub verdict: String,
     pub says: String,
@@ -188,7 +202,10 @@ pub fn judge(spec: &JudgeSpec, progress: &mut dyn FnMut(&str)) -> Result<Judgeme
     let mut groups = Vec::new();
     let b = &cells[0];
     for (i, (g, c)) in spec.groups.iter().zip(&cells).enumerate() {
-        let paired = g.start == base.start && g.end == base.end;
+        let same_length = (g.end - g.start - (base.end - base.start)).abs() < 1.0;
+        let weeks_apart = ((g.start - base.start) / WEEK).round() * WEEK;
+        let paired = (g.start == base.start && g.end == base.end)
+            || (spec.align_week && same_length && (g.start - base.start - weeks_apart).abs() < 1.0);
         let have = c.blocks_with_data().min(b.blocks_with_data());
         let (ratio, ci, verdict, says) = if i == 0 {
             (
@@ -236,6 +253,7 @@ pub fn judge(spec: &JudgeSpec, progress: &mut dyn FnMut(&str)) -> Result<Judgeme
                 }
             }
         };
+        let (restarts, oom_killed_pods) = kube_state(&prom, g, step)?;
         groups.push(GroupResult {
             name: g.name.clone(),
             selector: g.selector.clone(),
@@ -247,6 +265,8 @@ pub fn judge(spec: &JudgeSpec, progress: &mut dyn FnMut(&str)) -> Result<Judgeme
             samples: c.samples,
             warmed_pods: c.warmed,
             median: c.figure(),
+            restarts,
+            oom_killed_pods,
             ratio,
             ci95: ci,
             verdict,
@@ -254,6 +274,19 @@ pub fn judge(spec: &JudgeSpec, progress: &mut dyn FnMut(&str)) -> Result<Judgeme
         });
     }
     let mut notes = Vec::new();
+    if groups.iter().all(|g| g.restarts.is_none()) {
+        notes.push(format!(
+            "restarts and OOM kills: {RESTARTS} and {TERMINATED} (kube-state-metrics) have no \
+             series for these selectors"
+        ));
+    }
+    if spec.align_week {
+        notes.push(
+            "windows a whole number of weeks apart are compared block by block at the same \
+             hours of the week"
+                .into(),
+        );
+    }
     for g in groups.iter().skip(1) {
         let (p, bp) = (g.pods.max(1) as f64, groups[0].pods.max(1) as f64);
         if p / bp > 3.0 || bp / p > 3.0 {
@@ -281,6 +314,62 @@ pub fn judge(spec: &JudgeSpec, progress: &mut dyn FnMut(&str)) -> Result<Judgeme
     })
 }
 
+/// A group's container restarts in its window (each counter's increases, a reset counted
+/// as its new value) and its pods last terminated by an OOM kill, from kube-state-metrics;
+/// `None` where it exports nothing for the selector.
+fn kube_state(
+    prom: &Prometheus,
+    g: &Group,
+    step: u64,
+) -> Result<(Option<u64>, Option<usize>), String> {
+    let sel = g.selector.trim();
+    let restarts = prom
+        .query_range(&format!("{RESTARTS}{{{sel}}}"), g.start, g.end, step)
+        .map_err(|e| e.to_string())?;
+    let restarts = (!restarts.is_empty()).then(|| {
+        restarts
+            .iter()
+            .map(|s| {
+                s.points
+                    .windows(2)
+                    .map(|w| {
+                        let (a, b) = (w[0].1, w[1].1);
+                        if b >= a {
+                            (b - a) as u64
+                        } else {
+                            b as u64
+                        }
+                    })
+                    .sum::<u64>()
+            })
+            .sum()
+    });
+    let oom = prom
+        .query_range(
+            &format!("{TERMINATED}{{{sel},reason=\"OOMKilled\"}}"),
+            g.start,
+            g.end,
+            step,
+        )
+        .map_err(|e| e.to_string())?;
+    let oom = restarts.map(|_| {
+        let mut pods: Vec<String> = oom
+            .iter()
+            .filter(|s| s.points.iter().any(|p| p.1 >= 1.0))
+            .map(|s| {
+                s.labels
+                    .get("pod")
+                    .cloned()
+                    .unwrap_or_else(|| blocks::pod_name(s))
+            })
+            .collect();
+        pods.sort();
+        pods.dedup();
+        pods.len()
+    });
+    Ok((restarts, oom))
+}
+
 /// The judgement as text.
 pub fn text(j: &Judgement) -> String {
     use crate::units::{format_bytes, format_seconds};
@@ -305,7 +394,7 @@ pub fn text(j: &Judgement) -> String {
             }
         });
         out.push_str(&format!(
-            "{}: {figure} ({} pod(s), {} of {} block(s) with data, {} samples{}; {{{}}} {} – {}): {}\n",
+            "{}: {figure} ({} pod(s), {} of {} block(s) with data, {} samples{}{}; {{{}}} {} – {}): {}\n",
             g.name,
             g.pods,
             g.blocks_with_data,
@@ -315,6 +404,10 @@ pub fn text(j: &Judgement) -> String {
                 format!(", {} started in the window", g.warmed_pods)
             } else {
                 String::new()
+            },
+            match (g.restarts, g.oom_killed_pods) {
+                (Some(r), Some(o)) => format!(", {r} restart(s), {o} pod(s) last ended by an OOM kill"),
+                _ => String::new(),
             },
             g.selector,
             g.start,

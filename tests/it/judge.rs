@@ -294,3 +294,207 @@ fn judge_bad_input_names_the_flag() {
         assert!(r.stderr().contains(says), "{args:?}: {}", r.stderr());
     }
 }
+
+/// PIDs and their resident bytes, smallest first.
+type PerPid = Vec<(String, f64)>;
+
+/// `memtrial_process_resident_bytes` per PID of a group, from one exposition of the exporter.
+fn per_pid(text: &str, group: &str) -> PerPid {
+    let want = format!("memtrial_process_resident_bytes{{group=\"{group}\",pid=\"");
+    let mut out: Vec<(String, f64)> = text
+        .lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix(&want)?;
+            let (pid, value) = rest.split_once("\"} ")?;
+            Some((pid.to_string(), value.trim().parse().ok()?))
+        })
+        .collect();
+    out.sort_by(|a, b| a.1.total_cmp(&b.1));
+    out
+}
+
+/// A fortnight of history made honestly: memory series *recorded* from real processes
+/// through the exporter for a few seconds (3 pods at 40, 60 and 80 MiB, and 3 at 20, 30 and
+/// 40 MiB), then laid out over 14 days, every 5 minutes (cycling through the recorded
+/// samples), and backfilled into a fresh Prometheus with `promtool tsdb
+/// create-blocks-from openmetrics`: a group `fleet` that moved from the first set to the
+/// second a week ago, and a group `steady` that kept the first. kube-state-metrics' restarts
+/// counter and last termination reason are written beside them in its shape (no Kubernetes
+/// here): two restarts and an OOM kill of one pod in the second week. Judged week against
+/// week at the same hours: `fleet` lower, `steady` not significantly different, the restarts
+/// and the OOM-killed pod counted.
+#[test]
+fn a_fortnight_backfilled_is_judged_week_against_week() {
+    if !(need_c_compiler()
+        && need_file("/usr/bin/prometheus", "prometheus")
+        && need_file("/usr/bin/promtool", "prometheus"))
+    {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let id = std::process::id();
+    let (big, small) = (format!("hb{id}"), format!("hs{id}"));
+    let mut procs = Vec::new();
+    for (name, sizes) in [(&big, [40, 60, 80]), (&small, [20, 30, 40])] {
+        for mib in sizes {
+            procs.push(start_live(dir.path(), name, mib));
+        }
+    }
+    let exporter = start_exporter(
+        &memtrial(),
+        &["--match", &format!("^(hb|hs){id}$"), "--per-process"],
+        &[],
+    );
+    // Recorded: 20 expositions, 200 ms apart, once every process holds its heap.
+    let mut recorded: Vec<(PerPid, PerPid)> = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while recorded.len() < 20 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the exporter never showed 6 pods"
+        );
+        let (_, text) = crate::exporter::http_get(exporter.addr, "/metrics").unwrap();
+        let (b, s) = (per_pid(&text, &big), per_pid(&text, &small));
+        // Each process has touched its heap (the smallest of each set above its size).
+        if b.len() == 3 && s.len() == 3 && b[0].1 > 39.0 * 1048576.0 && s[0].1 > 19.0 * 1048576.0 {
+            recorded.push((b, s));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    drop(procs);
+    // Laid out over 14 days ending 10 minutes ago, every 5 minutes.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let end = now / 300 * 300 - 600;
+    let (start, mid) = (end - 14 * 86400, end - 7 * 86400);
+    let mut om = String::from("# TYPE memtrial_process_resident_bytes gauge\n");
+    let ticks: Vec<u64> = (start..=end).step_by(300).collect();
+    for (group, switches) in [("fleet", true), ("steady", false)] {
+        for pod in 0..3 {
+            for (i, t) in ticks.iter().enumerate() {
+                let (b, s) = &recorded[i % recorded.len()];
+                let v = if switches && *t >= mid {
+                    s[pod].1
+                } else {
+                    b[pod].1
+                };
+                om.push_str(&format!(
+                    "memtrial_process_resident_bytes{{group=\"{group}\",pod=\"web-{pod}\"}} {v} {t}\n"
+                ));
+            }
+        }
+    }
+    om.push_str("# TYPE kube_pod_container_status_restarts_total gauge\n");
+    for pod in 0..3 {
+        for t in &ticks {
+            // web-0 restarts two and four days into the second week.
+            let n = if pod == 0 {
+                u64::from(*t >= mid + 2 * 86400) + u64::from(*t >= mid + 4 * 86400)
+            } else {
+                0
+            };
+            om.push_str(&format!(
+                "kube_pod_container_status_restarts_total{{group=\"fleet\",pod=\"web-{pod}\"}} {n} {t}\n"
+            ));
+        }
+    }
+    om.push_str("# TYPE kube_pod_container_status_last_terminated_reason gauge\n");
+    for t in ticks.iter().filter(|t| **t >= mid + 2 * 86400) {
+        om.push_str(&format!(
+            "kube_pod_container_status_last_terminated_reason{{group=\"fleet\",pod=\"web-0\",reason=\"OOMKilled\"}} 1 {t}\n"
+        ));
+    }
+    om.push_str("# EOF\n");
+    let file = dir.path().join("history.om");
+    std::fs::write(&file, om).unwrap();
+    let data = dir.path().join("data");
+    let made = Command::new("/usr/bin/promtool")
+        .args(["tsdb", "create-blocks-from", "openmetrics"])
+        .arg(&file)
+        .arg(&data)
+        .output()
+        .expect("promtool");
+    assert!(
+        made.status.success(),
+        "promtool: {}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    // A Prometheus that scrapes nothing, over the backfilled blocks.
+    let prom: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let config = dir.path().join("p.yml");
+    std::fs::write(&config, "global:\n  scrape_interval: 1m\n").unwrap();
+    let _p = Killed(
+        Command::new("/usr/bin/prometheus")
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!("--storage.tsdb.path={}", data.display()))
+            .arg("--storage.tsdb.retention.time=60d")
+            .arg(format!("--web.listen-address={prom}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start prometheus"),
+    );
+    wait_for("the backfilled history in Prometheus", 60, || {
+        // The last samples are 10 minutes old: past an instant query's 5-minute look-back.
+        query(
+            prom,
+            "count(last_over_time(memtrial_process_resident_bytes{group=\"fleet\"}[1h]))",
+        )
+        .filter(|n| *n == 3.0)
+    });
+    let url = format!("http://{prom}");
+    let at = humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + Duration::from_secs(mid))
+        .to_string();
+    let judge_week = |group: &str| {
+        let r = judge(&[
+            "--prometheus",
+            &url,
+            "--selector",
+            &format!("group=\"{group}\""),
+            "--before",
+            &format!("{at}/7d"),
+            "--align",
+            "hour-of-week",
+            "--json",
+            "out.json",
+        ]);
+        assert_eq!(r.code(), 0, "{}", r.explain());
+        let j: Value =
+            serde_json::from_str(&std::fs::read_to_string(r.dir.path().join("out.json")).unwrap())
+                .unwrap();
+        let after = j["groups"][1].clone();
+        (j, after)
+    };
+    let (j, after) = judge_week("fleet");
+    assert_eq!(j["metric"], "memtrial_process_resident_bytes", "{j}");
+    assert_eq!(j["block_seconds"], 3600.0, "hourly blocks over a week: {j}");
+    let before = &j["groups"][0];
+    assert_eq!(before["blocks_with_data"], 168, "{before}");
+    assert_eq!(after["verdict"], "lower", "{after}");
+    let r = after["ratio"].as_f64().unwrap();
+    assert!((0.4..0.6).contains(&r), "30 MiB against 60 MiB: {after}");
+    assert_eq!(
+        (before["restarts"].as_u64(), after["restarts"].as_u64()),
+        (Some(0), Some(2)),
+        "{j}"
+    );
+    assert_eq!(after["oom_killed_pods"], 1, "{after}");
+    assert_eq!(before["oom_killed_pods"], 0, "{before}");
+    let (_, steady) = judge_week("steady");
+    assert_eq!(steady["verdict"], "no_significant_difference", "{steady}");
+    // --align needs whole weeks.
+    let r = judge(&[
+        "--prometheus",
+        &url,
+        "--selector",
+        "group=\"fleet\"",
+        "--before",
+        &format!("{at}/3d"),
+        "--align",
+        "hour-of-week",
+    ]);
+    assert_eq!(r.code(), 2, "{}", r.explain());
+    assert!(r.stderr().contains("whole weeks"), "{}", r.stderr());
+}
