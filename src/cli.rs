@@ -450,6 +450,11 @@ pub struct JudgeArgs {
     /// series].
     #[arg(long, value_name = "NAME")]
     pub metric: Option<String>,
+    /// A latency histogram's _bucket series, with matchers of its own
+    /// ('http_request_duration_seconds_bucket{route="/items"}'): each group's p50, p95 and
+    /// throughput per block, against the baseline's.
+    #[arg(long, value_name = "HISTOGRAM")]
+    pub latency: Option<String>,
     /// The time block per pod [default: 1h for windows of 12h or more, else a twelfth].
     #[arg(long, value_name = "DURATION")]
     pub block: Option<String>,

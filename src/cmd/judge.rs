@@ -169,7 +169,11 @@ pub(super) fn judge_cmd(args: &JudgeArgs, ui: &Ui) -> Result<Outcome> {
         block,
         warmup,
         align_week: args.align.is_some(),
+        latency: args.latency.clone(),
     };
+    if let Some(l) = &spec.latency {
+        memtrial::judge::parse_latency(l).map_err(anyhow::Error::msg)?;
+    }
     let j =
         memtrial::judge::judge(&spec, &mut |what| ui.live(Some(what))).map_err(anyhow::Error::msg);
     ui.live(None);

@@ -51,6 +51,50 @@ pub struct JudgeSpec {
     /// Pair the blocks of windows a whole number of weeks apart (the same hours of the week),
     /// as for groups over the same window.
     pub align_week: bool,
+    /// A latency histogram's `_bucket` series, with matchers of its own
+    /// (`http_request_duration_seconds_bucket{route="/items"}`): p50, p95 and throughput
+    /// per block beside the memory.
+    pub latency: Option<String>,
+}
+
+/// A latency histogram named by the user: its `_bucket` metric's name (without the
+/// suffix) and its own matchers.
+pub fn parse_latency(text: &str) -> Result<(String, String), String> {
+    let t = text.trim();
+    let (name, matchers) = match t.split_once('{') {
+        Some((n, rest)) => (
+            n,
+            rest.strip_suffix('}').ok_or_else(|| {
+                format!("--latency {text:?}: the matchers' braces are not closed")
+            })?,
+        ),
+        None => (t, ""),
+    };
+    let base = name.strip_suffix("_bucket").ok_or_else(|| {
+        format!("--latency {text:?}: name a histogram's _bucket series, e.g. http_request_duration_seconds_bucket{{route=\"/items\"}}")
+    })?;
+    let ok = !base.is_empty()
+        && base
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
+        && !matchers.contains(['{', '}', '\n']);
+    if !ok {
+        return Err(format!(
+            "--latency {text:?}: give NAME_bucket or NAME_bucket{{MATCHERS}}"
+        ));
+    }
+    Ok((base.to_string(), matchers.trim().to_string()))
+}
+
+/// One figure of a group beside its memory: a latency quantile or the throughput.
+#[derive(Debug, Clone, Serialize)]
+pub struct Beside {
+    /// `p50_seconds`, `p95_seconds`, `requests_per_second`.
+    pub name: String,
+    /// The median over the group's blocks.
+    pub median: Option<f64>,
+    pub ratio: Option<f64>,
+    pub ci95: Option<[f64; 2]>,
 }
 
 /// A week in seconds.
@@ -92,6 +136,9 @@ pub struct GroupResult {
     pub restarts: Option<u64>,
     /// Pods whose last termination was an OOM kill, when kube-state-metrics exports it.
     pub oom_killed_pods: Option<usize>,
+    /// Latency quantiles and throughput from `--latency`, each against the baseline's.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub beside: Vec<Beside>,
     /// `baseline`, `lower`, `higher`, `no_significant_difference`, `too_little_data`.
     pub verdict: String,
     pub says: String,
@@ -199,6 +246,49 @@ pub fn judge(spec: &JudgeSpec, progress: &mut dyn FnMut(&str)) -> Result<Judgeme
             warmup,
         ));
     }
+    // Latency and throughput per block: one series per group, a point per block covering it.
+    let mut beside: Vec<Vec<(String, Cells)>> = Vec::new();
+    if let Some(l) = &spec.latency {
+        let (name, own) = parse_latency(l)?;
+        for g in &spec.groups {
+            let m = [own.as_str(), g.selector.trim()]
+                .iter()
+                .filter(|m| !m.is_empty())
+                .copied()
+                .collect::<Vec<_>>()
+                .join(",");
+            let w = format!("{}s", block.round() as u64);
+            let mut per = Vec::new();
+            for (fig, q) in [
+                (
+                    "p50_seconds",
+                    format!(
+                        "histogram_quantile(0.5, sum by (le) (rate({name}_bucket{{{m}}}[{w}])))"
+                    ),
+                ),
+                (
+                    "p95_seconds",
+                    format!(
+                        "histogram_quantile(0.95, sum by (le) (rate({name}_bucket{{{m}}}[{w}])))"
+                    ),
+                ),
+                (
+                    "requests_per_second",
+                    format!("sum(rate({name}_count{{{m}}}[{w}]))"),
+                ),
+            ] {
+                progress(&format!("{}: {q}", g.name));
+                let series = prom
+                    .query_range(&q, g.start + block, g.end, block.round().max(1.0) as u64)
+                    .map_err(|e| e.to_string())?;
+                let n = ((g.end - g.start) / block).ceil().max(1.0) as usize;
+                // The point at the end of block k covers it.
+                let c = blocks::cells(&series, g.start + block - 1.0, block, n, block, 0.0);
+                per.push((fig.to_string(), c));
+            }
+            beside.push(per);
+        }
+    }
     let mut groups = Vec::new();
     let b = &cells[0];
     for (i, (g, c)) in spec.groups.iter().zip(&cells).enumerate() {
@@ -254,6 +344,25 @@ pub fn judge(spec: &JudgeSpec, progress: &mut dyn FnMut(&str)) -> Result<Judgeme
             }
         };
         let (restarts, oom_killed_pods) = kube_state(&prom, g, step)?;
+        let beside_of = beside
+            .get(i)
+            .map(|per| {
+                per.iter()
+                    .enumerate()
+                    .map(|(k, (name, c))| {
+                        let r = (i > 0)
+                            .then(|| blocks::ratio(c, &beside[0][k].1, paired, 0xbe5 + i as u64))
+                            .flatten();
+                        Beside {
+                            name: name.clone(),
+                            median: c.figure(),
+                            ratio: r.map(|r| r.0),
+                            ci95: r.map(|(_, (lo, hi))| [lo, hi]),
+                        }
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
         groups.push(GroupResult {
             name: g.name.clone(),
             selector: g.selector.clone(),
@@ -267,6 +376,7 @@ pub fn judge(spec: &JudgeSpec, progress: &mut dyn FnMut(&str)) -> Result<Judgeme
             median: c.figure(),
             restarts,
             oom_killed_pods,
+            beside: beside_of,
             ratio,
             ci95: ci,
             verdict,
@@ -415,8 +525,59 @@ pub fn text(j: &Judgement) -> String {
             g.says
         ));
     }
+    for g in j.groups.iter().filter(|g| !g.beside.is_empty()) {
+        let figs: Vec<String> = g
+            .beside
+            .iter()
+            .map(|b| {
+                let v = b.median.map_or("-".to_string(), |m| {
+                    if b.name.ends_with("_seconds") {
+                        format_seconds(m)
+                    } else {
+                        format!("{m:.1}/s")
+                    }
+                });
+                let r = match (b.ratio, b.ci95) {
+                    (Some(r), Some([lo, hi])) => format!(" ({r:.2}× [{lo:.2}, {hi:.2}])"),
+                    _ => String::new(),
+                };
+                format!(
+                    "{} {v}{r}",
+                    b.name
+                        .replace("_seconds", "")
+                        .replace("requests_per_second", "throughput")
+                )
+            })
+            .collect();
+        out.push_str(&format!("{} latency: {}\n", g.name, figs.join(", ")));
+    }
     for n in &j.notes {
         out.push_str(&format!("note: {n}\n"));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn latency_histograms_are_named_with_their_own_matchers() {
+        assert_eq!(
+            parse_latency("http_request_duration_seconds_bucket{route=\"/items\"}"),
+            Ok((
+                "http_request_duration_seconds".into(),
+                "route=\"/items\"".into()
+            ))
+        );
+        assert_eq!(parse_latency("x_bucket"), Ok(("x".into(), String::new())));
+        assert!(parse_latency("x_count").unwrap_err().contains("_bucket"));
+        assert!(parse_latency("x_bucket{a=\"b\"")
+            .unwrap_err()
+            .contains("not closed"));
+        assert!(parse_latency("x y_bucket").is_err());
+        assert!(check_selector("--baseline", "a=\"b\"").is_ok());
+        assert!(check_selector("--baseline", "{a=\"b\"}").is_err());
+        assert!(check_selector("--baseline", " ").is_err());
+    }
 }

@@ -498,3 +498,114 @@ fn a_fortnight_backfilled_is_judged_week_against_week() {
     assert_eq!(r.code(), 2, "{}", r.explain());
     assert!(r.stderr().contains("whole weeks"), "{}", r.stderr());
 }
+
+/// A small server exposing a `prometheus-client` histogram on loopback: every scrape first
+/// observes 40 requests of latencies spread evenly from `low` to `3 × low` seconds.
+fn histogram_server(low: f64) -> SocketAddr {
+    use prometheus_client::encoding::text::encode;
+    use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+    use prometheus_client::registry::Registry;
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let h = Histogram::new(exponential_buckets(0.001, 1.5, 20));
+    let mut reg = Registry::default();
+    reg.register("demo_latency_seconds", "Request latency.", h.clone());
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let mut s = stream;
+            let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+            let mut buf = [0u8; 4096];
+            let _ = s.read(&mut buf);
+            for k in 0..40 {
+                h.observe(low * (1.0 + 2.0 * f64::from(k) / 39.0));
+            }
+            let mut body = String::new();
+            encode(&mut body, &reg).unwrap();
+            let _ = write!(
+                s,
+                "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    addr
+}
+
+/// Latency from a real histogram: two servers, one twice as slow, scraped every second for
+/// 20 s; judged with --latency, the slower one's p50 and p95 are about 2× the baseline's,
+/// at the same throughput.
+#[test]
+fn judge_compares_latency_quantiles_from_a_histogram() {
+    if !need_file("/usr/bin/prometheus", "prometheus") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (fast, slow) = (histogram_server(0.010), histogram_server(0.020));
+    let prom: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let config = dir.path().join("p.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: lat\n    static_configs:\n      - targets: ['{fast}']\n        labels: {{variant: fast}}\n      - targets: ['{slow}']\n        labels: {{variant: slow}}\n"
+        ),
+    )
+    .unwrap();
+    let _p = Killed(
+        Command::new("/usr/bin/prometheus")
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.path().join("data").display()
+            ))
+            .arg(format!("--web.listen-address={prom}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start prometheus"),
+    );
+    wait_for("both servers scraped", 60, || {
+        query(prom, "count(demo_latency_seconds_count)").filter(|n| *n == 2.0)
+    });
+    std::thread::sleep(Duration::from_secs(21));
+    let r = judge(&[
+        "--prometheus",
+        &format!("http://{prom}"),
+        "--baseline",
+        "variant=\"fast\"",
+        "--variant",
+        "slow=variant=\"slow\"",
+        // The servers hold no memory worth judging: any metric of theirs names the groups.
+        "--metric",
+        "demo_latency_seconds_count",
+        "--latency",
+        "demo_latency_seconds_bucket{job=\"lat\"}",
+        "--since",
+        "20s",
+        "--block",
+        "4s",
+        "--json",
+        "j.json",
+    ]);
+    assert_eq!(r.code(), 0, "{}", r.explain());
+    let j: Value =
+        serde_json::from_str(&std::fs::read_to_string(r.dir.path().join("j.json")).unwrap())
+            .unwrap();
+    let slow = j["groups"][1]["beside"].as_array().unwrap().clone();
+    let fig = |name: &str| {
+        slow.iter()
+            .find(|b| b["name"] == name)
+            .unwrap_or_else(|| panic!("no {name}: {j}"))
+            .clone()
+    };
+    for q in ["p50_seconds", "p95_seconds"] {
+        let f = fig(q);
+        let ratio = f["ratio"].as_f64().unwrap_or_else(|| panic!("{f}"));
+        assert!((1.6..2.5).contains(&ratio), "{q}: {f}");
+        assert!(f["ci95"][0].as_f64().unwrap() > 1.0, "{q}: {f}");
+    }
+    let t = fig("requests_per_second");
+    let ratio = t["ratio"].as_f64().unwrap();
+    assert!((0.8..1.25).contains(&ratio), "the same 40 a second: {t}");
+    assert!(r.stdout().contains("slow latency: p50 "), "{}", r.stdout());
+}
