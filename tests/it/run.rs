@@ -221,6 +221,8 @@ fn a_process_tree_is_summed() {
     if !need_python3() {
         return;
     }
+    // Each child holds its 30 MB for 2 s: long enough to overlap even when one interpreter
+    // starts a second late on a loaded machine (0.8 s did not, once, under the full suite).
     let r = run_json(
         1,
         "glibc",
@@ -228,8 +230,8 @@ fn a_process_tree_is_summed() {
         &[
             "sh",
             "-c",
-            "python3 -c 'import time; x=bytearray(30_000_000); time.sleep(0.8)' & \
-         python3 -c 'import time; x=bytearray(30_000_000); time.sleep(0.8)'; wait",
+            "python3 -c 'import time; x=bytearray(30_000_000); time.sleep(2)' & \
+         python3 -c 'import time; x=bytearray(30_000_000); time.sleep(2)'; wait",
         ],
     );
     assert_eq!(r.code(), 0, "{}", r.stderr());
