@@ -559,8 +559,8 @@ fn exporter_without_ptrace_rights_counts_unreadable_processes() {
     );
 }
 
-/// `promtool check metrics` on a live exposition, and `promtool check rules` on the alert
-/// rules in docs/kube.
+/// `promtool check metrics` on a live exposition, `promtool check rules` on the recording
+/// and alert rules in docs/kube, and `promtool test rules` on their unit tests.
 #[test]
 fn promtool_accepts_the_exposition_and_the_alert_rules() {
     if !(need_c_compiler() && need_file("/usr/bin/promtool", "prometheus")) {
@@ -621,7 +621,20 @@ fn promtool_accepts_the_exposition_and_the_alert_rules() {
         String::from_utf8_lossy(&out.stderr)
     );
     let said = String::from_utf8_lossy(&out.stdout);
-    assert!(said.contains("SUCCESS: 2 rules found"), "{said}");
+    assert!(said.contains("SUCCESS: 5 rules found"), "{said}");
+    // The rules' own unit tests: the recording rules' values and when each alert fires
+    // (and when it must not yet), on series of the exporter's shape.
+    let out = Command::new("/usr/bin/promtool")
+        .args(["test", "rules", "exporter-alerts.test.yaml"])
+        .current_dir(rules.parent().unwrap())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// A workload of `memtrial run` carries the allocator probe: the exporter reads its
