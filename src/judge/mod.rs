@@ -170,10 +170,9 @@ fn window_text(g: &Group) -> String {
     format!("{} – {}", rfc3339(g.start), rfc3339(g.end))
 }
 
-/// Runs the queries and judges. `progress` hears what is being asked.
-pub fn judge(spec: &JudgeSpec, progress: &mut dyn FnMut(&str)) -> Result<Judgement, String> {
-    let prom = Prometheus::new(&spec.prometheus)?;
-    let base = spec.groups.first().ok_or("no baseline group")?;
+/// The query's step and the blocks: the step keeps a series within [`POINTS`] (and
+/// Prometheus's limit), the block is the user's or the default for the longest window.
+fn step_and_block(spec: &JudgeSpec) -> Result<(u64, f64), String> {
     let longest = spec
         .groups
         .iter()
@@ -193,37 +192,59 @@ pub fn judge(spec: &JudgeSpec, progress: &mut dyn FnMut(&str)) -> Result<Judgeme
              window): give a longer block or a shorter window"
         ));
     }
-    let warmup = spec.warmup.unwrap_or(block);
-    let query = |metric: &str, g: &Group| format!("{metric}{{{}}}", g.selector.trim());
-    // The metric: the named one, or the first that has the baseline's series.
-    let metric = match &spec.metric {
-        Some(m) => m.clone(),
-        None => {
-            let mut found = None;
-            for m in METRICS {
-                progress(&format!("looking for {m} of the baseline"));
-                let s = prom
-                    .query_range(&query(m, base), base.start, base.end, step)
-                    .map_err(|e| e.to_string())?;
-                if s.iter().any(|s| !s.points.is_empty()) {
-                    found = Some(m.to_string());
-                    break;
-                }
-            }
-            found.ok_or_else(|| {
-                format!(
-                    "the baseline's selector {{{}}} matches no series of any memory metric memtrial \
-                     knows ({}) in {}: check the selector, or name the metric with --metric",
-                    base.selector,
-                    METRICS.join(", "),
-                    window_text(base)
-                )
-            })?
+    Ok((step, block))
+}
+
+/// How many blocks a group's window holds.
+fn block_count(g: &Group, block: f64) -> usize {
+    ((g.end - g.start) / block).ceil().max(1.0) as usize
+}
+
+/// `metric{selector}`.
+fn query(metric: &str, g: &Group) -> String {
+    format!("{metric}{{{}}}", g.selector.trim())
+}
+
+/// The named metric, or the first of [`METRICS`] that has the baseline's series.
+fn find_metric(
+    prom: &Prometheus,
+    spec: &JudgeSpec,
+    step: u64,
+    progress: &mut dyn FnMut(&str),
+) -> Result<String, String> {
+    if let Some(m) = &spec.metric {
+        return Ok(m.clone());
+    }
+    let base = &spec.groups[0];
+    for m in METRICS {
+        progress(&format!("looking for {m} of the baseline"));
+        let s = prom
+            .query_range(&query(m, base), base.start, base.end, step)
+            .map_err(|e| e.to_string())?;
+        if s.iter().any(|s| !s.points.is_empty()) {
+            return Ok(m.to_string());
         }
-    };
-    let mut cells: Vec<Cells> = Vec::new();
+    }
+    Err(format!(
+        "the baseline's selector {{{}}} matches no series of any memory metric memtrial knows \
+         ({}) in {}: check the selector, or name the metric with --metric",
+        base.selector,
+        METRICS.join(", "),
+        window_text(base)
+    ))
+}
+
+/// Each group's memory per pod and block; a group matching nothing is an error naming it.
+fn memory_cells(
+    prom: &Prometheus,
+    spec: &JudgeSpec,
+    metric: &str,
+    (step, block, warmup): (u64, f64, f64),
+    progress: &mut dyn FnMut(&str),
+) -> Result<Vec<Cells>, String> {
+    let mut out = Vec::new();
     for g in &spec.groups {
-        let q = query(&metric, g);
+        let q = query(metric, g);
         progress(&format!("{}: {q}", g.name));
         let series = prom
             .query_range(&q, g.start, g.end, step)
@@ -236,8 +257,8 @@ pub fn judge(spec: &JudgeSpec, progress: &mut dyn FnMut(&str)) -> Result<Judgeme
                 prom.url()
             ));
         }
-        let n = ((g.end - g.start) / block).ceil().max(1.0) as usize;
-        cells.push(blocks::cells(
+        let n = block_count(g, block);
+        out.push(blocks::cells(
             &series,
             g.start,
             block,
@@ -246,143 +267,107 @@ pub fn judge(spec: &JudgeSpec, progress: &mut dyn FnMut(&str)) -> Result<Judgeme
             warmup,
         ));
     }
-    // Latency and throughput per block: one series per group, a point per block covering it.
-    let mut beside: Vec<Vec<(String, Cells)>> = Vec::new();
-    if let Some(l) = &spec.latency {
-        let (name, own) = parse_latency(l)?;
-        for g in &spec.groups {
-            let m = [own.as_str(), g.selector.trim()]
-                .iter()
-                .filter(|m| !m.is_empty())
-                .copied()
-                .collect::<Vec<_>>()
-                .join(",");
-            let w = format!("{}s", block.round() as u64);
-            let mut per = Vec::new();
-            for (fig, q) in [
-                (
-                    "p50_seconds",
-                    format!(
-                        "histogram_quantile(0.5, sum by (le) (rate({name}_bucket{{{m}}}[{w}])))"
-                    ),
-                ),
-                (
-                    "p95_seconds",
-                    format!(
-                        "histogram_quantile(0.95, sum by (le) (rate({name}_bucket{{{m}}}[{w}])))"
-                    ),
-                ),
-                (
-                    "requests_per_second",
-                    format!("sum(rate({name}_count{{{m}}}[{w}]))"),
-                ),
-            ] {
-                progress(&format!("{}: {q}", g.name));
-                let series = prom
-                    .query_range(&q, g.start + block, g.end, block.round().max(1.0) as u64)
-                    .map_err(|e| e.to_string())?;
-                let n = ((g.end - g.start) / block).ceil().max(1.0) as usize;
-                // The point at the end of block k covers it.
-                let c = blocks::cells(&series, g.start + block - 1.0, block, n, block, 0.0);
-                per.push((fig.to_string(), c));
-            }
-            beside.push(per);
-        }
-    }
-    let mut groups = Vec::new();
-    let b = &cells[0];
-    for (i, (g, c)) in spec.groups.iter().zip(&cells).enumerate() {
-        let same_length = (g.end - g.start - (base.end - base.start)).abs() < 1.0;
-        let weeks_apart = ((g.start - base.start) / WEEK).round() * WEEK;
-        let paired = (g.start == base.start && g.end == base.end)
-            || (spec.align_week && same_length && (g.start - base.start - weeks_apart).abs() < 1.0);
-        let have = c.blocks_with_data().min(b.blocks_with_data());
-        let (ratio, ci, verdict, says) = if i == 0 {
-            (
-                None,
-                None,
-                "baseline".to_string(),
-                "the baseline".to_string(),
-            )
-        } else if have < MIN_BLOCKS {
-            let more = MIN_BLOCKS - have;
-            (
-                None,
-                None,
-                "too_little_data".into(),
-                format!(
-                    "too little data: {more} more block(s) of {} with data in both groups needed",
-                    crate::units::format_seconds(block)
-                ),
-            )
-        } else {
-            match blocks::ratio(c, b, paired, 0x1d6e + i as u64) {
-                None => (
-                    None,
-                    None,
-                    "too_little_data".into(),
-                    "too little data for an interval".into(),
-                ),
-                Some((r, (lo, hi))) => {
-                    let (v, s) = if hi < 1.0 {
-                        ("lower", "lower than the baseline, significantly")
-                    } else if lo > 1.0 {
-                        ("higher", "higher than the baseline, significantly")
-                    } else {
-                        (
-                            "no_significant_difference",
-                            "no significant difference (the interval includes 1)",
-                        )
-                    };
-                    (
-                        Some(r),
-                        Some([lo, hi]),
-                        v.to_string(),
-                        format!("{r:.2}× [{lo:.2}, {hi:.2}]: {s}"),
-                    )
-                }
-            }
+    Ok(out)
+}
+
+/// Each group's latency quantiles and throughput per block from `--latency`: one series
+/// per group, queried every block, its point at the end of block k covering block k.
+fn latency_cells(
+    prom: &Prometheus,
+    spec: &JudgeSpec,
+    latency: &str,
+    block: f64,
+    progress: &mut dyn FnMut(&str),
+) -> Result<Vec<Vec<(String, Cells)>>, String> {
+    let (name, own) = parse_latency(latency)?;
+    let w = format!("{}s", block.round() as u64);
+    let mut out = Vec::new();
+    for g in &spec.groups {
+        let m = [own.as_str(), g.selector.trim()]
+            .into_iter()
+            .filter(|m| !m.is_empty())
+            .collect::<Vec<_>>()
+            .join(",");
+        let quantile = |q: f64| {
+            format!("histogram_quantile({q}, sum by (le) (rate({name}_bucket{{{m}}}[{w}])))")
         };
-        let (restarts, oom_killed_pods) = kube_state(&prom, g, step)?;
-        let beside_of = beside
-            .get(i)
-            .map(|per| {
-                per.iter()
-                    .enumerate()
-                    .map(|(k, (name, c))| {
-                        let r = (i > 0)
-                            .then(|| blocks::ratio(c, &beside[0][k].1, paired, 0xbe5 + i as u64))
-                            .flatten();
-                        Beside {
-                            name: name.clone(),
-                            median: c.figure(),
-                            ratio: r.map(|r| r.0),
-                            ci95: r.map(|(_, (lo, hi))| [lo, hi]),
-                        }
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        groups.push(GroupResult {
-            name: g.name.clone(),
-            selector: g.selector.clone(),
-            start: rfc3339(g.start),
-            end: rfc3339(g.end),
-            pods: c.pods.len(),
-            blocks: c.blocks(),
-            blocks_with_data: c.blocks_with_data(),
-            samples: c.samples,
-            warmed_pods: c.warmed,
-            median: c.figure(),
-            restarts,
-            oom_killed_pods,
-            beside: beside_of,
-            ratio,
-            ci95: ci,
-            verdict,
-            says,
-        });
+        let mut per = Vec::new();
+        for (fig, q) in [
+            ("p50_seconds", quantile(0.5)),
+            ("p95_seconds", quantile(0.95)),
+            (
+                "requests_per_second",
+                format!("sum(rate({name}_count{{{m}}}[{w}]))"),
+            ),
+        ] {
+            progress(&format!("{}: {q}", g.name));
+            let series = prom
+                .query_range(&q, g.start + block, g.end, block.round().max(1.0) as u64)
+                .map_err(|e| e.to_string())?;
+            let n = block_count(g, block);
+            let c = blocks::cells(&series, g.start + block - 1.0, block, n, block, 0.0);
+            per.push((fig.to_string(), c));
+        }
+        out.push(per);
     }
+    Ok(out)
+}
+
+/// Whether a group's blocks are drawn with the baseline's: the same window, or with
+/// `--align hour-of-week` one as long a whole number of weeks apart.
+fn paired(spec: &JudgeSpec, g: &Group) -> bool {
+    let base = &spec.groups[0];
+    let same_length = (g.end - g.start - (base.end - base.start)).abs() < 1.0;
+    let weeks_apart = ((g.start - base.start) / WEEK).round() * WEEK;
+    (g.start == base.start && g.end == base.end)
+        || (spec.align_week && same_length && (g.start - base.start - weeks_apart).abs() < 1.0)
+}
+
+/// A variant's memory against the baseline's: ratio, interval, verdict and its words.
+type Verdict = (Option<f64>, Option<[f64; 2]>, String, String);
+
+fn verdict(c: &Cells, b: &Cells, paired: bool, block: f64, seed: u64) -> Verdict {
+    let have = c.blocks_with_data().min(b.blocks_with_data());
+    if have < MIN_BLOCKS {
+        let more = MIN_BLOCKS - have;
+        return (
+            None,
+            None,
+            "too_little_data".into(),
+            format!(
+                "too little data: {more} more block(s) of {} with data in both groups needed",
+                crate::units::format_seconds(block)
+            ),
+        );
+    }
+    let Some((r, (lo, hi))) = blocks::ratio(c, b, paired, seed) else {
+        return (
+            None,
+            None,
+            "too_little_data".into(),
+            "too little data for an interval".into(),
+        );
+    };
+    let (v, s) = if hi < 1.0 {
+        ("lower", "lower than the baseline, significantly")
+    } else if lo > 1.0 {
+        ("higher", "higher than the baseline, significantly")
+    } else {
+        (
+            "no_significant_difference",
+            "no significant difference (the interval includes 1)",
+        )
+    };
+    (
+        Some(r),
+        Some([lo, hi]),
+        v.to_string(),
+        format!("{r:.2}× [{lo:.2}, {hi:.2}]: {s}"),
+    )
+}
+
+/// What the reader should know of the groups as a whole.
+fn notes(spec: &JudgeSpec, groups: &[GroupResult]) -> Vec<String> {
     let mut notes = Vec::new();
     if groups.iter().all(|g| g.restarts.is_none()) {
         notes.push(format!(
@@ -413,14 +398,77 @@ pub fn judge(spec: &JudgeSpec, progress: &mut dyn FnMut(&str)) -> Result<Judgeme
             ));
         }
     }
+    notes
+}
+
+/// Runs the queries and judges. `progress` hears what is being asked.
+pub fn judge(spec: &JudgeSpec, progress: &mut dyn FnMut(&str)) -> Result<Judgement, String> {
+    let prom = Prometheus::new(&spec.prometheus)?;
+    if spec.groups.is_empty() {
+        return Err("no baseline group".into());
+    }
+    let (step, block) = step_and_block(spec)?;
+    let warmup = spec.warmup.unwrap_or(block);
+    let metric = find_metric(&prom, spec, step, progress)?;
+    let cells = memory_cells(&prom, spec, &metric, (step, block, warmup), progress)?;
+    let beside = match &spec.latency {
+        Some(l) => latency_cells(&prom, spec, l, block, progress)?,
+        None => Vec::new(),
+    };
+    let mut groups = Vec::new();
+    for (i, (g, c)) in spec.groups.iter().zip(&cells).enumerate() {
+        let paired = paired(spec, g);
+        let (ratio, ci95, verdict, says) = if i == 0 {
+            (None, None, "baseline".into(), "the baseline".into())
+        } else {
+            verdict(c, &cells[0], paired, block, 0x1d6e + i as u64)
+        };
+        let (restarts, oom_killed_pods) = kube_state(&prom, g, step)?;
+        let beside_of = beside
+            .get(i)
+            .into_iter()
+            .flatten()
+            .enumerate()
+            .map(|(k, (name, c))| {
+                let r = (i > 0)
+                    .then(|| blocks::ratio(c, &beside[0][k].1, paired, 0xbe5 + i as u64))
+                    .flatten();
+                Beside {
+                    name: name.clone(),
+                    median: c.figure(),
+                    ratio: r.map(|r| r.0),
+                    ci95: r.map(|(_, (lo, hi))| [lo, hi]),
+                }
+            })
+            .collect();
+        groups.push(GroupResult {
+            name: g.name.clone(),
+            selector: g.selector.clone(),
+            start: rfc3339(g.start),
+            end: rfc3339(g.end),
+            pods: c.pods.len(),
+            blocks: c.blocks(),
+            blocks_with_data: c.blocks_with_data(),
+            samples: c.samples,
+            warmed_pods: c.warmed,
+            median: c.figure(),
+            restarts,
+            oom_killed_pods,
+            beside: beside_of,
+            ratio,
+            ci95,
+            verdict,
+            says,
+        });
+    }
     Ok(Judgement {
         prometheus: prom.url().to_string(),
         metric,
         step_seconds: step,
         block_seconds: block,
         warmup_seconds: warmup,
+        notes: notes(spec, &groups),
         groups,
-        notes,
     })
 }
 

@@ -11,7 +11,7 @@
 use std::path::{Path, PathBuf};
 
 use goblin::elf::program_header::PT_LOAD;
-use goblin::elf::sym::{STT_FILE, STT_FUNC, STT_GNU_IFUNC};
+use goblin::elf::sym::{STB_LOCAL, STT_FILE, STT_FUNC, STT_GNU_IFUNC};
 use goblin::elf::Elf;
 
 /// glibc's allocator entry points (from its `malloc.c`), as they appear in the symbol table
@@ -172,7 +172,7 @@ fn malloc_ranges(elf: &Elf) -> Option<Vec<(u64, u64)>> {
             continue;
         }
         let bare = name.split('@').next().unwrap_or(name);
-        let in_malloc_c = sym.is_local_binding() && file == Some("malloc.c");
+        let in_malloc_c = sym.st_bind() == STB_LOCAL && file == Some("malloc.c");
         if in_malloc_c || ENTRY_POINTS.contains(&bare) {
             funcs.push((sym.st_value, sym.st_value + sym.st_size));
         }
@@ -188,16 +188,6 @@ fn malloc_ranges(elf: &Elf) -> Option<Vec<(u64, u64)>> {
     funcs.sort_unstable();
     funcs.dedup();
     Some(funcs)
-}
-
-trait LocalBinding {
-    fn is_local_binding(&self) -> bool;
-}
-
-impl LocalBinding for goblin::elf::Sym {
-    fn is_local_binding(&self) -> bool {
-        self.st_bind() == goblin::elf::sym::STB_LOCAL
-    }
 }
 
 #[cfg(test)]

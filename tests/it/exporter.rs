@@ -159,30 +159,51 @@ pub(crate) fn query(prom: SocketAddr, q: &str) -> Option<f64> {
 /// Debian's Prometheus on a free loopback port, scraping `target` every second, its data
 /// and log (`prometheus.log`) in `dir`.
 pub(crate) fn start_prometheus(dir: &Path, target: SocketAddr) -> (Killed, SocketAddr) {
-    let prom_addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let config = dir.join("prometheus.yml");
-    std::fs::write(
-        &config,
-        format!(
+    start_prometheus_with(
+        dir,
+        &format!(
             "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: memtrial\n    static_configs:\n      - targets: ['{target}']\n"
         ),
+        &[],
     )
-    .unwrap();
+}
+
+/// Debian's Prometheus on a free loopback port with `config`, its data (`data/`) and log
+/// (`prometheus.log`) in `dir`, and `more` flags.
+pub(crate) fn start_prometheus_with(
+    dir: &Path,
+    config: &str,
+    more: &[&str],
+) -> (Killed, SocketAddr) {
+    let prom_addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let path = dir.join("prometheus.yml");
+    std::fs::write(&path, config).unwrap();
     let log = std::fs::File::create(dir.join("prometheus.log")).unwrap();
     let prom = Killed(
         Command::new("/usr/bin/prometheus")
-            .arg(format!("--config.file={}", config.display()))
+            .arg(format!("--config.file={}", path.display()))
             .arg(format!(
                 "--storage.tsdb.path={}",
                 dir.join("data").display()
             ))
             .arg(format!("--web.listen-address={prom_addr}"))
+            .args(more)
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
             .expect("start prometheus"),
     );
     (prom, prom_addr)
+}
+
+/// A command's success, or its output in the failure.
+fn assert_ran(out: &std::process::Output) {
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 pub(crate) fn wait_for(what: &str, secs: u64, mut f: impl FnMut() -> Option<f64>) -> f64 {
@@ -614,12 +635,7 @@ fn promtool_accepts_the_exposition_and_the_alert_rules() {
         .arg(&rules)
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ran(&out);
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(said.contains("SUCCESS: 5 rules found"), "{said}");
     // The rules' own unit tests: the recording rules' values and when each alert fires
@@ -629,12 +645,7 @@ fn promtool_accepts_the_exposition_and_the_alert_rules() {
         .current_dir(rules.parent().unwrap())
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ran(&out);
 }
 
 /// A workload of `memtrial run` carries the allocator probe: the exporter reads its

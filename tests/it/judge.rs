@@ -12,7 +12,9 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::common::*;
-use crate::exporter::{free_port, query, start_exporter, start_prometheus, wait_for, Killed};
+use crate::exporter::{
+    free_port, query, start_exporter, start_prometheus, start_prometheus_with, wait_for, Killed,
+};
 
 /// The `live` fixture under `name` (its comm, so its group), holding `mib` MiB.
 fn start_live(dir: &Path, name: &str, mib: u32) -> Killed {
@@ -423,20 +425,11 @@ fn a_fortnight_backfilled_is_judged_week_against_week() {
         "promtool: {}",
         String::from_utf8_lossy(&made.stderr)
     );
-    // A Prometheus that scrapes nothing, over the backfilled blocks.
-    let prom: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let config = dir.path().join("p.yml");
-    std::fs::write(&config, "global:\n  scrape_interval: 1m\n").unwrap();
-    let _p = Killed(
-        Command::new("/usr/bin/prometheus")
-            .arg(format!("--config.file={}", config.display()))
-            .arg(format!("--storage.tsdb.path={}", data.display()))
-            .arg("--storage.tsdb.retention.time=60d")
-            .arg(format!("--web.listen-address={prom}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start prometheus"),
+    // A Prometheus that scrapes nothing, over the backfilled blocks (in `data/`).
+    let (_p, prom) = start_prometheus_with(
+        dir.path(),
+        "global:\n  scrape_interval: 1m\n",
+        &["--storage.tsdb.retention.time=60d"],
     );
     wait_for("the backfilled history in Prometheus", 60, || {
         // The last samples are 10 minutes old: past an instant query's 5-minute look-back.
@@ -545,27 +538,12 @@ fn judge_compares_latency_quantiles_from_a_histogram() {
     }
     let dir = tempfile::tempdir().unwrap();
     let (fast, slow) = (histogram_server(0.010), histogram_server(0.020));
-    let prom: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let config = dir.path().join("p.yml");
-    std::fs::write(
-        &config,
-        format!(
+    let (_p, prom) = start_prometheus_with(
+        dir.path(),
+        &format!(
             "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: lat\n    static_configs:\n      - targets: ['{fast}']\n        labels: {{variant: fast}}\n      - targets: ['{slow}']\n        labels: {{variant: slow}}\n"
         ),
-    )
-    .unwrap();
-    let _p = Killed(
-        Command::new("/usr/bin/prometheus")
-            .arg(format!("--config.file={}", config.display()))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                dir.path().join("data").display()
-            ))
-            .arg(format!("--web.listen-address={prom}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start prometheus"),
+        &[],
     );
     wait_for("both servers scraped", 60, || {
         query(prom, "count(demo_latency_seconds_count)").filter(|n| *n == 2.0)
