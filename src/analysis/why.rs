@@ -347,10 +347,22 @@ pub(crate) fn run_why(r: &RunRecord) -> Why {
         };
     };
     let held = series(points, window, |p| p.held_bytes).filter(|s| s.len() == live.len());
-    let live_trend = trend(&live, &rules);
-    let window_seconds = window.1 - window.0;
-    let level = mean(&live);
-    let held_level = held.as_ref().map(|h| mean(h));
+    steady_why(&live, held.as_deref(), &rss, window.1 - window.0)
+}
+
+/// The verdict on a steady window from its series (`(t_seconds, bytes)`): the allocator's
+/// live bytes, its held bytes (sampled with them, when it offers them) and the resident
+/// memory beside them. Shared by a local run and a fleet's pods (`judge`).
+pub(crate) fn steady_why(
+    live: &[(f64, f64)],
+    held: Option<&[(f64, f64)]>,
+    rss: &[(f64, f64)],
+    window_seconds: f64,
+) -> Why {
+    let rules = TrendRules::default();
+    let live_trend = trend(live, &rules);
+    let level = mean(live);
+    let held_level = held.map(mean);
     let ratio = held_level.map(|h| h / level.max(1.0));
     match live_trend {
         Trend::TooShort {
@@ -392,8 +404,8 @@ pub(crate) fn run_why(r: &RunRecord) -> Why {
         },
         _ => {
             let grows = |s: &[(f64, f64)]| matches!(trend(s, &rules), Trend::Leak { .. });
-            let growing = held.as_deref().is_some_and(grows) || grows(&rss);
-            let rss_bytes = mean(&rss);
+            let growing = held.is_some_and(grows) || grows(rss);
+            let rss_bytes = mean(rss);
             match (held_level, ratio) {
                 (Some(h), Some(q)) if growing || q >= FRAGMENTED => Why::Fragmentation {
                     live_bytes: level,

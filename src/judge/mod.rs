@@ -11,6 +11,7 @@
 
 pub mod blocks;
 pub mod prom;
+pub mod why;
 
 use serde::Serialize;
 
@@ -112,6 +113,9 @@ pub struct Judgement {
     pub block_seconds: f64,
     pub warmup_seconds: f64,
     pub groups: Vec<GroupResult>,
+    /// What to do: the leanest variant significantly below the baseline without a
+    /// significantly higher p95, or keeping the baseline.
+    pub recommendation: String,
     pub notes: Vec<String>,
 }
 
@@ -142,6 +146,11 @@ pub struct GroupResult {
     /// `baseline`, `lower`, `higher`, `no_significant_difference`, `too_little_data`.
     pub verdict: String,
     pub says: String,
+    /// Leak or fragmentation, from the exporter's allocator probe series.
+    pub why: why::GroupWhy,
+    /// The arena pitfall, where the exporter saw it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub arena_pitfall: Option<why::ArenaPitfall>,
 }
 
 /// A selector as the user gives it, checked for what would break the query's shape.
@@ -424,6 +433,7 @@ pub fn judge(spec: &JudgeSpec, progress: &mut dyn FnMut(&str)) -> Result<Judgeme
             verdict(c, &cells[0], paired, block, 0x1d6e + i as u64)
         };
         let (restarts, oom_killed_pods) = kube_state(&prom, g, step)?;
+        let (why, arena_pitfall) = why::query(&prom, g, step, warmup, progress)?;
         let beside_of = beside
             .get(i)
             .into_iter()
@@ -459,9 +469,12 @@ pub fn judge(spec: &JudgeSpec, progress: &mut dyn FnMut(&str)) -> Result<Judgeme
             ci95,
             verdict,
             says,
+            why,
+            arena_pitfall,
         });
     }
     Ok(Judgement {
+        recommendation: recommendation(&metric, &groups),
         prometheus: prom.url().to_string(),
         metric,
         step_seconds: step,
@@ -470,6 +483,61 @@ pub fn judge(spec: &JudgeSpec, progress: &mut dyn FnMut(&str)) -> Result<Judgeme
         notes: notes(spec, &groups),
         groups,
     })
+}
+
+/// The leanest variant whose memory is significantly lower than the baseline's and whose
+/// p95 latency (when measured) is not significantly higher; else the baseline.
+fn recommendation(metric: &str, groups: &[GroupResult]) -> String {
+    let slower = |g: &GroupResult| {
+        g.beside
+            .iter()
+            .any(|b| b.name == "p95_seconds" && b.ci95.is_some_and(|[lo, _]| lo > 1.0))
+    };
+    let best = groups
+        .iter()
+        .skip(1)
+        .filter(|g| g.verdict == "lower" && !slower(g))
+        .min_by(|a, b| a.ratio.unwrap_or(1.0).total_cmp(&b.ratio.unwrap_or(1.0)));
+    let base = &groups[0].name;
+    match best {
+        Some(g) => {
+            let [lo, hi] = g.ci95.unwrap_or([f64::NAN; 2]);
+            let leak = if g.why.verdict == "leak" || g.why.verdict == "mixed" {
+                format!(
+                    "; but its probe says {}: look before rolling it out",
+                    g.why.verdict
+                )
+            } else {
+                String::new()
+            };
+            format!(
+                "{}: {metric} {:.2}× [{lo:.2}, {hi:.2}] of {base}'s{}{leak}",
+                g.name,
+                g.ratio.unwrap_or(f64::NAN),
+                if g.beside.iter().any(|b| b.name == "p95_seconds") {
+                    ", p95 not significantly higher"
+                } else {
+                    ""
+                }
+            )
+        }
+        None => {
+            let slow = groups
+                .iter()
+                .skip(1)
+                .filter(|g| g.verdict == "lower" && slower(g))
+                .map(|g| g.name.as_str())
+                .collect::<Vec<_>>();
+            if slow.is_empty() {
+                format!("keep {base}: no variant's {metric} is significantly lower")
+            } else {
+                format!(
+                    "keep {base}: {} use less memory but their p95 latency is significantly higher",
+                    slow.join(", ")
+                )
+            }
+        }
+    }
 }
 
 /// A group's container restarts in its window (each counter's increases, a reset counted
@@ -599,6 +667,14 @@ pub fn text(j: &Judgement) -> String {
             .collect();
         out.push_str(&format!("{} latency: {}\n", g.name, figs.join(", ")));
     }
+    for g in &j.groups {
+        out.push_str(&why::line(&g.name, &g.why));
+        out.push('\n');
+        if let Some(p) = &g.arena_pitfall {
+            out.push_str(&format!("{}: {}\n", g.name, p.says));
+        }
+    }
+    out.push_str(&format!("recommendation: {}\n", j.recommendation));
     for n in &j.notes {
         out.push_str(&format!("note: {n}\n"));
     }
