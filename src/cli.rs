@@ -464,6 +464,10 @@ pub struct JudgeArgs {
     /// Also write the judgement as JSON to FILE ('-' for standard output).
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
+    /// Also write the judgement as one self-contained HTML file (table, verdicts, a chart of
+    /// each group's memory per block) to FILE ('-' for standard output).
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
 }
 
 /// `memtrial exporter`.

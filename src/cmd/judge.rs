@@ -141,6 +141,15 @@ pub(super) fn judge_cmd(args: &JudgeArgs, ui: &Ui) -> Result<Outcome> {
     if let Some(t) = &json {
         t.check("--json")?;
     }
+    let html = args.html.as_deref().map(OutputTarget::from_path);
+    if let Some(t) = &html {
+        t.check("--html")?;
+    }
+    if json.as_ref().is_some_and(OutputTarget::is_stdout)
+        && html.as_ref().is_some_and(OutputTarget::is_stdout)
+    {
+        bail!("--json - and --html -: only one of them can take standard output; give the other a file");
+    }
     let block = args
         .block
         .as_deref()
@@ -178,7 +187,8 @@ pub(super) fn judge_cmd(args: &JudgeArgs, ui: &Ui) -> Result<Outcome> {
         memtrial::judge::judge(&spec, &mut |what| ui.live(Some(what))).map_err(anyhow::Error::msg);
     ui.live(None);
     let j = j?;
-    let stdout_taken = json.as_ref().is_some_and(OutputTarget::is_stdout);
+    let stdout_taken = json.as_ref().is_some_and(OutputTarget::is_stdout)
+        || html.as_ref().is_some_and(OutputTarget::is_stdout);
     if !stdout_taken {
         ui.human(&memtrial::judge::text(&j), false)?;
     }
@@ -186,6 +196,9 @@ pub(super) fn judge_cmd(args: &JudgeArgs, ui: &Ui) -> Result<Outcome> {
         let mut bytes = serde_json::to_vec_pretty(&j)?;
         bytes.push(b'\n');
         ui.write_output(t, &bytes, "--json")?;
+    }
+    if let Some(t) = &html {
+        ui.write_output(t, memtrial::judge::html::render(&j).as_bytes(), "--html")?;
     }
     Ok(Outcome::Ok)
 }

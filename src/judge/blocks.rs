@@ -46,6 +46,16 @@ impl Cells {
         (!all.is_empty()).then(|| median(&all))
     }
 
+    /// Per block, the median over the pods that have data in it.
+    pub fn per_block(&self) -> Vec<Option<f64>> {
+        (0..self.blocks())
+            .map(|b| {
+                let v: Vec<f64> = self.cells.iter().filter_map(|p| p[b]).collect();
+                (!v.is_empty()).then(|| median(&v))
+            })
+            .collect()
+    }
+
     fn resampled(&self, pods: &[usize], blocks: &[usize]) -> Option<f64> {
         let mut v = Vec::with_capacity(pods.len() * blocks.len());
         for &p in pods {

@@ -10,6 +10,7 @@
 //! before and after a moment (a rollout), each side its own window.
 
 pub mod blocks;
+pub mod html;
 pub mod prom;
 pub mod why;
 
@@ -133,6 +134,8 @@ pub struct GroupResult {
     pub warmed_pods: usize,
     /// The median over pods and blocks of the metric.
     pub median: Option<f64>,
+    /// Per time block from the window's start, the median over the pods' block medians.
+    pub per_block: Vec<Option<f64>>,
     /// Against the baseline (absent for the baseline).
     pub ratio: Option<f64>,
     pub ci95: Option<[f64; 2]>,
@@ -462,6 +465,7 @@ pub fn judge(spec: &JudgeSpec, progress: &mut dyn FnMut(&str)) -> Result<Judgeme
             samples: c.samples,
             warmed_pods: c.warmed,
             median: c.figure(),
+            per_block: c.per_block(),
             restarts,
             oom_killed_pods,
             beside: beside_of,

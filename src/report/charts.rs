@@ -141,6 +141,57 @@ pub(super) fn time_axes<'a, 'b>(
     Some(chart)
 }
 
+/// Named series over time, one colour each in order, lines with a dot at each point (a
+/// point alone, between gaps, still shows): a fleet's groups per time block.
+pub(crate) fn named_lines(
+    title: &str,
+    x_desc: &str,
+    y_desc: &str,
+    series: &[(String, Vec<(f64, f64)>)],
+) -> Option<String> {
+    let finite = |p: &&(f64, f64)| p.0.is_finite() && p.1.is_finite();
+    let all = || series.iter().flat_map(|s| s.1.iter().filter(finite));
+    let max_t = all().map(|p| p.0).fold(f64::NAN, f64::max);
+    let max_y = all().map(|p| p.1).fold(f64::NAN, f64::max);
+    if max_t.is_nan() {
+        return None;
+    }
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (900, 420)).into_drawing_area();
+        let mut chart = styled(
+            &root,
+            title,
+            0.0..(max_t * 1.02).max(0.1),
+            0.0..(max_y * 1.08).max(1.0),
+        )?;
+        chart
+            .configure_mesh()
+            .x_desc(x_desc)
+            .y_desc(y_desc)
+            .light_line_style(RGBColor(235, 235, 235))
+            .draw()
+            .ok()?;
+        for (i, (name, pts)) in series.iter().enumerate() {
+            let c = color(i);
+            let pts: Vec<(f64, f64)> = pts.iter().filter(finite).copied().collect();
+            chart
+                .draw_series(LineSeries::new(pts.clone(), c.stroke_width(2)))
+                .ok()?
+                .label(name.clone())
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(3))
+                });
+            chart
+                .draw_series(pts.into_iter().map(|p| Circle::new(p, 3, c.filled())))
+                .ok()?;
+        }
+        legend(&mut chart, SeriesLabelPosition::LowerRight)?;
+        root.present().ok()?;
+    }
+    Some(svg)
+}
+
 /// The legend box, where the lines are least likely to be.
 pub(super) fn legend<'a, 'b: 'a>(
     chart: &mut Chart<'a, 'b>,

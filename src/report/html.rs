@@ -10,7 +10,7 @@ use crate::analysis::{Analysis, Figure, VariantSummary};
 use crate::record::Experiment;
 use crate::units::{format_bytes, format_seconds};
 
-const STYLE: &str = r#"
+pub(crate) const STYLE: &str = r#"
 body { font: 15px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; color: #1d1d1f; max-width: 1100px; margin: 24px auto; padding: 0 16px; }
 h1 { font-size: 1.6em; margin-bottom: 0; } h2 { margin-top: 1.8em; border-bottom: 1px solid #ddd; padding-bottom: 4px; }
 .sub { color: #555; margin-top: 4px; } code, pre { font: 13px/1.4 ui-monospace, "SFMono-Regular", Menlo, monospace; }
