@@ -103,6 +103,7 @@ fn latency(g: &GroupResult, name: &str) -> String {
 pub fn render(j: &Judgement) -> String {
     let with_latency = j.groups.iter().any(|g| !g.beside.is_empty());
     let with_kube = j.groups.iter().any(|g| g.restarts.is_some());
+    let with_also = j.groups.iter().any(|g| !g.also.is_empty());
     let keep = j.recommendation.starts_with("keep ");
     let page: Markup = html! {
         (DOCTYPE)
@@ -128,6 +129,7 @@ pub fn render(j: &Judgement) -> String {
                         th.l { "group" } th.l { "selector and window" } th { "pods" }
                         th { "blocks with data" } th { "samples" } th { (j.metric) }
                         th { "against the baseline" } th.l { "verdict" }
+                        @if with_also { th { "other memory metrics" } }
                         @if with_kube { th { "restarts" } th { "OOM-killed pods" } }
                         @if with_latency { th { "p50" } th { "p95" } th { "throughput" } }
                         th.l { "leak or fragmentation" }
@@ -142,6 +144,12 @@ pub fn render(j: &Judgement) -> String {
                             td { (figure(j, g.median)) }
                             td class=(verdict_class(&g.verdict)) { (ratio(g.ratio, g.ci95)) }
                             td.l { (g.says) }
+                            @if with_also {
+                                td { @for b in &g.also {
+                                    span.small { (b.name) } br;
+                                    (b.median.map_or("-".into(), format_bytes)) " " (ratio(b.ratio, b.ci95)) br;
+                                } }
+                            }
                             @if with_kube {
                                 td { (g.restarts.map_or("-".into(), |r| r.to_string())) }
                                 td { (g.oom_killed_pods.map_or("-".into(), |r| r.to_string())) }
@@ -212,6 +220,7 @@ mod tests {
             restarts: None,
             oom_killed_pods: None,
             beside: vec![],
+            also: vec![],
             verdict: if ratio.is_some() { "lower" } else { "baseline" }.into(),
             says: "says".into(),
             why: GroupWhy {

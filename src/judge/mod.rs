@@ -28,6 +28,35 @@ pub const METRICS: &[&str] = &[
     "process_resident_memory_bytes",
 ];
 
+/// The other memory figures shown beside each primary metric, where they are exported for
+/// the baseline: cAdvisor's RSS beside its working set, memtrial's PSS beside its RSS, and
+/// so on — Heroku's table had RSS, the kubelet evicts on the working set, PSS is a forking
+/// server's real footprint.
+const ALSO: &[(&str, &[&str])] = &[
+    (
+        "container_memory_working_set_bytes",
+        &["container_memory_rss"],
+    ),
+    (
+        "memtrial_process_resident_bytes",
+        &["memtrial_process_proportional_bytes"],
+    ),
+    (
+        "memtrial_group_cgroup_working_set_bytes",
+        &[
+            "memtrial_group_resident_bytes",
+            "memtrial_group_proportional_bytes",
+        ],
+    ),
+    (
+        "memtrial_group_resident_bytes",
+        &[
+            "memtrial_group_proportional_bytes",
+            "memtrial_group_cgroup_working_set_bytes",
+        ],
+    ),
+];
+
 /// Points aimed at per series: fine enough for hourly blocks over a week.
 const POINTS: u64 = 1000;
 
@@ -146,6 +175,10 @@ pub struct GroupResult {
     /// Latency quantiles and throughput from `--latency`, each against the baseline's.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub beside: Vec<Beside>,
+    /// The other memory metrics exported for the groups (named by their metric), each
+    /// against the baseline's with the same bootstrap.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub also: Vec<Beside>,
     /// `baseline`, `lower`, `higher`, `no_significant_difference`, `too_little_data`.
     pub verdict: String,
     pub says: String,
@@ -278,6 +311,48 @@ fn memory_cells(
             step as f64,
             warmup,
         ));
+    }
+    Ok(out)
+}
+
+/// Each group's other memory metrics ([`ALSO`]) that the baseline's selector has series of;
+/// a group without them gets empty cells (no ratio), never an error.
+fn also_cells(
+    prom: &Prometheus,
+    spec: &JudgeSpec,
+    metric: &str,
+    (step, block, warmup): (u64, f64, f64),
+    progress: &mut dyn FnMut(&str),
+) -> Result<Vec<Vec<(String, Cells)>>, String> {
+    let others = ALSO
+        .iter()
+        .find(|(m, _)| *m == metric)
+        .map_or(&[][..], |(_, o)| *o);
+    let mut out: Vec<Vec<(String, Cells)>> = vec![Vec::new(); spec.groups.len()];
+    for other in others {
+        let mut per = Vec::new();
+        for g in &spec.groups {
+            let q = query(other, g);
+            progress(&format!("{}: {q}", g.name));
+            let series = prom
+                .query_range(&q, g.start, g.end, step)
+                .map_err(|e| e.to_string())?;
+            let n = block_count(g, block);
+            per.push(blocks::cells(
+                &series,
+                g.start,
+                block,
+                n,
+                step as f64,
+                warmup,
+            ));
+        }
+        if per[0].figure().is_none() {
+            continue;
+        }
+        for (k, c) in per.into_iter().enumerate() {
+            out[k].push((other.to_string(), c));
+        }
     }
     Ok(out)
 }
@@ -427,6 +502,7 @@ pub fn judge(spec: &JudgeSpec, progress: &mut dyn FnMut(&str)) -> Result<Judgeme
         Some(l) => latency_cells(&prom, spec, l, block, progress)?,
         None => Vec::new(),
     };
+    let also = also_cells(&prom, spec, &metric, (step, block, warmup), progress)?;
     let mut groups = Vec::new();
     for (i, (g, c)) in spec.groups.iter().zip(&cells).enumerate() {
         let paired = paired(spec, g);
@@ -437,23 +513,27 @@ pub fn judge(spec: &JudgeSpec, progress: &mut dyn FnMut(&str)) -> Result<Judgeme
         };
         let (restarts, oom_killed_pods) = kube_state(&prom, g, step)?;
         let (why, arena_pitfall) = why::query(&prom, g, step, warmup, progress)?;
-        let beside_of = beside
-            .get(i)
-            .into_iter()
-            .flatten()
-            .enumerate()
-            .map(|(k, (name, c))| {
-                let r = (i > 0)
-                    .then(|| blocks::ratio(c, &beside[0][k].1, paired, 0xbe5 + i as u64))
-                    .flatten();
-                Beside {
-                    name: name.clone(),
-                    median: c.figure(),
-                    ratio: r.map(|r| r.0),
-                    ci95: r.map(|(_, (lo, hi))| [lo, hi]),
-                }
-            })
-            .collect();
+        let against = |table: &[Vec<(String, Cells)>], seed: u64| -> Vec<Beside> {
+            table
+                .get(i)
+                .into_iter()
+                .flatten()
+                .enumerate()
+                .map(|(k, (name, c))| {
+                    let r = (i > 0)
+                        .then(|| blocks::ratio(c, &table[0][k].1, paired, seed + i as u64))
+                        .flatten();
+                    Beside {
+                        name: name.clone(),
+                        median: c.figure(),
+                        ratio: r.map(|r| r.0),
+                        ci95: r.map(|(_, (lo, hi))| [lo, hi]),
+                    }
+                })
+                .collect()
+        };
+        let beside_of = against(&beside, 0xbe5);
+        let also_of = against(&also, 0xa150);
         groups.push(GroupResult {
             name: g.name.clone(),
             selector: g.selector.clone(),
@@ -469,6 +549,7 @@ pub fn judge(spec: &JudgeSpec, progress: &mut dyn FnMut(&str)) -> Result<Judgeme
             restarts,
             oom_killed_pods,
             beside: beside_of,
+            also: also_of,
             ratio,
             ci95,
             verdict,
@@ -644,6 +725,21 @@ pub fn text(j: &Judgement) -> String {
             g.end,
             g.says
         ));
+    }
+    for g in j.groups.iter().filter(|g| !g.also.is_empty()) {
+        let figs: Vec<String> = g
+            .also
+            .iter()
+            .map(|b| {
+                let v = b.median.map_or("-".to_string(), format_bytes);
+                let r = match (b.ratio, b.ci95) {
+                    (Some(r), Some([lo, hi])) => format!(" ({r:.2}× [{lo:.2}, {hi:.2}])"),
+                    _ => String::new(),
+                };
+                format!("{} {v}{r}", b.name)
+            })
+            .collect();
+        out.push_str(&format!("{} also: {}\n", g.name, figs.join(", ")));
     }
     for g in j.groups.iter().filter(|g| !g.beside.is_empty()) {
         let figs: Vec<String> = g
