@@ -31,6 +31,28 @@ pub fn library_note() -> String {
     )
 }
 
+/// The embedded library as [`write_library`] wrote it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WrittenLibrary {
+    /// Where, absolute.
+    pub path: PathBuf,
+    /// Its size in bytes.
+    pub bytes: usize,
+    /// Its SHA-256, hex: the one [`library_note`] records (there, its first 16 digits).
+    pub sha256: String,
+}
+
+/// Writes the embedded library to `path` (whole or not at all, mode 0644), for a user who
+/// preloads it into processes memtrial does not start (`memtrial probe-library`).
+pub fn write_library(path: &std::path::Path) -> Result<WrittenLibrary, super::files::WriteError> {
+    let path = super::files::write_atomic(path, SHIM, 0o644)?;
+    Ok(WrittenLibrary {
+        path,
+        bytes: SHIM.len(),
+        sha256: crate::units::sha256_hex(SHIM),
+    })
+}
+
 /// Where the embedded library is written for the loader: once per memtrial process.
 pub(crate) fn shim_path() -> Result<PathBuf, String> {
     static PATH: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
