@@ -49,6 +49,13 @@ fn written_library(dir: &Path) -> PathBuf {
     lib
 }
 
+/// The fixture `live` under the name `program` (its comm, unique to the test): a link, not
+/// a copy — a copy is open for writing while other tests fork, and a child that inherited
+/// that descriptor makes its exec fail (ETXTBSY) until the child's own exec.
+fn named_fixture(program: &Path) {
+    std::os::unix::fs::symlink(fixture("live"), program).unwrap();
+}
+
 #[test]
 fn a_program_preloading_the_written_library_is_served_and_its_file_stays_bounded() {
     if !need_c_compiler() {
@@ -62,7 +69,7 @@ fn a_program_preloading_the_written_library_is_served_and_its_file_stays_bounded
     std::fs::create_dir(&probe_dir).unwrap();
     let name = format!("mtb{}", std::process::id());
     let program = dir.path().join(&name);
-    std::fs::copy(fixture("live"), &program).unwrap();
+    named_fixture(&program);
     const BOUND: u64 = 4096;
     // 16 MiB live in 4096-byte blocks for 4 s, then a normal exit. At one line every
     // 10 ms the file passes 4 KiB in under a second.
@@ -78,6 +85,26 @@ fn a_program_preloading_the_written_library_is_served_and_its_file_stays_bounded
             .unwrap(),
     );
     let file = probe_dir.join(child.pid().to_string());
+    // The file's size, watched from the start until the program has exited: never past
+    // the bound, and restarted (it shrinks) rather than left to stop growing.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watcher = {
+        let (file, stop) = (file.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let (mut largest, mut last, mut restarts) = (0, 0, 0);
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                if let Ok(m) = std::fs::metadata(&file) {
+                    largest = largest.max(m.len());
+                    if m.len() < last {
+                        restarts += 1;
+                    }
+                    last = m.len();
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            (largest, restarts)
+        })
+    };
     let exporter = start_exporter(
         &memtrial(),
         &[
@@ -90,11 +117,12 @@ fn a_program_preloading_the_written_library_is_served_and_its_file_stays_bounded
     );
     let g = format!("{{group=\"{name}\"}}");
     let mut text = String::new();
+    let expected = 16.0 * 1048576.0;
+    // The program may still be allocating at the first scrapes.
     let live = wait_for("the probe's live bytes", 3, || {
         text = http_get(exporter.addr, "/metrics").ok()?.1;
-        series(&text, &format!("memtrial_group_allocator_live_bytes{g}"))
+        series(&text, &format!("memtrial_group_allocator_live_bytes{g}")).filter(|v| *v >= expected)
     });
-    let expected = 16.0 * 1048576.0;
     assert!(
         (live / expected - 1.0).abs() < 0.02,
         "live {live} vs {expected}:\n{text}"
@@ -105,22 +133,16 @@ fn a_program_preloading_the_written_library_is_served_and_its_file_stays_bounded
         series(&text, &format!("memtrial_group_probed_processes{g}")),
         Some(1.0)
     );
-    // Watch the file while the program runs: never past the bound, and restarted (it
-    // shrinks) rather than left to stop growing.
-    let (mut largest, mut last, mut restarts) = (0, 0, 0);
+    let deadline = Instant::now() + Duration::from_secs(10);
     let status = loop {
         if let Some(s) = child.0.try_wait().unwrap() {
             break s;
         }
-        if let Ok(m) = std::fs::metadata(&file) {
-            largest = largest.max(m.len());
-            if m.len() < last {
-                restarts += 1;
-            }
-            last = m.len();
-        }
-        std::thread::sleep(Duration::from_millis(5));
+        assert!(Instant::now() < deadline, "the program did not exit");
+        std::thread::sleep(Duration::from_millis(20));
     };
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (largest, restarts) = watcher.join().unwrap();
     assert!(status.success(), "{status}");
     assert!(largest <= BOUND, "the file reached {largest} bytes");
     assert!(
@@ -148,7 +170,7 @@ fn the_exporter_reads_a_file_restarted_under_it() {
     std::fs::create_dir(&probe_dir).unwrap();
     let name = format!("mtr{}", std::process::id());
     let program = dir.path().join(&name);
-    std::fs::copy(fixture("live"), &program).unwrap();
+    named_fixture(&program);
     let child = Killed(
         Command::new(&program)
             .args(["4", "30"])
@@ -173,7 +195,7 @@ fn the_exporter_reads_a_file_restarted_under_it() {
     );
     let g = format!("memtrial_group_allocator_live_bytes{{group=\"{name}\"}}");
     wait_for("the probe's live bytes", 3, || {
-        series(&http_get(exporter.addr, "/metrics").ok()?.1, &g)
+        series(&http_get(exporter.addr, "/metrics").ok()?.1, &g).filter(|v| *v >= 4.0 * 1048576.0)
     });
     let file = probe_dir.join(child.pid().to_string());
     let (mut scrapes, mut seen, mut largest) = (0, 0, 0);
@@ -252,13 +274,23 @@ fn probe_library_without_permission_says_so() {
     std::fs::create_dir(&root_only).unwrap();
     std::fs::set_permissions(&root_only, std::fs::Permissions::from_mode(0o755)).unwrap();
     let out = root_only.join("libmemtrial-probe.so");
-    let o = Command::new("setpriv")
-        .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"])
-        .arg(&bin)
-        .args(["probe-library", "--out"])
-        .arg(&out)
-        .output()
-        .unwrap();
+    // A copy nobody may run (the build's may be out of its reach); its exec is tried again
+    // while another test's child still holds the copy's descriptor (ETXTBSY).
+    let mut tries = 0;
+    let o = loop {
+        let o = Command::new("setpriv")
+            .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"])
+            .arg(&bin)
+            .args(["probe-library", "--out"])
+            .arg(&out)
+            .output()
+            .unwrap();
+        tries += 1;
+        if tries == 20 || !String::from_utf8_lossy(&o.stderr).contains("Text file busy") {
+            break o;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{stderr}");
     for want in [
@@ -269,4 +301,47 @@ fn probe_library_without_permission_says_so() {
         assert!(stderr.contains(&want), "expected '{want}' in:\n{stderr}");
     }
     assert_eq!(std::fs::read_dir(&root_only).unwrap().count(), 0);
+}
+
+/// `memtrial run` reads each process's file whole, exit sample included: a
+/// `MEMTRIAL_PROBE_MAX_BYTES` in memtrial's own environment never reaches its workload.
+#[test]
+fn memtrial_run_keeps_its_files_whole_whatever_its_environment_says() {
+    if !need_c_compiler() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(memtrial())
+        .args([
+            "run",
+            "--runs",
+            "1",
+            "--variants",
+            "glibc",
+            "--probe-interval",
+            "10ms",
+            "--json",
+            "out.json",
+            "--",
+        ])
+        .arg(fixture("live"))
+        .args(["4", "2"])
+        .env("MEMTRIAL_PROBE_MAX_BYTES", "4096")
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let probe_dir = crate::exporter_trust::run_probe_dir(dir.path()).expect("the run's probe dir");
+    let files: Vec<PathBuf> = std::fs::read_dir(&probe_dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.is_file())
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let text = std::fs::read_to_string(&files[0]).unwrap();
+    assert!(text.contains("\n# exit\n"), "no exit sample:\n{text}");
+    assert!(text.len() > 4096, "{} bytes: bounded", text.len());
+    assert_eq!(text.matches("# memtrial-probe 1 ").count(), 1, "restarted");
 }
