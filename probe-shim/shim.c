@@ -30,6 +30,18 @@
  * stats.allocated counts them, so live is stats.allocated minus them. The sample written at
  * exit is preceded by a "# exit" line.
  *
+ * A bounded file, for a long-lived process in production (MEMTRIAL_PROBE_MAX_BYTES=N set
+ * and not empty; memtrial run never sets it, it reads the whole file): the file is opened
+ * truncated (a reused PID never appends to a dead process's lines), kept under N bytes -
+ * when the next line would pass N, the file is truncated and restarted with its header and
+ * that line in one write, under the lock, so a reader sees at most one moment without a
+ * latest line - and removed at normal exit (the destructor, instead of the exit sample),
+ * when the path still names the file this process opened. N is bytes, or KiB, MiB, GiB
+ * with a K, M or G suffix; below MIN_MAX_BYTES it is MIN_MAX_BYTES (a header of up to
+ * ~700 bytes and a few lines must fit); a value that is not a size is DEFAULT_MAX_BYTES.
+ * A process killed (SIGKILL, the OOM killer) or ending in _exit leaves its file: at most
+ * N bytes, until its PID is reused.
+ *
  * The shape of the holes: when <MEMTRIAL_PROBE_DIR>/holes exists (memtrial makes it for a
  * run; a production deployment does not, and pays nothing), the thread also writes what
  * the allocator says about its free memory to <dir>/holes/<pid>, replaced whole (a
@@ -81,6 +93,10 @@ static char dir[512];
 static char lib[512];
 static long interval_ms = 1000;
 static int fd = -1;
+/* MEMTRIAL_PROBE_MAX_BYTES (see the top): 0 when unset, the file then grows unbounded. */
+static uint64_t max_bytes;
+#define MIN_MAX_BYTES 4096ULL
+#define DEFAULT_MAX_BYTES (1ULL << 20)
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 
 struct figures {
@@ -247,6 +263,15 @@ static int fd_is_ours(void) {
     return fd >= 0;
 }
 
+/* 1 while report_path still names the report file this process opened (no link followed):
+ * not a file another process of the same PID made after ours was removed, nor something
+ * the program put there. */
+static int path_is_ours(void) {
+    struct stat st;
+    return report_path[0] && lstat(report_path, &st) == 0 && st.st_dev == fd_dev &&
+           st.st_ino == fd_ino;
+}
+
 /* The holes: <dir>/holes exists (checked when the library loads); on while it does and the
  * allocator's account can be written. */
 static int holes_dir;
@@ -389,6 +414,42 @@ static void holes_snapshot(uint64_t rss_bytes) {
         unlink(tmp);
 }
 
+/* The report file's header line into head (HEAD_CAP bytes); returns its length. The path
+ * and the header are put together by hand: snprintf's machinery is pages of libc that a
+ * small program would otherwise never touch, and they count in its peak RSS. */
+#define HEAD_CAP 700
+static size_t put_head(char *head) {
+    size_t n = put_str(head, 0, HEAD_CAP - 64, "# memtrial-probe 1 ");
+    n = put(head, n, (uint64_t)getpid(), ' ');
+    n = put_str(head, n, HEAD_CAP - 64, names[which]);
+    head[n++] = ' ';
+    n = put_str(head, n, HEAD_CAP - 1, lib[0] ? lib : "-");
+    head[n++] = '\n';
+    return n;
+}
+
+/* Bytes in the report file as this process wrote them: a bounded file's size. */
+static uint64_t written;
+
+/* Writes one line to the report file (under the lock). A bounded file the line would take
+ * past max_bytes is restarted first: truncated, then its header and the line in one write.
+ * A line that cannot be written within the bound is dropped. */
+static void report_line(const char *line, size_t n) {
+    char buf[HEAD_CAP + 256];
+    if (max_bytes && written + n > max_bytes) {
+        if (n > sizeof buf - HEAD_CAP || ftruncate(fd, 0) != 0)
+            return;
+        size_t h = put_head(buf);
+        memcpy(buf + h, line, n);
+        line = buf;
+        n += h;
+        written = 0;
+    }
+    ssize_t w = write(fd, line, n);
+    if (w > 0)
+        written += (uint64_t)w;
+}
+
 static void sample_locked(void) {
     struct figures f;
     char buf[256];
@@ -406,8 +467,7 @@ static void sample_locked(void) {
     n = put(buf, n, f.metadata, '\t');
     n = put(buf, n, f.arenas, '\t');
     n = put(buf, n, f.thread_cache, '\n');
-    ssize_t w = write(fd, buf, n);
-    (void)w;
+    report_line(buf, n);
 }
 
 static void sample(void) {
@@ -479,15 +539,16 @@ static void resolve(void) {
     resolved = 1;
 }
 
-/* Opens this process's file and writes its header (under the lock). The path and the
- * header are put together by hand: snprintf's machinery is pages of libc that a small
- * program would otherwise never touch, and they count in its peak RSS. */
+/* Opens this process's file and writes its header (under the lock); the path is put
+ * together by hand, as the header is (put_head). */
 static void open_report(void) {
     char path[600];
     size_t n = put_str(path, 0, sizeof path - 24, dir);
     path[n++] = '/';
     n = put(path, n, (uint64_t)getpid(), '\0');
-    fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    /* Bounded: truncated, so that a reused PID never appends to a dead process's lines. */
+    fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (max_bytes ? O_TRUNC : 0),
+              0644);
     if (fd < 0)
         return;
     set_str(report_path, sizeof report_path, path);
@@ -499,15 +560,9 @@ static void open_report(void) {
     }
     fd_dev = st.st_dev;
     fd_ino = st.st_ino;
-    char head[700];
-    n = put_str(head, 0, sizeof head - 64, "# memtrial-probe 1 ");
-    n = put(head, n, (uint64_t)getpid(), ' ');
-    n = put_str(head, n, sizeof head - 64, names[which]);
-    head[n++] = ' ';
-    n = put_str(head, n, sizeof head - 1, lib[0] ? lib : "-");
-    head[n++] = '\n';
-    ssize_t w = write(fd, head, n);
-    (void)w;
+    char head[HEAD_CAP];
+    written = 0;
+    report_line(head, put_head(head));
 }
 
 static dev_t statm_dev;
@@ -662,6 +717,8 @@ static void after_fork_child(void) {
     if (statm_is_ours())
         close(statm_fd);
     fd = statm_fd = -1;
+    /* The parent's file is the parent's: this child never removes it at exit. */
+    report_path[0] = '\0';
     /* An account the parent was writing when it forked is the parent's. */
     if (holes_fd >= 0)
         close(holes_fd);
@@ -812,8 +869,35 @@ static void find_malloc(void **base) {
     *base = (void *)d.base;
 }
 
-/* Only what the thread needs: the directory, the interval (parsed by hand), the start time
- * (a raw clock read) and the thread itself. */
+/* MEMTRIAL_PROBE_MAX_BYTES, parsed by hand: digits, then optionally K, M or G (binary;
+ * "Ki", "Mi", "Gi" as Kubernetes writes them), and nothing else. Below MIN_MAX_BYTES it is
+ * MIN_MAX_BYTES; anything else is DEFAULT_MAX_BYTES: the user asked for a bound. */
+static uint64_t parse_size(const char *s) {
+    const uint64_t cap = 1ULL << 40;
+    uint64_t v = 0;
+    const char *p = s;
+    for (; *p >= '0' && *p <= '9'; p++)
+        if (v < cap)
+            v = v * 10 + (uint64_t)(*p - '0');
+    if (p == s)
+        return DEFAULT_MAX_BYTES;
+    int shift = 0;
+    if (*p == 'K' || *p == 'k')
+        shift = 10;
+    else if (*p == 'M')
+        shift = 20;
+    else if (*p == 'G')
+        shift = 30;
+    if (shift && *++p == 'i')
+        p++;
+    if (*p)
+        return DEFAULT_MAX_BYTES;
+    v = v >= cap >> shift ? cap : v << shift;
+    return v < MIN_MAX_BYTES ? MIN_MAX_BYTES : v;
+}
+
+/* Only what the thread needs: the directory, the interval and the bound (parsed by hand),
+ * the start time (a raw clock read) and the thread itself. */
 __attribute__((constructor)) static void init(void) {
     const char *d = getenv("MEMTRIAL_PROBE_DIR");
     size_t n = 0;
@@ -829,6 +913,9 @@ __attribute__((constructor)) static void init(void) {
         v = v * 10 + (*iv++ - '0');
     if (v >= 10)
         interval_ms = v;
+    const char *mb = getenv("MEMTRIAL_PROBE_MAX_BYTES");
+    if (mb && *mb)
+        max_bytes = parse_size(mb);
     /* The holes' stream for glibc's malloc_info, made here on the loading thread. */
     char hd[600];
     size_t hn = put_str(hd, 0, sizeof hd - 8, dir);
@@ -843,10 +930,18 @@ __attribute__((constructor)) static void init(void) {
 
 /* A last sample at exit: a batch job's final state, marked as such (the program has
  * freed what it frees before exit, so it is not its peak). Only when the sampling had
- * begun: a process that ends before its first sample is due leaves no file. */
+ * begun: a process that ends before its first sample is due leaves no file. A bounded
+ * file (production: nobody reads an exit sample) is removed instead, when its path still
+ * names the file this process opened, and nothing more is written. */
 __attribute__((destructor)) static void fini(void) {
     pthread_mutex_lock(&lock);
-    if (fd_is_ours()) {
+    if (max_bytes) {
+        if (path_is_ours())
+            unlink(report_path);
+        if (fd_is_ours())
+            close(fd);
+        fd = -1;
+    } else if (fd_is_ours()) {
         ssize_t w = write(fd, "# exit\n", 7);
         (void)w;
         sample_locked();

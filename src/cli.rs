@@ -73,6 +73,10 @@ pub enum Command {
     /// Serve Prometheus metrics for the processes matching a regex: RSS, PSS, USS, swap,
     /// threads, allocator, glibc arenas against their limit, CPU quota, the arena pitfall.
     Exporter(ExporterArgs),
+    /// Write the allocator probe library (libmemtrial-probe.so) to a file, to preload into
+    /// processes memtrial does not start, such as a Deployment's, for the exporter to read;
+    /// prints its path, size and SHA-256.
+    ProbeLibrary(ProbeLibraryArgs),
     /// Judge the fleet from Prometheus: a baseline and variant groups (label selectors), or
     /// one selector before and after a moment; memory per pod and time block, each group's
     /// median, ratios to the baseline with intervals, and a verdict.
@@ -494,6 +498,15 @@ pub struct ExporterArgs {
     /// filesystem: a process is read when its MEMTRIAL_PROBE_DIR is this directory.
     #[arg(long, default_value = "/run/memtrial/probe", value_name = "DIR")]
     pub probe_dir: String,
+}
+
+/// `memtrial probe-library`.
+#[derive(Debug, Args)]
+pub struct ProbeLibraryArgs {
+    /// The file to write (e.g. /opt/memtrial/libmemtrial-probe.so), in an existing
+    /// directory: replaced whole (a temporary file renamed over it), mode 0644.
+    #[arg(long, value_name = "PATH")]
+    pub out: PathBuf,
 }
 
 /// What `inspect --top` ranks by.

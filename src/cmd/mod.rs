@@ -4,7 +4,7 @@
 //! [`kube`] inside a Kubernetes Job and renders it, [`resume`] finishes a stored one,
 //! [`report`] reads the store (`report`, `import`, `recommend`, `list`, `variants`),
 //! [`tools`] holds the commands that run no experiment (`workload`, `inspect`,
-//! `exporter`, `load`). Beneath them: [`experiment`] (a plan from flags, isolation, running
+//! `exporter`, `probe-library`, `load`). Beneath them: [`experiment`] (a plan from flags, isolation, running
 //! and presenting an experiment) and [`ui`] (exit codes, the printer, progress, signals).
 //! Arrows point down only: a command module uses `experiment` and `ui`, never another
 //! command's module (`kube` takes `run`'s flags-to-plan step and `report`'s import).
@@ -46,6 +46,7 @@ pub fn dispatch(cli: Cli) -> Result<Outcome> {
         Command::Inspect(args) => tools::inspect_cmd(args, &ui),
         Command::Load(args) => tools::load_cmd(args, &ui),
         Command::Exporter(args) => tools::exporter_cmd(args, &ui),
+        Command::ProbeLibrary(args) => tools::probe_library_cmd(args, &ui),
         Command::Kube(args) => kube::kube_cmd(db, args, &ui),
         Command::Judge(args) => judge::judge_cmd(args, &ui),
     }

@@ -1,8 +1,9 @@
-//! The commands that run no experiment: `workload fragment`, `inspect`, `exporter`, `load`.
+//! The commands that run no experiment: `workload fragment`, `inspect`, `exporter`,
+//! `probe-library`, `load`.
 
 use anyhow::{bail, Result};
 
-use crate::cli::{ExporterArgs, FragmentArgs, InspectArgs};
+use crate::cli::{ExporterArgs, FragmentArgs, InspectArgs, ProbeLibraryArgs};
 use memtrial::report::printer::OutputTarget;
 use memtrial::units::{format_seconds, parse_size};
 use memtrial::workload::fragment::{self, FragmentConfig};
@@ -177,6 +178,28 @@ pub(super) fn exporter_cmd(args: &ExporterArgs, ui: &Ui) -> Result<Outcome> {
         probe_dir,
     });
     exporter::serve(listener, collector, &stop)?;
+    Ok(Outcome::Ok)
+}
+
+// ---- memtrial probe-library ----------------------------------------------------
+
+/// Writes the embedded probe library where `--out` says and prints where, its size and its
+/// SHA-256 (the hash a run's notes record the start of).
+pub(super) fn probe_library_cmd(args: &ProbeLibraryArgs, ui: &Ui) -> Result<Outcome> {
+    let out = &args.out;
+    let lib = memtrial::probe::allocator::write_library(out)
+        .map_err(|e| anyhow::anyhow!("--out {}: {e}", out.display()))?;
+    ui.result(&format!(
+        "wrote {}: {} bytes, SHA-256 {}\n",
+        lib.path.display(),
+        lib.bytes,
+        lib.sha256
+    ))?;
+    ui.note(
+        "Preload it after any allocator library (LD_PRELOAD=\"<allocator> <this file>\"), with \
+         MEMTRIAL_PROBE_DIR set to the exporter's --probe-dir and MEMTRIAL_PROBE_MAX_BYTES to \
+         bound its file; it needs glibc 2.34 or newer. See docs/exporter.md.",
+    );
     Ok(Outcome::Ok)
 }
 

@@ -31,6 +31,28 @@ pub fn library_note() -> String {
     )
 }
 
+/// The embedded library as [`write_library`] wrote it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WrittenLibrary {
+    /// Where, absolute.
+    pub path: PathBuf,
+    /// Its size in bytes.
+    pub bytes: usize,
+    /// Its SHA-256, hex: the one [`library_note`] records (there, its first 16 digits).
+    pub sha256: String,
+}
+
+/// Writes the embedded library to `path` (whole or not at all, mode 0644), for a user who
+/// preloads it into processes memtrial does not start (`memtrial probe-library`).
+pub fn write_library(path: &std::path::Path) -> Result<WrittenLibrary, super::files::WriteError> {
+    let path = super::files::write_atomic(path, SHIM, 0o644)?;
+    Ok(WrittenLibrary {
+        path,
+        bytes: SHIM.len(),
+        sha256: crate::units::sha256_hex(SHIM),
+    })
+}
+
 /// Where the embedded library is written for the loader: once per memtrial process.
 pub(crate) fn shim_path() -> Result<PathBuf, String> {
     static PATH: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
@@ -436,6 +458,9 @@ impl Probe for AllocatorProbe {
                     "MEMTRIAL_PROBE_INTERVAL_MS".into(),
                     self.interval_ms.to_string(),
                 ));
+                // A run reads each file whole, exit sample included: never the bounded
+                // production mode, though memtrial's own environment asks for it.
+                env.push(("MEMTRIAL_PROBE_MAX_BYTES".into(), String::new()));
             }
             Err(why) => self.reports = Err(why),
         }
@@ -524,6 +549,23 @@ mod tests {
         fn latest_of_text_never_panics(text in "[#0-9\t\n -]{0,200}|\\PC{0,120}") {
             let _ = latest_of(text.as_bytes(), text.as_bytes(), true);
         }
+    }
+
+    #[test]
+    fn a_bounded_file_restarted_still_gives_its_latest_line() {
+        let header = "# memtrial-probe 1 7 glibc /lib/x86_64-linux-gnu/libc.so.6\n";
+        let old =
+            format!("{header}1\t10\t20\t-\t-\t-\t-\t-\t-\t-\n2\t11\t21\t-\t-\t-\t-\t-\t-\t-\n");
+        let new = format!("{header}3\t12\t22\t-\t-\t-\t-\t-\t-\t-\n");
+        // Read whole after the restart, or the header read before it and the tail after.
+        for head in [&new, &old] {
+            let r = latest_of(head.as_bytes(), new.as_bytes(), false).unwrap();
+            assert_eq!(r.allocator, "glibc");
+            assert_eq!((r.live_bytes, r.held_bytes), (Some(12), Some(22)));
+        }
+        // Read between the truncation and the write: nothing, for that moment only.
+        assert!(latest_of(b"", b"", false).is_none());
+        assert!(latest_of(old.as_bytes(), b"", false).is_none());
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! Files memtrial hands to the workload's processes (the allocator probe's library, a
 //! runtime probe's script): embedded in the binary, written once to a directory of our
-//! own, named by their content so that two memtrial builds never overwrite each other's.
+//! own, named by their content so that two memtrial builds never overwrite each other's;
+//! or written where the user asks ([`write_atomic`]), for a process memtrial does not start.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Writes `bytes` to `<tmp>/memtrial-<uid>/<stem>-<hash>.<ext>` (mode 0755) unless that
 /// file already holds them, and returns its path. The directory is created 0755 so that a
@@ -47,6 +48,90 @@ pub fn install(stem: &str, ext: &str, bytes: &[u8]) -> Result<PathBuf, String> {
     Ok(path)
 }
 
+/// Why a file could not be written where the user asked: each says what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    #[error("is a directory; name the file to write in it, e.g. {suggestion}")]
+    IsDirectory { suggestion: PathBuf },
+    #[error("the directory {dir} does not exist; create it first (mkdir -p {dir})")]
+    NoDirectory { dir: PathBuf },
+    #[error("{dir} is not a directory; name a file in a directory")]
+    NotADirectory { dir: PathBuf },
+    #[error(
+        "no permission to write in {dir} ({source}); choose a directory you may write to, \
+         or run as a user who may"
+    )]
+    Permission {
+        dir: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot write in {dir}: {source}")]
+    Io {
+        dir: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// Writes `bytes` to `path` whole or not at all: a temporary file in the same directory,
+/// mode `mode` (whatever the umask), synced, then renamed over `path` (a link at `path`
+/// is replaced, not followed). Returns the path written, absolute.
+pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<PathBuf, WriteError> {
+    use std::io::ErrorKind;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let name = match path.file_name() {
+        Some(n) if std::fs::metadata(path).map_or(true, |m| !m.is_dir()) => n,
+        _ => {
+            return Err(WriteError::IsDirectory {
+                suggestion: path.join("libmemtrial-probe.so"),
+            })
+        }
+    };
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    match std::fs::metadata(&dir) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => return Err(WriteError::NotADirectory { dir }),
+        Err(e) if e.kind() == ErrorKind::NotFound => return Err(WriteError::NoDirectory { dir }),
+        Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => {
+            return Err(WriteError::NotADirectory { dir })
+        }
+        Err(source) => return Err(classify(dir, source)),
+    }
+    let mut tmp_name = std::ffi::OsString::from(".");
+    tmp_name.push(name);
+    tmp_name.push(format!(".{}.tmp", std::process::id()));
+    let tmp = dir.join(tmp_name);
+    let write = || -> std::io::Result<()> {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(&tmp)?;
+        let done = (|| {
+            f.set_permissions(std::fs::Permissions::from_mode(mode))?;
+            std::io::Write::write_all(&mut f, bytes)?;
+            f.sync_all()?;
+            std::fs::rename(&tmp, path)
+        })();
+        if done.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        done
+    };
+    write().map_err(|e| classify(dir.clone(), e))?;
+    let dir = std::fs::canonicalize(&dir).unwrap_or(dir);
+    Ok(dir.join(name))
+}
+
+fn classify(dir: PathBuf, source: std::io::Error) -> WriteError {
+    match source.raw_os_error() {
+        Some(libc::EACCES | libc::EPERM | libc::EROFS) => WriteError::Permission { dir, source },
+        _ => WriteError::Io { dir, source },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -57,5 +142,29 @@ mod tests {
         assert_eq!(a, b);
         assert_ne!(a, c);
         assert_eq!(std::fs::read(&c).unwrap(), b"two");
+    }
+
+    #[test]
+    fn writes_whole_with_its_mode_or_says_why_not() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("lib.so");
+        std::fs::write(&p, b"old").unwrap();
+        let got = super::write_atomic(&p, b"new bytes", 0o644).unwrap();
+        assert_eq!(got, std::fs::canonicalize(&p).unwrap());
+        assert_eq!(std::fs::read(&p).unwrap(), b"new bytes");
+        let mode = std::fs::metadata(&p).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o644);
+        // Nothing left beside it.
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+        let e = super::write_atomic(dir.path(), b"x", 0o644).unwrap_err();
+        assert!(matches!(e, super::WriteError::IsDirectory { .. }), "{e}");
+        let e = super::write_atomic(&dir.path().join("no/such/x.so"), b"x", 0o644).unwrap_err();
+        assert!(
+            e.to_string().contains("does not exist; create it first"),
+            "{e}"
+        );
+        let e = super::write_atomic(&p.join("x.so"), b"x", 0o644).unwrap_err();
+        assert!(matches!(e, super::WriteError::NotADirectory { .. }), "{e}");
     }
 }

@@ -20,6 +20,7 @@ mod layers;
 mod load;
 mod nobody;
 mod output;
+mod probe_library;
 mod procs;
 mod program_variants;
 mod props;
