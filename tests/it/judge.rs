@@ -16,19 +16,34 @@ use crate::exporter::{
     free_port, query, start_exporter, start_prometheus, start_prometheus_with, wait_for, Killed,
 };
 
-/// The `live` fixture under `name` (its comm, so its group), holding `mib` MiB.
-fn start_live(dir: &Path, name: &str, mib: u32) -> Killed {
+/// The `live` fixture under `name` (its comm, so its group), holding `mib` MiB (`frag`:
+/// allocated, then every other block freed: half of it live, all of it held), with
+/// memtrial's allocator probe preloaded and reporting into `probe` (the exporter's
+/// `--probe-dir`, when given) every 200 ms, as a production Deployment would carry it.
+fn start_live(dir: &Path, name: &str, mib: u32, frag: bool, probe: Option<&Path>) -> Killed {
     let p = dir.join(name);
     if !p.exists() {
         std::fs::copy(fixture("live"), &p).expect("copy the fixture");
     }
-    Killed(
-        Command::new(&p)
-            .args([mib.to_string().as_str(), "300"])
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("spawn live"),
-    )
+    let mut args = vec![mib.to_string(), "300".to_string()];
+    if frag {
+        args.insert(0, "frag".into());
+    }
+    let mut c = Command::new(&p);
+    c.args(&args).stdout(Stdio::null());
+    if let Some(probe) = probe {
+        c.env("LD_PRELOAD", dir.join("libmemtrial-probe.so"))
+            .env("MEMTRIAL_PROBE_DIR", probe)
+            .env("MEMTRIAL_PROBE_INTERVAL_MS", "200");
+    }
+    Killed(c.spawn().expect("spawn live"))
+}
+
+/// memtrial's probe library, written where `start_live` preloads it from.
+fn probe_library(dir: &Path) {
+    let out = dir.join("libmemtrial-probe.so");
+    let r = memtrial_in_tmp(&["probe-library", "--out", &out.display().to_string()]);
+    assert_eq!(r.code(), 0, "{}", r.explain());
 }
 
 fn judge(args: &[&str]) -> Run {
@@ -43,19 +58,29 @@ fn judge_finds_the_leaner_group_and_not_a_twin() {
     let dir = tempfile::tempdir().unwrap();
     let id = std::process::id();
     let (base, twin, lean) = (format!("jb{id}"), format!("jt{id}"), format!("jl{id}"));
+    probe_library(dir.path());
+    let probe = dir.path().join("probe");
+    std::fs::create_dir(&probe).unwrap();
     let mut procs = Vec::new();
-    for (name, sizes) in [
-        (&base, [40, 60, 80]),
-        (&twin, [40, 60, 80]),
-        (&lean, [10, 15, 20]),
+    // The lean group's heaps are fragmented: 10, 15 and 20 MiB held, half of it live.
+    for (name, sizes, frag) in [
+        (&base, [40, 60, 80], false),
+        (&twin, [40, 60, 80], false),
+        (&lean, [10, 15, 20], true),
     ] {
         for mib in sizes {
-            procs.push(start_live(dir.path(), name, mib));
+            procs.push(start_live(dir.path(), name, mib, frag, Some(&probe)));
         }
     }
     let exporter = start_exporter(
         &memtrial(),
-        &["--match", &format!("^(jb|jt|jl){id}$"), "--per-process"],
+        &[
+            "--match",
+            &format!("^(jb|jt|jl){id}$"),
+            "--per-process",
+            "--probe-dir",
+            &probe.display().to_string(),
+        ],
         &[],
     );
     let (_prom, prom) = start_prometheus(dir.path(), exporter.addr);
@@ -85,8 +110,17 @@ fn judge_finds_the_leaner_group_and_not_a_twin() {
         "3s",
         "--json",
         "j.json",
+        "--html",
+        "j.html",
     ]);
     assert_eq!(r.code(), 0, "{}", r.explain());
+    let page = std::fs::read_to_string(r.dir.path().join("j.html")).unwrap();
+    assert!(
+        page.contains("<svg")
+            && page.contains("Recommendation: lean")
+            && page.contains("fragmentation in 3 of 3 pod(s)"),
+        "{page}"
+    );
     let j: Value =
         serde_json::from_str(&std::fs::read_to_string(r.dir.path().join("j.json")).unwrap())
             .unwrap();
@@ -115,6 +149,20 @@ fn judge_finds_the_leaner_group_and_not_a_twin() {
     // 15 MiB against 60 MiB, each with a MiB or so of the program's own.
     assert!((0.2..0.35).contains(&ratio), "{l}");
     assert!(l["ci95"][1].as_f64().unwrap() < 1.0, "{l}");
+    // Leak or fragmentation, from the probe's series per process: the fragmented heaps
+    // called so, the whole ones a plateau, by the rules of a local run.
+    assert_eq!(l["why"]["verdict"], "fragmentation", "{l}");
+    assert_eq!(l["why"]["pods"].as_array().unwrap().len(), 3, "{l}");
+    assert_eq!(l["why"]["coverage"], 1.0, "{l}");
+    for p in l["why"]["pods"].as_array().unwrap() {
+        let q = p["held_over_live"].as_f64().unwrap();
+        assert!((1.6..2.4).contains(&q), "held over live {q}: {p}");
+    }
+    assert_eq!(b["why"]["verdict"], "plateau", "{b}");
+    // PSS beside the RSS, each with its ratio: the lean group's processes hold a quarter.
+    let pss = &group("lean")["also"][0];
+    assert_eq!(pss["name"], "memtrial_process_proportional_bytes", "{j}");
+    assert!(pss["ci95"][1].as_f64().unwrap() < 1.0, "{pss}");
     let t = group("twin");
     assert_eq!(t["verdict"], "no_significant_difference", "{t}");
     let (lo, hi) = (
@@ -126,7 +174,12 @@ fn judge_finds_the_leaner_group_and_not_a_twin() {
     assert!(
         text.contains("memory from memtrial_process_resident_bytes")
             && text.contains("lean: ")
-            && text.contains("lower than the baseline, significantly"),
+            && text.contains("lower than the baseline, significantly")
+            && text.contains(
+                "lean leak or fragmentation: fragmentation: fragmentation in 3 of 3 pod(s)"
+            )
+            && text.contains("baseline leak or fragmentation: plateau: plateau in 3 of 3 pod(s)")
+            && text.contains("recommendation: lean: memtrial_process_resident_bytes 0."),
         "{text}"
     );
 
@@ -341,7 +394,7 @@ fn a_fortnight_backfilled_is_judged_week_against_week() {
     // draws, the move is down (with overlapping sets, three pods a group can draw a ratio of 1).
     for (name, sizes) in [(&big, [40, 60, 80]), (&small, [10, 15, 20])] {
         for mib in sizes {
-            procs.push(start_live(dir.path(), name, mib));
+            procs.push(start_live(dir.path(), name, mib, false, None));
         }
     }
     let exporter = start_exporter(
