@@ -1,8 +1,10 @@
 //! `memtrial judge` against a real Prometheus (Debian's, on loopback) scraping memtrial's
 //! exporter every second: three groups of real processes holding known heaps — a baseline of
 //! 40, 60 and 80 MiB, a twin of the same sizes, a lean group of 10, 15 and 20 MiB — each
-//! process a "pod" (`--per-process`). The lean group is found lower, significantly and by
-//! about the right ratio; the twin's interval includes 1; bad input names what is wrong.
+//! process a "pod" (`--per-process`), each carrying memtrial's allocator probe. The lean
+//! group is found lower, significantly and by about the right ratio, and fragmented; the
+//! twin's interval includes 1, and under a CPU quota it shows the arena pitfall; bad input
+//! names what is wrong.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -61,6 +63,12 @@ fn judge_finds_the_leaner_group_and_not_a_twin() {
     probe_library(dir.path());
     let probe = dir.path().join("probe");
     std::fs::create_dir(&probe).unwrap();
+    // The twin group under a CPU quota of half a CPU (glibc still allows 8 arenas per
+    // visible CPU): the arena pitfall, seen by the exporter. Made before the processes, so
+    // it is removed after they are gone.
+    let Some(quota) = QuotaGroup::new("judge", 50_000) else {
+        return;
+    };
     let mut procs = Vec::new();
     // The lean group's heaps are fragmented: 10, 15 and 20 MiB held, half of it live.
     for (name, sizes, frag) in [
@@ -69,7 +77,12 @@ fn judge_finds_the_leaner_group_and_not_a_twin() {
         (&lean, [10, 15, 20], true),
     ] {
         for mib in sizes {
-            procs.push(start_live(dir.path(), name, mib, frag, Some(&probe)));
+            let p = start_live(dir.path(), name, mib, frag, Some(&probe));
+            if name == &twin {
+                std::fs::write(quota.dir.join("cgroup.procs"), p.pid().to_string())
+                    .expect("move into the quota group");
+            }
+            procs.push(p);
         }
     }
     let exporter = start_exporter(
@@ -165,6 +178,14 @@ fn judge_finds_the_leaner_group_and_not_a_twin() {
     assert!(pss["ci95"][1].as_f64().unwrap() < 1.0, "{pss}");
     let t = group("twin");
     assert_eq!(t["verdict"], "no_significant_difference", "{t}");
+    let pit = &t["arena_pitfall"];
+    assert_eq!(
+        (pit["pods"].as_u64(), pit["of_pods"].as_u64()),
+        (Some(3), Some(3)),
+        "{t}"
+    );
+    assert_eq!(pit["quota_cpus"], 0.5, "{t}");
+    assert!(b["arena_pitfall"].is_null(), "{b}");
     let (lo, hi) = (
         t["ci95"][0].as_f64().unwrap(),
         t["ci95"][1].as_f64().unwrap(),
@@ -179,7 +200,8 @@ fn judge_finds_the_leaner_group_and_not_a_twin() {
                 "lean leak or fragmentation: fragmentation: fragmentation in 3 of 3 pod(s)"
             )
             && text.contains("baseline leak or fragmentation: plateau: plateau in 3 of 3 pod(s)")
-            && text.contains("recommendation: lean: memtrial_process_resident_bytes 0."),
+            && text.contains("recommendation: lean: memtrial_process_resident_bytes 0.")
+            && text.contains("twin: arena pitfall in 3 of 3 pod(s)"),
         "{text}"
     );
 
