@@ -101,6 +101,30 @@ fn trimmed(s: &Series, g: &Group, step: f64, warmup: f64) -> Vec<(f64, f64)> {
     s.points.iter().copied().filter(|p| p.0 >= from).collect()
 }
 
+/// Each pod's points whose sample is new: where the sample's own time (`stamps`, the
+/// `timestamp()` of the same series) differs from the point before's. A pod without stamps
+/// keeps its points.
+fn once_per_scrape(series: Vec<Series>, stamps: &[Series]) -> Vec<Series> {
+    let stamps: BTreeMap<String, &Series> = stamps.iter().map(|s| (pod_name(s), s)).collect();
+    series
+        .into_iter()
+        .map(|mut s| {
+            if let Some(st) = stamps.get(&pod_name(&s)) {
+                let at: std::collections::HashMap<u64, f64> =
+                    st.points.iter().map(|p| (p.0.to_bits(), p.1)).collect();
+                let mut last = None;
+                s.points.retain(|p| {
+                    let own = at.get(&p.0.to_bits()).copied();
+                    let new = own.is_none() || own != last;
+                    last = own.or(last);
+                    new
+                });
+            }
+            s
+        })
+        .collect()
+}
+
 fn by_pod(series: Vec<Series>) -> BTreeMap<String, Series> {
     series.into_iter().map(|s| (pod_name(&s), s)).collect()
 }
@@ -278,18 +302,28 @@ pub fn query(
     progress: &mut dyn FnMut(&str),
 ) -> Result<(GroupWhy, Option<ArenaPitfall>), String> {
     let sel = g.selector.trim();
-    let mut get = |m: &str| -> Result<Vec<Series>, String> {
-        let q = format!("{m}{{{sel}}}");
+    let mut ask = |q: String| -> Result<Vec<Series>, String> {
         progress(&format!("{}: {q}", g.name));
         let s = prom
             .query_range(&q, g.start, g.end, step)
             .map_err(|e| e.to_string())?;
         Ok(s.into_iter().filter(|s| !s.points.is_empty()).collect())
     };
+    let mut get = |m: &str| ask(format!("{m}{{{sel}}}"));
     let (level, live) = match get(PROCESS.live)? {
         l if !l.is_empty() => (&PROCESS, l),
         _ => (&GROUP, get(GROUP.live)?),
     };
+    // A step shorter than the scrape interval repeats each sample at every step: a slope
+    // fitted on the repeats would claim more evidence than there is. Each sample's own
+    // time (`timestamp()`) keeps one point per scrape.
+    let stamps = if live.is_empty() {
+        Vec::new()
+    } else {
+        ask(format!("timestamp({}{{{sel}}})", level.live))?
+    };
+    let mut get = |m: &str| ask(format!("{m}{{{sel}}}"));
+    let live = once_per_scrape(live, &stamps);
     let why = if live.is_empty() {
         group_why(live, vec![], vec![], None, g, step as f64, warmup)
     } else {
@@ -404,6 +438,23 @@ mod tests {
             w.says.contains("50% of the matched processes"),
             "{}",
             w.says
+        );
+    }
+
+    #[test]
+    fn a_sample_repeated_at_every_step_counts_once() {
+        // Scraped every 2 s, queried every 1 s: each sample twice.
+        let live = vec![hour("a", |m| m)];
+        let stamps = vec![hour("a", |m| (m / 2.0).floor() * 120.0)];
+        let once = once_per_scrape(live, &stamps);
+        assert_eq!(once[0].points.len(), 30);
+        assert_eq!(once[0].points[1], (120.0, 2.0));
+        // Without stamps, nothing is left out.
+        assert_eq!(
+            once_per_scrape(vec![hour("b", |m| m)], &stamps)[0]
+                .points
+                .len(),
+            60
         );
     }
 
