@@ -16,7 +16,7 @@ use super::figures::{
     AllocatorLabel, ArenaFigures, ExporterFigures, ProbeFigures, ProcessFigures, Snapshot,
     Unreadable,
 };
-use super::reader::{Reader, Shape};
+use super::reader::{Kept, Reader, Shape};
 use crate::inspect::arenas;
 use crate::linux::allocator::{detect_allocator, linked_allocators, needed_of_file};
 use crate::linux::container;
@@ -65,6 +65,12 @@ struct Cached {
     /// The allocator (from the maps and the executable), read once.
     allocator: Option<AllocatorLabel>,
     costly: Option<Costly>,
+    /// Whether its `stat`, `status` and `cgroup` are kept open (within the descriptor
+    /// budget), and those descriptors.
+    keep: bool,
+    stat: Kept,
+    status: Kept,
+    cgroup: Kept,
 }
 
 /// Reasons one process could not be read at this scrape.
@@ -110,6 +116,8 @@ pub struct Collector {
     reader: Reader,
     /// The `status` of the process being read (kept: its buffer is reused).
     status_text: String,
+    /// How many processes may have their `stat`, `status` and `cgroup` kept open.
+    keep_processes: usize,
 }
 
 /// A matched process at this scrape, before its costly reads.
@@ -135,6 +143,7 @@ impl Collector {
             figures,
             reader: Reader::default(),
             status_text: String::new(),
+            keep_processes: keep_budget(),
         }
     }
 
@@ -183,7 +192,18 @@ impl Collector {
         let mut out = Vec::new();
         let mut parents: HashMap<i32, i32> = HashMap::with_capacity(pids.len());
         for pid in pids {
-            let stat = match self.reader.proc(pid, "stat", Shape::OnePiece, KERNEL_MAX) {
+            let read = match self.cache.get_mut(&pid) {
+                Some(c) => self.reader.kept(
+                    &mut c.stat,
+                    c.keep,
+                    pid,
+                    "stat",
+                    Shape::OnePiece,
+                    KERNEL_MAX,
+                ),
+                None => self.reader.proc(pid, "stat", Shape::OnePiece, KERNEL_MAX),
+            };
+            let stat = match read {
                 Ok(b) if !b.is_empty() => proc::parse_stat(&String::from_utf8_lossy(b)),
                 _ => continue, // gone before it could be named: it was never matched
             };
@@ -219,9 +239,11 @@ impl Collector {
         let now = Instant::now();
         let mut due: Vec<(Option<Instant>, &Matched)> = Vec::new();
         for m in matched {
+            let keep = self.cache.len() < self.keep_processes;
             let c = self.cache.entry(m.pid).or_insert_with(|| Cached {
                 start: m.start,
                 comm: m.comm.clone(),
+                keep,
                 ..Cached::default()
             });
             // An allocator not yet known although the maps were read: the loader had not
@@ -258,10 +280,15 @@ impl Collector {
         cgroups: &mut HashMap<String, container::Container>,
         problems: &mut Problems,
     ) -> Option<ProcessFigures> {
-        match self
-            .reader
-            .proc(m.pid, "status", Shape::OnePiece, KERNEL_MAX)
-        {
+        let c = self.cache.entry(m.pid).or_default();
+        match self.reader.kept(
+            &mut c.status,
+            c.keep,
+            m.pid,
+            "status",
+            Shape::OnePiece,
+            KERNEL_MAX,
+        ) {
             Ok(b) if !b.is_empty() => {
                 self.status_text.clear();
                 self.status_text.push_str(&String::from_utf8_lossy(b));
@@ -282,7 +309,6 @@ impl Collector {
                 return None;
             }
         };
-        let c = self.cache.entry(m.pid).or_default();
         if c.env.is_none() {
             match read_environ(&mut self.reader, m.pid) {
                 // Empty: mid-execve, or a process that cleared it; try again next time.
@@ -305,10 +331,14 @@ impl Collector {
             }
             None => None,
         };
-        let cont = match self
-            .reader
-            .proc(m.pid, "cgroup", Shape::OnePiece, KERNEL_MAX)
-        {
+        let cont = match self.reader.kept(
+            &mut c.cgroup,
+            c.keep,
+            m.pid,
+            "cgroup",
+            Shape::OnePiece,
+            KERNEL_MAX,
+        ) {
             Ok(b) => {
                 let text = String::from_utf8_lossy(b);
                 if !cgroups.contains_key(text.as_ref()) {
@@ -357,6 +387,30 @@ const OUTSIDE_MAX: usize = 1 << 20;
 /// The most read of a file the kernel sizes (`stat`, `status`, `cgroup`, `smaps_rollup`:
 /// a few KiB), should one ever be longer.
 const KERNEL_MAX: usize = 1 << 20;
+
+/// Descriptors kept open per process: its `stat`, `status` and `cgroup`.
+const KEPT_PER_PROCESS: usize = 3;
+
+/// Descriptors left for everything else: the HTTP server's connections (up to 128
+/// waiting for their head, 16 queued, 2 being answered), the files a scrape opens and
+/// closes, the ELF files read once per process.
+const RESERVED_FDS: u64 = 256;
+
+/// How many processes may have their files kept open: what the soft limit on open files
+/// (`RLIMIT_NOFILE`, often 1024) leaves beyond [`RESERVED_FDS`]. The processes beyond it
+/// are read by path, as every file was before.
+fn keep_budget() -> usize {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the struct it is given and has no other effect.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return 0;
+    }
+    let soft = lim.rlim_cur.min(1 << 20);
+    (soft.saturating_sub(RESERVED_FDS) as usize) / KEPT_PER_PROCESS
+}
 
 /// The initial environment of a watched process, at most [`OUTSIDE_MAX`] bytes of it.
 /// Cut there, its last entry (partial) is dropped.
