@@ -16,6 +16,7 @@ use super::figures::{
     AllocatorLabel, ArenaFigures, ExporterFigures, ProbeFigures, ProcessFigures, Snapshot,
     Unreadable,
 };
+use super::reader::{Kept, Reader, Shape};
 use crate::inspect::arenas;
 use crate::linux::allocator::{detect_allocator, linked_allocators, needed_of_file};
 use crate::linux::container;
@@ -64,6 +65,12 @@ struct Cached {
     /// The allocator (from the maps and the executable), read once.
     allocator: Option<AllocatorLabel>,
     costly: Option<Costly>,
+    /// Whether its `stat`, `status` and `cgroup` are kept open (within the descriptor
+    /// budget), and those descriptors.
+    keep: bool,
+    stat: Kept,
+    status: Kept,
+    cgroup: Kept,
 }
 
 /// Reasons one process could not be read at this scrape.
@@ -105,6 +112,12 @@ pub struct Collector {
     page: u64,
     cache: HashMap<i32, Cached>,
     figures: ExporterFigures,
+    /// The buffer every `/proc` read of a scrape goes through.
+    reader: Reader,
+    /// The `status` of the process being read (kept: its buffer is reused).
+    status_text: String,
+    /// How many processes may have their `stat`, `status` and `cgroup` kept open.
+    keep_processes: usize,
 }
 
 /// A matched process at this scrape, before its costly reads.
@@ -128,6 +141,9 @@ impl Collector {
             page: proc::page_size(),
             cache: HashMap::new(),
             figures,
+            reader: Reader::default(),
+            status_text: String::new(),
+            keep_processes: keep_budget(),
         }
     }
 
@@ -169,26 +185,42 @@ impl Collector {
 
     /// The processes whose `comm` or command line the regex matches (no kernel threads,
     /// no zombies, never the exporter itself nor its descendants).
-    fn matching(&self) -> Vec<Matched> {
+    fn matching(&mut self) -> Vec<Matched> {
         let Ok(pids) = proc::list_pids() else {
             return Vec::new();
         };
         let mut out = Vec::new();
         let mut parents: HashMap<i32, i32> = HashMap::with_capacity(pids.len());
         for pid in pids {
-            let Ok(stat) = proc::read_stat(pid) else {
-                continue; // gone before it could be named: it was never matched
+            let read = match self.cache.get_mut(&pid) {
+                Some(c) => self.reader.kept(
+                    &mut c.stat,
+                    c.keep,
+                    pid,
+                    "stat",
+                    Shape::OnePiece,
+                    KERNEL_MAX,
+                ),
+                None => self.reader.proc(pid, "stat", Shape::OnePiece, KERNEL_MAX),
             };
+            let stat = match read {
+                Ok(b) if !b.is_empty() => proc::parse_stat(&String::from_utf8_lossy(b)),
+                _ => continue, // gone before it could be named: it was never matched
+            };
+            let Ok(stat) = stat else { continue };
             parents.insert(pid, stat.ppid);
             // Kernel threads are kthreadd (PID 2) and its children.
             if stat.state == 'Z' || stat.pid == 2 || stat.ppid == 2 {
                 continue;
             }
             let hit = self.settings.matcher.is_match(&stat.comm)
-                || proc::read_proc_file_at_most(pid, "cmdline", OUTSIDE_MAX).is_ok_and(|b| {
-                    let line = String::from_utf8_lossy(&b).replace('\0', " ");
-                    self.settings.matcher.is_match(line.trim_end())
-                });
+                || self
+                    .reader
+                    .proc(pid, "cmdline", Shape::Pieces, OUTSIDE_MAX)
+                    .is_ok_and(|b| {
+                        let line = String::from_utf8_lossy(b).replace('\0', " ");
+                        self.settings.matcher.is_match(line.trim_end())
+                    });
             if hit {
                 out.push(Matched {
                     pid,
@@ -207,9 +239,11 @@ impl Collector {
         let now = Instant::now();
         let mut due: Vec<(Option<Instant>, &Matched)> = Vec::new();
         for m in matched {
+            let keep = self.cache.len() < self.keep_processes;
             let c = self.cache.entry(m.pid).or_insert_with(|| Cached {
                 start: m.start,
                 comm: m.comm.clone(),
+                keep,
                 ..Cached::default()
             });
             // An allocator not yet known although the maps were read: the loader had not
@@ -234,7 +268,7 @@ impl Collector {
             let online = self.online_cpus;
             let page = self.page;
             if let Some(c) = self.cache.get_mut(&m.pid) {
-                read_costly(m.pid, c, online, page);
+                read_costly(&mut self.reader, m.pid, c, online, page);
             }
         }
     }
@@ -246,31 +280,43 @@ impl Collector {
         cgroups: &mut HashMap<String, container::Container>,
         problems: &mut Problems,
     ) -> Option<ProcessFigures> {
-        let status_text = match proc::read_proc_file(m.pid, "status") {
-            Ok(b) if !b.is_empty() => String::from_utf8_lossy(&b).into_owned(),
+        let c = self.cache.entry(m.pid).or_default();
+        match self.reader.kept(
+            &mut c.status,
+            c.keep,
+            m.pid,
+            "status",
+            Shape::OnePiece,
+            KERNEL_MAX,
+        ) {
+            Ok(b) if !b.is_empty() => {
+                self.status_text.clear();
+                self.status_text.push_str(&String::from_utf8_lossy(b));
+            }
             Ok(_) => {
                 problems.0.insert(Unreadable::Vanished);
                 return None;
             }
             Err(e) => {
-                problems.note(&e);
+                problems.0.insert(io_reason(&e));
                 return None;
             }
-        };
-        let status = match proc::parse_status(&status_text) {
+        }
+        let status = match proc::parse_status(&self.status_text) {
             Ok(s) => s,
             Err(e) => {
                 problems.note(&e);
                 return None;
             }
         };
-        let c = self.cache.entry(m.pid).or_default();
         if c.env.is_none() {
-            match read_environ(m.pid) {
+            match read_environ(&mut self.reader, m.pid) {
                 // Empty: mid-execve, or a process that cleared it; try again next time.
                 Ok(env) if env.is_empty() => {}
                 Ok(env) => c.env = Some(env),
-                Err(e) => problems.note(&e),
+                Err(e) => {
+                    problems.0.insert(io_reason(&e));
+                }
             }
         }
         if let Some(r) = c.costly.as_ref().and_then(|k| k.problem) {
@@ -285,21 +331,29 @@ impl Collector {
             }
             None => None,
         };
-        let cont = match proc::read_proc_file(m.pid, "cgroup") {
+        let cont = match self.reader.kept(
+            &mut c.cgroup,
+            c.keep,
+            m.pid,
+            "cgroup",
+            Shape::OnePiece,
+            KERNEL_MAX,
+        ) {
             Ok(b) => {
-                let text = String::from_utf8_lossy(&b).into_owned();
-                let online = self.online_cpus;
-                Some(
-                    cgroups
-                        .entry(text.clone())
-                        .or_insert_with(|| {
-                            container::read_container(m.pid, &text, &status_text, online)
-                        })
-                        .clone(),
-                )
+                let text = String::from_utf8_lossy(b);
+                if !cgroups.contains_key(text.as_ref()) {
+                    let cont = container::read_container(
+                        m.pid,
+                        &text,
+                        &self.status_text,
+                        self.online_cpus,
+                    );
+                    cgroups.insert(text.clone().into_owned(), cont);
+                }
+                cgroups.get(text.as_ref())
             }
             Err(e) => {
-                problems.note(&e);
+                problems.0.insert(io_reason(&e));
                 None
             }
         };
@@ -315,11 +369,10 @@ impl Collector {
             costly_age_seconds: costly.map(|k| k.at.elapsed().as_secs_f64()),
             allocator: c.allocator,
             arenas: costly.and_then(|k| k.arenas),
-            cpu_quota_cpus: cont.as_ref().and_then(|c| c.cpu_quota_cpus),
-            visible_cpus: cont.as_ref().map_or(self.online_cpus, |c| c.visible_cpus),
-            memory_limit_bytes: cont.as_ref().and_then(|c| c.memory_limit_bytes),
+            cpu_quota_cpus: cont.and_then(|c| c.cpu_quota_cpus),
+            visible_cpus: cont.map_or(self.online_cpus, |c| c.visible_cpus),
+            memory_limit_bytes: cont.and_then(|c| c.memory_limit_bytes),
             cgroup_working_set: cont
-                .as_ref()
                 .and_then(|c| c.memory.as_ref())
                 .and_then(|m| Some((m.path.clone(), m.working_set_bytes?))),
             probe,
@@ -331,15 +384,43 @@ impl Collector {
 /// chooses: a command line is matched on its first MiB, an environment read up to 1 MiB.
 const OUTSIDE_MAX: usize = 1 << 20;
 
+/// The most read of a file the kernel sizes (`stat`, `status`, `cgroup`, `smaps_rollup`:
+/// a few KiB), should one ever be longer.
+const KERNEL_MAX: usize = 1 << 20;
+
+/// Descriptors kept open per process: its `stat`, `status` and `cgroup`.
+const KEPT_PER_PROCESS: usize = 3;
+
+/// Descriptors left for everything else: the HTTP server's connections (up to 128
+/// waiting for their head, 16 queued, 2 being answered), the files a scrape opens and
+/// closes, the ELF files read once per process.
+const RESERVED_FDS: u64 = 256;
+
+/// How many processes may have their files kept open: what the soft limit on open files
+/// (`RLIMIT_NOFILE`, often 1024) leaves beyond [`RESERVED_FDS`]. The processes beyond it
+/// are read by path, as every file was before.
+fn keep_budget() -> usize {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the struct it is given and has no other effect.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return 0;
+    }
+    let soft = lim.rlim_cur.min(1 << 20);
+    (soft.saturating_sub(RESERVED_FDS) as usize) / KEPT_PER_PROCESS
+}
+
 /// The initial environment of a watched process, at most [`OUTSIDE_MAX`] bytes of it.
 /// Cut there, its last entry (partial) is dropped.
-fn read_environ(pid: i32) -> Result<Vec<(String, String)>, ProcError> {
-    let mut b = proc::read_proc_file_at_most(pid, "environ", OUTSIDE_MAX)?;
+fn read_environ(reader: &mut Reader, pid: i32) -> std::io::Result<Vec<(String, String)>> {
+    let mut b = reader.proc(pid, "environ", Shape::Pieces, OUTSIDE_MAX)?;
     if b.len() >= OUTSIDE_MAX {
         let whole = b.iter().rposition(|c| *c == 0).map_or(0, |i| i + 1);
-        b.truncate(whole);
+        b = &b[..whole];
     }
-    Ok(proc::parse_environ(&b))
+    Ok(proc::parse_environ(b))
 }
 
 /// Whether `pid` is `ancestor` or one of its descendants, by the parents seen in this
@@ -359,29 +440,67 @@ fn descends_from(pid: i32, ancestor: i32, parents: &HashMap<i32, i32>) -> bool {
 }
 
 /// The costly reads of one process into its cache entry: `smaps_rollup`, the maps, the
-/// allocator (once), the arenas of a glibc process.
-fn read_costly(pid: i32, c: &mut Cached, online_cpus: u32, page: u64) {
+/// allocator (once), the arenas of a glibc process. The maps are read while the allocator
+/// is unknown and, for a glibc process, for its arenas; where `/proc/PID/mem` opens, only
+/// their anonymous read-write lines, the only places a heap header can be, are parsed.
+fn read_costly(reader: &mut Reader, pid: i32, c: &mut Cached, online_cpus: u32, page: u64) {
     let mut problem = None;
-    let mut note = |e: &ProcError| {
-        problem.get_or_insert(reason(e));
+    let rollup = match reader.proc(pid, "smaps_rollup", Shape::OnePiece, KERNEL_MAX) {
+        // A zombie has no address space to report.
+        Ok([]) => {
+            problem.get_or_insert(Unreadable::Vanished);
+            None
+        }
+        Ok(b) => proc::parse_smaps_rollup(&String::from_utf8_lossy(b))
+            .map_err(|e| problem.get_or_insert(reason(&e)))
+            .ok(),
+        Err(e) => {
+            problem.get_or_insert(io_reason(&e));
+            None
+        }
     };
-    let rollup = proc::read_smaps_rollup(pid).map_err(|e| note(&e)).ok();
-    let maps = proc::read_maps_text(pid)
-        .map_err(|e| note(&e))
-        .ok()
-        .and_then(|t| maps::parse_maps(&t).ok())
-        .filter(|m| !m.is_empty());
+    let known = c.allocator;
+    if known.is_some_and(|a| !a.is_glibc()) {
+        // Neither the allocator nor arenas to read from the maps.
+        c.costly = Some(Costly {
+            at: Instant::now(),
+            pss_bytes: rollup.as_ref().map(|r| r.pss),
+            uss_bytes: rollup.as_ref().map(|r| r.uss),
+            arenas: None,
+            problem,
+        });
+        return;
+    }
+    // Opened before the maps are read: where it opens, the maps are wanted only for the
+    // heap headers' addresses.
+    let mem = known.map(|_| arenas::ProcMem::open(pid));
+    let maps = match reader.proc(pid, "maps", Shape::Pieces, usize::MAX) {
+        // A zombie or a kernel thread has no mappings.
+        Ok([]) => None,
+        Ok(b) => {
+            let text = String::from_utf8_lossy(b);
+            match mem {
+                Some(Ok(_)) => anon_rw(&text),
+                _ => maps::parse_maps(&text).ok(),
+            }
+        }
+        Err(e) => {
+            problem.get_or_insert(io_reason(&e));
+            None
+        }
+    };
     if c.allocator.is_none() {
         if let Some(maps) = &maps {
             c.allocator = allocator_of(pid, maps);
         }
     }
     if c.env.is_none() {
-        c.env = read_environ(pid).ok().filter(|e| !e.is_empty());
+        c.env = read_environ(reader, pid).ok().filter(|e| !e.is_empty());
     }
     let arenas = match (&maps, c.allocator) {
         (Some(maps), Some(a)) if a.is_glibc() => {
-            let count = match arenas::ProcMem::open(pid) {
+            let mem = mem.unwrap_or_else(|| arenas::ProcMem::open(pid));
+            let count = match mem {
                 Ok(mut mem) => arenas::count_from_headers(maps, &mut mem, page),
                 Err(e) => {
                     problem.get_or_insert(io_reason(&e));
@@ -404,6 +523,22 @@ fn read_costly(pid: i32, c: &mut Cached, online_cpus: u32, page: u64) {
         arenas,
         problem,
     });
+}
+
+/// The anonymous read-write private mappings of a maps text (no path, inode 0, `rw-p`):
+/// the only ones [`arenas::count_from_headers`] looks in. `None` when one of them is
+/// malformed, as [`maps::parse_maps`] refuses the whole text then.
+fn anon_rw(text: &str) -> Option<Vec<maps::Mapping>> {
+    let mut out = Vec::new();
+    for line in text.lines() {
+        // address perms offset dev inode [path]
+        let mut f = line.split_ascii_whitespace();
+        if f.nth(1) != Some("rw-p") || f.nth(2) != Some("0") || f.next().is_some() {
+            continue;
+        }
+        out.extend(maps::parse_maps(line).ok()?);
+    }
+    Some(out)
 }
 
 /// The allocator answering `malloc`, from the mapped libraries and the executable;
@@ -586,6 +721,34 @@ mod tests {
             "{:?}",
             s.processes.iter().map(|p| p.pid).collect::<Vec<_>>()
         );
+    }
+
+    /// The anonymous read-write lines are exactly the mappings the heap-header count looks
+    /// in, on captured maps and on this process's own.
+    #[test]
+    fn anon_rw_lines_are_the_mappings_headers_are_looked_for_in() {
+        let own = std::fs::read_to_string("/proc/self/maps").unwrap();
+        for text in [
+            include_str!("../../tests/fixtures/maps/cat_plain.txt"),
+            include_str!("../../tests/fixtures/maps/cat_jemalloc.txt"),
+            include_str!("../../tests/fixtures/maps/spaces_deleted_tcmalloc.txt"),
+            include_str!("../../tests/fixtures/maps/static.txt"),
+            own.as_str(),
+        ] {
+            let all = maps::parse_maps(text).unwrap();
+            let light = anon_rw(text).unwrap();
+            assert_eq!(
+                arenas::header_addresses(&light),
+                arenas::header_addresses(&all)
+            );
+            let want: Vec<_> = all
+                .into_iter()
+                .filter(|m| m.path.is_none() && m.inode == 0 && m.perms == "rw-p")
+                .collect();
+            assert_eq!(light, want);
+        }
+        // A malformed candidate line refuses the whole text, as parse_maps does.
+        assert_eq!(anon_rw("zz-10 rw-p 00000000 00:00 0\n"), None);
     }
 
     #[test]

@@ -13,6 +13,7 @@ pub mod collect;
 pub mod figures;
 pub mod http;
 pub mod metrics;
+mod reader;
 
 use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::AtomicBool;

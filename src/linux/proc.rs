@@ -94,23 +94,6 @@ impl KeptProcFile {
     }
 }
 
-/// Reads at most `max` bytes of `/proc/{pid}/{file}`: for files whose size the process
-/// chooses (`cmdline`, `environ`), read for processes memtrial did not start.
-pub(crate) fn read_proc_file_at_most(
-    pid: i32,
-    file: &str,
-    max: usize,
-) -> Result<Vec<u8>, ProcError> {
-    let path = PathBuf::from(format!("/proc/{pid}/{file}"));
-    let read = || -> io::Result<Vec<u8>> {
-        let f = fs::File::open(&path)?;
-        let mut buf = Vec::with_capacity(max.min(4096));
-        f.take(max as u64).read_to_end(&mut buf)?;
-        Ok(buf)
-    };
-    read().map_err(|e| classify_io(pid, path.clone(), e))
-}
-
 /// The most recently allocated PID (last field of `/proc/loadavg`): if it has not
 /// changed, no process was created since it was last read.
 #[cfg(test)]
