@@ -168,20 +168,21 @@ pub fn ratio(variant: &Cells, base: &Cells, paired: bool, seed: u64) -> Option<(
     ))
 }
 
+/// A series of metric `m` for the pod named `pod`, for tests.
+#[cfg(test)]
+pub(crate) fn series(pod: &str, points: Vec<(f64, f64)>) -> Series {
+    Series {
+        labels: std::collections::BTreeMap::from([
+            ("__name__".to_string(), "m".to_string()),
+            ("pod".to_string(), pod.to_string()),
+        ]),
+        points,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::BTreeMap;
-
-    fn series(pod: &str, points: Vec<(f64, f64)>) -> Series {
-        Series {
-            labels: BTreeMap::from([
-                ("__name__".to_string(), "m".to_string()),
-                ("pod".to_string(), pod.to_string()),
-            ]),
-            points,
-        }
-    }
 
     /// Pods whose memory wanders in hourly steps around `level`, seeded.
     fn group(level: f64, pods: usize, seed: u64) -> Vec<Series> {

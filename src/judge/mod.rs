@@ -279,11 +279,13 @@ fn find_metric(
     ))
 }
 
-/// Each group's memory per pod and block; a group matching nothing is an error naming it.
+/// Each group's `metric` per pod and block; when `required`, a group matching nothing is an
+/// error naming it, else it gets empty cells (no figure, no ratio).
 fn memory_cells(
     prom: &Prometheus,
     spec: &JudgeSpec,
     metric: &str,
+    required: bool,
     (step, block, warmup): (u64, f64, f64),
     progress: &mut dyn FnMut(&str),
 ) -> Result<Vec<Cells>, String> {
@@ -294,7 +296,7 @@ fn memory_cells(
         let series = prom
             .query_range(&q, g.start, g.end, step)
             .map_err(|e| e.to_string())?;
-        if series.iter().all(|s| s.points.is_empty()) {
+        if required && series.iter().all(|s| s.points.is_empty()) {
             return Err(format!(
                 "{}: {q} matches no series in {} (Prometheus {}): check the selector and the window",
                 g.name,
@@ -315,13 +317,12 @@ fn memory_cells(
     Ok(out)
 }
 
-/// Each group's other memory metrics ([`ALSO`]) that the baseline's selector has series of;
-/// a group without them gets empty cells (no ratio), never an error.
+/// Each group's other memory metrics ([`ALSO`]) that the baseline's selector has series of.
 fn also_cells(
     prom: &Prometheus,
     spec: &JudgeSpec,
     metric: &str,
-    (step, block, warmup): (u64, f64, f64),
+    blocking: (u64, f64, f64),
     progress: &mut dyn FnMut(&str),
 ) -> Result<Vec<Vec<(String, Cells)>>, String> {
     let others = ALSO
@@ -330,23 +331,7 @@ fn also_cells(
         .map_or(&[][..], |(_, o)| *o);
     let mut out: Vec<Vec<(String, Cells)>> = vec![Vec::new(); spec.groups.len()];
     for other in others {
-        let mut per = Vec::new();
-        for g in &spec.groups {
-            let q = query(other, g);
-            progress(&format!("{}: {q}", g.name));
-            let series = prom
-                .query_range(&q, g.start, g.end, step)
-                .map_err(|e| e.to_string())?;
-            let n = block_count(g, block);
-            per.push(blocks::cells(
-                &series,
-                g.start,
-                block,
-                n,
-                step as f64,
-                warmup,
-            ));
-        }
+        let per = memory_cells(prom, spec, other, false, blocking, progress)?;
         if per[0].figure().is_none() {
             continue;
         }
@@ -497,7 +482,7 @@ pub fn judge(spec: &JudgeSpec, progress: &mut dyn FnMut(&str)) -> Result<Judgeme
     let (step, block) = step_and_block(spec)?;
     let warmup = spec.warmup.unwrap_or(block);
     let metric = find_metric(&prom, spec, step, progress)?;
-    let cells = memory_cells(&prom, spec, &metric, (step, block, warmup), progress)?;
+    let cells = memory_cells(&prom, spec, &metric, true, (step, block, warmup), progress)?;
     let beside = match &spec.latency {
         Some(l) => latency_cells(&prom, spec, l, block, progress)?,
         None => Vec::new(),

@@ -375,16 +375,7 @@ pub fn line(name: &str, w: &GroupWhy) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn series(pod: &str, points: Vec<(f64, f64)>) -> Series {
-        Series {
-            labels: BTreeMap::from([
-                ("__name__".to_string(), "m".to_string()),
-                ("group".to_string(), pod.to_string()),
-            ]),
-            points,
-        }
-    }
+    use crate::judge::blocks::series;
 
     fn group() -> Group {
         Group {
@@ -433,7 +424,7 @@ mod tests {
         assert!(w.says.contains("leak in 1 of 2"), "{}", w.says);
         assert!(w.says.contains("plateau in 1 of 2"), "{}", w.says);
         // The leaking pod speaks for the group; the coverage is said.
-        assert!(w.says.contains("group=\"a\": leak:"), "{}", w.says);
+        assert!(w.says.contains("pod=\"a\": leak:"), "{}", w.says);
         assert!(
             w.says.contains("50% of the matched processes"),
             "{}",

@@ -173,23 +173,32 @@ pub(crate) fn named_lines(
             .draw()
             .ok()?;
         for (i, (name, pts)) in series.iter().enumerate() {
-            let c = color(i);
             let pts: Vec<(f64, f64)> = pts.iter().filter(finite).copied().collect();
-            chart
-                .draw_series(LineSeries::new(pts.clone(), c.stroke_width(2)))
-                .ok()?
-                .label(name.clone())
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(3))
-                });
-            chart
-                .draw_series(pts.into_iter().map(|p| Circle::new(p, 3, c.filled())))
-                .ok()?;
+            line_with_dots(&mut chart, name.clone(), pts, color(i), 2)?;
         }
         legend(&mut chart, SeriesLabelPosition::LowerRight)?;
         root.present().ok()?;
     }
     Some(svg)
+}
+
+/// A labelled line of `width` with a dot at each point.
+fn line_with_dots(
+    chart: &mut Chart<'_, '_>,
+    name: String,
+    pts: Vec<(f64, f64)>,
+    c: RGBColor,
+    width: u32,
+) -> Option<()> {
+    chart
+        .draw_series(LineSeries::new(pts.clone(), c.stroke_width(width)))
+        .ok()?
+        .label(name)
+        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(3)));
+    chart
+        .draw_series(pts.into_iter().map(|p| Circle::new(p, 3, c.filled())))
+        .ok()?;
+    Some(())
 }
 
 /// The legend box, where the lines are least likely to be.
@@ -522,17 +531,7 @@ pub(crate) fn latency_percentiles(e: &Experiment, a: &Analysis) -> Option<String
             .draw()
             .ok()?;
         for (vi, name, pts) in lines {
-            let c = color(vi);
-            chart
-                .draw_series(LineSeries::new(pts.clone(), c.stroke_width(3)))
-                .ok()?
-                .label(name)
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(3))
-                });
-            chart
-                .draw_series(pts.into_iter().map(|p| Circle::new(p, 3, c.filled())))
-                .ok()?;
+            line_with_dots(&mut chart, name, pts, color(vi), 3)?;
         }
         legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
         root.present().ok()?;

@@ -116,6 +116,21 @@ pub(crate) fn start_exporter(program: &Path, args: &[&str], wrap: &[&str]) -> Ex
     Exporter { child, addr }
 }
 
+/// The exporter for the processes named exactly `name`, reading the allocator probe's
+/// reports in `probe_dir`.
+pub(crate) fn start_probe_exporter(name: &str, probe_dir: &Path) -> Exporter {
+    start_exporter(
+        &memtrial(),
+        &[
+            "--match",
+            &format!("^{name}$"),
+            "--probe-dir",
+            &probe_dir.display().to_string(),
+        ],
+        &[],
+    )
+}
+
 /// The value of one series (`name{labels}` exactly as exposed) in an exposition.
 pub(crate) fn series(text: &str, name: &str) -> Option<f64> {
     text.lines()
@@ -695,16 +710,7 @@ fn exporter_reads_the_probe_of_a_memtrial_run() {
         assert!(Instant::now() < deadline, "no probe directory of the run");
         std::thread::sleep(Duration::from_millis(100));
     };
-    let exporter = start_exporter(
-        &memtrial(),
-        &[
-            "--match",
-            &format!("^{name}$"),
-            "--probe-dir",
-            &probe_dir.display().to_string(),
-        ],
-        &[],
-    );
+    let exporter = start_probe_exporter(&name, &probe_dir);
     let g = format!("{{group=\"{name}\"}}");
     let mut text = String::new();
     let live = wait_for("the probe's live bytes", 30, || {

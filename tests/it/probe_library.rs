@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::common::*;
-use crate::exporter::{http_get, series, start_exporter, wait_for, Killed};
+use crate::exporter::{http_get, series, start_probe_exporter, wait_for, Killed};
 
 /// `memtrial probe-library --out OUT`: its output, exit code and standard error.
 fn probe_library(out: &Path) -> (i32, String, String) {
@@ -105,16 +105,7 @@ fn a_program_preloading_the_written_library_is_served_and_its_file_stays_bounded
             (largest, restarts)
         })
     };
-    let exporter = start_exporter(
-        &memtrial(),
-        &[
-            "--match",
-            &format!("^{name}$"),
-            "--probe-dir",
-            &probe_dir.display().to_string(),
-        ],
-        &[],
-    );
+    let exporter = start_probe_exporter(&name, &probe_dir);
     let g = format!("{{group=\"{name}\"}}");
     let mut text = String::new();
     let expected = 16.0 * 1048576.0;
@@ -183,16 +174,7 @@ fn the_exporter_reads_a_file_restarted_under_it() {
             .spawn()
             .unwrap(),
     );
-    let exporter = start_exporter(
-        &memtrial(),
-        &[
-            "--match",
-            &format!("^{name}$"),
-            "--probe-dir",
-            &probe_dir.display().to_string(),
-        ],
-        &[],
-    );
+    let exporter = start_probe_exporter(&name, &probe_dir);
     let g = format!("memtrial_group_allocator_live_bytes{{group=\"{name}\"}}");
     wait_for("the probe's live bytes", 3, || {
         series(&http_get(exporter.addr, "/metrics").ok()?.1, &g).filter(|v| *v >= 4.0 * 1048576.0)
