@@ -390,11 +390,13 @@ fn a_short_run_leaves_the_allocator_probe_out_of_the_next_one() {
 #[test]
 #[ignore = "measures: needs the short runs under 10 ms; runs alone in the second pass of scripts/test.sh"]
 fn a_run_long_enough_for_a_sample_brings_the_allocator_probe_back() {
-    // Short the first time (no flag yet), 300 ms from then on.
+    // Short the first time (no flag yet: one shell, the flag made by its own redirection,
+    // no other program started — `touch` made the first run 13 ms once, past the 10 ms
+    // that leaves the probe out), 300 ms from then on.
     let dir = tempfile::tempdir().unwrap();
     let flag = dir.path().join("flag");
     let cmd = format!(
-        "if [ -e {f} ]; then sleep 0.3; fi; touch {f}",
+        "if [ -e {f} ]; then exec sleep 0.3; fi; : > {f}",
         f = flag.display()
     );
     let r = run_json(3, "glibc", &[], &["sh", "-c", &cmd]);
