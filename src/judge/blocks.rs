@@ -79,6 +79,18 @@ pub fn pod_name(s: &Series) -> String {
         .join(",")
 }
 
+/// Where a series whose first sample is at `first` starts to count: a series that begins
+/// later than 1.5 steps into the window started there (a rollout, a restart) loses its
+/// first `warmup` seconds; one already running when the window opened keeps everything
+/// (`-inf`).
+pub fn warm_from(first: f64, start: f64, step: f64, warmup: f64) -> f64 {
+    if first > start + 1.5 * step {
+        first + warmup
+    } else {
+        f64::NEG_INFINITY
+    }
+}
+
 /// The series of one group cut into `n` blocks of `block` seconds from `start`. A series
 /// that begins later than one `step` into the window started there (a rollout, a restart):
 /// its first `warmup` seconds are left out.
@@ -93,12 +105,10 @@ pub fn cells(series: &[Series], start: f64, block: f64, n: usize, step: f64, war
         let Some(&(first, _)) = s.points.first() else {
             continue;
         };
-        let from = if first > start + 1.5 * step {
+        let from = warm_from(first, start, step, warmup);
+        if from.is_finite() {
             out.warmed += 1;
-            first + warmup
-        } else {
-            f64::NEG_INFINITY
-        };
+        }
         let mut per: Vec<Vec<f64>> = vec![Vec::new(); n];
         for &(t, v) in s.points.iter().filter(|(t, _)| *t >= from) {
             let b = ((t - start) / block).floor();

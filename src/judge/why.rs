@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::blocks::pod_name;
+use super::blocks::{pod_name, warm_from};
 use super::prom::{Prometheus, Series};
 use super::Group;
 use crate::analysis::why::{steady_why, Why};
@@ -87,17 +87,13 @@ pub struct ArenaPitfall {
     pub says: String,
 }
 
-/// A pod's series with the samples of its warm-up left out (a pod whose first sample
-/// comes later than 1.5 steps into the window started in it, as in `blocks::cells`).
+/// A pod's series with the samples of its warm-up left out, by the rule the memory's
+/// blocks use ([`warm_from`]).
 fn trimmed(s: &Series, g: &Group, step: f64, warmup: f64) -> Vec<(f64, f64)> {
     let Some(&(first, _)) = s.points.first() else {
         return Vec::new();
     };
-    let from = if first > g.start + 1.5 * step {
-        first + warmup
-    } else {
-        f64::NEG_INFINITY
-    };
+    let from = warm_from(first, g.start, step, warmup);
     s.points.iter().copied().filter(|p| p.0 >= from).collect()
 }
 
@@ -139,12 +135,8 @@ fn at_times(of: &[(f64, f64)], at: &[(f64, f64)]) -> Option<Vec<(f64, f64)>> {
         .collect()
 }
 
-fn median(mut v: Vec<f64>) -> Option<f64> {
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    Some(crate::analysis::stats::median(&v))
+fn median(v: &[f64]) -> Option<f64> {
+    (!v.is_empty()).then(|| crate::analysis::stats::median(v))
 }
 
 /// The group's verdict from its pods' live, held and resident series. Pure.
@@ -236,20 +228,13 @@ pub fn group_why(
     }
 }
 
-/// The highest value of a metric over a group's series, if any.
-fn highest(series: &[Series]) -> Option<f64> {
+/// The highest (`f64::max`) or lowest (`f64::min`) value of a metric over a group's
+/// series, if any.
+fn extreme(series: &[Series], pick: fn(f64, f64) -> f64) -> Option<f64> {
     series
         .iter()
         .flat_map(|s| s.points.iter().map(|p| p.1))
-        .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))))
-}
-
-/// The lowest value of a metric over a group's series, if any.
-fn lowest(series: &[Series]) -> Option<f64> {
-    series
-        .iter()
-        .flat_map(|s| s.points.iter().map(|p| p.1))
-        .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.min(v))))
+        .reduce(pick)
 }
 
 /// The arena pitfall from the exporter's gauges; `None` when no pod had it.
@@ -267,10 +252,10 @@ pub fn pitfall(
     if pods == 0 {
         return None;
     }
-    let most_arenas = highest(arenas).map(|v| v as u64);
-    let limit = highest(limit).map(|v| v as u64);
-    let quota_cpus = lowest(quota);
-    let visible_cpus = highest(visible).map(|v| v as u64);
+    let most_arenas = extreme(arenas, f64::max).map(|v| v as u64);
+    let limit = extreme(limit, f64::max).map(|v| v as u64);
+    let quota_cpus = extreme(quota, f64::min);
+    let visible_cpus = extreme(visible, f64::max).map(|v| v as u64);
     let quota_text = quota_cpus.map_or("-".to_string(), |q| format!("{q:.2}"));
     let says = format!(
         "arena pitfall in {pods} of {} pod(s): up to {} glibc arenas, a limit of {} ({} CPUs \
@@ -309,10 +294,10 @@ pub fn query(
             .map_err(|e| e.to_string())?;
         Ok(s.into_iter().filter(|s| !s.points.is_empty()).collect())
     };
-    let mut get = |m: &str| ask(format!("{m}{{{sel}}}"));
-    let (level, live) = match get(PROCESS.live)? {
+    let of = |m: &str| format!("{m}{{{sel}}}");
+    let (level, live) = match ask(of(PROCESS.live))? {
         l if !l.is_empty() => (&PROCESS, l),
-        _ => (&GROUP, get(GROUP.live)?),
+        _ => (&GROUP, ask(of(GROUP.live))?),
     };
     // A step shorter than the scrape interval repeats each sample at every step: a slope
     // fitted on the repeats would claim more evidence than there is. Each sample's own
@@ -320,46 +305,47 @@ pub fn query(
     let stamps = if live.is_empty() {
         Vec::new()
     } else {
-        ask(format!("timestamp({}{{{sel}}})", level.live))?
+        ask(format!("timestamp({})", of(level.live)))?
     };
-    let mut get = |m: &str| ask(format!("{m}{{{sel}}}"));
     let live = once_per_scrape(live, &stamps);
     let why = if live.is_empty() {
         group_why(live, vec![], vec![], None, g, step as f64, warmup)
     } else {
-        let held = get(level.held)?;
-        let resident = get(level.resident)?;
+        let held = ask(of(level.held))?;
+        let resident = ask(of(level.resident))?;
         let coverage = if std::ptr::eq(level, &PROCESS) {
             // Processes with a probe series of all the processes with a resident one.
             Some((live.len() as f64 / resident.len().max(1) as f64).min(1.0))
         } else {
-            let probed = by_pod(get(PROBED)?);
-            let processes = by_pod(get(PROCESSES)?);
+            let probed = by_pod(ask(of(PROBED))?);
+            let processes = by_pod(ask(of(PROCESSES))?);
             let shares: Vec<f64> = probed
                 .iter()
                 .filter_map(|(k, p)| Some((p, processes.get(k)?)))
                 .flat_map(|(p, all)| {
-                    p.points.iter().filter_map(|(t, n)| {
-                        let m = all.points.iter().find(|q| q.0 == *t)?.1;
+                    let all: std::collections::HashMap<u64, f64> =
+                        all.points.iter().map(|q| (q.0.to_bits(), q.1)).collect();
+                    p.points.iter().filter_map(move |(t, n)| {
+                        let m = *all.get(&t.to_bits())?;
                         (m > 0.0).then(|| (n / m).min(1.0))
                     })
                 })
                 .collect();
-            median(shares)
+            median(&shares)
         };
         group_why(live, held, resident, coverage, g, step as f64, warmup)
     };
-    let (level, flags) = match get(PROCESS.pitfall)? {
+    let (level, flags) = match ask(of(PROCESS.pitfall))? {
         f if !f.is_empty() => (&PROCESS, f),
-        _ => (&GROUP, get(GROUP.pitfall)?),
+        _ => (&GROUP, ask(of(GROUP.pitfall))?),
     };
     let pitfall = if flags.iter().any(|s| s.points.iter().any(|p| p.1 >= 1.0)) {
         pitfall(
             &flags,
-            &get(level.arenas)?,
-            &get(level.arena_limit)?,
-            &get(QUOTA)?,
-            &get(VISIBLE)?,
+            &ask(of(level.arenas))?,
+            &ask(of(level.arena_limit))?,
+            &ask(of(QUOTA))?,
+            &ask(of(VISIBLE))?,
         )
     } else {
         None

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 /// workload which drops privileges can still read it; it is refused if another user owns
 /// it, anyone else may write to it, or it is a symlink.
 pub fn install(stem: &str, ext: &str, bytes: &[u8]) -> Result<PathBuf, String> {
-    use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
     // SAFETY: getuid cannot fail and has no preconditions.
     let uid = unsafe { libc::getuid() };
     let dir = std::env::temp_dir().join(format!("memtrial-{uid}"));
@@ -33,18 +33,8 @@ pub fn install(stem: &str, ext: &str, bytes: &[u8]) -> Result<PathBuf, String> {
     if std::fs::read(&path).is_ok_and(|b| b == bytes) {
         return Ok(path);
     }
-    let tmp = dir.join(format!(".{stem}-{}.{ext}", std::process::id()));
-    let write = || -> std::io::Result<()> {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o755)
-            .open(&tmp)?;
-        std::io::Write::write_all(&mut f, bytes)?;
-        std::fs::rename(&tmp, &path)
-    };
-    write().map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    write_atomic(&path, bytes, 0o755)
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     Ok(path)
 }
 
@@ -103,12 +93,23 @@ pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<PathBuf, Wri
     tmp_name.push(name);
     tmp_name.push(format!(".{}.tmp", std::process::id()));
     let tmp = dir.join(tmp_name);
-    let write = || -> std::io::Result<()> {
-        let mut f = std::fs::OpenOptions::new()
+    let create = || {
+        std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
             .mode(mode)
-            .open(&tmp)?;
+            .open(&tmp)
+    };
+    let write = || -> std::io::Result<()> {
+        // Created new, so a link planted at the name is never followed; one left by a
+        // killed process of the same PID is removed (the link itself) and made again.
+        let mut f = match create() {
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => {
+                std::fs::remove_file(&tmp)?;
+                create()?
+            }
+            other => other?,
+        };
         let done = (|| {
             f.set_permissions(std::fs::Permissions::from_mode(mode))?;
             std::io::Write::write_all(&mut f, bytes)?;
