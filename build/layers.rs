@@ -24,8 +24,8 @@ pub const LAYERS: &[&[&str]] = &[
     &["backend", "report"],
     // One trial; live diagnosis of a process; the Kubernetes Job.
     &["trial", "inspect", "kube", "judge"],
-    // A whole experiment; the fleet exporter.
-    &["runner", "exporter"],
+    // A whole experiment; the fleet exporter; a soak of every variant side by side.
+    &["runner", "exporter", "soak"],
 ];
 
 /// Crate-root files that are not modules of a layer.

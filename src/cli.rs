@@ -81,6 +81,11 @@ pub enum Command {
     /// one selector before and after a moment; memory per pod and time block, each group's
     /// median, ratios to the baseline with intervals, and a verdict.
     Judge(JudgeArgs),
+    /// Every variant of a server side by side for hours: each instance in its own cgroup
+    /// with the same limits, all sent the same requests at the same moments; memory,
+    /// latency and errors per time window as ratios to the baseline with intervals;
+    /// resumable, and stopped by --until-decided when the evidence is in.
+    Soak(Box<SoakArgs>),
     /// The plan as a Kubernetes Indexed Job, one pod per run under the production pod's
     /// limits (YAML on standard output); `kube collect NAME` gathers the pods' records.
     Kube(KubeArgs),
@@ -257,8 +262,16 @@ pub struct RunArgs {
 
 #[derive(Debug, Args)]
 pub struct ReportArgs {
-    /// Experiment id (see `memtrial list`) [default: the latest].
+    /// Experiment id (see `memtrial list`) [default: the latest]; with --soak or
+    /// --follow, the soak's id.
     pub id: Option<i64>,
+    /// Show a soak (the latest by default) instead of an experiment.
+    #[arg(long, conflicts_with = "by")]
+    pub soak: bool,
+    /// Show the soak's table again every window until it ends (--html rewrites its page
+    /// too, which reloads itself in the browser); implies --soak.
+    #[arg(long, conflicts_with = "by")]
+    pub follow: bool,
     /// Compare within each host: one table per host, each variant against the baseline
     /// on the same host, and what differs between the hosts.
     #[arg(long, value_enum, value_name = "FACTOR")]
@@ -272,6 +285,85 @@ pub struct ReportArgs {
 pub enum GroupBy {
     /// The machine (or `MEMTRIAL_HOST`) each run ran on.
     Host,
+}
+
+/// `memtrial soak --variants … --url … --rate R --duration 6h -- COMMAND` or
+/// `memtrial soak --resume [ID]`.
+#[derive(Debug, Args)]
+pub struct SoakArgs {
+    /// Comma-separated variants, each one instance [default: every available built-in
+    /// variant].
+    #[arg(long, value_delimiter = ',', value_name = "LIST")]
+    pub variants: Option<Vec<String>>,
+    /// A custom variant NAME=SPEC, as for `memtrial run`. Repeatable.
+    #[arg(long = "variant", value_name = "NAME=SPEC")]
+    pub custom: Vec<String>,
+    /// The variant ratios are computed against [default: glibc].
+    #[arg(long, value_name = "NAME")]
+    pub baseline: Option<String>,
+    /// How long the soak runs (e.g. 6h, 90m; 1m to 7 days); with --until-decided, the
+    /// most it runs.
+    #[arg(long, value_name = "DURATION")]
+    pub duration: Option<String>,
+    /// Stop as soon as every variant is decided: the 95% interval of its memory ratio to
+    /// the baseline wholly outside (a difference) or wholly inside (none that matters)
+    /// 1 ± --margin after each of the last --consecutive windows. Needs --max-duration.
+    #[arg(long, requires = "max_duration")]
+    pub until_decided: bool,
+    /// With --until-decided: the longest the soak may run (1m to 7 days).
+    #[arg(
+        long,
+        value_name = "DURATION",
+        requires = "until_decided",
+        conflicts_with = "duration"
+    )]
+    pub max_duration: Option<String>,
+    /// With --until-decided: the margin around 1, 0.005 to 0.5 [default: 0.05].
+    #[arg(long, value_name = "FRACTION", requires = "until_decided")]
+    pub margin: Option<f64>,
+    /// With --until-decided: windows in a row the decision must hold, 1 to 100 [default: 3].
+    #[arg(long, value_name = "N", requires = "until_decided")]
+    pub consecutive: Option<u32>,
+    /// The comparison's time window (e.g. 10m; 5s to 1 day) [default: 10m].
+    #[arg(long, value_name = "DURATION")]
+    pub window: Option<String>,
+    /// Windows after each start marked warm-up and left out, 0 to 1000 [default: 1].
+    #[arg(long, value_name = "N")]
+    pub warmup_windows: Option<u32>,
+    /// How often each instance's memory is sampled (200ms to 1m) [default: 1s].
+    #[arg(long, value_name = "DURATION")]
+    pub interval: Option<String>,
+    /// Memory limit per instance (e.g. 512M, 2G), like a container's.
+    #[arg(long, value_name = "SIZE")]
+    pub memory_limit: Option<String>,
+    /// CPU quota per instance in CPUs (e.g. 0.5): every instance gets the same.
+    #[arg(long, value_name = "N")]
+    pub cpus: Option<String>,
+    /// CPUs the instances may run on (e.g. 0, 0-1,3), the same set for each.
+    #[arg(long, value_name = "LIST")]
+    pub cpuset: Option<String>,
+    /// Most processes and threads an instance may have at once.
+    #[arg(long, value_name = "N")]
+    pub pids_limit: Option<u64>,
+    /// No allocator probe inside the instances: no live/held bytes, no leak-or-fragmentation verdict.
+    #[arg(long)]
+    pub no_probes: bool,
+    /// Carry on an interrupted soak, or one whose memtrial died (the latest, or ID): its
+    /// instances start again and the time between is recorded as a gap.
+    #[arg(long, value_name = "ID", num_args = 0..=1, conflicts_with_all = ["variants", "custom", "baseline", "duration", "until_decided", "max_duration", "window", "warmup_windows", "interval", "memory_limit", "cpus", "cpuset", "pids_limit", "no_probes", "command", "url"])]
+    pub resume: Option<Option<i64>>,
+    /// Write the soak's summary as JSON to FILE ('-' for standard output) at its end.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Write a self-contained HTML page with the charts to FILE (rewritten every window).
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
+    #[command(flatten)]
+    pub server: ServerArgs,
+    /// The server command; `{port}` becomes each instance's port and `{variant}` its
+    /// variant's name.
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
 }
 
 #[derive(Debug, Args)]

@@ -19,6 +19,7 @@ pub mod record;
 pub mod report;
 pub mod runner;
 pub mod schedule;
+pub mod soak;
 pub mod store;
 #[cfg(test)]
 mod testing;

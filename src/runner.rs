@@ -65,16 +65,7 @@ pub struct Outcome {
 
 /// Where the workload's output of an experiment goes: `<db-stem>-logs/exp-<id>/` beside the database.
 pub(crate) fn log_dir_for(db: &Path, experiment: i64) -> PathBuf {
-    let stem = db
-        .file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "memtrial".into());
-    let parent = db.parent().filter(|p| !p.as_os_str().is_empty());
-    parent
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| PathBuf::from("."))
-        .join(format!("{stem}-logs"))
-        .join(format!("exp-{experiment}"))
+    crate::store::logs_root(db).join(format!("exp-{experiment}"))
 }
 
 /// The stem of run `seq`'s files in `log_dir`: `<n>-<variant>`, numbered as the progress

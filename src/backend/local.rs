@@ -302,4 +302,8 @@ impl RunHandle for LocalRun {
             cg.kill_all(wait);
         }
     }
+
+    fn cgroup_reader(&self) -> Option<crate::linux::cgroup::CgroupReader> {
+        self.cgroup.as_ref().map(RunCgroup::reader)
+    }
 }

@@ -159,4 +159,8 @@ pub trait RunHandle {
     /// Kills whatever is left of the run that signals did not reach (a cgroup's
     /// kill), waiting up to `wait`.
     fn kill_rest(&mut self, wait: Duration);
+    /// A reader of the run's own cgroup, when it has one (a soak reads it as it goes).
+    fn cgroup_reader(&self) -> Option<crate::linux::cgroup::CgroupReader> {
+        None
+    }
 }

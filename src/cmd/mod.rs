@@ -4,7 +4,8 @@
 //! [`kube`] inside a Kubernetes Job and renders it, [`resume`] finishes a stored one,
 //! [`report`] reads the store (`report`, `import`, `recommend`, `list`, `variants`),
 //! [`tools`] holds the commands that run no experiment (`workload`, `inspect`,
-//! `exporter`, `probe-library`, `load`). Beneath them: [`experiment`] (a plan from flags, isolation, running
+//! `exporter`, `probe-library`, `load`), [`soak`] runs every variant side by side for
+//! hours and shows a soak again (`report --soak/--follow`). Beneath them: [`experiment`] (a plan from flags, isolation, running
 //! and presenting an experiment) and [`ui`] (exit codes, the printer, progress, signals).
 //! Arrows point down only: a command module uses `experiment` and `ui`, never another
 //! command's module (`kube` takes `run`'s flags-to-plan step and `report`'s import).
@@ -15,6 +16,7 @@ mod kube;
 mod report;
 mod resume;
 mod run;
+mod soak;
 mod tools;
 mod ui;
 
@@ -39,6 +41,14 @@ pub fn dispatch(cli: Cli) -> Result<Outcome> {
         Command::Demo(args) => run::demo_cmd(db, args, &ui),
         Command::Variants => report::variants_cmd(&ui),
         Command::List => report::list_cmd(db, &ui),
+        Command::Report(args) if args.soak || args.follow => soak::soak_report(
+            db,
+            args.id,
+            args.follow,
+            args.output.json.as_deref(),
+            args.output.html.as_deref(),
+            &ui,
+        ),
         Command::Report(args) => report::report_cmd(db, args, &ui),
         Command::Import(args) => report::import_cmd(db, args, &ui),
         Command::Recommend(args) => report::recommend_cmd(db, args.id, &ui),
@@ -49,6 +59,7 @@ pub fn dispatch(cli: Cli) -> Result<Outcome> {
         Command::ProbeLibrary(args) => tools::probe_library_cmd(args, &ui),
         Command::Kube(args) => kube::kube_cmd(db, args, &ui),
         Command::Judge(args) => judge::judge_cmd(args, &ui),
+        Command::Soak(args) => soak::soak_cmd(db, args, &ui),
     }
 }
 

@@ -16,7 +16,13 @@ use super::experiment::{check_outputs, present};
 use super::ui::{Outcome, Ui};
 
 pub(super) fn report_cmd(db: &Path, args: &ReportArgs, ui: &Ui) -> Result<Outcome> {
-    let ReportArgs { id, by, output } = args;
+    let ReportArgs {
+        id,
+        by,
+        output,
+        soak: _,   // dispatched to `soak::soak_report`
+        follow: _, // likewise
+    } = args;
     check_outputs(output)?;
     let store = Store::open_existing(db)?;
     let id = match id {

@@ -377,6 +377,42 @@ pub(crate) enum Schedule {
     },
 }
 
+impl Schedule {
+    /// How many requests the schedule means to have sent in its first `secs` seconds
+    /// (None in a closed loop, which sends as fast as responses come).
+    pub(crate) fn due_before(&self, secs: f64) -> Option<u64> {
+        if secs <= 0.0 {
+            return Some(0);
+        }
+        match self {
+            Schedule::Closed => None,
+            // Request k is due at k / rate.
+            Schedule::Rate { per_sec } => Some((secs * per_sec).ceil() as u64),
+            Schedule::Log {
+                offsets,
+                speed,
+                span,
+            } => {
+                let at = secs * speed;
+                let span = span.as_secs_f64();
+                let rounds = (at / span).floor();
+                let rest = at - rounds * span;
+                let within = offsets.partition_point(|o| o.as_secs_f64() < rest);
+                Some(rounds as u64 * offsets.len() as u64 + within as u64)
+            }
+        }
+    }
+}
+
+/// How many requests `spec`'s schedule means to have sent in its first `secs` seconds
+/// after the warm-up; None in a closed loop. Loads that share the schedule's start (a
+/// fan-out) are all owed this many.
+pub fn due_before(spec: &LoadSpec, secs: f64) -> Option<u64> {
+    let (_, schedule) = requests_and_schedule(spec);
+    let w = spec.warmup.as_secs_f64();
+    Some(schedule.due_before(w + secs)? - schedule.due_before(w)?)
+}
+
 impl Plan {
     /// `begin` plus `secs`; past the measurement (never sent) when that is out of range.
     fn at(&self, secs: f64) -> Instant {
@@ -413,6 +449,34 @@ pub(crate) struct Seconds {
     t0: Instant,
     measure_start: Instant,
     measure_end: Instant,
+    /// Where each finished second goes, whole, when the caller streams them (nothing is
+    /// then kept here: a load of days stays in bounded memory).
+    sink: Option<std::sync::mpsc::Sender<SecondReport>>,
+}
+
+/// One finished second of a streamed load ([`RunOptions::sink`]), its histogram whole.
+#[derive(Debug, Clone)]
+pub struct SecondReport {
+    /// Seconds since the measurement began.
+    pub index: u64,
+    /// Its start, in seconds since the `t0` given to [`run_with`].
+    pub t_seconds: f64,
+    pub requests: u64,
+    pub errors: Errors,
+    /// Latency of the second's responses in microseconds (the bounds of every histogram
+    /// here: 1 µs to 1 h, 3 significant digits).
+    pub latency: Histogram<u64>,
+}
+
+/// How a load is run besides its spec.
+#[derive(Debug, Default)]
+pub struct RunOptions {
+    /// When the schedule begins (now by default): loads given the same `begin` and the
+    /// same source and rate send the same requests at the same moments (a fan-out).
+    pub begin: Option<Instant>,
+    /// Streams each finished second here instead of keeping it for the result's
+    /// `per_second`.
+    pub sink: Option<std::sync::mpsc::Sender<SecondReport>>,
 }
 
 struct Slot {
@@ -453,6 +517,17 @@ impl Seconds {
     fn finish(&mut self, index: u64, slot: Slot) {
         let start = self.measure_start + Duration::from_secs(index);
         let end = (start + Duration::from_secs(1)).min(self.measure_end);
+        if let Some(sink) = &self.sink {
+            // A receiver gone means nobody reads any more: the seconds are dropped.
+            let _ = sink.send(SecondReport {
+                index,
+                t_seconds: start.saturating_duration_since(self.t0).as_secs_f64(),
+                requests: slot.requests,
+                errors: slot.counts,
+                latency: slot.hist,
+            });
+            return;
+        }
         let (p50, p99) = if slot.hist.is_empty() {
             (0.0, 0.0)
         } else {
@@ -479,6 +554,16 @@ impl Seconds {
 /// Runs a load: warm-up, then `duration` of measurement, unless `stop` becomes true.
 /// `t0` is the caller's clock origin for the per-second series.
 pub fn run(spec: &LoadSpec, t0: Instant, stop: &AtomicBool) -> Result<LoadResult, LoadError> {
+    run_with(spec, t0, stop, RunOptions::default())
+}
+
+/// [`run`] with a given start of the schedule and the seconds streamed as they finish.
+pub fn run_with(
+    spec: &LoadSpec,
+    t0: Instant,
+    stop: &AtomicBool,
+    options: RunOptions,
+) -> Result<LoadResult, LoadError> {
     validate(spec)?;
     let connections = spec.mode.connections();
     let (reqs, schedule) = requests_and_schedule(spec);
@@ -486,7 +571,7 @@ pub fn run(spec: &LoadSpec, t0: Instant, stop: &AtomicBool) -> Result<LoadResult
         Mode::Open { rate_per_sec, .. } => Some(rate_per_sec),
         Mode::Closed { .. } => None,
     };
-    let begin = Instant::now();
+    let begin = options.begin.unwrap_or_else(Instant::now);
     let measure_start = begin + spec.warmup;
     let measure_end = measure_start + spec.duration;
     let plan = Arc::new(Plan {
@@ -510,6 +595,7 @@ pub fn run(spec: &LoadSpec, t0: Instant, stop: &AtomicBool) -> Result<LoadResult
         t0,
         measure_start,
         measure_end,
+        sink: options.sink,
     }));
     let outputs = run_workers(spec, connections, &plan, &seconds, stop)?;
     Ok(summarise(

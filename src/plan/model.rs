@@ -252,7 +252,7 @@ pub struct ServerPlan {
 }
 
 /// The placeholder replaced by the run's port in the command, environment and URLs.
-pub(crate) const PORT_PLACEHOLDER: &str = "{port}";
+pub const PORT_PLACEHOLDER: &str = "{port}";
 
 /// Replaces every `{port}` with the port.
 pub(crate) fn substitute(text: &str, port: u16) -> String {

@@ -91,6 +91,19 @@ pub const FRAGMENT_SIZE: (u64, u64) = (1, 1 << 30);
 /// `workload fragment --live`: short-lived objects per thread.
 pub const FRAGMENT_LIVE: (usize, usize) = (1, 10_000_000);
 
+/// `memtrial soak --duration` / `--max-duration`.
+pub const SOAK_DURATION: DurationRange = DurationRange::new(secs(10), secs(7 * DAY));
+/// `memtrial soak --window`.
+pub const SOAK_WINDOW: DurationRange = DurationRange::new(secs(5), secs(DAY));
+/// `memtrial soak --warmup-windows`.
+pub const SOAK_WARMUP_WINDOWS: (u32, u32) = (0, 1000);
+/// `memtrial soak --interval`.
+pub const SOAK_INTERVAL: DurationRange = DurationRange::new(millis(200), secs(60));
+/// `memtrial soak --margin`.
+pub const SOAK_MARGIN: (f64, f64) = (0.005, 0.5);
+/// `memtrial soak --consecutive`.
+pub const SOAK_CONSECUTIVE: (u32, u32) = (1, 100);
+
 /// Checks an integer against its range; the error names the flag and the range.
 pub fn count<T: PartialOrd + Display + Copy>(
     flag: &'static str,

@@ -366,14 +366,12 @@ pub(crate) struct LatestReport {
 }
 
 /// At most this much of a report file's end is read: the latest lines are there.
-#[cfg(test)]
 const TAIL: u64 = 8192;
 
 /// The latest report in one process's file (`<MEMTRIAL_PROBE_DIR>/<pid>`): its header
 /// (the file's first line) and its last whole figures line, read from the file's end
 /// only, so a file that grew for days costs two small reads. `None` when the file holds
 /// no figures yet.
-#[cfg(test)]
 pub(crate) fn latest_report(path: &std::path::Path) -> std::io::Result<Option<LatestReport>> {
     use std::io::{Read, Seek, SeekFrom};
     let mut f = std::fs::File::open(path)?;

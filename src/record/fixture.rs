@@ -61,3 +61,31 @@ pub(crate) fn with_optional_parts(mut r: RunRecord) -> RunRecord {
     });
     r
 }
+
+/// A one-variant plan of `/bin/true`, for tests of what stores and reads plans.
+pub(crate) fn plan() -> crate::plan::Plan {
+    crate::plan::Plan {
+        command: vec!["true".into()],
+        program: "/bin/true".into(),
+        workdir: "/".into(),
+        variants: vec![crate::plan::Variant {
+            name: "glibc".into(),
+            env: vec![],
+            preload: None,
+            preload_spec: None,
+            origin: crate::plan::VariantOrigin::Catalog,
+            program: None,
+        }],
+        baseline: "glibc".into(),
+        runs: 1,
+        warmup: 0,
+        interval_ms: 100,
+        timeout_ms: None,
+        grace_ms: 3000,
+        limits: Default::default(),
+        server: None,
+        probes: Default::default(),
+        worker: None,
+        seed: 9,
+    }
+}

@@ -7,6 +7,7 @@ pub mod evidence;
 pub(crate) mod fixture;
 pub mod inside;
 pub mod load;
+pub mod soak;
 pub mod wire;
 
 use std::path::PathBuf;

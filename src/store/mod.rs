@@ -6,6 +6,7 @@ mod claims;
 pub mod import;
 mod read;
 mod schema;
+mod soak;
 mod write;
 
 use claims::set_owner;
@@ -17,7 +18,7 @@ use std::path::{Path, PathBuf};
 use rusqlite::Connection;
 
 /// The schema version this build writes (SQLite `user_version`).
-pub(crate) const SCHEMA_VERSION: i64 = 10;
+pub(crate) const SCHEMA_VERSION: i64 = 11;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -91,6 +92,19 @@ pub(super) fn immediate(conn: &mut Connection) -> rusqlite::Result<rusqlite::Tra
 /// How long a writer waits for another's write lock before giving up.
 pub(super) const BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
+/// Where the logs of a database's experiments and soaks go: `<db-stem>-logs/` beside it.
+pub fn logs_root(db: &Path) -> PathBuf {
+    let stem = db
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "memtrial".into());
+    let parent = db.parent().filter(|p| !p.as_os_str().is_empty());
+    parent
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."))
+        .join(format!("{stem}-logs"))
+}
+
 pub(super) fn now() -> String {
     humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
 }
@@ -158,39 +172,12 @@ mod tests {
     use super::schema::{SCHEMA, V8_STEP};
     use super::*;
     use crate::linux::host::HostInfo;
-    use crate::plan::Plan;
-    use crate::plan::{Variant, VariantOrigin};
     use crate::record::{
         ExperimentStatus, PeakSource, RunRecord, RunStatus, TreeSample, Verification,
     };
     use rusqlite::params;
 
-    fn plan() -> Plan {
-        Plan {
-            command: vec!["true".into()],
-            program: "/bin/true".into(),
-            workdir: "/".into(),
-            variants: vec![Variant {
-                name: "glibc".into(),
-                env: vec![],
-                preload: None,
-                preload_spec: None,
-                origin: VariantOrigin::Catalog,
-                program: None,
-            }],
-            baseline: "glibc".into(),
-            runs: 1,
-            warmup: 0,
-            interval_ms: 100,
-            timeout_ms: None,
-            grace_ms: 3000,
-            limits: Default::default(),
-            server: None,
-            probes: Default::default(),
-            worker: None,
-            seed: 9,
-        }
-    }
+    use crate::record::fixture::plan;
 
     fn run() -> RunRecord {
         crate::record::fixture::with_optional_parts(RunRecord {

@@ -5,6 +5,7 @@ use rusqlite::{params, Connection};
 use crate::linux::host::HostInfo;
 use crate::plan::Plan;
 
+use super::soak::V11_STEP;
 use super::*;
 
 pub(super) const SCHEMA: &str = r#"
@@ -195,7 +196,7 @@ impl Store {
         let version = read_version()?;
         if version == 0 {
             let batch = format!(
-                "{SCHEMA} {V8_STEP} {V9_STEP} {V10_STEP} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
+                "{SCHEMA} {V8_STEP} {V9_STEP} {V10_STEP} {V11_STEP} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
             );
             self.conn.execute_batch(&batch).map_err(|e| self.err(e))?;
             return Ok(());
@@ -205,7 +206,8 @@ impl Store {
         // phase and its driver's figures; v6: the tree's peak USS (a column of its own
         // beside peak_pss_bytes: a figure, not a probe's view); v7: a variant's own
         // program or command; v8: hosts, fingerprints, run identities (see V8_STEP);
-        // v9: origins, owners, slot claims (see V9_STEP); v10: regions (V10_STEP).
+        // v9: origins, owners, slot claims (see V9_STEP); v10: regions (V10_STEP); v11:
+        // soaks (V11_STEP).
         let mut steps = String::new();
         if version < 2 {
             steps.push_str(" ALTER TABLE runs ADD COLUMN cgroup_json TEXT;");
@@ -234,6 +236,9 @@ impl Store {
         }
         if version < 10 {
             steps.push_str(V10_STEP);
+        }
+        if version < 11 {
+            steps.push_str(V11_STEP);
         }
         if version < SCHEMA_VERSION {
             self.conn.execute_batch(&steps).map_err(|e| self.err(e))?;

@@ -41,6 +41,8 @@ pub struct CgroupReader {
     pub(super) stat: crate::linux::kept::KeptSlot,
     /// `memory.current` (v2) or `memory.usage_in_bytes` (v1), kept open likewise.
     pub(super) usage: crate::linux::kept::KeptSlot,
+    /// The working set of the latest [`CgroupReader::sample`].
+    pub(super) working_set: Option<u64>,
 }
 impl CgroupReader {
     pub(super) fn main_dir(&self) -> &Path {
@@ -97,10 +99,17 @@ impl CgroupReader {
             .and_then(|t| String::from_utf8_lossy(t).trim().parse::<u64>().ok());
         if let (Some(u), Some(i)) = (usage, inactive) {
             let ws = u.saturating_sub(*i);
+            self.working_set = Some(ws);
             self.figures.working_set_peak_bytes = self.figures.working_set_peak_bytes.max(Some(ws));
         }
         self.figures.anon_peak_bytes = self.figures.anon_peak_bytes.max(anon.copied().unwrap_or(0));
         self.figures.file_peak_bytes = self.figures.file_peak_bytes.max(file.copied().unwrap_or(0));
+    }
+
+    /// The working set at the latest [`CgroupReader::sample`] (None before one, or when
+    /// the kernel gave no usage).
+    pub fn working_set_now(&self) -> Option<u64> {
+        self.working_set
     }
 
     /// The kernel's figures for the run so far.

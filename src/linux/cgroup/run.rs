@@ -186,6 +186,7 @@ impl RunCgroup {
             figures: CgroupFigures::default(),
             stat: Default::default(),
             usage: Default::default(),
+            working_set: None,
         }
     }
 

@@ -1,0 +1,309 @@
+//! One variant's instance of the workload in a soak: started in its own run cgroup with
+//! the soak's limits, on its own port, with the allocator probe in its bounded mode;
+//! sampled on the soak's clock; stopped with the rest at the end.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crate::backend::{Backend, Exit, ExitKind, Launch, LaunchSpec, RunHandle, Waited};
+use crate::linux::cgroup::CgroupReader;
+use crate::linux::proc;
+use crate::load::LoadSpec;
+use crate::plan::{substitute, Plan, ProbeKind, Variant};
+use crate::probe::{append_env, Membership};
+use crate::trial::server;
+
+/// Where `{variant}` in the command, the URL or a variant's setting becomes the variant's
+/// name: each instance's own state (a database, a directory).
+pub const VARIANT_PLACEHOLDER: &str = "{variant}";
+
+/// The probe's report file of each process is kept under this size: a soak runs for hours.
+const PROBE_MAX_BYTES: u64 = 64 * 1024;
+
+/// A running instance.
+pub(crate) struct Instance {
+    pub variant: String,
+    /// The load this instance gets (its own address; the soak's source and rate).
+    pub load: LoadSpec,
+    run: Box<dyn RunHandle>,
+    reader: Option<CgroupReader>,
+    procs_file: Option<PathBuf>,
+    probe_dir: Option<PathBuf>,
+    /// The last PSS read, kept until the next is due.
+    pss: Option<f64>,
+    /// Why the instance is gone, once it is.
+    pub down: Option<String>,
+    exit: Option<Exit>,
+}
+
+/// One sample of an instance's memory.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Sample {
+    pub rss: Option<f64>,
+    pub working_set: Option<f64>,
+    pub pss: Option<f64>,
+    pub live: Option<f64>,
+    pub held: Option<f64>,
+}
+
+/// Everything an instance's start needs besides its variant.
+pub(crate) struct StartSpec<'a> {
+    pub plan: &'a Plan,
+    pub backend: &'a dyn Backend,
+    /// The run cgroup's name (see `linux::cgroup::run_group_name`).
+    pub group: String,
+    /// Where the instance's logs and probe reports go.
+    pub dir: &'a Path,
+    /// Which start of the soak this is (the log files carry it).
+    pub segment: u32,
+    pub source: crate::load::Source,
+}
+
+fn fill(text: &str, port: u16, variant: &str) -> String {
+    substitute(text, port).replace(VARIANT_PLACEHOLDER, variant)
+}
+
+/// Starts `variant`'s instance and waits until it answers HTTP (or fails saying why).
+pub(crate) fn start(
+    spec: &StartSpec,
+    variant: &Variant,
+    interrupted: &dyn Fn() -> bool,
+) -> Result<Instance, String> {
+    let plan = spec.plan;
+    let server_plan = plan
+        .server
+        .as_ref()
+        .ok_or("a soak needs a server: give --url")?;
+    let port = server::free_port().map_err(|e| format!("no free port on 127.0.0.1: {e}"))?;
+    let name = &variant.name;
+    let sub = |s: &str| fill(s, port, name);
+    let inherited = std::env::var("LD_PRELOAD").ok();
+    let mut env: Vec<(String, String)> = variant
+        .workload_env(inherited.as_deref())
+        .into_iter()
+        .map(|(k, v)| (k, sub(&v)))
+        .collect();
+    env.push(("MEMTRIAL_PORT".into(), port.to_string()));
+    env.push(("MEMTRIAL_VARIANT".into(), name.clone()));
+    let stem = spec.dir.join(format!("{name}.{}", spec.segment));
+    let probe_dir = if plan.probes.kinds.contains(&ProbeKind::Allocator) {
+        let dir = stem.with_extension(format!("{}.probe", spec.segment));
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        let lib = crate::probe::allocator::shim_path()?;
+        append_env(&mut env, "LD_PRELOAD", &lib.display().to_string(), ' ');
+        env.push(("MEMTRIAL_PROBE_DIR".into(), dir.display().to_string()));
+        env.push((
+            "MEMTRIAL_PROBE_INTERVAL_MS".into(),
+            plan.probes.interval_ms.max(1000).to_string(),
+        ));
+        env.push((
+            "MEMTRIAL_PROBE_MAX_BYTES".into(),
+            PROBE_MAX_BYTES.to_string(),
+        ));
+        Some(dir)
+    } else {
+        None
+    };
+    let open = |ext: &str| {
+        let p = stem.with_extension(format!("{}.{ext}", spec.segment));
+        File::create(&p).map_err(|e| format!("cannot create {}: {e}", p.display()))
+    };
+    let (program, command) = plan.launch_command(variant);
+    let launch = LaunchSpec {
+        program,
+        argv: command
+            .iter()
+            .enumerate()
+            .map(|(i, a)| if i == 0 { a.clone() } else { sub(a) })
+            .collect(),
+        env,
+        workdir: plan.workdir.clone(),
+        stdout: open("stdout")?,
+        stderr: open("stderr")?,
+        limits: plan.limits.clone(),
+        name: spec.group.clone(),
+        at_gate: None,
+    };
+    let mut run = match spec.backend.launch(launch).map_err(|e| e.to_string())? {
+        Launch::Started(run) => run,
+        Launch::NotStarted(why) => return Err(format!("{name}: {why}")),
+    };
+    let load = server::load_spec(server_plan, port, spec.source.clone())?;
+    let url = crate::load::parse_url(&sub(&server_plan.url))?;
+    let ready_path = server_plan
+        .ready_path
+        .clone()
+        .unwrap_or_else(|| url.path_and_query.clone());
+    let mut exited = None;
+    let ready = server::wait_ready(
+        load.addr,
+        &url.host_header(),
+        &ready_path,
+        Duration::from_millis(server_plan.ready_timeout_ms),
+        &mut || match run.wait_exit(Duration::ZERO) {
+            Waited::Exited(e) => {
+                exited = Some(e);
+                false
+            }
+            Waited::Running => true,
+            Waited::Lost => false,
+        },
+        interrupted,
+    );
+    if let Err(why) = ready {
+        let stderr = stem.with_extension(format!("{}.stderr", spec.segment));
+        stop_run(run.as_mut(), &[], &mut None, Duration::from_secs(2));
+        let said = crate::backend::helper::head(&stderr, 1024);
+        let what = match why {
+            server::NotReady::Exited => format!(
+                "exited before it answered{}",
+                exited
+                    .map(|e| format!(" ({})", exit_words(&e)))
+                    .unwrap_or_default()
+            ),
+            server::NotReady::TimedOut { last } => format!(
+                "did not answer {} within {} (last: {last})",
+                ready_path,
+                humantime::format_duration(Duration::from_millis(server_plan.ready_timeout_ms))
+            ),
+            server::NotReady::Interrupted => "interrupted while starting".into(),
+        };
+        let said = if said.is_empty() {
+            String::new()
+        } else {
+            format!("; its stderr: {said}")
+        };
+        return Err(format!("the {name} instance {what}{said}"));
+    }
+    let (reader, procs_file) = match run.membership() {
+        Membership::Cgroup(dir) => (run.cgroup_reader(), Some(dir.join("cgroup.procs"))),
+        _ => (None, None),
+    };
+    Ok(Instance {
+        variant: name.clone(),
+        load,
+        run,
+        reader,
+        procs_file,
+        probe_dir,
+        pss: None,
+        down: None,
+        exit: None,
+    })
+}
+
+/// `exited with code 3`, `killed by SIGKILL`.
+fn exit_words(e: &Exit) -> String {
+    match e.kind {
+        ExitKind::Code(c) => format!("exited with code {c}"),
+        ExitKind::Signal(s) => format!("killed by {}", proc::signal_name(s)),
+    }
+}
+
+/// SIGTERM to the run's process group and `pids`, `grace` to exit, then the cgroup's kill.
+fn stop_run(run: &mut dyn RunHandle, pids: &[i32], exit: &mut Option<Exit>, grace: Duration) {
+    run.signal(libc::SIGTERM, pids);
+    let deadline = Instant::now() + grace;
+    while exit.is_none() && Instant::now() < deadline {
+        match run.wait_exit(Duration::from_millis(50)) {
+            Waited::Exited(e) => *exit = Some(e),
+            Waited::Running => {}
+            Waited::Lost => break,
+        }
+    }
+    run.kill_rest(Duration::from_secs(5));
+}
+
+impl Instance {
+    /// The instance's processes now (the spawner left out).
+    fn pids(&self) -> Vec<i32> {
+        let spawner = self.run.spawner();
+        let Some(f) = &self.procs_file else {
+            return vec![self.run.pid()];
+        };
+        std::fs::read_to_string(f)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.trim().parse::<i32>().ok())
+            .filter(|p| Some(*p) != spawner)
+            .collect()
+    }
+
+    /// Samples the instance's memory; PSS only when `pss_due` (else the last one stands).
+    /// Notices the instance's end: `down` says why, once.
+    pub fn sample(&mut self, pss_due: bool) -> Sample {
+        if self.down.is_none() {
+            if let Waited::Exited(e) = self.run.wait_exit(Duration::ZERO) {
+                self.exit = Some(e);
+                let oom = self.reader.as_mut().map_or(0, |r| r.figures().oom_kills);
+                self.down = Some(match oom {
+                    0 => exit_words(&e),
+                    n => format!("{} after {n} OOM kill(s)", exit_words(&e)),
+                });
+            }
+        }
+        let pids = self.pids();
+        if pids.is_empty() {
+            return Sample::default();
+        }
+        let mut s = Sample::default();
+        let mut rss = 0u64;
+        let mut any = false;
+        for &p in &pids {
+            if let Ok(st) = proc::read_status(p) {
+                rss += st.vm_rss;
+                any = true;
+            }
+        }
+        s.rss = any.then_some(rss as f64);
+        if pss_due {
+            let mut pss = 0u64;
+            let mut any = false;
+            for &p in &pids {
+                if let Ok(r) = proc::read_smaps_rollup(p) {
+                    pss += r.pss;
+                    any = true;
+                }
+            }
+            self.pss = any.then_some(pss as f64);
+        }
+        s.pss = self.pss;
+        if let Some(r) = self.reader.as_mut() {
+            r.sample();
+            s.working_set = r.working_set_now().map(|v| v as f64);
+        }
+        if let Some(dir) = &self.probe_dir {
+            let (mut live, mut held, mut any_live, mut any_held) = (0u64, 0u64, false, false);
+            for &p in &pids {
+                if let Ok(Some(rep)) =
+                    crate::probe::allocator::latest_report(&dir.join(p.to_string()))
+                {
+                    if let Some(l) = rep.live_bytes {
+                        live += l;
+                        any_live = true;
+                    }
+                    if let Some(h) = rep.held_bytes {
+                        held += h;
+                        any_held = true;
+                    }
+                }
+            }
+            s.live = any_live.then_some(live as f64);
+            s.held = any_held.then_some(held as f64);
+        }
+        s
+    }
+
+    /// The CPU time of the instance's cgroup so far.
+    pub fn cpu_seconds(&mut self) -> Option<f64> {
+        self.reader.as_mut().and_then(|r| r.figures().cpu_seconds)
+    }
+
+    /// Stops the instance: SIGTERM to its processes, `grace` to go, then the cgroup's kill.
+    pub fn stop(mut self, grace: Duration) {
+        let pids = self.pids();
+        stop_run(self.run.as_mut(), &pids, &mut self.exit, grace);
+    }
+}

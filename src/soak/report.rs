@@ -1,0 +1,375 @@
+//! A stored soak, summarised: per variant its memory (RSS, working set, PSS), latency
+//! (p50, p95), throughput, errors and CPU as ratios to the baseline over the counted
+//! windows, with intervals; the leak-or-fragmentation verdict over its last start; the
+//! recommendation; the terminal table, the JSON and the HTML page with the charts.
+
+use maud::{html, Markup, PreEscaped, DOCTYPE};
+use serde::Serialize;
+
+use super::decide::{self, compare, counted, Figure, Ratio, Standing};
+use crate::analysis::why::{steady_why, Why};
+use crate::record::soak::{SoakEvent, SoakHead, SoakPoint, SoakStatus, SoakWindow};
+use crate::store::{Store, StoreError};
+use crate::units::format_bytes;
+
+/// The JSON's schema name and version.
+pub const SCHEMA: &str = "memtrial-soak/1";
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SoakSummary {
+    pub schema: &'static str,
+    pub id: i64,
+    pub status: SoakStatus,
+    pub stop_reason: Option<String>,
+    pub created_at: String,
+    pub command: Vec<String>,
+    pub baseline: String,
+    pub window_seconds: f64,
+    pub warmup_windows: u32,
+    pub duration_seconds: f64,
+    /// Soak seconds measured so far (the last segment's end).
+    pub measured_until: f64,
+    /// Spans nobody measured (memtrial was down), `(from, to)` soak seconds.
+    pub gaps: Vec<(f64, f64)>,
+    pub variants: Vec<VariantSummary>,
+    pub recommendation: String,
+    pub events: Vec<SoakEvent>,
+    /// The until-decided rule's standing per variant, when the soak has the rule.
+    pub rule: Option<crate::record::soak::DecideRule>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct VariantSummary {
+    pub name: String,
+    pub windows: usize,
+    pub windows_counted: usize,
+    pub rss: Option<Ratio>,
+    pub working_set: Option<Ratio>,
+    pub pss: Option<Ratio>,
+    pub p50_ms: Option<Ratio>,
+    pub p95_ms: Option<Ratio>,
+    pub throughput_rps: Option<Ratio>,
+    pub cpu_seconds: Option<Ratio>,
+    pub requests: u64,
+    /// Requests the schedule owed this instance (open loop).
+    pub due: Option<u64>,
+    pub errors: u64,
+    /// Leak or fragmentation over the counted windows of the last start.
+    pub(crate) why: Option<Why>,
+    pub standing: Option<Standing>,
+}
+
+/// Reads soak `id` and summarises it.
+pub fn summarise(store: &Store, head: &SoakHead) -> Result<SoakSummary, StoreError> {
+    let id = head.id;
+    let s = &head.settings;
+    let windows = store.soak_windows(id)?;
+    let segments = store.soak_segments(id)?;
+    let gaps = segments
+        .windows(2)
+        .map(|p| (p[0].to_t, p[1].from_t))
+        .collect();
+    let base = s.plan.baseline.clone();
+    let mut variants = Vec::new();
+    for v in &s.plan.variants {
+        let mine: Vec<&SoakWindow> = windows.iter().filter(|w| w.variant == v.name).collect();
+        let r = |f: Figure| compare(&windows, s.window_seconds, &v.name, &base, f, 11);
+        let last_seg = mine.iter().map(|w| w.segment).max();
+        let span: Vec<(f64, f64)> = mine
+            .iter()
+            .filter(|w| Some(w.segment) == last_seg && counted(w, s.window_seconds))
+            .map(|w| (w.from_t, w.to_t))
+            .collect();
+        let why = match (span.first(), span.last()) {
+            (Some(a), Some(b)) => {
+                let pts = store.soak_points(id, &v.name)?;
+                why_over(&pts, a.0, b.1)
+            }
+            _ => None,
+        };
+        let standing = s
+            .until_decided
+            .filter(|_| v.name != base)
+            .map(|rule| decide::decided(&windows, s.window_seconds, &v.name, &base, &rule));
+        let due: Option<u64> = mine.iter().map(|w| w.figures.due).sum();
+        variants.push(VariantSummary {
+            name: v.name.clone(),
+            windows: mine.len(),
+            windows_counted: mine.iter().filter(|w| counted(w, s.window_seconds)).count(),
+            rss: r(Figure::Rss),
+            working_set: r(Figure::WorkingSet),
+            pss: r(Figure::Pss),
+            p50_ms: r(Figure::P50),
+            p95_ms: r(Figure::P95),
+            throughput_rps: r(Figure::Throughput),
+            cpu_seconds: r(Figure::CpuSeconds),
+            requests: mine.iter().map(|w| w.figures.requests).sum(),
+            due,
+            errors: mine.iter().map(|w| w.figures.errors).sum(),
+            why,
+            standing,
+        });
+    }
+    let margin = s.until_decided.unwrap_or_default().margin;
+    let recommendation = recommend(&variants, &base, margin);
+    Ok(SoakSummary {
+        schema: SCHEMA,
+        id,
+        status: head.status,
+        stop_reason: head.stop_reason.clone(),
+        created_at: head.created_at.clone(),
+        command: s.plan.command.clone(),
+        baseline: base,
+        window_seconds: s.window_seconds,
+        warmup_windows: s.warmup_windows,
+        duration_seconds: s.duration_seconds,
+        measured_until: segments.iter().map(|g| g.to_t).fold(0.0, f64::max),
+        gaps,
+        variants,
+        recommendation,
+        events: store.soak_events(id)?,
+        rule: s.until_decided,
+    })
+}
+
+/// The verdict over `[from, to]` from the stored series.
+fn why_over(points: &[SoakPoint], from: f64, to: f64) -> Option<Why> {
+    let inside: Vec<&SoakPoint> = points.iter().filter(|p| p.t >= from && p.t <= to).collect();
+    let rss: Vec<(f64, f64)> = inside.iter().filter_map(|p| Some((p.t, p.rss?))).collect();
+    if rss.len() < 3 {
+        return None;
+    }
+    let live: Vec<(f64, f64)> = inside.iter().filter_map(|p| Some((p.t, p.live?))).collect();
+    let held: Vec<(f64, f64)> = inside
+        .iter()
+        .filter(|p| p.live.is_some())
+        .filter_map(|p| Some((p.t, p.held?)))
+        .collect();
+    let held = (held.len() == live.len()).then_some(held);
+    Some(steady_why(&live, held.as_deref(), &rss, to - from))
+}
+
+/// The leanest variant whose RSS is lower than the baseline's by more than `margin` (the
+/// whole interval below `1 - margin`: a difference that matters, not only one that is
+/// there) and whose p95 is not significantly higher; else the baseline, with why.
+fn recommend(variants: &[VariantSummary], base: &str, margin: f64) -> String {
+    let mut best: Option<&VariantSummary> = None;
+    for v in variants.iter().filter(|v| v.name != base) {
+        let Some(r) = &v.rss else { continue };
+        let lower = r.ci.is_some_and(|(_, hi)| hi < 1.0 - margin);
+        let slower = v
+            .p95_ms
+            .as_ref()
+            .is_some_and(|p| p.ci.is_some_and(|(lo, _)| lo > 1.0));
+        if lower
+            && !slower
+            && best.is_none_or(|b| b.rss.as_ref().is_some_and(|br| r.ratio < br.ratio))
+        {
+            best = Some(v);
+        }
+    }
+    match best {
+        Some(v) => {
+            let r = v.rss.as_ref().expect("chosen for its RSS");
+            let (lo, hi) = r.ci.unwrap_or((r.ratio, r.ratio));
+            let mut s = format!(
+                "{}: mean RSS {:.2}× [{lo:.2}, {hi:.2}] of {base}'s over {} window(s) of the same traffic",
+                v.name, r.ratio, r.windows
+            );
+            if let Some(p) = &v.p95_ms {
+                s += &format!(", p95 {:.2}×", p.ratio);
+            }
+            if let Some(w) = &v.why {
+                if w.name() == "leak" {
+                    s += &format!("; but its own probe says leak: {}", w.sentence());
+                }
+            }
+            s
+        }
+        None => {
+            let any = variants
+                .iter()
+                .filter(|v| v.name != base)
+                .any(|v| v.rss.as_ref().is_some_and(|r| r.ci.is_some()));
+            if any {
+                format!(
+                    "keep {base}: no variant's mean RSS is lower by more than {:.0}% (its whole interval) without a significantly higher p95",
+                    margin * 100.0
+                )
+            } else {
+                "none yet: too few measured windows for an interval (at least 3 after the warm-up)"
+                    .into()
+            }
+        }
+    }
+}
+
+fn ratio_text(r: &Option<Ratio>, bytes: bool, is_base: bool) -> String {
+    let Some(r) = r else { return "-".into() };
+    let v = if bytes {
+        format_bytes(r.variant)
+    } else {
+        format!("{:.2}", r.variant)
+    };
+    if is_base {
+        return v;
+    }
+    match r.ci {
+        Some((lo, hi)) => format!("{v} {:.2}× [{lo:.2}, {hi:.2}]", r.ratio),
+        None => format!("{v} {:.2}×", r.ratio),
+    }
+}
+
+/// The terminal table: Heroku's, one row per variant.
+pub fn table(s: &SoakSummary) -> String {
+    use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
+    let mut out = String::new();
+    out += &format!(
+        "soak {}: {} — {}\n",
+        s.id,
+        s.status.as_str(),
+        s.stop_reason.as_deref().unwrap_or("running")
+    );
+    out += &format!(
+        "{} measured of {}, windows of {} ({} warm-up after each start), the same requests to every variant; ratios to {} over the windows both measured, 95% intervals (moving-block bootstrap over windows)\n",
+        super::clock(s.measured_until),
+        super::clock(s.duration_seconds),
+        super::clock(s.window_seconds),
+        s.warmup_windows,
+        s.baseline
+    );
+    for (a, b) in &s.gaps {
+        out += &format!(
+            "gap: nothing measured from {} to {} (memtrial was not running)\n",
+            super::clock(*a),
+            super::clock(*b)
+        );
+    }
+    let mut t = Table::new();
+    t.load_preset(UTF8_FULL_CONDENSED);
+    t.set_header(vec![
+        "variant",
+        "windows",
+        "mean RSS",
+        "working set",
+        "PSS",
+        "p50 ms",
+        "p95 ms",
+        "req/s",
+        "errors",
+    ]);
+    for v in &s.variants {
+        let b = v.name == s.baseline;
+        let errors = match v.due {
+            Some(d) if d > v.requests + v.requests / 100 => {
+                format!("{} ({} of {} due done)", v.errors, v.requests, d)
+            }
+            _ => v.errors.to_string(),
+        };
+        t.add_row(vec![
+            if b {
+                format!("{} (baseline)", v.name)
+            } else {
+                v.name.clone()
+            },
+            format!("{}/{}", v.windows_counted, v.windows),
+            ratio_text(&v.rss, true, b),
+            ratio_text(&v.working_set, true, b),
+            ratio_text(&v.pss, true, b),
+            ratio_text(&v.p50_ms, false, b),
+            ratio_text(&v.p95_ms, false, b),
+            ratio_text(&v.throughput_rps, false, b),
+            errors,
+        ]);
+    }
+    out += &t.to_string();
+    out.push('\n');
+    for v in &s.variants {
+        if let Some(w) = &v.why {
+            out += &format!("{}: {}: {}\n", v.name, w.name(), w.sentence());
+        }
+        if let Some(st) = v.standing {
+            let words = match st {
+                Standing::Differs => "decided: differs from the baseline beyond the margin",
+                Standing::Same => "decided: within the margin of the baseline",
+                Standing::Open => "not decided yet",
+            };
+            out += &format!("{}: {words}\n", v.name);
+        }
+    }
+    for e in &s.events {
+        out += &format!("event at {}: {}\n", super::clock(e.t), e.text);
+    }
+    out += &format!("recommendation: {}\n", s.recommendation);
+    out
+}
+
+/// The self-contained HTML page: the table, the verdicts, and every variant's memory and
+/// p95 over the soak on one time axis. `refresh`: reload itself (a soak still running).
+pub fn html(
+    s: &SoakSummary,
+    series: &[(String, Vec<SoakPoint>)],
+    windows: &[SoakWindow],
+    refresh: Option<u32>,
+) -> String {
+    let mem: Vec<(String, Vec<(f64, f64)>)> = series
+        .iter()
+        .map(|(n, pts)| {
+            (
+                n.clone(),
+                pts.iter()
+                    .filter_map(|p| Some((p.t / 60.0, p.rss? / 1048576.0)))
+                    .collect(),
+            )
+        })
+        .collect();
+    let p95: Vec<(String, Vec<(f64, f64)>)> = s
+        .variants
+        .iter()
+        .map(|v| {
+            (
+                v.name.clone(),
+                windows
+                    .iter()
+                    .filter(|w| w.variant == v.name)
+                    .filter_map(|w| Some((w.to_t / 60.0, w.figures.p95_ms?)))
+                    .collect(),
+            )
+        })
+        .collect();
+    let mem_chart = crate::report::charts::named_lines(
+        "Resident memory of each variant (sum over its processes)",
+        "minutes into the soak",
+        "MiB",
+        &mem,
+    );
+    let p95_chart = crate::report::charts::named_lines(
+        "p95 latency per window",
+        "minutes into the soak (window end)",
+        "ms",
+        &p95,
+    );
+    let page: Markup = html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                @if let Some(r) = refresh { meta http-equiv="refresh" content=(r); }
+                title { "memtrial soak " (s.id) }
+                style { (PreEscaped(crate::report::html::STYLE)) }
+            }
+            body {
+                h1 { "memtrial soak " (s.id) ": " (s.status.as_str()) }
+                p.recommendation { strong { "Recommendation: " } (s.recommendation) }
+                p { (s.stop_reason.clone().unwrap_or_default()) }
+                pre { (table(s)) }
+                @for (a, b) in &s.gaps {
+                    p.warn { "Gap: nothing measured from " (super::clock(*a)) " to " (super::clock(*b)) "; the instances were restarted, so the lines start again from a fresh process." }
+                }
+                @if let Some(c) = &mem_chart { div.chart { (PreEscaped(c)) } }
+                @if let Some(c) = &p95_chart { div.chart { (PreEscaped(c)) } }
+            }
+        }
+    };
+    page.into_string()
+}
