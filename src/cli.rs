@@ -324,7 +324,7 @@ pub struct SoakArgs {
     /// With --until-decided: windows in a row the decision must hold, 1 to 100 [default: 3].
     #[arg(long, value_name = "N", requires = "until_decided")]
     pub consecutive: Option<u32>,
-    /// The comparison's time window (e.g. 10m; 5s to 1 day) [default: 10m].
+    /// The comparison's time window (e.g. 10m; 2s to 1 day) [default: 10m].
     #[arg(long, value_name = "DURATION")]
     pub window: Option<String>,
     /// Windows after each start marked warm-up and left out, 0 to 1000 [default: 1].

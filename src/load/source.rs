@@ -66,8 +66,13 @@ pub fn read_source(
             }
             notes.push(note);
             if log.entries.is_empty() {
+                let first = log
+                    .examples
+                    .first()
+                    .map(|(line, why)| format!("; line {line}: {why}"))
+                    .unwrap_or_default();
                 return Err(format!(
-                    "no replayable requests ({} unparseable line(s), {} with other methods)",
+                    "no replayable requests ({} unparseable line(s), {} with other methods){first}",
                     log.unparseable, log.skipped_methods
                 ));
             }

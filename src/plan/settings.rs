@@ -94,7 +94,7 @@ pub const FRAGMENT_LIVE: (usize, usize) = (1, 10_000_000);
 /// `memtrial soak --duration` / `--max-duration`.
 pub const SOAK_DURATION: DurationRange = DurationRange::new(secs(10), secs(7 * DAY));
 /// `memtrial soak --window`.
-pub const SOAK_WINDOW: DurationRange = DurationRange::new(secs(5), secs(DAY));
+pub const SOAK_WINDOW: DurationRange = DurationRange::new(secs(2), secs(DAY));
 /// `memtrial soak --warmup-windows`.
 pub const SOAK_WARMUP_WINDOWS: (u32, u32) = (0, 1000);
 /// `memtrial soak --interval`.

@@ -260,7 +260,10 @@ mod tests {
         let r = compare(&edge, 60.0, "arena2", "glibc", Figure::Rss, 1).unwrap();
         let (lo, hi) = r.ci.unwrap();
         assert!(lo < 0.95 && hi > 0.95, "{r:?}");
-        assert_eq!(decided(&edge, 60.0, "arena2", "glibc", &rule), Standing::Open);
+        assert_eq!(
+            decided(&edge, 60.0, "arena2", "glibc", &rule),
+            Standing::Open
+        );
     }
 
     #[test]

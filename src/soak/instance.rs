@@ -177,6 +177,12 @@ pub(crate) fn start(
         };
         return Err(format!("the {name} instance {what}{said}"));
     }
+    if let Err(why) = verify(run.pid(), variant, &sub) {
+        stop_run(run.as_mut(), &[], &mut None, Duration::from_secs(2));
+        return Err(format!(
+            "the {name} instance: the variant did not take effect: {why}"
+        ));
+    }
     let (reader, procs_file) = match run.membership() {
         Membership::Cgroup(dir) => (run.cgroup_reader(), Some(dir.join("cgroup.procs"))),
         _ => (None, None),
@@ -192,6 +198,42 @@ pub(crate) fn start(
         down: None,
         exit: None,
     })
+}
+
+/// Checks that the variant took effect in the instance's root process: its settings are
+/// in the process's environment, its preloaded library is mapped. A soak compares
+/// variants for hours: one that silently runs as another would waste them all.
+fn verify(pid: i32, variant: &Variant, sub: &dyn Fn(&str) -> String) -> Result<(), String> {
+    let env = proc::read_environ(pid).map_err(|e| format!("cannot read its environment: {e}"))?;
+    for (k, v) in &variant.env {
+        let want = sub(v);
+        match env.iter().find(|(ek, _)| ek == k) {
+            Some((_, got)) if *got == want => {}
+            Some((_, got)) => return Err(format!("{k} is {got:?} in the server, not {want:?}")),
+            None => {
+                return Err(format!(
+                    "{k} is not in the server's environment (a wrapper script that resets it?)"
+                ))
+            }
+        }
+    }
+    if let Some(lib) = &variant.preload {
+        let maps =
+            proc::read_maps_text(pid).map_err(|e| format!("cannot read its mappings: {e}"))?;
+        let real = std::fs::canonicalize(lib).unwrap_or_else(|_| lib.clone());
+        let named = |p: &Path| p.file_name().map(|n| n.to_string_lossy().into_owned());
+        let names: Vec<String> = [named(lib), named(&real)].into_iter().flatten().collect();
+        if !maps
+            .lines()
+            .any(|l| names.iter().any(|n| l.ends_with(&format!("/{n}"))))
+        {
+            return Err(format!(
+                "{} is not mapped into the server (the loader refused it, or the command is a wrapper that drops LD_PRELOAD; see its stderr)",
+                lib.display()
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// `exited with code 3`, `killed by SIGKILL`.

@@ -32,6 +32,7 @@ mod run;
 mod sampling;
 mod sandbox;
 mod server;
+mod soak;
 mod store_trust;
 mod trust;
 mod trust_report;
