@@ -19,7 +19,7 @@
 //! * **The size mix drifts** - entry sizes are log-uniform between `min_size` and an upper
 //!   bound that depends on the handler's "heat". A hot spot moves over the handlers, one
 //!   handler every `drift_requests` requests: a hot handler stores entries up to
-//!   `max_size`, a cold one only tiny ones (up to about twice `min_size`). Each handler in
+//!   `max_size`, a cold one only tiny ones (up to about 3.5 times `min_size`). Each handler in
 //!   turn therefore allocates most of the cache's bytes, then hardly any.
 //! * **Temporaries** - each request also allocates and fills a short-lived buffer
 //!   (256 B to 32 KiB) and builds its response, all freed before the next request.
