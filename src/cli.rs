@@ -384,6 +384,35 @@ pub enum WorkloadCommand {
     /// Many threads allocating mixed sizes, keeping survivors, freeing across threads:
     /// the pattern behind Sidekiq-style malloc fragmentation.
     Fragment(FragmentArgs),
+    /// An HTTP/1.1 keep-alive cache server on 127.0.0.1 whose glibc heap fragments slowly
+    /// (over minutes) across its handler threads' arenas: a fixture for long soaks.
+    CacheServer(CacheServerArgs),
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct CacheServerArgs {
+    /// Port on 127.0.0.1, 0 to 65535 (0: any free port, printed at start).
+    #[arg(long)]
+    pub port: u64,
+    /// Handler threads, 1 to 1024 [default: 16].
+    #[arg(long, value_name = "N")]
+    pub threads: Option<usize>,
+    /// The cache's budget: live bytes plateau here (e.g. 96M), 1M to 64G [default: 64M].
+    #[arg(long, value_name = "SIZE")]
+    pub cache_size: Option<String>,
+    /// Smallest cache entry, 1 byte to 1G [default: 64].
+    #[arg(long, value_name = "SIZE")]
+    pub min_size: Option<String>,
+    /// Largest cache entry, 1 byte to 1G [default: 32K].
+    #[arg(long, value_name = "SIZE")]
+    pub max_size: Option<String>,
+    /// Requests after which the hot spot of large entries moves on by one handler thread,
+    /// 1 to 10^12 [default: 30000].
+    #[arg(long, value_name = "N")]
+    pub drift: Option<u64>,
+    /// Seed of the size pattern.
+    #[arg(long)]
+    pub seed: Option<u64>,
 }
 
 #[derive(Debug, Args, Clone)]

@@ -53,6 +53,7 @@ pub fn dispatch(cli: Cli) -> Result<Outcome> {
         Command::Import(args) => report::import_cmd(db, args, &ui),
         Command::Recommend(args) => report::recommend_cmd(db, args.id, &ui),
         Command::Workload(WorkloadCommand::Fragment(args)) => tools::fragment_cmd(args, &ui),
+        Command::Workload(WorkloadCommand::CacheServer(args)) => tools::cache_server_cmd(args, &ui),
         Command::Inspect(args) => tools::inspect_cmd(args, &ui),
         Command::Load(args) => tools::load_cmd(args, &ui),
         Command::Exporter(args) => tools::exporter_cmd(args, &ui),

@@ -1,9 +1,10 @@
-//! The commands that run no experiment: `workload fragment`, `inspect`, `exporter`,
+//! The commands that run no experiment: `workload fragment`, `workload cache-server`,
+//! `inspect`, `exporter`,
 //! `probe-library`, `load`.
 
 use anyhow::{bail, Result};
 
-use crate::cli::{ExporterArgs, FragmentArgs, InspectArgs, ProbeLibraryArgs};
+use crate::cli::{CacheServerArgs, ExporterArgs, FragmentArgs, InspectArgs, ProbeLibraryArgs};
 use memtrial::report::printer::OutputTarget;
 use memtrial::units::{format_seconds, parse_size};
 use memtrial::workload::fragment::{self, FragmentConfig};
@@ -75,6 +76,78 @@ pub(super) fn fragment_cmd(args: &FragmentArgs, ui: &Ui) -> Result<Outcome> {
         "vm_rss_bytes": status.as_ref().map(|s| s.vm_rss),
     });
     ui.result(&format!("{line}\n"))?;
+    Ok(Outcome::Ok)
+}
+
+/// `memtrial workload cache-server`: serves until SIGTERM/SIGINT, then one summary line on
+/// standard error.
+pub(super) fn cache_server_cmd(args: &CacheServerArgs, ui: &Ui) -> Result<Outcome> {
+    use memtrial::plan::settings::{self as ranges, count};
+    use memtrial::workload::cache_server::{self, CacheServerConfig};
+    let mut cfg = CacheServerConfig::default();
+    let port = count("--port", args.port, ranges::CACHE_SERVER_PORT)?;
+    if let Some(t) = args.threads {
+        cfg.threads = count("--threads", t, ranges::CACHE_SERVER_THREADS)?;
+    }
+    let size = |flag: &'static str, s: &str, (lo, hi): (u64, u64)| -> Result<usize> {
+        let bytes = parse_size(s).map_err(|e| anyhow::anyhow!("{flag} {s}: {e}"))?;
+        if !(lo..=hi).contains(&bytes) {
+            bail!(
+                "{flag} {s}: must be from {} to {}",
+                memtrial::units::format_bytes(lo as f64),
+                memtrial::units::format_bytes(hi as f64)
+            );
+        }
+        Ok(bytes as usize)
+    };
+    if let Some(s) = &args.cache_size {
+        cfg.cache_bytes = size("--cache-size", s, ranges::CACHE_SERVER_CACHE)?;
+    }
+    if let Some(s) = &args.min_size {
+        cfg.min_size = size("--min-size", s, ranges::FRAGMENT_SIZE)?;
+    }
+    if let Some(s) = &args.max_size {
+        cfg.max_size = size("--max-size", s, ranges::FRAGMENT_SIZE)?;
+    }
+    if cfg.min_size > cfg.max_size {
+        bail!(
+            "--min-size {} / --max-size {}: need min-size <= max-size",
+            cfg.min_size,
+            cfg.max_size
+        );
+    }
+    if let Some(d) = args.drift {
+        cfg.drift_requests = count("--drift", d, ranges::CACHE_SERVER_DRIFT)?;
+    }
+    if let Some(seed) = args.seed {
+        cfg.seed = seed;
+    }
+    let listener = std::net::TcpListener::bind(("127.0.0.1", port as u16))
+        .map_err(|e| anyhow::anyhow!("--port {port}: cannot listen on 127.0.0.1:{port}: {e}"))?;
+    let stop = stop_flag()?;
+    let shown = listener.local_addr().map_or(port, |a| u64::from(a.port()));
+    ui.note(&format!(
+        "cache-server listening on http://127.0.0.1:{shown}/ with {} threads, cache {} \
+         (stop with SIGTERM or Ctrl-C)",
+        cfg.threads,
+        memtrial::units::format_bytes(cfg.cache_bytes as f64)
+    ));
+    let s = cache_server::serve(listener, &cfg, &stop)?;
+    let status = memtrial::linux::proc::read_status(std::process::id() as i32).ok();
+    let mib = |b: u64| format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64);
+    ui.note(&format!(
+        "cache-server: {} requests ({} refused) on {} connections in {}; cache {} entries, {}; \
+         {} evictions, {} freed by another thread; peak RSS (VmHWM) {}",
+        s.requests,
+        s.bad_requests,
+        s.connections,
+        format_seconds(s.elapsed.as_secs_f64()),
+        s.entries,
+        mib(s.cache_bytes),
+        s.evictions,
+        s.cross_thread_frees,
+        status.as_ref().map_or("?".into(), |st| mib(st.vm_hwm)),
+    ));
     Ok(Outcome::Ok)
 }
 

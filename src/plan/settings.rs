@@ -103,6 +103,14 @@ pub const SOAK_INTERVAL: DurationRange = DurationRange::new(millis(200), secs(60
 pub const SOAK_MARGIN: (f64, f64) = (0.005, 0.5);
 /// `memtrial soak --consecutive`.
 pub const SOAK_CONSECUTIVE: (u32, u32) = (1, 100);
+/// `workload cache-server --port`.
+pub const CACHE_SERVER_PORT: (u64, u64) = (0, 65_535);
+/// `workload cache-server --threads`.
+pub const CACHE_SERVER_THREADS: (usize, usize) = (1, 1024);
+/// `workload cache-server --cache-size`, bytes.
+pub const CACHE_SERVER_CACHE: (u64, u64) = (1 << 20, 64 << 30);
+/// `workload cache-server --drift`, requests per step of the hot spot.
+pub const CACHE_SERVER_DRIFT: (u64, u64) = (1, 1_000_000_000_000);
 
 /// Checks an integer against its range; the error names the flag and the range.
 pub fn count<T: PartialOrd + Display + Copy>(

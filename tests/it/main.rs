@@ -2,6 +2,7 @@
 //! a file per area. Every test works in its own temporary directory and database.
 
 mod bad_input;
+mod cache_server;
 mod cgroup_v2;
 mod common;
 mod cpu;
