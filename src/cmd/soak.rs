@@ -226,8 +226,17 @@ pub(super) fn soak_cmd(db: &Path, args: &SoakArgs, ui: &Ui) -> Result<Outcome> {
         if settings.until_decided.is_some() { " at most, or until decided" } else { "" }
     ));
     let mut last_block = std::time::Instant::now() - Duration::from_secs(3600);
-    let mut on_progress = |p: &Progress| show_progress(ui, p, &mut last_block);
     let html = args.html.clone();
+    let mut on_progress = |p: &Progress| {
+        show_progress(ui, p, &mut last_block);
+        // A window closed: the page is written again from the database (and reloads
+        // itself in the browser while the soak runs).
+        if let (Some(path), Some(id), true) = (&html, p.soak, p.window_closed) {
+            if let Err(e) = live_html(db, id, path, settings.window_seconds) {
+                ui.note(&format!("warning: --html: {e:#}"));
+            }
+        }
+    };
     let ended = soak::soak(
         begin,
         soak::Context {
@@ -344,6 +353,16 @@ fn write_html(
     std::fs::rename(&tmp, path)
         .with_context(|| format!("--html: cannot write {}", path.display()))?;
     Ok(())
+}
+
+/// The page of a running soak, from a connection of its own to the database.
+fn live_html(db: &Path, id: i64, path: &Path, window: f64) -> Result<()> {
+    let store = Store::open_existing(db)?;
+    let head = store
+        .soak_head(id)?
+        .context("the soak vanished from the database")?;
+    let summary = report::summarise(&store, &head)?;
+    write_html(&store, &summary, path, Some(window.clamp(2.0, 60.0) as u32))
 }
 
 /// `memtrial report --soak [ID]` and `--follow`: the stored soak's table; with `follow`,

@@ -46,6 +46,10 @@ pub enum SoakError {
 /// What a soak's caller sees as it goes.
 #[derive(Debug, Clone)]
 pub struct Progress {
+    /// The soak's id.
+    pub soak: Option<i64>,
+    /// A window closed (and was committed) since the last progress.
+    pub window_closed: bool,
     /// Soak seconds now, and the soak's end (its duration).
     pub t: f64,
     pub end: f64,
@@ -485,7 +489,8 @@ impl Running {
                 next_compact += COMPACT_EVERY;
             }
             store.add_soak_points(self.id, self.segment, t, &points, compact)?;
-            if let Some(n) = self.close_windows(settings, store, first_window, t - LATE)? {
+            let closed = self.close_windows(settings, store, first_window, t - LATE)?;
+            if let Some(n) = closed.clone() {
                 note = note.or(Some(n));
                 if let Some(rule) = &settings.until_decided {
                     let windows = store.soak_windows(self.id)?;
@@ -515,7 +520,9 @@ impl Running {
             }
             if Instant::now() >= next_progress || note.is_some() {
                 next_progress = Instant::now() + Duration::from_secs(2);
-                on_progress(&self.progress(t, settings, &points, note));
+                let mut p = self.progress(t, settings, &points, note);
+                p.window_closed = closed.is_some();
+                on_progress(&p);
             }
             next += every;
             let now = Instant::now();
@@ -649,6 +656,8 @@ impl Running {
             })
             .collect();
         Progress {
+            soak: Some(self.id),
+            window_closed: false,
             t,
             end: settings.duration_seconds,
             variants,

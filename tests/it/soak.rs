@@ -299,13 +299,36 @@ fn sigint_ends_a_soak_cleanly_with_what_it_has() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_secs(11));
+    std::thread::sleep(Duration::from_secs(4));
+    // The live view beside it: the table again every window, and its page, until the
+    // soak ends; then the final table, and it ends by itself.
+    let follow = Command::new(memtrial())
+        .args(["report", "--follow", "--html", "live.html"])
+        .current_dir(dir.path())
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(7));
+    let page = std::fs::read_to_string(dir.path().join("live.html")).unwrap();
+    assert!(page.contains("http-equiv=\"refresh\""), "{page:.400}");
     // SAFETY: a signal to our own child.
     unsafe {
         libc::kill(child.id() as i32, libc::SIGINT);
     }
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(130), "{}", text(&out));
+    let followed = follow.wait_with_output().unwrap();
+    assert_eq!(followed.status.code(), Some(0), "{}", text(&followed));
+    let shown = String::from_utf8_lossy(&followed.stdout);
+    assert!(shown.matches("soak 1: running").count() >= 2, "{shown}");
+    assert!(shown.contains("soak 1: interrupted"), "{shown}");
+    let page = std::fs::read_to_string(dir.path().join("live.html")).unwrap();
+    assert!(
+        !page.contains("http-equiv=\"refresh\""),
+        "the final page reloads no more"
+    );
     assert!(no_process_matching(&marker));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("soak 1: interrupted"), "{stdout}");
