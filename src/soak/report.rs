@@ -179,7 +179,12 @@ fn recommend(variants: &[VariantSummary], base: &str, margin: f64) -> String {
             if let Some(p) = &v.p95_ms {
                 s += &format!(", p95 {:.2}×", p.ratio);
             }
-            if let Some(w) = &v.why {
+            let base_leaks = variants
+                .iter()
+                .find(|b| b.name == base)
+                .and_then(|b| b.why.as_ref())
+                .is_some_and(|w| w.name() == "leak");
+            if let Some(w) = v.why.as_ref().filter(|_| !base_leaks) {
                 if w.name() == "leak" {
                     s += &format!("; but its own probe says leak: {}", w.sentence());
                 }
