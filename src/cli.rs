@@ -360,8 +360,13 @@ pub struct SoakArgs {
     pub html: Option<PathBuf>,
     #[command(flatten)]
     pub server: ServerArgs,
-    /// The server command; `{port}` becomes each instance's port and `{variant}` its
-    /// variant's name.
+    /// A worker soak: `--driver` runs once per instance, beside it, for the whole soak
+    /// (it feeds that instance: {port}, {variant}, MEMTRIAL_VARIANT, MEMTRIAL_PORT and
+    /// MEMTRIAL_PID name it); `--before` runs before each instance starts.
+    #[command(flatten)]
+    pub worker: WorkerArgs,
+    /// The server or worker command; `{port}` becomes each instance's port and `{variant}`
+    /// its variant's name.
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,
 }

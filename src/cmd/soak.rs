@@ -52,12 +52,17 @@ fn settings_from(args: &SoakArgs, ui: &Ui) -> Result<SoakSettings> {
         json: _,
         html: _,
         server,
+        worker,
         command,
     } = args;
-    if server.url.is_none() {
-        bail!("--url: a soak sends the same requests to every variant's server: give the URL with {{port}} where each instance's port goes, e.g. --url 'http://127.0.0.1:{{port}}/items'");
+    let is_server = server.url.is_some();
+    if !is_server && worker.driver.is_none() {
+        bail!("--url or --driver: a soak feeds every variant the same work: a server gets the same requests (--url with {{port}}, and --rate or --replay with --speed), a worker its own --driver per instance");
     }
-    if server.rate.is_none() && server.speed.is_none() {
+    if is_server && worker.driver.is_some() {
+        bail!("--driver: a server soak is fed by its --url's requests; a --driver is for a worker soak (without --url)");
+    }
+    if is_server && server.rate.is_none() && server.speed.is_none() {
         bail!("--rate: a soak sends every instance the same requests at the same moments, an open loop: give --rate R (requests per second to each instance), or --replay LOG with --speed X (the log's own timing)");
     }
     if server.warmup_duration.is_some() || server.cooldown.is_some() {
@@ -126,6 +131,11 @@ fn settings_from(args: &SoakArgs, ui: &Ui) -> Result<SoakSettings> {
         cpuset: cpuset.clone(),
         pids_limit: *pids_limit,
         server,
+        worker: memtrial::plan::WorkerInput {
+            before: worker.before.clone(),
+            driver: worker.driver.clone(),
+            ..Default::default()
+        },
         no_probes: *no_probes,
         ..Default::default()
     };
@@ -144,7 +154,7 @@ fn settings_from(args: &SoakArgs, ui: &Ui) -> Result<SoakSettings> {
         .iter()
         .skip(1)
         .any(|a| a.contains(PORT_PLACEHOLDER) || a.contains("MEMTRIAL_PORT"));
-    if !takes_port {
+    if is_server && !takes_port {
         bail!(
             "the command has no {PORT_PLACEHOLDER}: {} instances run side by side and each needs a port of its own; put {PORT_PLACEHOLDER} where the server takes its port (e.g. `puma -b tcp://127.0.0.1:{PORT_PLACEHOLDER}`), or read $MEMTRIAL_PORT in a `sh -c` wrapper",
             plan.variants.len()

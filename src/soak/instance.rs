@@ -24,8 +24,15 @@ const PROBE_MAX_BYTES: u64 = 64 * 1024;
 /// A running instance.
 pub(crate) struct Instance {
     pub variant: String,
-    /// The load this instance gets (its own address; the soak's source and rate).
-    pub load: LoadSpec,
+    /// The load this instance gets (its own address; the soak's source and rate); none
+    /// for a worker, which its driver feeds.
+    pub load: Option<LoadSpec>,
+    /// A worker's driver (`--driver`), one per instance, for the whole soak.
+    driver: Option<crate::backend::helper::Helper>,
+    /// How the driver ended, once it did.
+    pub driver_ended: Option<String>,
+    /// The driver's end has been told (as an event).
+    pub driver_said: bool,
     run: Box<dyn RunHandle>,
     reader: Option<CgroupReader>,
     procs_file: Option<PathBuf>,
@@ -57,38 +64,45 @@ pub(crate) struct StartSpec<'a> {
     pub dir: &'a Path,
     /// Which start of the soak this is (the log files carry it).
     pub segment: u32,
-    pub source: crate::load::Source,
+    /// The requests (a server soak).
+    pub source: Option<crate::load::Source>,
+    pub interrupted: &'a dyn Fn() -> bool,
 }
 
 fn fill(text: &str, port: u16, variant: &str) -> String {
     substitute(text, port).replace(VARIANT_PLACEHOLDER, variant)
 }
 
-/// Starts `variant`'s instance and waits until it answers HTTP (or fails saying why).
-pub(crate) fn start(
-    spec: &StartSpec,
-    variant: &Variant,
-    interrupted: &dyn Fn() -> bool,
-) -> Result<Instance, String> {
+/// Starts `variant`'s instance: its `--before` hook first, then the server or worker;
+/// a server must answer HTTP, a worker's process must be running; then its variant is
+/// verified and a worker's driver started. Fails saying why.
+pub(crate) fn start(spec: &StartSpec, variant: &Variant) -> Result<Instance, String> {
     let plan = spec.plan;
-    let server_plan = plan
-        .server
-        .as_ref()
-        .ok_or("a soak needs a server: give --url")?;
     let port = server::free_port().map_err(|e| format!("no free port on 127.0.0.1: {e}"))?;
     let name = &variant.name;
     let sub = |s: &str| fill(s, port, name);
+    let naming = vec![
+        ("MEMTRIAL_PORT".to_string(), port.to_string()),
+        ("MEMTRIAL_VARIANT".to_string(), name.clone()),
+    ];
+    let stem = spec.dir.join(format!("{name}.{}", spec.segment));
+    let file = |ext: &str| stem.with_extension(format!("{}.{ext}", spec.segment));
+    let open = |ext: &str| {
+        let p = file(ext);
+        File::create(&p).map_err(|e| format!("cannot create {}: {e}", p.display()))
+    };
+    if let Some(before) = plan.worker.as_ref().and_then(|w| w.before.as_ref()) {
+        run_before(spec, &sub(before), &naming, &open)?;
+    }
     let inherited = std::env::var("LD_PRELOAD").ok();
     let mut env: Vec<(String, String)> = variant
         .workload_env(inherited.as_deref())
         .into_iter()
         .map(|(k, v)| (k, sub(&v)))
         .collect();
-    env.push(("MEMTRIAL_PORT".into(), port.to_string()));
-    env.push(("MEMTRIAL_VARIANT".into(), name.clone()));
-    let stem = spec.dir.join(format!("{name}.{}", spec.segment));
+    env.extend(naming.iter().cloned());
     let probe_dir = if plan.probes.kinds.contains(&ProbeKind::Allocator) {
-        let dir = stem.with_extension(format!("{}.probe", spec.segment));
+        let dir = file("probe");
         std::fs::create_dir_all(&dir)
             .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
         let lib = crate::probe::allocator::shim_path()?;
@@ -105,10 +119,6 @@ pub(crate) fn start(
         Some(dir)
     } else {
         None
-    };
-    let open = |ext: &str| {
-        let p = stem.with_extension(format!("{}.{ext}", spec.segment));
-        File::create(&p).map_err(|e| format!("cannot create {}: {e}", p.display()))
     };
     let (program, command) = plan.launch_command(variant);
     let launch = LaunchSpec {
@@ -130,59 +140,98 @@ pub(crate) fn start(
         Launch::Started(run) => run,
         Launch::NotStarted(why) => return Err(format!("{name}: {why}")),
     };
-    let load = server::load_spec(server_plan, port, spec.source.clone())?;
-    let url = crate::load::parse_url(&sub(&server_plan.url))?;
-    let ready_path = server_plan
-        .ready_path
-        .clone()
-        .unwrap_or_else(|| url.path_and_query.clone());
-    let mut exited = None;
-    let ready = server::wait_ready(
-        load.addr,
-        &url.host_header(),
-        &ready_path,
-        Duration::from_millis(server_plan.ready_timeout_ms),
-        &mut || match run.wait_exit(Duration::ZERO) {
-            Waited::Exited(e) => {
-                exited = Some(e);
-                false
-            }
-            Waited::Running => true,
-            Waited::Lost => false,
-        },
-        interrupted,
-    );
-    if let Err(why) = ready {
-        let stderr = stem.with_extension(format!("{}.stderr", spec.segment));
+    let fail = |run: &mut Box<dyn RunHandle>, what: String| {
         stop_run(run.as_mut(), &[], &mut None, Duration::from_secs(2));
-        let said = crate::backend::helper::head(&stderr, 1024);
-        let what = match why {
-            server::NotReady::Exited => format!(
-                "exited before it answered{}",
-                exited
-                    .map(|e| format!(" ({})", exit_words(&e)))
-                    .unwrap_or_default()
-            ),
-            server::NotReady::TimedOut { last } => format!(
-                "did not answer {} within {} (last: {last})",
-                ready_path,
-                humantime::format_duration(Duration::from_millis(server_plan.ready_timeout_ms))
-            ),
-            server::NotReady::Interrupted => "interrupted while starting".into(),
-        };
+        let said = crate::backend::helper::head(&file("stderr"), 1024);
         let said = if said.is_empty() {
             String::new()
         } else {
             format!("; its stderr: {said}")
         };
-        return Err(format!("the {name} instance {what}{said}"));
+        Err(format!("the {name} instance {what}{said}"))
+    };
+    let mut load = None;
+    match (&plan.server, &spec.source) {
+        (Some(server_plan), Some(source)) => {
+            let l = server::load_spec(server_plan, port, source.clone())?;
+            let url = crate::load::parse_url(&sub(&server_plan.url))?;
+            let ready_path = server_plan
+                .ready_path
+                .clone()
+                .unwrap_or_else(|| url.path_and_query.clone());
+            let mut exited = None;
+            let ready = server::wait_ready(
+                l.addr,
+                &url.host_header(),
+                &ready_path,
+                Duration::from_millis(server_plan.ready_timeout_ms),
+                &mut || match run.wait_exit(Duration::ZERO) {
+                    Waited::Exited(e) => {
+                        exited = Some(e);
+                        false
+                    }
+                    Waited::Running => true,
+                    Waited::Lost => false,
+                },
+                spec.interrupted,
+            );
+            if let Err(why) = ready {
+                let what = match why {
+                    server::NotReady::Exited => format!(
+                        "exited before it answered{}",
+                        exited
+                            .map(|e| format!(" ({})", exit_words(&e)))
+                            .unwrap_or_default()
+                    ),
+                    server::NotReady::TimedOut { last } => format!(
+                        "did not answer {ready_path} within {} (last: {last})",
+                        humantime::format_duration(Duration::from_millis(
+                            server_plan.ready_timeout_ms
+                        ))
+                    ),
+                    server::NotReady::Interrupted => "was interrupted while starting".into(),
+                };
+                return fail(&mut run, what);
+            }
+            load = Some(l);
+        }
+        _ => {
+            // A worker: running once its command has replaced the spawner (the variant's
+            // settings are then in its environment), within a few seconds.
+            let until = Instant::now() + WORKER_START;
+            while verify(run.pid(), variant, &sub).is_err() && Instant::now() < until {
+                if let Waited::Exited(e) = run.wait_exit(Duration::from_millis(50)) {
+                    return fail(&mut run, format!("exited at once ({})", exit_words(&e)));
+                }
+            }
+        }
     }
     if let Err(why) = verify(run.pid(), variant, &sub) {
-        stop_run(run.as_mut(), &[], &mut None, Duration::from_secs(2));
-        return Err(format!(
-            "the {name} instance: the variant did not take effect: {why}"
-        ));
+        return fail(&mut run, format!("did not take its variant: {why}"));
     }
+    let driver = match plan.worker.as_ref().and_then(|w| w.driver.as_ref()) {
+        Some(d) => {
+            let mut env = naming.clone();
+            env.push(("MEMTRIAL_PID".into(), run.pid().to_string()));
+            let group = spec
+                .backend
+                .helper_cgroup(&format!("{}-driver", spec.group))
+                .map_err(|e| e.to_string())?;
+            match crate::backend::helper::Helper::start(
+                &sub(d),
+                &env,
+                &plan.workdir,
+                Some(open("driver.stdout")?),
+                open("driver.stderr")?,
+                group,
+                &crate::probe::Helpers::default(),
+            ) {
+                Ok(h) => Some(h),
+                Err(e) => return fail(&mut run, format!("could not start its --driver: {e}")),
+            }
+        }
+        None => None,
+    };
     let (reader, procs_file) = match run.membership() {
         Membership::Cgroup(dir) => (run.cgroup_reader(), Some(dir.join("cgroup.procs"))),
         _ => (None, None),
@@ -190,6 +239,9 @@ pub(crate) fn start(
     Ok(Instance {
         variant: name.clone(),
         load,
+        driver,
+        driver_ended: None,
+        driver_said: false,
         run,
         reader,
         procs_file,
@@ -198,6 +250,50 @@ pub(crate) fn start(
         down: None,
         exit: None,
     })
+}
+
+/// How long a worker's command may take to replace the spawner.
+const WORKER_START: Duration = Duration::from_secs(5);
+
+/// Runs the instance's `--before` hook to its end (at most 10 minutes); its failure is the
+/// soak's.
+fn run_before(
+    spec: &StartSpec,
+    command: &str,
+    env: &[(String, String)],
+    open: &dyn Fn(&str) -> Result<File, String>,
+) -> Result<(), String> {
+    use crate::backend::helper;
+    let group = spec
+        .backend
+        .helper_cgroup(&format!("{}-before", spec.group))
+        .map_err(|e| e.to_string())?;
+    let h = helper::Helper::start(
+        command,
+        env,
+        &spec.plan.workdir,
+        Some(open("before.stdout")?),
+        open("before.stderr")?,
+        group,
+        &crate::probe::Helpers::default(),
+    )
+    .map_err(|e| format!("--before could not start: {e}"))?;
+    let timeout = Duration::from_millis(
+        spec.plan
+            .worker
+            .as_ref()
+            .map_or(crate::plan::DEFAULT_BEFORE_TIMEOUT_MS, |w| {
+                w.before_timeout_ms
+            }),
+    );
+    match helper::run_to_end(h, timeout, spec.interrupted) {
+        (Some(s), _) if s.success() => Ok(()),
+        (Some(s), _) => Err(format!("--before failed ({})", helper::exit_words(s))),
+        (None, _) => Err(format!(
+            "--before did not finish within {} (or memtrial was interrupted)",
+            humantime::format_duration(timeout)
+        )),
+    }
 }
 
 /// Checks that the variant took effect in the instance's root process: its settings are
@@ -286,6 +382,14 @@ impl Instance {
                 });
             }
         }
+        if self.driver_ended.is_none() {
+            if let Some(s) = self.driver.as_mut().and_then(|d| d.exited()) {
+                self.driver_ended = Some(format!(
+                    "its --driver ended ({})",
+                    crate::backend::helper::exit_words(s)
+                ));
+            }
+        }
         let pids = self.pids();
         if pids.is_empty() {
             return Sample::default();
@@ -311,7 +415,9 @@ impl Instance {
             }
             self.pss = any.then_some(pss as f64);
         }
-        s.pss = self.pss;
+        // Only a fresh read: a value carried over would put one moment's PSS into the
+        // means of later windows.
+        s.pss = if pss_due { self.pss } else { None };
         if let Some(r) = self.reader.as_mut() {
             r.sample();
             s.working_set = r.working_set_now().map(|v| v as f64);
@@ -345,6 +451,9 @@ impl Instance {
 
     /// Stops the instance: SIGTERM to its processes, `grace` to go, then the cgroup's kill.
     pub fn stop(mut self, grace: Duration) {
+        if let Some(mut d) = self.driver.take() {
+            d.stop(grace);
+        }
         let pids = self.pids();
         stop_run(self.run.as_mut(), &pids, &mut self.exit, grace);
     }

@@ -296,12 +296,14 @@ impl Running {
         cx: &Context,
     ) -> Result<Running, SoakError> {
         let plan = &settings.plan;
-        let server = plan
-            .server
-            .as_ref()
-            .ok_or_else(|| SoakError::Start("a soak needs a server: give --url".into()))?;
-        let (source, _notes) = load::source::read_source(&server.source, &url_path(&server.url))
-            .map_err(SoakError::Start)?;
+        let source = match &plan.server {
+            Some(server) => Some(
+                load::source::read_source(&server.source, &url_path(&server.url))
+                    .map_err(SoakError::Start)?
+                    .0,
+            ),
+            None => None,
+        };
         let interrupted = || cx.stop.load(Ordering::SeqCst);
         let mut instances = Vec::new();
         for (i, v) in plan.variants.iter().enumerate() {
@@ -314,8 +316,9 @@ impl Running {
                 dir,
                 segment,
                 source: source.clone(),
+                interrupted: &interrupted,
             };
-            match instance::start(&spec, v, &interrupted) {
+            match instance::start(&spec, v) {
                 Ok(inst) => instances.push(inst),
                 Err(why) => {
                     for inst in instances {
@@ -335,7 +338,9 @@ impl Running {
         let load_stop = Arc::new(AtomicBool::new(false));
         let mut loads = Vec::new();
         for (i, inst) in instances.iter().enumerate() {
-            let mut spec = inst.load.clone();
+            let Some(mut spec) = inst.load.clone() else {
+                continue;
+            };
             spec.warmup = Duration::ZERO;
             spec.duration =
                 Duration::from_secs_f64((settings.duration_seconds - seg_t0).max(1.0) + 3600.0);
@@ -465,6 +470,19 @@ impl Running {
                 };
                 let acc = self.accs[i].entry(k).or_insert_with(|| Acc::new(cpu));
                 acc.add_sample(&p);
+                if let Some(why) = inst.driver_ended.clone().filter(|_| !inst.driver_said) {
+                    inst.driver_said = true;
+                    let text = format!("the {} instance: {why}", inst.variant);
+                    store.add_soak_event(
+                        self.id,
+                        &SoakEvent {
+                            t,
+                            variant: Some(inst.variant.clone()),
+                            text: text.clone(),
+                        },
+                    )?;
+                    note = Some(text);
+                }
                 if let Some(why) = &inst.down {
                     acc.down = true;
                     if !self.announced_down[i] {
@@ -729,9 +747,10 @@ fn behind(rows: &[SoakWindow], k: u32, instances: usize) -> Option<SoakEvent> {
 /// Requests the fan-out's schedule (begun at soak time `load_t0`) meant to send between
 /// soak times `from` and `to`.
 fn due(load_t0: f64, inst: &instance::Instance, from: f64, to: f64) -> Option<u64> {
+    let l = inst.load.as_ref()?;
     let a = (from - load_t0).max(0.0);
     let b = (to - load_t0).max(0.0);
-    Some(load::due_before(&inst.load, b)? - load::due_before(&inst.load, a)?)
+    Some(load::due_before(l, b)? - load::due_before(l, a)?)
 }
 
 /// `1h 05m 12s` from seconds.

@@ -434,3 +434,71 @@ fn bad_soak_input_is_refused_with_why() {
     // Nothing to resume.
     refused(&run(&["--resume"]), &["--resume", "no soak"]);
 }
+
+#[test]
+fn a_worker_soak_runs_one_driver_per_instance() {
+    if !ready() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let marker = format!("soak-worker-{}", std::process::id());
+    // The driver feeds its own instance (found by MEMTRIAL_PORT) until the soak stops it.
+    std::fs::write(
+        dir.path().join("drive.py"),
+        "import os, time, urllib.request\n\
+         port = os.environ['MEMTRIAL_PORT']\n\
+         print('driving', os.environ['MEMTRIAL_VARIANT'], os.environ['MEMTRIAL_PID'], flush=True)\n\
+         while True:\n\
+         \x20   try:\n\
+         \x20       urllib.request.urlopen('http://127.0.0.1:%s/' % port).read()\n\
+         \x20   except OSError:\n\
+         \x20       pass\n\
+         \x20   time.sleep(0.05)\n",
+    )
+    .unwrap();
+    let out = soak(dir.path())
+        .args([
+            "--variants",
+            "glibc",
+            "--variant",
+            "fat=SERVER_BALLAST_MIB=32",
+        ])
+        .args([
+            "--driver",
+            "python3 drive.py {variant}",
+            "--before",
+            "echo reset {variant}",
+        ])
+        .args([
+            "--duration",
+            "16s",
+            "--window",
+            "4s",
+            "--interval",
+            "500ms",
+            "--json",
+            "s.json",
+            "--",
+        ])
+        .args(server_cmd(&marker))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(no_process_matching(&marker) && no_process_matching("drive.py"));
+    let logs = dir.path().join("memtrial-logs/soak-1");
+    for v in ["glibc", "fat"] {
+        let said = std::fs::read_to_string(logs.join(format!("{v}.0.driver.stdout"))).unwrap();
+        assert!(said.starts_with(&format!("driving {v} ")), "{said}");
+        let before = std::fs::read_to_string(logs.join(format!("{v}.0.before.stdout"))).unwrap();
+        assert_eq!(before, format!("reset {v}\n"));
+    }
+    let doc: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("s.json")).unwrap()).unwrap();
+    let fat = variant(&doc, "fat");
+    assert!(fat["rss"]["ci"][0].as_f64().unwrap() > 1.5, "{fat:#}");
+    assert!(fat["pss"]["ratio"].as_f64().unwrap() > 1.5, "{fat:#}");
+    assert!(
+        doc["events"].as_array().unwrap().is_empty(),
+        "the drivers ran to the end: {doc:#}"
+    );
+}
