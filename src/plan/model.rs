@@ -289,6 +289,22 @@ impl Plan {
 
     /// What a variant's runs exec: the program's path and the argv (argv[0] as given, the
     /// rest before `{port}` is filled in).
+    /// The program and argv to launch for `v`, `fill` applied to every argument after
+    /// argv[0] (which stays as given): `{port}` and the like.
+    pub(crate) fn launch_argv(
+        &self,
+        v: &Variant,
+        fill: &dyn Fn(&str) -> String,
+    ) -> (PathBuf, Vec<String>) {
+        let (program, command) = self.launch_command(v);
+        let argv = command
+            .iter()
+            .enumerate()
+            .map(|(i, a)| if i == 0 { a.clone() } else { fill(a) })
+            .collect();
+        (program, argv)
+    }
+
     pub(crate) fn launch_command(&self, v: &Variant) -> (PathBuf, Vec<String>) {
         match &v.program {
             None => (self.program.clone(), self.command.clone()),

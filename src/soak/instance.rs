@@ -120,14 +120,10 @@ pub(crate) fn start(spec: &StartSpec, variant: &Variant) -> Result<Instance, Str
     } else {
         None
     };
-    let (program, command) = plan.launch_command(variant);
+    let (program, argv) = plan.launch_argv(variant, &sub);
     let launch = LaunchSpec {
         program,
-        argv: command
-            .iter()
-            .enumerate()
-            .map(|(i, a)| if i == 0 { a.clone() } else { sub(a) })
-            .collect(),
+        argv,
         env,
         workdir: plan.workdir.clone(),
         stdout: open("stdout")?,

@@ -470,34 +470,26 @@ impl Running {
                 };
                 let acc = self.accs[i].entry(k).or_insert_with(|| Acc::new(cpu));
                 acc.add_sample(&p);
+                let mut told = Vec::new();
                 if let Some(why) = inst.driver_ended.clone().filter(|_| !inst.driver_said) {
                     inst.driver_said = true;
-                    let text = format!("the {} instance: {why}", inst.variant);
-                    store.add_soak_event(
-                        self.id,
-                        &SoakEvent {
-                            t,
-                            variant: Some(inst.variant.clone()),
-                            text: text.clone(),
-                        },
-                    )?;
-                    note = Some(text);
+                    told.push(format!("the {} instance: {why}", inst.variant));
                 }
                 if let Some(why) = &inst.down {
                     acc.down = true;
                     if !self.announced_down[i] {
                         self.announced_down[i] = true;
-                        let text = format!("the {} instance is down: {why}", inst.variant);
-                        store.add_soak_event(
-                            self.id,
-                            &SoakEvent {
-                                t,
-                                variant: Some(inst.variant.clone()),
-                                text: text.clone(),
-                            },
-                        )?;
-                        note = Some(text);
+                        told.push(format!("the {} instance is down: {why}", inst.variant));
                     }
+                }
+                for text in told {
+                    let e = SoakEvent {
+                        t,
+                        variant: Some(inst.variant.clone()),
+                        text,
+                    };
+                    store.add_soak_event(self.id, &e)?;
+                    note = Some(e.text);
                 }
                 points.push((inst.variant.clone(), p));
             }

@@ -381,14 +381,10 @@ fn prepare(
         p.launching(&env);
     }
     // The variant's own program or command, if it has one; argv[0] as given.
-    let (program, command) = plan.launch_command(spec.variant);
+    let (program, argv) = plan.launch_argv(spec.variant, &sub);
     let launch = LaunchSpec {
         program,
-        argv: command
-            .iter()
-            .enumerate()
-            .map(|(i, a)| if i == 0 { a.clone() } else { sub(a) })
-            .collect(),
+        argv,
         env,
         workdir: plan.workdir.clone(),
         stdout: open(&record.stdout_path)?,
