@@ -32,6 +32,21 @@ pub(crate) fn plan_context(locator: &LibraryLocator) -> Result<PlanContext<'_>> 
     })
 }
 
+/// The plan from its inputs, resolved and checked once here; its notes are said (and
+/// kept, for the experiment's record).
+pub(crate) fn resolve_plan(
+    input: memtrial::plan::PlanInput,
+    ui: &Ui,
+) -> Result<memtrial::plan::BuiltPlan> {
+    let locator = LibraryLocator::new();
+    let ctx = plan_context(&locator)?;
+    let built = memtrial::plan::build_plan(input, &ctx)?;
+    for n in &built.notes {
+        ui.note(&format!("note: {n}"));
+    }
+    Ok(built)
+}
+
 /// Makes room in the open-file limit for a load's connections (exit 2 when they cannot fit).
 pub(crate) fn fit_fd_limit(connections: usize, threads: usize, ui: &Ui) -> Result<()> {
     let note = memtrial::load::ensure_fd_limit(connections, threads)

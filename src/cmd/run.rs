@@ -6,13 +6,12 @@ use anyhow::{Context, Result};
 
 use crate::cli::{DemoArgs, OutputArgs, RunArgs};
 use memtrial::linux::host::HostInfo;
-use memtrial::plan::catalog::LibraryLocator;
-use memtrial::plan::{build_plan, read_plan_file, PlanInput};
+use memtrial::plan::{read_plan_file, PlanInput};
 use memtrial::runner::Start;
 use memtrial::store::Store;
 
 use super::experiment::{
-    check_outputs, fit_fd_limit, isolation, isolation_note, plan_context, run_and_present,
+    check_outputs, fit_fd_limit, isolation, isolation_note, resolve_plan, run_and_present,
     tool_notes,
 };
 use super::ui::{Outcome, Ui};
@@ -115,13 +114,10 @@ pub(super) fn demo_cmd(db: &Path, args: &DemoArgs, ui: &Ui) -> Result<Outcome> {
 
 fn execute(db: &Path, input: PlanInput, output: &OutputArgs, ui: &Ui) -> Result<Outcome> {
     check_outputs(output)?;
-    let locator = LibraryLocator::new();
-    let ctx = plan_context(&locator)?;
-    let built = build_plan(input, &ctx)?;
-    for n in &built.notes {
-        ui.note(&format!("note: {n}"));
-    }
-    let plan = built.plan;
+    let memtrial::plan::BuiltPlan {
+        plan,
+        notes: plan_notes,
+    } = resolve_plan(input, ui)?;
     if let Some(s) = &plan.server {
         fit_fd_limit(s.connections, s.threads, ui)?;
     }
@@ -129,7 +125,7 @@ fn execute(db: &Path, input: PlanInput, output: &OutputArgs, ui: &Ui) -> Result<
     let mut store = Store::open(db)?;
     let host = HostInfo::detect();
     let isolation = isolation(&plan.limits, ui)?;
-    let mut notes = built.notes.clone();
+    let mut notes = plan_notes;
     notes.push(isolation_note(&isolation, &plan.limits));
     notes.extend(tool_notes(&plan, ui));
     notes.extend(probe_notes);

@@ -8,12 +8,11 @@ use anyhow::{bail, Context, Result};
 
 use crate::cli::SoakArgs;
 use memtrial::backend::local::LocalBackend;
-use memtrial::plan::catalog::LibraryLocator;
 use memtrial::plan::settings::{
     self, SOAK_CONSECUTIVE, SOAK_DURATION, SOAK_INTERVAL, SOAK_MARGIN, SOAK_WARMUP_WINDOWS,
     SOAK_WINDOW,
 };
-use memtrial::plan::{build_plan, PlanInput, PORT_PLACEHOLDER};
+use memtrial::plan::{PlanInput, PORT_PLACEHOLDER};
 use memtrial::record::soak::{DecideRule, SoakHead, SoakSettings, SoakStatus};
 use memtrial::report::printer::OutputTarget;
 use memtrial::soak::{self, report, Begin, Progress};
@@ -21,7 +20,7 @@ use memtrial::store::Store;
 use memtrial::trial::Isolation;
 use memtrial::units::format_bytes;
 
-use super::experiment::{fit_fd_limit, isolation, plan_context};
+use super::experiment::{fit_fd_limit, isolation, resolve_plan};
 use super::ui::{stop_flag, Outcome, Ui};
 
 /// PSS walks every mapping: read it this often, whatever the sampling interval.
@@ -67,9 +66,6 @@ fn settings_from(args: &SoakArgs, ui: &Ui) -> Result<SoakSettings> {
     }
     if server.warmup_duration.is_some() || server.cooldown.is_some() {
         bail!("--warmup-duration and --cooldown belong to `memtrial run`; a soak leaves out its first --warmup-windows windows after each start instead");
-    }
-    if server.duration.is_some() {
-        // `--duration` is the soak's own (flattened with the server flags).
     }
     let mut server = server.clone();
     let length_text = match (duration, max_duration, &server.duration) {
@@ -139,13 +135,7 @@ fn settings_from(args: &SoakArgs, ui: &Ui) -> Result<SoakSettings> {
         no_probes: *no_probes,
         ..Default::default()
     };
-    let locator = LibraryLocator::new();
-    let ctx = plan_context(&locator)?;
-    let built = build_plan(input, &ctx)?;
-    for n in &built.notes {
-        ui.note(&format!("note: {n}"));
-    }
-    let plan = built.plan;
+    let plan = resolve_plan(input, ui)?.plan;
     if plan.variants.len() < 2 {
         bail!("--variants: a soak compares variants side by side; name at least two (the baseline {} and another)", plan.baseline);
     }

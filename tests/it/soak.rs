@@ -30,6 +30,21 @@ fn soak(dir: &Path) -> Command {
     c
 }
 
+/// `memtrial soak --variants VARIANTS --url http://127.0.0.1:{port}/ --rate RATE` in `dir`:
+/// the server soak most tests run.
+fn server_soak(dir: &Path, variants: &str, rate: &str) -> Command {
+    let mut c = soak(dir);
+    c.args([
+        "--variants",
+        variants,
+        "--url",
+        "http://127.0.0.1:{port}/",
+        "--rate",
+        rate,
+    ]);
+    c
+}
+
 /// The server command with a marker that names this test's processes.
 fn server_cmd(marker: &str) -> Vec<String> {
     ["python3", &server(), "{port}", "ok", "0", marker]
@@ -76,15 +91,7 @@ fn variants_run_side_by_side_on_the_same_requests_and_nothing_is_left() {
     }
     let dir = tempfile::tempdir().unwrap();
     let marker = format!("soak-side-{}", std::process::id());
-    let out = soak(dir.path())
-        .args([
-            "--variants",
-            "glibc,arena2,jemalloc",
-            "--url",
-            "http://127.0.0.1:{port}/",
-            "--rate",
-            "40",
-        ])
+    let out = server_soak(dir.path(), "glibc,arena2,jemalloc", "40")
         .args([
             "--duration",
             "16s",
@@ -199,15 +206,7 @@ fn a_killed_soak_leaves_nothing_after_the_next_start_and_resumes_with_its_gap() 
     }
     let dir = tempfile::tempdir().unwrap();
     let marker = format!("soak-kill-{}", std::process::id());
-    let mut child = soak(dir.path())
-        .args([
-            "--variants",
-            "glibc,arena2",
-            "--url",
-            "http://127.0.0.1:{port}/",
-            "--rate",
-            "20",
-        ])
+    let mut child = server_soak(dir.path(), "glibc,arena2", "20")
         .args([
             "--duration",
             "30s",
@@ -276,15 +275,7 @@ fn sigint_ends_a_soak_cleanly_with_what_it_has() {
     }
     let dir = tempfile::tempdir().unwrap();
     let marker = format!("soak-int-{}", std::process::id());
-    let child = soak(dir.path())
-        .args([
-            "--variants",
-            "glibc,arena2",
-            "--url",
-            "http://127.0.0.1:{port}/",
-            "--rate",
-            "20",
-        ])
+    let child = server_soak(dir.path(), "glibc,arena2", "20")
         .args([
             "--duration",
             "10m",
