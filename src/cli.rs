@@ -7,7 +7,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 /// Server- and worker-trial flags: declared once, with the plan file's `[server]` and
 /// `[worker]` keys, in [`memtrial::plan`].
-pub use memtrial::plan::{ServerInput as ServerArgs, WorkerInput as WorkerArgs};
+pub use memtrial::plan::{LimitsInput, ServerInput as ServerArgs, WorkerInput as WorkerArgs};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -196,19 +196,8 @@ pub struct RunArgs {
     /// Seed for the run order, 0 to 2^53-1 (recorded; random by default).
     #[arg(long, value_name = "N")]
     pub seed: Option<u64>,
-    /// Memory limit per run, like a container's (e.g. 512M, 2G; 4M to 64T); no swap escape.
-    #[arg(long, value_name = "SIZE")]
-    pub memory_limit: Option<String>,
-    /// CPU quota per run in CPUs (e.g. 1, 0.5; 0.01 to 4096): the program still sees every host CPU,
-    /// as under `docker --cpus` or a Kubernetes CPU limit.
-    #[arg(long, value_name = "N")]
-    pub cpus: Option<String>,
-    /// CPUs the program may run on and sees (e.g. 0, 0-1,3; online CPUs only).
-    #[arg(long, value_name = "LIST")]
-    pub cpuset: Option<String>,
-    /// Most processes and threads a run may have at once, 1 to 4194304.
-    #[arg(long, value_name = "N")]
-    pub pids_limit: Option<u64>,
+    #[command(flatten)]
+    pub limits: LimitsInput,
     /// Turn on a probe inside the workload: allocator (on by default), ruby (GC.stat and
     /// YJIT through RUBYOPT), jvm (Native Memory Tracking through JAVA_TOOL_OPTIONS and
     /// jcmd), require (what each Ruby require adds, through RUBYOPT), cpu (the allocator's
@@ -333,18 +322,8 @@ pub struct SoakArgs {
     /// How often each instance's memory is sampled (200ms to 1m) [default: 1s].
     #[arg(long, value_name = "DURATION")]
     pub interval: Option<String>,
-    /// Memory limit per instance (e.g. 512M, 2G), like a container's.
-    #[arg(long, value_name = "SIZE")]
-    pub memory_limit: Option<String>,
-    /// CPU quota per instance in CPUs (e.g. 0.5): every instance gets the same.
-    #[arg(long, value_name = "N")]
-    pub cpus: Option<String>,
-    /// CPUs the instances may run on (e.g. 0, 0-1,3), the same set for each.
-    #[arg(long, value_name = "LIST")]
-    pub cpuset: Option<String>,
-    /// Most processes and threads an instance may have at once.
-    #[arg(long, value_name = "N")]
-    pub pids_limit: Option<u64>,
+    #[command(flatten)]
+    pub limits: LimitsInput,
     /// No allocator probe inside the instances: no live/held bytes, no leak-or-fragmentation verdict.
     #[arg(long)]
     pub no_probes: bool,

@@ -21,29 +21,6 @@ use memtrial::runner::{run_experiment, Start};
 use memtrial::schedule::schedule;
 use memtrial::store::Store;
 
-/// Where a run's limits would come from, refused in a container.
-const LIMIT_FLAGS: [(&str, &str); 4] = [
-    ("--memory-limit", "memory_limit"),
-    ("--cpus", "cpus"),
-    ("--cpuset", "cpuset"),
-    ("--pids-limit", "pids_limit"),
-];
-
-/// The limit flags and plan keys given, as (flag, plan key, value).
-fn limits_given(input: &memtrial::plan::PlanInput) -> Vec<(&'static str, &'static str, String)> {
-    let values = [
-        input.memory_limit.clone(),
-        input.cpus.clone(),
-        input.cpuset.clone(),
-        input.pids_limit.map(|p| p.to_string()),
-    ];
-    LIMIT_FLAGS
-        .iter()
-        .zip(values)
-        .filter_map(|((flag, key), v)| Some((*flag, *key, v?)))
-        .collect()
-}
-
 /// `memtrial run --in-container --index N`: runs slot N of the plan's schedule here,
 /// under the container's own limits, and prints the record as one `memtrial-record:` line.
 pub fn in_container_cmd(db: &Path, args: &RunArgs, index: u32, ui: &Ui) -> Result<Outcome> {
@@ -119,21 +96,14 @@ fn refuse_what_the_container_decides(
     index: u32,
 ) -> Result<()> {
     // A limit given as a flag is named as a flag; one from the plan file by its key.
-    let flags = memtrial::plan::PlanInput {
-        memory_limit: args.memory_limit.clone(),
-        cpus: args.cpus.clone(),
-        cpuset: args.cpuset.clone(),
-        pids_limit: args.pids_limit,
-        ..Default::default()
-    };
-    if let Some((flag, _, value)) = limits_given(&flags).first() {
+    if let Some((flag, _, value)) = args.limits.given().first() {
         bail!(
             "{flag} {value}: not with --in-container: the container's own limits are the run's \
              limits (set them in the pod's resources.limits, or with `memtrial kube --cpu/--memory`); \
              drop {flag}"
         );
     }
-    if let Some((_, key, value)) = limits_given(input).first() {
+    if let Some((_, key, value)) = input.limits.given().first() {
         bail!(
             "the plan sets {key} = {value:?}: not with --in-container: the container's own \
              limits are the run's limits (set them in the pod's resources.limits, or with \
@@ -261,7 +231,7 @@ pub fn kube_cmd(db: &Path, args: &crate::cli::KubeArgs, ui: &Ui) -> Result<Outco
     )?;
     let input = memtrial::plan::parse_plan_text(&text)
         .map_err(|m| anyhow::anyhow!("plan {}: {m}", plan.display()))?;
-    if let Some((_, key, value)) = limits_given(&input).first() {
+    if let Some((_, key, value)) = input.limits.given().first() {
         bail!(
             "plan {}: it sets {key} = {value:?}: under memtrial kube the pod's --cpu and --memory \
              are the limits (each pod records its container's); remove {key} from the plan",

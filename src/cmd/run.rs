@@ -30,10 +30,7 @@ pub(crate) fn run_input(args: &RunArgs) -> Result<PlanInput> {
         interval,
         timeout,
         seed,
-        memory_limit,
-        cpus,
-        cpuset,
-        pids_limit,
+        limits,
         probes,
         no_probes,
         probe_interval,
@@ -57,10 +54,7 @@ pub(crate) fn run_input(args: &RunArgs) -> Result<PlanInput> {
         interval: interval.clone(),
         timeout: timeout.clone(),
         seed: *seed,
-        memory_limit: memory_limit.clone(),
-        cpus: cpus.clone(),
-        cpuset: cpuset.clone(),
-        pids_limit: *pids_limit,
+        limits: limits.clone(),
         // The same type as the plan file's `[server]` table: declared once.
         server: server.clone(),
         // `--duration`/`--cooldown` stay with the server settings here (the worker's own

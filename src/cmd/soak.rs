@@ -42,10 +42,7 @@ fn settings_from(args: &SoakArgs, ui: &Ui) -> Result<SoakSettings> {
         window,
         warmup_windows,
         interval,
-        memory_limit,
-        cpus,
-        cpuset,
-        pids_limit,
+        limits,
         no_probes,
         resume: _, // handled before
         json: _,
@@ -122,10 +119,7 @@ fn settings_from(args: &SoakArgs, ui: &Ui) -> Result<SoakSettings> {
         custom: custom.clone(),
         baseline: baseline.clone(),
         runs: Some(1),
-        memory_limit: memory_limit.clone(),
-        cpus: cpus.clone(),
-        cpuset: cpuset.clone(),
-        pids_limit: *pids_limit,
+        limits: limits.clone(),
         server,
         worker: memtrial::plan::WorkerInput {
             before: worker.before.clone(),

@@ -132,7 +132,7 @@ pub(super) fn build_probes(
     let mut kinds = Vec::new();
     // Its thread per process counts against a pids limit: a workload that fits the limit in
     // production could hit it here. On under a limit only when asked for by name.
-    if !input.no_probes && input.pids_limit.is_none() {
+    if !input.no_probes && input.limits.pids_limit.is_none() {
         kinds.push(ProbeKind::Allocator);
     } else if !input.no_probes
         && !input
@@ -444,7 +444,7 @@ pub(crate) const MIN_MEMORY_LIMIT: u64 = settings::MEMORY_LIMIT.0;
 
 pub(super) fn build_limits(input: &PlanInput, ctx: &PlanContext) -> Result<Limits, PlanError> {
     let mut l = Limits::default();
-    if let Some(m) = &input.memory_limit {
+    if let Some(m) = &input.limits.memory_limit {
         let bytes = crate::units::parse_size(m).map_err(|reason| PlanError::BadValue {
             flag: "--memory-limit",
             value: m.clone(),
@@ -466,7 +466,7 @@ pub(super) fn build_limits(input: &PlanInput, ctx: &PlanContext) -> Result<Limit
         }
         l.memory_max = Some(bytes);
     }
-    if let Some(c) = &input.cpus {
+    if let Some(c) = &input.limits.cpus {
         let cpus: f64 = c.trim().parse().map_err(|_| PlanError::BadValue {
             flag: "--cpus",
             value: c.clone(),
@@ -481,7 +481,7 @@ pub(super) fn build_limits(input: &PlanInput, ctx: &PlanContext) -> Result<Limit
         }
         l.cpus = Some(cpus);
     }
-    if let Some(s) = &input.cpuset {
+    if let Some(s) = &input.limits.cpuset {
         let cpus =
             crate::linux::cgroup::parse_cpu_list(s).map_err(|reason| PlanError::BadValue {
                 flag: "--cpuset",
@@ -501,7 +501,7 @@ pub(super) fn build_limits(input: &PlanInput, ctx: &PlanContext) -> Result<Limit
         }
         l.cpuset = Some(s.trim().to_string());
     }
-    if let Some(p) = input.pids_limit {
+    if let Some(p) = input.limits.pids_limit {
         if p == 0 {
             return Err(PlanError::BadValue {
                 flag: "--pids-limit",

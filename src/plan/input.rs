@@ -17,10 +17,8 @@ pub struct PlanInput {
     pub interval: Option<String>,
     pub timeout: Option<String>,
     pub seed: Option<u64>,
-    pub memory_limit: Option<String>,
-    pub cpus: Option<String>,
-    pub cpuset: Option<String>,
-    pub pids_limit: Option<u64>,
+    /// `--memory-limit`, `--cpus`, `--cpuset`, `--pids-limit` (or the plan's keys).
+    pub limits: LimitsInput,
     pub server: ServerInput,
     /// Worker-trial settings (`--before`, `--driver`; `--duration` without `--url`).
     pub worker: WorkerInput,
@@ -31,6 +29,71 @@ pub struct PlanInput {
     pub probe_interval: Option<String>,
     /// `--require-cut-off SIZE`: the require trees' cut-off in the reports.
     pub require_cut_off: Option<String>,
+}
+
+/// A run's limits as given, like a container's: the flags of `run` and `soak` (each soak
+/// instance gets its own) declared once here, and the plan file's top-level keys of the
+/// same names. Checked against their ranges once, in the plan's build.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct LimitsInput {
+    /// Memory limit per run (a soak: per instance), like a container's (e.g. 512M, 2G; 4M
+    /// to 64T); no swap escape.
+    #[arg(long, value_name = "SIZE")]
+    pub memory_limit: Option<String>,
+    /// CPU quota per run (a soak: the same for each instance) in CPUs (e.g. 1, 0.5; 0.01 to
+    /// 4096): the program still sees every host CPU, as under `docker --cpus` or a
+    /// Kubernetes CPU limit.
+    #[arg(long, value_name = "N")]
+    pub cpus: Option<String>,
+    /// CPUs the program may run on and sees (e.g. 0, 0-1,3; online CPUs only); a soak's
+    /// instances all get the same set.
+    #[arg(long, value_name = "LIST")]
+    pub cpuset: Option<String>,
+    /// Most processes and threads a run (a soak: an instance) may have at once, 1 to
+    /// 4194304.
+    #[arg(long, value_name = "N")]
+    pub pids_limit: Option<u64>,
+}
+
+impl LimitsInput {
+    /// Each limit given here, else the other's (flags over the plan file).
+    pub(super) fn or(self, o: LimitsInput) -> LimitsInput {
+        let LimitsInput {
+            memory_limit,
+            cpus,
+            cpuset,
+            pids_limit,
+        } = self;
+        LimitsInput {
+            memory_limit: memory_limit.or(o.memory_limit),
+            cpus: cpus.or(o.cpus),
+            cpuset: cpuset.or(o.cpuset),
+            pids_limit: pids_limit.or(o.pids_limit),
+        }
+    }
+
+    /// The limits given, as (flag, plan key, value), in the flags' order.
+    pub fn given(&self) -> Vec<(&'static str, &'static str, String)> {
+        let LimitsInput {
+            memory_limit,
+            cpus,
+            cpuset,
+            pids_limit,
+        } = self;
+        [
+            ("--memory-limit", "memory_limit", memory_limit.clone()),
+            ("--cpus", "cpus", cpus.clone()),
+            ("--cpuset", "cpuset", cpuset.clone()),
+            (
+                "--pids-limit",
+                "pids_limit",
+                pids_limit.map(|p| p.to_string()),
+            ),
+        ]
+        .into_iter()
+        .filter_map(|(flag, key, v)| Some((flag, key, v?)))
+        .collect()
+    }
 }
 
 /// Server-trial settings as given: the `run` flags and the plan file's `[server]` keys,
@@ -260,10 +323,7 @@ impl PlanInput {
             interval,
             timeout,
             seed,
-            memory_limit,
-            cpus,
-            cpuset,
-            pids_limit,
+            limits,
             server,
             worker,
             probes,
@@ -281,10 +341,7 @@ impl PlanInput {
             interval: file_interval,
             timeout: file_timeout,
             seed: file_seed,
-            memory_limit: file_memory_limit,
-            cpus: file_cpus,
-            cpuset: file_cpuset,
-            pids_limit: file_pids_limit,
+            limits: file_limits,
             server: file_server,
             worker: file_worker,
             probes: file_probes,
@@ -310,10 +367,7 @@ impl PlanInput {
             interval: interval.or(file_interval),
             timeout: timeout.or(file_timeout),
             seed: seed.or(file_seed),
-            memory_limit: memory_limit.or(file_memory_limit),
-            cpus: cpus.or(file_cpus),
-            cpuset: cpuset.or(file_cpuset),
-            pids_limit: pids_limit.or(file_pids_limit),
+            limits: limits.or(file_limits),
             server,
             worker,
             // `--no-probes` on the command line wins over the file's list.

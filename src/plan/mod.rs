@@ -290,12 +290,12 @@ mod tests {
                 "--runs 4294967295: must be from 1 to 10000",
             ),
             (
-                |i| i.pids_limit = Some(u64::MAX),
+                |i| i.limits.pids_limit = Some(u64::MAX),
                 "--pids-limit 18446744073709551615: must be from 1 to 4194304",
             ),
             (|i| i.seed = Some(u64::MAX), "--seed"),
             (
-                |i| i.memory_limit = Some("1000T".into()),
+                |i| i.limits.memory_limit = Some("1000T".into()),
                 "--memory-limit 1000T: must be from 4M to 64T",
             ),
             (
@@ -355,10 +355,10 @@ mod tests {
     #[test]
     fn limits_are_validated() {
         let mut i = input(&["true"]);
-        i.memory_limit = Some("512M".into());
-        i.cpus = Some("1.5".into());
-        i.cpuset = Some("0-1".into());
-        i.pids_limit = Some(64);
+        i.limits.memory_limit = Some("512M".into());
+        i.limits.cpus = Some("1.5".into());
+        i.limits.cpuset = Some("0-1".into());
+        i.limits.pids_limit = Some(64);
         let l = build(i).unwrap().plan.limits;
         assert_eq!(l.memory_max, Some(512 << 20));
         assert_eq!(l.cpus, Some(1.5));
@@ -374,9 +374,9 @@ mod tests {
         ] {
             let mut i = input(&["true"]);
             match field {
-                "mem" => i.memory_limit = Some(value.into()),
-                "cpus" => i.cpus = Some(value.into()),
-                _ => i.cpuset = Some(value.into()),
+                "mem" => i.limits.memory_limit = Some(value.into()),
+                "cpus" => i.limits.cpus = Some(value.into()),
+                _ => i.limits.cpuset = Some(value.into()),
             }
             let e = build(i).unwrap_err().to_string();
             assert!(e.contains(expect), "{e}");
@@ -555,13 +555,19 @@ env = { RUBYOPT = "--yjit" }
         assert_eq!(p.kinds, vec![ProbeKind::Allocator]);
         assert_eq!(p.interval_ms, 1000);
         let limited = PlanInput {
-            pids_limit: Some(24),
+            limits: LimitsInput {
+                pids_limit: Some(24),
+                ..Default::default()
+            },
             ..Default::default()
         };
         assert!(build_probes(&limited, &mut notes).unwrap().kinds.is_empty());
         assert!(notes[0].contains("--probe allocator"), "{notes:?}");
         let asked = PlanInput {
-            pids_limit: Some(24),
+            limits: LimitsInput {
+                pids_limit: Some(24),
+                ..Default::default()
+            },
             probes: Some(vec!["allocator".into(), "ruby".into()]),
             ..Default::default()
         };
