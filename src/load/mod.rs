@@ -9,7 +9,9 @@
 //! not grow with the number of requests. See `docs/load.md`.
 
 pub mod accesslog;
+mod fds;
 pub mod http;
+mod seconds;
 pub mod source;
 pub mod summary;
 pub mod targets;
@@ -28,6 +30,11 @@ pub use accesslog::{parse_access_log, ReplayLog};
 pub use http::{parse_url, HttpUrl, Method, Request};
 pub(crate) use targets::load_targets_file;
 pub use targets::{parse_targets, TargetsError};
+
+pub(crate) use fds::{check_fd_limit, original_nofile};
+pub use fds::{ensure_fd_limit, FdLimitError};
+pub(crate) use seconds::Seconds;
+pub use seconds::{RunOptions, SecondReport};
 
 /// Where the requests come from.
 #[derive(Debug, Clone)]
@@ -201,98 +208,6 @@ fn ms(us: u64) -> f64 {
     us as f64 / 1000.0
 }
 
-/// Open files a load needs besides one per connection: per thread an epoll and a
-/// timerfd, and memtrial's own (standard streams, the database, run logs, `/proc` reads).
-pub(crate) const FD_RESERVE: u64 = 64;
-
-/// Open files a load of `connections` on `threads` threads needs.
-pub(crate) fn fds_needed(connections: usize, threads: usize) -> u64 {
-    connections as u64 + 2 * threads as u64 + FD_RESERVE
-}
-
-/// The open-file limit (`RLIMIT_NOFILE`) cannot hold the connections.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{connections} connections need about {needed} open files, but this process may open at most {hard} (the hard limit, `ulimit -Hn`); use at most {fit} connections, or raise the hard limit (e.g. `ulimit -n {needed}` as root, or LimitNOFILE= in a systemd unit)")]
-pub struct FdLimitError {
-    pub connections: usize,
-    pub needed: u64,
-    pub hard: u64,
-    /// The most connections that fit.
-    pub fit: u64,
-}
-
-fn nofile() -> Option<libc::rlimit> {
-    let mut r = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes into the struct we own.
-    (unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } == 0).then_some(r)
-}
-
-fn too_many(connections: usize, threads: usize, hard: u64) -> FdLimitError {
-    FdLimitError {
-        connections,
-        needed: fds_needed(connections, threads),
-        hard,
-        fit: hard.saturating_sub(fds_needed(0, threads)),
-    }
-}
-
-/// The open-file limit (soft, hard) memtrial started with, when it raised it for a load.
-static ORIGINAL_NOFILE: std::sync::OnceLock<(u64, u64)> = std::sync::OnceLock::new();
-
-/// The open-file limit as it was before memtrial raised it for its own connections, if
-/// it did: the workload is given this one, so that it runs as it would without memtrial.
-pub(crate) fn original_nofile() -> Option<libc::rlimit> {
-    ORIGINAL_NOFILE.get().map(|(cur, max)| libc::rlimit {
-        rlim_cur: *cur,
-        rlim_max: *max,
-    })
-}
-
-/// Makes room for a load's connections: raises the soft open-file limit to what the
-/// load needs when it is lower (never past the hard limit, never lowering it). Returns a
-/// note for the user when it raised the limit; an error when the connections cannot fit.
-pub fn ensure_fd_limit(connections: usize, threads: usize) -> Result<Option<String>, FdLimitError> {
-    let needed = fds_needed(connections, threads);
-    let Some(r) = nofile() else {
-        return Ok(None);
-    };
-    let (soft, hard) = (r.rlim_cur, r.rlim_max);
-    let infinite = |v: u64| v == libc::RLIM_INFINITY;
-    if infinite(soft) || soft >= needed {
-        return Ok(None);
-    }
-    if !infinite(hard) && hard < needed {
-        return Err(too_many(connections, threads, hard));
-    }
-    let _ = ORIGINAL_NOFILE.set((r.rlim_cur, r.rlim_max));
-    let raised = libc::rlimit {
-        rlim_cur: needed,
-        rlim_max: r.rlim_max,
-    };
-    // SAFETY: setrlimit reads the struct we own.
-    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } != 0 {
-        return Err(too_many(connections, threads, soft));
-    }
-    Ok(Some(format!(
-        "raised the open-file limit from {soft} to {needed} for {connections} connections"
-    )))
-}
-
-/// Checks, without changing anything, that the open-file limit holds the connections.
-pub(crate) fn check_fd_limit(connections: usize, threads: usize) -> Result<(), FdLimitError> {
-    let Some(r) = nofile() else {
-        return Ok(());
-    };
-    let soft = r.rlim_cur;
-    if soft != libc::RLIM_INFINITY && soft < fds_needed(connections, threads) {
-        return Err(too_many(connections, threads, soft));
-    }
-    Ok(())
-}
-
 /// Checks a spec before anything starts.
 pub fn validate(spec: &LoadSpec) -> Result<(), LoadError> {
     let bad = |m: String| Err(LoadError::Invalid(m));
@@ -441,116 +356,6 @@ impl Plan {
     }
 }
 
-/// Per-second slots the workers merge into; finished when every worker reported.
-pub(crate) struct Seconds {
-    slots: std::collections::BTreeMap<u64, Slot>,
-    done: Vec<SecondStats>,
-    workers: usize,
-    t0: Instant,
-    measure_start: Instant,
-    measure_end: Instant,
-    /// Where each finished second goes, whole, when the caller streams them (nothing is
-    /// then kept here: a load of days stays in bounded memory).
-    sink: Option<std::sync::mpsc::Sender<SecondReport>>,
-}
-
-/// One finished second of a streamed load ([`RunOptions::sink`]), its histogram whole.
-#[derive(Debug, Clone)]
-pub struct SecondReport {
-    /// Seconds since the measurement began.
-    pub index: u64,
-    /// Its start, in seconds since the `t0` given to [`run_with`].
-    pub t_seconds: f64,
-    pub requests: u64,
-    pub errors: Errors,
-    /// Latency of the second's responses in microseconds (the bounds of every histogram
-    /// here: 1 µs to 1 h, 3 significant digits).
-    pub latency: Histogram<u64>,
-}
-
-/// How a load is run besides its spec.
-#[derive(Debug, Default)]
-pub struct RunOptions {
-    /// When the schedule begins (now by default): loads given the same `begin` and the
-    /// same source and rate send the same requests at the same moments (a fan-out).
-    pub begin: Option<Instant>,
-    /// Streams each finished second here instead of keeping it for the result's
-    /// `per_second`.
-    pub sink: Option<std::sync::mpsc::Sender<SecondReport>>,
-}
-
-struct Slot {
-    hist: Histogram<u64>,
-    counts: Errors,
-    requests: u64,
-    reported: usize,
-}
-
-impl Seconds {
-    /// Adds one worker's second `index`.
-    pub fn report(&mut self, index: u64, hist: &Histogram<u64>, requests: u64, errors: &Errors) {
-        let slot = self.slots.entry(index).or_insert_with(|| Slot {
-            hist: new_histogram(),
-            counts: Errors::default(),
-            requests: 0,
-            reported: 0,
-        });
-        // Same bounds everywhere, so adding cannot fail.
-        let _ = slot.hist.add(hist);
-        slot.counts.add(errors);
-        slot.requests += requests;
-        slot.reported += 1;
-        if slot.reported == self.workers {
-            if let Some(slot) = self.slots.remove(&index) {
-                self.finish(index, slot);
-            }
-        }
-    }
-
-    /// Finishes seconds not every worker reported (a run stopped early).
-    fn finish_all(&mut self) {
-        while let Some((index, slot)) = self.slots.pop_first() {
-            self.finish(index, slot);
-        }
-    }
-
-    fn finish(&mut self, index: u64, slot: Slot) {
-        let start = self.measure_start + Duration::from_secs(index);
-        let end = (start + Duration::from_secs(1)).min(self.measure_end);
-        if let Some(sink) = &self.sink {
-            // A receiver gone means nobody reads any more: the seconds are dropped.
-            let _ = sink.send(SecondReport {
-                index,
-                t_seconds: start.saturating_duration_since(self.t0).as_secs_f64(),
-                requests: slot.requests,
-                errors: slot.counts,
-                latency: slot.hist,
-            });
-            return;
-        }
-        let (p50, p99) = if slot.hist.is_empty() {
-            (0.0, 0.0)
-        } else {
-            (
-                ms(slot.hist.value_at_quantile(0.5)),
-                ms(slot.hist.value_at_quantile(0.99)),
-            )
-        };
-        self.done.push(SecondStats {
-            t_seconds: start.saturating_duration_since(self.t0).as_secs_f64(),
-            seconds: end.saturating_duration_since(start).as_secs_f64(),
-            requests: slot.requests,
-            errors_connect: slot.counts.connect,
-            errors_timeout: slot.counts.timeout,
-            errors_other: slot.counts.other,
-            http_4xx: slot.counts.status_4xx,
-            http_5xx: slot.counts.status_5xx,
-            p50_ms: p50,
-            p99_ms: p99,
-        });
-    }
-}
-
 /// Runs a load: warm-up, then `duration` of measurement, unless `stop` becomes true.
 /// `t0` is the caller's clock origin for the per-second series.
 pub fn run(spec: &LoadSpec, t0: Instant, stop: &AtomicBool) -> Result<LoadResult, LoadError> {
@@ -588,15 +393,12 @@ pub fn run_with(
         timeout: spec.timeout,
         addr: spec.addr,
     });
-    let seconds = Arc::new(Mutex::new(Seconds {
-        slots: Default::default(),
-        done: Vec::new(),
-        workers: spec.threads,
+    let seconds = Arc::new(Mutex::new(Seconds::new(
+        spec.threads,
         t0,
-        measure_start,
-        measure_end,
-        sink: options.sink,
-    }));
+        measure_start..measure_end,
+        options.sink,
+    )));
     let outputs = run_workers(spec, connections, &plan, &seconds, stop)?;
     Ok(summarise(
         spec,
@@ -735,15 +537,6 @@ fn busiest_thread(outputs: &[worker::Output], secs: f64) -> f64 {
     busiest
 }
 
-/// Finishes every second still open and returns the series in time order.
-fn per_second_series(seconds: &Mutex<Seconds>) -> Vec<SecondStats> {
-    let mut s = seconds.lock().unwrap_or_else(|e| e.into_inner());
-    s.finish_all();
-    let mut v = std::mem::take(&mut s.done);
-    v.sort_by(|a, b| a.t_seconds.total_cmp(&b.t_seconds));
-    v
-}
-
 /// The run's result from the workers' outputs and the per-second slots.
 fn summarise(
     spec: &LoadSpec,
@@ -768,7 +561,7 @@ fn summarise(
         .saturating_duration_since(measure_start);
     let secs = measured.as_secs_f64();
     let busiest = busiest_thread(outputs, secs);
-    let per_second = per_second_series(seconds);
+    let per_second = seconds.lock().unwrap_or_else(|e| e.into_inner()).series();
     let rate = if secs > 0.0 {
         requests as f64 / secs
     } else {
