@@ -236,6 +236,61 @@ mod tests {
         })
     }
 
+    /// A database as an older build left it: `schema` at `PRAGMA user_version = version`.
+    fn old_database(path: &Path, schema: &str, version: i64) -> Connection {
+        let c = Connection::open(path).unwrap();
+        c.execute_batch(&format!("{schema} PRAGMA user_version = {version};"))
+            .unwrap();
+        c
+    }
+
+    /// An experiment row as builds before schema 8 wrote it (no fingerprint); its id.
+    fn insert_old_experiment(c: &Connection, host: &HostInfo) -> i64 {
+        c.execute(
+            "INSERT INTO experiments (created_at, status, command_json, plan_json, host_json, runs_planned)
+             VALUES ('2026-01-01T00:00:00Z', 'complete', '[]', ?1, ?2, 1)",
+            params![
+                serde_json::to_string(&plan()).unwrap(),
+                serde_json::to_string(host).unwrap()
+            ],
+        )
+        .unwrap();
+        c.last_insert_rowid()
+    }
+
+    /// A run row with only the columns a v4 build wrote.
+    fn insert_old_run(c: &Connection, experiment: i64, seq: i64, status: &str, paths: [&str; 2]) {
+        c.execute(
+            "INSERT INTO runs (experiment_id, seq, variant, block, warmup, started_at, status,
+                wall_seconds, cpu_user_seconds, cpu_sys_seconds, peak_rss_bytes, peak_rss_source,
+                mean_rss_bytes, final_rss_bytes, peak_pss_bytes, peak_vsz_bytes, threads_peak,
+                minor_faults, major_faults, processes_seen, allocator_detected, verification,
+                verification_detail, stdout_path, stderr_path)
+             VALUES (?1, ?2, 'glibc', 0, 0, 'now', ?3, 1.0, 0.5, 0.1, 100, 'wait4_maxrss',
+                50, 40, 90, 200, 1, 0, 0, 1, 'glibc', 'nothing_to_verify', '', ?4, ?5)",
+            params![experiment, seq, status, paths[0], paths[1]],
+        )
+        .unwrap();
+    }
+
+    /// The store is at the current schema version.
+    fn assert_current(s: &Store) {
+        let version: i64 = s
+            .conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(version, SCHEMA_VERSION);
+    }
+
+    /// A new experiment's run goes in and comes back whole.
+    fn takes_a_new_run(s: &mut Store) {
+        let id = s
+            .create_experiment(&plan(), &HostInfo::detect(), 1)
+            .unwrap();
+        s.add_run(id, 0, &run(), &HostInfo::detect()).unwrap();
+        assert_eq!(s.load(id).unwrap().runs, vec![run()]);
+    }
+
     #[test]
     fn round_trip() {
         let dir = tempfile::tempdir().unwrap();
@@ -281,25 +336,16 @@ mod tests {
     fn v1_database_is_migrated() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("old.db");
-        {
-            let c = Connection::open(&path).unwrap();
-            let v1 = SCHEMA
-                .replace(
-                    ",\n    cgroup_json TEXT,\n    load_json TEXT,\n    inside_json TEXT,\n    driver_json TEXT,\n    peak_uss_bytes INTEGER",
-                    "",
-                )
-                .replace(",\n    uss_bytes INTEGER", "")
-                .replace(",\n    program_json TEXT", "");
-            assert_ne!(v1, SCHEMA);
-            c.execute_batch(&format!("{v1} PRAGMA user_version = 1;"))
-                .unwrap();
-        }
-        let mut s = Store::open(&path).unwrap();
-        let id = s
-            .create_experiment(&plan(), &HostInfo::detect(), 1)
-            .unwrap();
-        s.add_run(id, 0, &run(), &HostInfo::detect()).unwrap();
-        assert_eq!(s.load(id).unwrap().runs, vec![run()]);
+        let v1 = SCHEMA
+            .replace(
+                ",\n    cgroup_json TEXT,\n    load_json TEXT,\n    inside_json TEXT,\n    driver_json TEXT,\n    peak_uss_bytes INTEGER",
+                "",
+            )
+            .replace(",\n    uss_bytes INTEGER", "")
+            .replace(",\n    program_json TEXT", "");
+        assert_ne!(v1, SCHEMA);
+        old_database(&path, &v1, 1);
+        takes_a_new_run(&mut Store::open(&path).unwrap());
     }
 
     /// A v4 database (before driver figures and peak USS) gains the columns; its runs read
@@ -308,57 +354,23 @@ mod tests {
     fn v4_database_is_migrated() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("v4.db");
-        {
-            let c = Connection::open(&path).unwrap();
-            let v4 = SCHEMA
-                .replace(",\n    peak_uss_bytes INTEGER", "")
-                .replace(",\n    driver_json TEXT", "")
-                .replace(",\n    uss_bytes INTEGER", "")
-                .replace(",\n    program_json TEXT", "");
-            assert_ne!(v4, SCHEMA);
-            c.execute_batch(&format!("{v4} PRAGMA user_version = 4;"))
-                .unwrap();
-        }
-        let old_id;
-        {
-            // A run written by a v4 build: no peak_uss_bytes column.
-            let c = Connection::open(&path).unwrap();
-            c.execute(
-                "INSERT INTO experiments (created_at, status, command_json, plan_json, host_json, runs_planned)
-                 VALUES ('2026-01-01T00:00:00Z', 'complete', '[]', ?1, ?2, 1)",
-                params![
-                    serde_json::to_string(&plan()).unwrap(),
-                    serde_json::to_string(&HostInfo::detect()).unwrap()
-                ],
-            )
-            .unwrap();
-            old_id = c.last_insert_rowid();
-            c.execute(
-                "INSERT INTO runs (experiment_id, seq, variant, block, warmup, started_at, status,
-                    wall_seconds, cpu_user_seconds, cpu_sys_seconds, peak_rss_bytes, peak_rss_source,
-                    mean_rss_bytes, final_rss_bytes, peak_pss_bytes, peak_vsz_bytes, threads_peak,
-                    minor_faults, major_faults, processes_seen, allocator_detected, verification,
-                    verification_detail, stdout_path, stderr_path)
-                 VALUES (?1, 0, 'glibc', 0, 0, 'now', 'ok', 1.0, 0.5, 0.1, 100, 'wait4_maxrss',
-                    50, 40, 90, 200, 1, 0, 0, 1, 'glibc', 'nothing_to_verify', '', '', '')",
-                [old_id],
-            )
-            .unwrap();
-        }
+        let v4 = SCHEMA
+            .replace(",\n    peak_uss_bytes INTEGER", "")
+            .replace(",\n    driver_json TEXT", "")
+            .replace(",\n    uss_bytes INTEGER", "")
+            .replace(",\n    program_json TEXT", "");
+        assert_ne!(v4, SCHEMA);
+        // A run written by a v4 build: no peak_uss_bytes column.
+        let c = old_database(&path, &v4, 4);
+        let old_id = insert_old_experiment(&c, &HostInfo::detect());
+        insert_old_run(&c, old_id, 0, "ok", ["", ""]);
+        drop(c);
         let mut s = Store::open(&path).unwrap();
-        let version: i64 = s
-            .conn
-            .query_row("PRAGMA user_version", [], |r| r.get(0))
-            .unwrap();
-        assert_eq!(version, SCHEMA_VERSION);
+        assert_current(&s);
         let old = s.load(old_id).unwrap();
         assert_eq!(old.runs[0].peak_pss_bytes, Some(90));
         assert_eq!(old.runs[0].peak_uss_bytes, None);
-        let id = s
-            .create_experiment(&plan(), &HostInfo::detect(), 1)
-            .unwrap();
-        s.add_run(id, 0, &run(), &HostInfo::detect()).unwrap();
-        assert_eq!(s.load(id).unwrap().runs, vec![run()]);
+        takes_a_new_run(&mut s);
     }
 
     /// A v7 database gains hosts, fingerprints and run identities: its experiments get
@@ -372,37 +384,12 @@ mod tests {
             container: None,
             ..HostInfo::detect()
         };
-        {
-            let c = Connection::open(&path).unwrap();
-            c.execute_batch(&format!("{SCHEMA} PRAGMA user_version = 7;"))
-                .unwrap();
-            c.execute(
-                "INSERT INTO experiments (created_at, status, command_json, plan_json, host_json, runs_planned)
-                 VALUES ('2026-01-01T00:00:00Z', 'complete', '[]', ?1, ?2, 1)",
-                params![
-                    serde_json::to_string(&plan()).unwrap(),
-                    serde_json::to_string(&host).unwrap()
-                ],
-            )
-            .unwrap();
-            c.execute(
-                "INSERT INTO runs (experiment_id, seq, variant, block, warmup, started_at, status,
-                    wall_seconds, cpu_user_seconds, cpu_sys_seconds, peak_rss_bytes, peak_rss_source,
-                    mean_rss_bytes, final_rss_bytes, peak_pss_bytes, peak_vsz_bytes, threads_peak,
-                    minor_faults, major_faults, processes_seen, allocator_detected, verification,
-                    verification_detail, stdout_path, stderr_path)
-                 VALUES (1, 0, 'glibc', 0, 0, 'now', 'ok', 1.0, 0.5, 0.1, 100, 'wait4_maxrss',
-                    50, 40, 90, 200, 1, 0, 0, 1, 'glibc', 'nothing_to_verify', '', '', '')",
-                [],
-            )
-            .unwrap();
-        }
+        let c = old_database(&path, SCHEMA, 7);
+        let id = insert_old_experiment(&c, &host);
+        insert_old_run(&c, id, 0, "ok", ["", ""]);
+        drop(c);
         let mut s = Store::open(&path).unwrap();
-        let version: i64 = s
-            .conn
-            .query_row("PRAGMA user_version", [], |r| r.get(0))
-            .unwrap();
-        assert_eq!(version, SCHEMA_VERSION);
+        assert_current(&s);
         assert_eq!(
             s.find_by_fingerprint(&plan().fingerprint()).unwrap(),
             Some(1)
@@ -436,9 +423,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("v8.db");
         {
-            let c = Connection::open(&path).unwrap();
-            c.execute_batch(&format!("{SCHEMA} {V8_STEP} PRAGMA user_version = 8;"))
-                .unwrap();
+            let c = old_database(&path, &format!("{SCHEMA} {V8_STEP}"), 8);
             for _ in 0..2 {
                 c.execute(
                     "INSERT INTO experiments (created_at, status, command_json, plan_json, host_json,
@@ -457,25 +442,10 @@ mod tests {
                 [],
             )
             .unwrap();
-            c.execute(
-                "INSERT INTO runs (experiment_id, seq, variant, block, warmup, started_at, status,
-                    wall_seconds, cpu_user_seconds, cpu_sys_seconds, peak_rss_bytes, peak_rss_source,
-                    mean_rss_bytes, final_rss_bytes, peak_pss_bytes, peak_vsz_bytes, threads_peak,
-                    minor_faults, major_faults, processes_seen, allocator_detected, verification,
-                    verification_detail, stdout_path, stderr_path)
-                 VALUES (2, 9, 'glibc', 0, 0, 'now', 'failed', 1.0, 0.5, 0.1, 100, 'wait4_maxrss',
-                    50, 40, 90, 200, 1, 0, 0, 1, 'glibc', 'nothing_to_verify', '',
-                    '/proc/self/environ', '/etc/shadow')",
-                [],
-            )
-            .unwrap();
+            insert_old_run(&c, 2, 9, "failed", ["/proc/self/environ", "/etc/shadow"]);
         }
         let mut s = Store::open(&path).unwrap();
-        let version: i64 = s
-            .conn
-            .query_row("PRAGMA user_version", [], |r| r.get(0))
-            .unwrap();
-        assert_eq!(version, SCHEMA_VERSION);
+        assert_current(&s);
         assert_eq!(s.origin(1).unwrap(), Origin::Local);
         assert_eq!(s.origin(2).unwrap(), Origin::Imported);
         let host = HostInfo::detect();
@@ -630,22 +600,13 @@ mod tests {
     fn columns_are_read_by_name_not_position() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("m.db");
-        {
-            let c = Connection::open(&path).unwrap();
-            let shuffled = SCHEMA.replace(
-                "    variant TEXT NOT NULL,\n    block INTEGER NOT NULL,",
-                "    block INTEGER NOT NULL,\n    variant TEXT NOT NULL,",
-            );
-            assert_ne!(shuffled, SCHEMA);
-            c.execute_batch(&format!("{shuffled} PRAGMA user_version = 7;"))
-                .unwrap();
-        }
-        let mut s = Store::open(&path).unwrap();
-        let id = s
-            .create_experiment(&plan(), &HostInfo::detect(), 1)
-            .unwrap();
-        s.add_run(id, 0, &run(), &HostInfo::detect()).unwrap();
-        assert_eq!(s.load(id).unwrap().runs, vec![run()]);
+        let shuffled = SCHEMA.replace(
+            "    variant TEXT NOT NULL,\n    block INTEGER NOT NULL,",
+            "    block INTEGER NOT NULL,\n    variant TEXT NOT NULL,",
+        );
+        assert_ne!(shuffled, SCHEMA);
+        old_database(&path, &shuffled, 7);
+        takes_a_new_run(&mut Store::open(&path).unwrap());
     }
 
     #[test]
