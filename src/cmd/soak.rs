@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 
-use crate::cli::SoakArgs;
+use crate::cli::{ServerArgs, SoakArgs, WorkerArgs};
 use memtrial::backend::local::LocalBackend;
 use memtrial::plan::settings::{
     self, SOAK_CONSECUTIVE, SOAK_DURATION, SOAK_INTERVAL, SOAK_MARGIN, SOAK_WARMUP_WINDOWS,
@@ -52,64 +52,18 @@ fn settings_from(args: &SoakArgs, ui: &Ui) -> Result<SoakSettings> {
         command,
     } = args;
     let is_server = server.url.is_some();
-    if !is_server && worker.driver.is_none() {
-        bail!("--url or --driver: a soak feeds every variant the same work: a server gets the same requests (--url with {{port}}, and --rate or --replay with --speed), a worker its own --driver per instance");
-    }
-    if is_server && worker.driver.is_some() {
-        bail!("--driver: a server soak is fed by its --url's requests; a --driver is for a worker soak (without --url)");
-    }
-    if is_server && server.rate.is_none() && server.speed.is_none() {
-        bail!("--rate: a soak sends every instance the same requests at the same moments, an open loop: give --rate R (requests per second to each instance), or --replay LOG with --speed X (the log's own timing)");
-    }
-    if server.warmup_duration.is_some() || server.cooldown.is_some() {
-        bail!("--warmup-duration and --cooldown belong to `memtrial run`; a soak leaves out its first --warmup-windows windows after each start instead");
-    }
+    check_feed(server, worker)?;
     let mut server = server.clone();
-    let length_text = match (duration, max_duration, &server.duration) {
-        (_, Some(m), _) => m.clone(),
-        (Some(d), None, _) => d.clone(),
-        (None, None, Some(d)) => d.clone(),
-        (None, None, None) => bail!("--duration: how long the soak runs is needed (e.g. --duration 6h), or --until-decided with --max-duration"),
-    };
-    let flag = if max_duration.is_some() {
-        "--max-duration"
-    } else {
-        "--duration"
-    };
-    let length = settings::duration(flag, &length_text, SOAK_DURATION)?;
-    server.duration = None;
-    let window = settings::duration("--window", window.as_deref().unwrap_or("10m"), SOAK_WINDOW)?;
-    let warmup_windows = settings::count(
-        "--warmup-windows",
-        warmup_windows.unwrap_or(1),
-        SOAK_WARMUP_WINDOWS,
+    let timing = timing(
+        duration,
+        max_duration,
+        server.duration.take(),
+        window,
+        *warmup_windows,
+        interval,
     )?;
-    let interval = settings::duration(
-        "--interval",
-        interval.as_deref().unwrap_or("1s"),
-        SOAK_INTERVAL,
-    )?;
-    if window < interval * 2 {
-        bail!(
-            "--window {}: a window must hold at least two samples; the interval is {}",
-            humantime::format_duration(window),
-            humantime::format_duration(interval)
-        );
-    }
-    if length < window {
-        bail!("{flag} {length_text}: shorter than one window ({}); lengthen it or pass a shorter --window", humantime::format_duration(window));
-    }
     let until_decided = if *until_decided {
-        let d = DecideRule::default();
-        Some(DecideRule {
-            margin: settings::real("--margin", margin.unwrap_or(d.margin), SOAK_MARGIN)?,
-            consecutive: settings::count(
-                "--consecutive",
-                consecutive.unwrap_or(d.consecutive),
-                SOAK_CONSECUTIVE,
-            )?,
-            min_windows: d.min_windows,
-        })
+        Some(decide_rule(*margin, *consecutive)?)
     } else {
         None
     };
@@ -146,12 +100,103 @@ fn settings_from(args: &SoakArgs, ui: &Ui) -> Result<SoakSettings> {
     }
     Ok(SoakSettings {
         plan,
-        window_seconds: window.as_secs_f64(),
-        warmup_windows,
-        duration_seconds: length.as_secs_f64(),
+        window_seconds: timing.window.as_secs_f64(),
+        warmup_windows: timing.warmup_windows,
+        duration_seconds: timing.length.as_secs_f64(),
         until_decided,
-        sample_seconds: interval.as_secs_f64(),
-        pss_seconds: PSS_EVERY.max(interval.as_secs_f64()),
+        sample_seconds: timing.interval.as_secs_f64(),
+        pss_seconds: PSS_EVERY.max(timing.interval.as_secs_f64()),
+    })
+}
+
+/// A soak feeds every variant the same work: a server the same open-loop requests, a
+/// worker its own driver; `memtrial run`'s warm-up and cool-down have no place in it.
+fn check_feed(server: &ServerArgs, worker: &WorkerArgs) -> Result<()> {
+    let is_server = server.url.is_some();
+    if !is_server && worker.driver.is_none() {
+        bail!("--url or --driver: a soak feeds every variant the same work: a server gets the same requests (--url with {{port}}, and --rate or --replay with --speed), a worker its own --driver per instance");
+    }
+    if is_server && worker.driver.is_some() {
+        bail!("--driver: a server soak is fed by its --url's requests; a --driver is for a worker soak (without --url)");
+    }
+    if is_server && server.rate.is_none() && server.speed.is_none() {
+        bail!("--rate: a soak sends every instance the same requests at the same moments, an open loop: give --rate R (requests per second to each instance), or --replay LOG with --speed X (the log's own timing)");
+    }
+    if server.warmup_duration.is_some() || server.cooldown.is_some() {
+        bail!("--warmup-duration and --cooldown belong to `memtrial run`; a soak leaves out its first --warmup-windows windows after each start instead");
+    }
+    Ok(())
+}
+
+/// The soak's clock: how long it lasts, its window, the warm-up windows, the sampling
+/// interval, each checked against its range and against each other.
+struct Timing {
+    length: Duration,
+    window: Duration,
+    warmup_windows: u32,
+    interval: Duration,
+}
+
+fn timing(
+    duration: &Option<String>,
+    max_duration: &Option<String>,
+    server_duration: Option<String>,
+    window: &Option<String>,
+    warmup_windows: Option<u32>,
+    interval: &Option<String>,
+) -> Result<Timing> {
+    let length_text = match (duration, max_duration, server_duration) {
+        (_, Some(m), _) => m.clone(),
+        (Some(d), None, _) => d.clone(),
+        (None, None, Some(d)) => d,
+        (None, None, None) => bail!("--duration: how long the soak runs is needed (e.g. --duration 6h), or --until-decided with --max-duration"),
+    };
+    let flag = if max_duration.is_some() {
+        "--max-duration"
+    } else {
+        "--duration"
+    };
+    let length = settings::duration(flag, &length_text, SOAK_DURATION)?;
+    let window = settings::duration("--window", window.as_deref().unwrap_or("10m"), SOAK_WINDOW)?;
+    let warmup_windows = settings::count(
+        "--warmup-windows",
+        warmup_windows.unwrap_or(1),
+        SOAK_WARMUP_WINDOWS,
+    )?;
+    let interval = settings::duration(
+        "--interval",
+        interval.as_deref().unwrap_or("1s"),
+        SOAK_INTERVAL,
+    )?;
+    if window < interval * 2 {
+        bail!(
+            "--window {}: a window must hold at least two samples; the interval is {}",
+            humantime::format_duration(window),
+            humantime::format_duration(interval)
+        );
+    }
+    if length < window {
+        bail!("{flag} {length_text}: shorter than one window ({}); lengthen it or pass a shorter --window", humantime::format_duration(window));
+    }
+    Ok(Timing {
+        length,
+        window,
+        warmup_windows,
+        interval,
+    })
+}
+
+/// `--until-decided`'s rule from `--margin` and `--consecutive`, each within its range.
+fn decide_rule(margin: Option<f64>, consecutive: Option<u32>) -> Result<DecideRule> {
+    let d = DecideRule::default();
+    Ok(DecideRule {
+        margin: settings::real("--margin", margin.unwrap_or(d.margin), SOAK_MARGIN)?,
+        consecutive: settings::count(
+            "--consecutive",
+            consecutive.unwrap_or(d.consecutive),
+            SOAK_CONSECUTIVE,
+        )?,
+        min_windows: d.min_windows,
     })
 }
 
