@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::backend::Backend;
 use crate::linux::host::HostInfo;
+use crate::linux::safe_file;
 use crate::plan::Plan;
 use crate::record::{Experiment, ExperimentStatus, RunRecord, RunStatus};
 use crate::schedule::{schedule, Slot};
@@ -379,6 +380,71 @@ fn finish(
         experiment,
         interrupted,
     })
+}
+
+/// How much of a run's own log a report reads: the head (where the loader complains) and
+/// the tail shown for a failed run.
+const LOG_HEAD_BYTES: u64 = 64 * 1024;
+
+const LOG_TAIL_BYTES: u64 = 8192;
+
+/// Bytes of run `i`'s standard error when it is a log this memtrial wrote beside `db`
+/// (found from the run's place in the experiment, never from the record's path), read
+/// through the one safe way; `None` for any other run, or a log that cannot be read so.
+fn own_log(db: &Path, exp: &Experiment, i: usize, end: safe_file::End) -> Option<Vec<u8>> {
+    match stderr_log(db, exp, i)? {
+        RunLog::Own(path) => read_own_log(&path, end).ok(),
+        RunLog::Elsewhere { .. } => None,
+    }
+}
+
+/// Reads a run's own log `<dir>/<db-stem>-logs/exp-ID/<file>` from the database's
+/// directory down, no link followed on the way (the log directories included): its head
+/// (`LOG_HEAD_BYTES`) or its tail (`LOG_TAIL_BYTES`).
+pub fn read_own_log(path: &Path, end: safe_file::End) -> Result<Vec<u8>, safe_file::SafeFileError> {
+    let limit = match end {
+        safe_file::End::Head => LOG_HEAD_BYTES,
+        safe_file::End::Tail => LOG_TAIL_BYTES,
+    };
+    match path.ancestors().nth(3) {
+        Some(root) => {
+            let rel = path.strip_prefix(root).unwrap_or(path);
+            safe_file::read_bounded_beneath(root, rel, limit, end)
+        }
+        None => safe_file::read_bounded(path, limit, end),
+    }
+}
+
+/// The experiment as a report shows it: a run whose variant did not take effect, stored
+/// before ld.so's complaint was recorded with the verdict, gets it now from the head of
+/// its standard error (where the loader complains, before the program runs), read from
+/// this memtrial's own logs only.
+pub fn with_loader_complaints(db: &Path, exp: &Experiment) -> Experiment {
+    let mut out = exp.clone();
+    let preloads: std::collections::HashMap<String, String> = exp
+        .plan
+        .variants
+        .iter()
+        .filter_map(|v| Some((v.name.clone(), v.preload.as_ref()?.display().to_string())))
+        .collect();
+    for (i, r) in out.runs.iter_mut().enumerate() {
+        if r.status != RunStatus::VariantNotEffective {
+            continue;
+        }
+        let Some(pre) = preloads.get(&r.variant) else {
+            continue;
+        };
+        let Some(head) = own_log(db, exp, i, safe_file::End::Head) else {
+            continue;
+        };
+        let stderr = String::from_utf8_lossy(&head);
+        if let Some(d) =
+            crate::probe::verify::explain_not_mapped(&r.verification_detail, &stderr, pre)
+        {
+            r.verification_detail = d;
+        }
+    }
+    out
 }
 
 #[cfg(test)]

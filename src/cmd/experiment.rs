@@ -8,7 +8,6 @@ use anyhow::{bail, Context, Result};
 use crate::cli::OutputArgs;
 use memtrial::analysis::recommend::recommend;
 use memtrial::analysis::{analyse, any_failed};
-use memtrial::linux::cgroup;
 use memtrial::linux::safe_file;
 use memtrial::plan::catalog::{Distro, LibraryLocator};
 use memtrial::plan::PlanContext;
@@ -57,42 +56,14 @@ pub(crate) fn fit_fd_limit(connections: usize, threads: usize, ui: &Ui) -> Resul
     Ok(())
 }
 
-/// Decides where runs are isolated: a fresh cgroup per run as root, else none — and
-/// then limits cannot be honoured, which is an error, never a silent no-op.
+/// Where runs are isolated (`trial::choose_isolation`), its notes said once.
 pub(crate) fn isolation(limits: &memtrial::plan::Limits, ui: &Ui) -> Result<Isolation> {
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    let found = if root {
-        cgroup::detect()
-            .map_err(|e| format!("no usable cgroup: {e}"))
-            .and_then(cgroup::ready_for_root)
-    } else {
-        cgroup::claim_delegated().map_err(|why| {
-            format!(
-                "not running as root, and {why}; {}",
-                cgroup::HOW_TO_DELEGATE
-            )
-        })
-    };
-    let reason = match found {
-        Ok(h) => {
-            for p in cgroup::clean_stale(&h) {
-                ui.note(&format!(
-                    "note: removed a cgroup left by an earlier memtrial that died: {}",
-                    p.display()
-                ));
-            }
-            return Ok(Isolation::Cgroup(h));
-        }
-        Err(reason) => reason,
-    };
-    if limits.any() {
-        bail!("--memory-limit, --cpus, --cpuset and --pids-limit need a cgroup, and there is none: {reason}");
+    let (isolation, notes) =
+        memtrial::trial::choose_isolation(limits).map_err(anyhow::Error::msg)?;
+    for n in notes {
+        ui.note(&format!("note: {n}"));
     }
-    ui.note(&format!(
-        "note: runs are not isolated in cgroups: without one, memtrial cannot apply limits, see OOM kills, measure the whole tree's cgroup peak and CPU throttling, or kill a run's whole tree at once (it stops the workload's process group and the descendants it has seen); {reason}"
-    ));
-    Ok(Isolation::None { reason })
+    Ok(isolation)
 }
 
 /// Checks an output path can be written before hours of runs, not after.
@@ -246,74 +217,6 @@ pub(crate) fn run_and_present(
     Ok(result)
 }
 
-/// How much of a run's own log a report reads: the head (where the loader complains) and
-/// the tail shown for a failed run.
-const LOG_HEAD_BYTES: u64 = 64 * 1024;
-
-const LOG_TAIL_BYTES: u64 = 8192;
-
-/// Bytes of run `i`'s standard error when it is a log this memtrial wrote beside `db`
-/// (found from the run's place in the experiment, never from the record's path), read
-/// through the one safe way; `None` for any other run, or a log that cannot be read so.
-fn own_log(db: &Path, exp: &Experiment, i: usize, end: safe_file::End) -> Option<Vec<u8>> {
-    let limit = match end {
-        safe_file::End::Head => LOG_HEAD_BYTES,
-        safe_file::End::Tail => LOG_TAIL_BYTES,
-    };
-    match memtrial::runner::stderr_log(db, exp, i)? {
-        RunLog::Own(path) => read_own(&path, limit, end).ok(),
-        RunLog::Elsewhere { .. } => None,
-    }
-}
-
-/// Reads a run's own log `<dir>/<db-stem>-logs/exp-ID/<file>` from the database's
-/// directory down, no link followed on the way (the log directories included).
-fn read_own(
-    path: &Path,
-    limit: u64,
-    end: safe_file::End,
-) -> Result<Vec<u8>, safe_file::SafeFileError> {
-    match path.ancestors().nth(3) {
-        Some(root) => {
-            let rel = path.strip_prefix(root).unwrap_or(path);
-            safe_file::read_bounded_beneath(root, rel, limit, end)
-        }
-        None => safe_file::read_bounded(path, limit, end),
-    }
-}
-
-/// The first bytes of a run's standard error: where the loader complains, before the
-/// program runs.
-/// Runs stored before the loader's complaint was recorded with the verdict get it now
-/// (from this memtrial's own logs only).
-fn with_loader_complaints(db: &Path, exp: &Experiment) -> Experiment {
-    let mut out = exp.clone();
-    let preloads: std::collections::HashMap<String, String> = exp
-        .plan
-        .variants
-        .iter()
-        .filter_map(|v| Some((v.name.clone(), v.preload.as_ref()?.display().to_string())))
-        .collect();
-    for (i, r) in out.runs.iter_mut().enumerate() {
-        if r.status != RunStatus::VariantNotEffective {
-            continue;
-        }
-        let Some(pre) = preloads.get(&r.variant) else {
-            continue;
-        };
-        let Some(head) = own_log(db, exp, i, safe_file::End::Head) else {
-            continue;
-        };
-        let stderr = String::from_utf8_lossy(&head);
-        if let Some(d) =
-            memtrial::probe::verify::explain_not_mapped(&r.verification_detail, &stderr, pre)
-        {
-            r.verification_detail = d;
-        }
-    }
-    out
-}
-
 /// Prints the table (pooled, or one per host), writes JSON/CSV, shows the output of
 /// failed runs.
 pub(super) fn present(
@@ -323,7 +226,7 @@ pub(super) fn present(
     grouping: Grouping,
     ui: &Ui,
 ) -> Result<Outcome> {
-    let exp = &with_loader_complaints(db, exp);
+    let exp = &memtrial::runner::with_loader_complaints(db, exp);
     let analysis = analyse(exp);
     let rec = recommend(&analysis);
     let report = Report {
@@ -378,7 +281,7 @@ pub(crate) fn show_failures(db: &Path, exp: &Experiment, ui: &Ui) {
         );
         match memtrial::runner::stderr_log(db, exp, i) {
             Some(RunLog::Own(path)) => {
-                let tail = read_own(&path, LOG_TAIL_BYTES, safe_file::End::Tail)
+                let tail = memtrial::runner::read_own_log(&path, safe_file::End::Tail)
                     .map(|b| last_lines(&b, 10));
                 let shown_path = escape::terminal(&path.display().to_string());
                 match tail {

@@ -5,6 +5,7 @@
 
 pub mod clock;
 pub mod drive;
+mod isolation;
 pub mod server;
 pub mod status;
 pub mod worker;
@@ -24,6 +25,7 @@ use drive::Driver;
 use status::{EndedBy, Facts};
 
 pub use crate::backend::local::Isolation;
+pub use isolation::choose_isolation;
 
 /// Errors that stop memtrial itself (not the workload: a workload's failure is a record).
 #[derive(Debug, thiserror::Error)]
