@@ -94,32 +94,7 @@ pub(crate) fn start(spec: &StartSpec, variant: &Variant) -> Result<Instance, Str
     if let Some(before) = plan.worker.as_ref().and_then(|w| w.before.as_ref()) {
         run_before(spec, &sub(before), &naming, &open)?;
     }
-    let inherited = std::env::var("LD_PRELOAD").ok();
-    let mut env: Vec<(String, String)> = variant
-        .workload_env(inherited.as_deref())
-        .into_iter()
-        .map(|(k, v)| (k, sub(&v)))
-        .collect();
-    env.extend(naming.iter().cloned());
-    let probe_dir = if plan.probes.kinds.contains(&ProbeKind::Allocator) {
-        let dir = file("probe");
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-        let lib = crate::probe::allocator::shim_path()?;
-        append_env(&mut env, "LD_PRELOAD", &lib.display().to_string(), ' ');
-        env.push(("MEMTRIAL_PROBE_DIR".into(), dir.display().to_string()));
-        env.push((
-            "MEMTRIAL_PROBE_INTERVAL_MS".into(),
-            plan.probes.interval_ms.max(1000).to_string(),
-        ));
-        env.push((
-            "MEMTRIAL_PROBE_MAX_BYTES".into(),
-            PROBE_MAX_BYTES.to_string(),
-        ));
-        Some(dir)
-    } else {
-        None
-    };
+    let (env, probe_dir) = instance_env(plan, variant, &sub, &naming, &file)?;
     let (program, argv) = plan.launch_argv(variant, &sub);
     let launch = LaunchSpec {
         program,
@@ -151,42 +126,7 @@ pub(crate) fn start(spec: &StartSpec, variant: &Variant) -> Result<Instance, Str
         (Some(server_plan), Some(source)) => {
             let l = server::load_spec(server_plan, port, source.clone())?;
             let url = crate::load::parse_url(&sub(&server_plan.url))?;
-            let ready_path = server_plan
-                .ready_path
-                .clone()
-                .unwrap_or_else(|| url.path_and_query.clone());
-            let mut exited = None;
-            let ready = server::wait_ready(
-                l.addr,
-                &url.host_header(),
-                &ready_path,
-                Duration::from_millis(server_plan.ready_timeout_ms),
-                &mut || match run.wait_exit(Duration::ZERO) {
-                    Waited::Exited(e) => {
-                        exited = Some(e);
-                        false
-                    }
-                    Waited::Running => true,
-                    Waited::Lost => false,
-                },
-                spec.interrupted,
-            );
-            if let Err(why) = ready {
-                let what = match why {
-                    server::NotReady::Exited => format!(
-                        "exited before it answered{}",
-                        exited
-                            .map(|e| format!(" ({})", exit_words(&e)))
-                            .unwrap_or_default()
-                    ),
-                    server::NotReady::TimedOut { last } => format!(
-                        "did not answer {ready_path} within {} (last: {last})",
-                        humantime::format_duration(Duration::from_millis(
-                            server_plan.ready_timeout_ms
-                        ))
-                    ),
-                    server::NotReady::Interrupted => "was interrupted while starting".into(),
-                };
+            if let Err(what) = wait_until_ready(&mut run, server_plan, &l, &url, spec.interrupted) {
                 return fail(&mut run, what);
             }
             load = Some(l);
@@ -246,6 +186,89 @@ pub(crate) fn start(spec: &StartSpec, variant: &Variant) -> Result<Instance, Str
         down: None,
         exit: None,
     })
+}
+
+/// Waits until the instance's server answers its ready path; `Err` says what it did
+/// instead (exited, did not answer in time, or the soak was interrupted).
+fn wait_until_ready(
+    run: &mut Box<dyn RunHandle>,
+    server_plan: &crate::plan::ServerPlan,
+    l: &crate::load::LoadSpec,
+    url: &crate::load::HttpUrl,
+    interrupted: &dyn Fn() -> bool,
+) -> Result<(), String> {
+    let ready_path = server_plan
+        .ready_path
+        .clone()
+        .unwrap_or_else(|| url.path_and_query.clone());
+    let mut exited = None;
+    let ready = server::wait_ready(
+        l.addr,
+        &url.host_header(),
+        &ready_path,
+        Duration::from_millis(server_plan.ready_timeout_ms),
+        &mut || match run.wait_exit(Duration::ZERO) {
+            Waited::Exited(e) => {
+                exited = Some(e);
+                false
+            }
+            Waited::Running => true,
+            Waited::Lost => false,
+        },
+        interrupted,
+    );
+    ready.map(|_| ()).map_err(|why| match why {
+        server::NotReady::Exited => format!(
+            "exited before it answered{}",
+            exited
+                .map(|e| format!(" ({})", exit_words(&e)))
+                .unwrap_or_default()
+        ),
+        server::NotReady::TimedOut { last } => format!(
+            "did not answer {ready_path} within {} (last: {last})",
+            humantime::format_duration(Duration::from_millis(server_plan.ready_timeout_ms))
+        ),
+        server::NotReady::Interrupted => "was interrupted while starting".into(),
+    })
+}
+
+/// A process's environment, in order.
+type Env = Vec<(String, String)>;
+
+/// An instance's environment: the variant's settings (placeholders filled), its naming
+/// (`MEMTRIAL_PORT`, `MEMTRIAL_VARIANT`), and the allocator probe in its bounded mode when
+/// the plan has it, with the directory its reports go to.
+fn instance_env(
+    plan: &Plan,
+    variant: &Variant,
+    sub: &dyn Fn(&str) -> String,
+    naming: &[(String, String)],
+    file: &dyn Fn(&str) -> PathBuf,
+) -> Result<(Env, Option<PathBuf>), String> {
+    let inherited = std::env::var("LD_PRELOAD").ok();
+    let mut env: Env = variant
+        .workload_env(inherited.as_deref())
+        .into_iter()
+        .map(|(k, v)| (k, sub(&v)))
+        .collect();
+    env.extend(naming.iter().cloned());
+    if !plan.probes.kinds.contains(&ProbeKind::Allocator) {
+        return Ok((env, None));
+    }
+    let dir = file("probe");
+    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let lib = crate::probe::allocator::shim_path()?;
+    append_env(&mut env, "LD_PRELOAD", &lib.display().to_string(), ' ');
+    env.push(("MEMTRIAL_PROBE_DIR".into(), dir.display().to_string()));
+    env.push((
+        "MEMTRIAL_PROBE_INTERVAL_MS".into(),
+        plan.probes.interval_ms.max(1000).to_string(),
+    ));
+    env.push((
+        "MEMTRIAL_PROBE_MAX_BYTES".into(),
+        PROBE_MAX_BYTES.to_string(),
+    ));
+    Ok((env, Some(dir)))
 }
 
 /// How long a worker's command may take to replace the spawner.
