@@ -97,8 +97,9 @@ fn ruby_probe_reads_gc_and_yjit_figures_and_keeps_the_variant_verified() {
     ]);
     assert_eq!(run.code(), 0, "{}", run.explain());
     let doc = run.json();
-    assert_eq!(first_run(&doc, "yjit")["status"], "ok", "{}", run.explain());
-    assert_eq!(first_run(&doc, "yjit")["verification"], "verified");
+    let yjit = first_run(&doc, "yjit");
+    assert_eq!(yjit.status, RunStatus::Ok, "{}", run.explain());
+    assert_eq!(yjit.verification, Verification::Verified);
     let runs = runs(&run);
 
     let yjit = ruby_view(run_of(&runs, "yjit"), &run);
