@@ -255,6 +255,24 @@ pub fn variant_names(doc: &Value) -> Vec<&str> {
         .collect()
 }
 
+/// A part of a JSON document read as memtrial's own type `T` (such as `inspect --json`'s
+/// parts, `memtrial::inspect::Memory`): the read must succeed and give back the same JSON,
+/// every field `T` writes present in `v` with the same value, so a field renamed on either
+/// side fails here (and a test naming it fails to build).
+pub fn typed_part<T: serde::de::DeserializeOwned + serde::Serialize>(v: &Value) -> T {
+    let what = std::any::type_name::<T>();
+    let t: T = serde_json::from_value(v.clone()).unwrap_or_else(|e| panic!("{what}: {e}\n{v}"));
+    match serde_json::to_value(&t).expect("serializes") {
+        Value::Object(back) => {
+            for (k, x) in &back {
+                assert_eq!(v.get(k), Some(x), "{what}.{k} read back differs:\n{v}");
+            }
+        }
+        back => assert_eq!(&back, v, "{what} read back differs"),
+    }
+    t
+}
+
 // ───────────── experiment-level figures (the report's analysis: left as JSON) ─────────────
 
 /// Variant `name`'s summary (medians, ratios, verdicts): the report's analysis, whose
