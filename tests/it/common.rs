@@ -453,10 +453,12 @@ pub fn stop_signal_keeps_runs_and_leaves_nothing(sig: i32, seconds: &str) {
 
 // ───────────── several hosts on this machine (import) ─────────────
 
-/// A v1 `cpu` cgroup of the tests' own, with a CPU quota, removed (with what memtrial
-/// made inside it) when dropped.
+/// A `cpu` cgroup of the tests' own, with a CPU quota; when dropped, the processes still in
+/// it go back to its parent and it is removed with what memtrial made inside it.
 pub struct QuotaGroup {
     pub dir: PathBuf,
+    /// Where its processes go back to.
+    parent_procs: PathBuf,
 }
 
 impl QuotaGroup {
@@ -475,18 +477,59 @@ impl QuotaGroup {
         ) {
             return None;
         }
-        let dir = root.join(format!("memtrial-it-{name}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("create the test cgroup");
-        let g = QuotaGroup { dir };
-        std::fs::write(g.dir.join("cpu.cfs_period_us"), "100000").expect("set the period");
-        std::fs::write(g.dir.join("cpu.cfs_quota_us"), quota_us.to_string())
-            .expect("set the quota");
+        let g = QuotaGroup::create(name, quota_us).expect("create the test cgroup");
+        assert!(
+            g.parent_procs.starts_with(root),
+            "a v1 group: {}",
+            g.dir.display()
+        );
         Some(g)
+    }
+
+    /// `memtrial-it-<name>-<pid>` with `quota_us` per 100 ms, in the v1 cpu hierarchy if
+    /// there is one, else at the top of a v2 hierarchy with the cpu controller; `None`
+    /// when neither is there or the group cannot be made.
+    pub fn create(name: &str, quota_us: u64) -> Option<QuotaGroup> {
+        let name = format!("memtrial-it-{name}-{}", std::process::id());
+        let v1 = Path::new("/sys/fs/cgroup/cpu");
+        if v1.join("cpu.cfs_quota_us").exists() {
+            let g = QuotaGroup {
+                dir: v1.join(name),
+                parent_procs: v1.join("cgroup.procs"),
+            };
+            std::fs::create_dir_all(&g.dir).ok()?;
+            std::fs::write(g.dir.join("cpu.cfs_period_us"), "100000").ok()?;
+            std::fs::write(g.dir.join("cpu.cfs_quota_us"), quota_us.to_string()).ok()?;
+            return Some(g);
+        }
+        let v2 = Path::new("/sys/fs/cgroup");
+        let controllers = std::fs::read_to_string(v2.join("cgroup.controllers")).ok()?;
+        if !controllers.split_whitespace().any(|c| c == "cpu") {
+            return None;
+        }
+        let _ = std::fs::write(v2.join("cgroup.subtree_control"), "+cpu");
+        let g = QuotaGroup {
+            dir: v2.join(name),
+            parent_procs: v2.join("cgroup.procs"),
+        };
+        std::fs::create_dir_all(&g.dir).ok()?;
+        std::fs::write(g.dir.join("cpu.max"), format!("{quota_us} 100000")).ok()?;
+        Some(g)
+    }
+
+    /// Moves process `pid` into the group.
+    pub fn add(&self, pid: i32) {
+        std::fs::write(self.dir.join("cgroup.procs"), pid.to_string()).expect("move into cgroup");
     }
 }
 
 impl Drop for QuotaGroup {
     fn drop(&mut self) {
+        if let Ok(procs) = std::fs::read_to_string(self.dir.join("cgroup.procs")) {
+            for pid in procs.lines() {
+                let _ = std::fs::write(&self.parent_procs, pid);
+            }
+        }
         // Deepest groups first: memtrial's own groups live inside this one.
         let mut dirs = Vec::new();
         let mut stack = vec![self.dir.clone()];
