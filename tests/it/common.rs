@@ -45,6 +45,14 @@ impl Run {
         out
     }
 
+    /// The JSON document the command wrote to `name` in its directory.
+    pub fn json_file(&self, name: &str) -> Value {
+        let p = self.dir.path().join(name);
+        let text = std::fs::read_to_string(&p)
+            .unwrap_or_else(|e| panic!("no {}: {e}\nstderr:\n{}", p.display(), self.stderr()));
+        serde_json::from_str(&text).expect("valid JSON")
+    }
+
     pub fn json(&self) -> Value {
         if !self.dir.path().join("out.json").exists() {
             panic!("no out.json\nstderr:\n{}", self.stderr());

@@ -141,9 +141,7 @@ fn judge_finds_the_leaner_group_and_not_a_twin() {
             && page.contains("fragmentation in 3 of 3 pod(s)"),
         "{page}"
     );
-    let j: Value =
-        serde_json::from_str(&std::fs::read_to_string(r.dir.path().join("j.json")).unwrap())
-            .unwrap();
+    let j: Value = r.json_file("j.json");
     // The metric was found by itself: the exporter's per-process series.
     assert_eq!(j["metric"], "memtrial_process_resident_bytes", "{j}");
     let group = |name: &str| {
@@ -523,9 +521,7 @@ fn a_fortnight_backfilled_is_judged_week_against_week() {
             "out.json",
         ]);
         assert_eq!(r.code(), 0, "{}", r.explain());
-        let j: Value =
-            serde_json::from_str(&std::fs::read_to_string(r.dir.path().join("out.json")).unwrap())
-                .unwrap();
+        let j: Value = r.json_file("out.json");
         let after = j["groups"][1].clone();
         (j, after)
     };
@@ -637,9 +633,7 @@ fn judge_compares_latency_quantiles_from_a_histogram() {
         "j.json",
     ]);
     assert_eq!(r.code(), 0, "{}", r.explain());
-    let j: Value =
-        serde_json::from_str(&std::fs::read_to_string(r.dir.path().join("j.json")).unwrap())
-            .unwrap();
+    let j: Value = r.json_file("j.json");
     let slow = j["groups"][1]["beside"].as_array().unwrap().clone();
     let fig = |name: &str| {
         slow.iter()
