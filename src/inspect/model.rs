@@ -1,7 +1,7 @@
 //! What an inspection finds: the process, its memory, allocator, arenas, host and access,
 //! the watch's samples; the JSON `inspect --json` prints.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::analysis::trend::Trend;
 use crate::linux::proc::ProcError;
@@ -11,6 +11,10 @@ pub use classify::Group;
 pub use container::Container;
 
 use super::*;
+
+// `Deserialize` is derived where a type and all its fields round-trip by themselves (the
+// integration tests read `inspect --json` through them, tests/it/inspect.rs); the others
+// hold types of other modules (arenas, advice, classify, the trend) and are written only.
 
 /// Version of the JSON document; bumped on any incompatible change.
 pub(crate) const SCHEMA_VERSION: u32 = 1;
@@ -27,7 +31,7 @@ pub enum InspectError {
     Proc(ProcError),
 }
 /// A runtime recognised in the process.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Runtime {
     Ruby,
@@ -38,13 +42,13 @@ pub enum Runtime {
     Erlang,
     Perl,
 }
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RuntimeHint {
     pub runtime: Runtime,
     pub evidence: String,
 }
 /// What the process is.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Process {
     pub comm: String,
     /// Target of `/proc/PID/exe` (`None` when not readable).
@@ -58,7 +62,7 @@ pub struct Process {
     pub runtimes: Vec<RuntimeHint>,
 }
 /// What the process holds (bytes). Flattened into the top of the JSON document.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Memory {
     /// `VmRSS` of `/proc/PID/status`.
     pub rss_bytes: u64,
@@ -75,7 +79,7 @@ pub struct Memory {
     pub vsz_bytes: u64,
 }
 /// Which allocator answers `malloc`, and why we think so.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Allocator {
     /// As [`detect_allocator`] names it: `glibc`, `jemalloc`, `glibc (static executable)`, …
     pub name: String,
@@ -109,13 +113,13 @@ pub struct Arenas {
     pub limit_source: arenas::LimitSource,
     pub threads: u64,
 }
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Host {
     pub online_cpus: u32,
     pub memory_bytes: u64,
 }
 /// One sample of a watch.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Sample {
     pub t_seconds: f64,
     pub rss_bytes: u64,
@@ -126,7 +130,7 @@ pub struct Sample {
     pub arenas: Option<u64>,
 }
 /// Why a watch ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum WatchEnd {
     Completed,
@@ -145,7 +149,7 @@ pub struct Watch {
 /// Totals over all mappings, beside the kernel's own totals, so the breakdown can
 /// be checked: `size_bytes` is what `pmap -x` totals (virtual), `rollup_rss_bytes`
 /// what `smaps_rollup` says is resident.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MappingTotals {
     pub mappings: u64,
     pub size_bytes: u64,
@@ -159,7 +163,7 @@ pub struct MappingTotals {
     pub rollup_pss_bytes: Option<u64>,
 }
 /// Why some files of the process could not be read, and what would allow it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Access {
     /// memtrial's effective UID.
     pub our_uid: u32,

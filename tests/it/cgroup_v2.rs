@@ -90,8 +90,8 @@ fn limits_an_oom_kill_and_teardown_on_a_real_cgroup_v2_kernel() {
     assert_eq!(said("oom-exit"), "1", "{stdout}\n{stderr}");
     let oom = record(dir.path(), "oom.json");
     let run = first_run(&oom, "glibc");
-    assert_eq!(run["status"], "oom_killed", "{run}");
-    assert!(run["cgroup"]["oom_kills"].as_u64() >= Some(1), "{run}");
+    assert_eq!(run.status, RunStatus::OomKilled, "{run:?}");
+    assert!(cgroup_of(&run).oom_kills >= 1, "{run:?}");
     let notes = oom["notes"].to_string();
     assert!(
         notes.contains("cgroup v2") && notes.contains("memory 64"),
@@ -103,8 +103,8 @@ fn limits_an_oom_kill_and_teardown_on_a_real_cgroup_v2_kernel() {
     let limits = record(dir.path(), "limits.json");
     for name in ["glibc", "jemalloc"] {
         let run = first_run(&limits, name);
-        assert_eq!(run["status"], "ok", "{run}");
-        let log = std::fs::read_to_string(run["stdout_path"].as_str().unwrap()).unwrap();
+        assert_eq!(run.status, RunStatus::Ok, "{run:?}");
+        let log = std::fs::read_to_string(&run.stdout_path).unwrap();
         let mut lines = log.lines();
         let group = lines.next().unwrap_or_default();
         assert!(group.starts_with("/memtrial/"), "{name}: {log}");
@@ -166,19 +166,17 @@ echo ns-left=$(ls /sys/fs/cgroup/ctr/memtrial | grep -c -- -)
     assert_eq!(said("peak-exit"), "0", "{stdout}\n{stderr}");
     let peak = record(d, "peak.json");
     let run = first_run(&peak, "glibc");
-    let group_peak = run["cgroup"]["peak_bytes"]
-        .as_u64()
-        .expect("memory.peak read");
-    let rss_peak = run["peak_rss_bytes"].as_u64().unwrap();
-    assert!(group_peak >= 100 << 20 && group_peak >= rss_peak, "{run}");
+    let group_peak = cgroup_of(&run).peak_bytes.expect("memory.peak read");
+    let rss_peak = run.peak_rss_bytes;
+    assert!(group_peak >= 100 << 20 && group_peak >= rss_peak, "{run:?}");
     // The working set (memory.current less inactive_file), sampled with the anonymous
     // memory: never less than it (anonymous pages are no inactive file cache), never more
     // than the group's own peak.
-    let ws = run["cgroup"]["working_set_peak_bytes"]
-        .as_u64()
+    let ws = cgroup_of(&run)
+        .working_set_peak_bytes
         .expect("working set sampled");
-    let anon = run["cgroup"]["anon_peak_bytes"].as_u64().unwrap();
-    assert!(ws >= anon && ws <= group_peak, "{run}");
+    let anon = cgroup_of(&run).anon_peak_bytes;
+    assert!(ws >= anon && ws <= group_peak, "{run:?}");
     assert!(
         !peak["notes"].to_string().contains("memory.peak"),
         "{}",
@@ -189,8 +187,8 @@ echo ns-left=$(ls /sys/fs/cgroup/ctr/memtrial | grep -c -- -)
     assert_eq!(said("cpuset-exit"), "0", "{stdout}\n{stderr}");
     let cpuset = record(d, "cpuset.json");
     let run = first_run(&cpuset, "glibc");
-    let log = std::fs::read_to_string(run["stdout_path"].as_str().unwrap()).unwrap();
-    assert_eq!(log.trim(), "[1]", "{run}");
+    let log = std::fs::read_to_string(&run.stdout_path).unwrap();
+    assert_eq!(log.trim(), "[1]", "{run:?}");
     assert!(
         cpuset["notes"].to_string().contains("cpuset 1"),
         "{}",
@@ -208,11 +206,11 @@ echo ns-left=$(ls /sys/fs/cgroup/ctr/memtrial | grep -c -- -)
             "{file}: {}",
             doc["notes"]
         );
-        let runs = doc["variants"][0]["runs"].as_array().unwrap();
+        let runs = typed_runs(&doc, variant_names(&doc)[0]);
         assert_eq!(runs.len(), 2, "{file}");
         for r in runs {
-            assert_eq!(r["status"], "ok", "{file}: {r}");
-            let log = std::fs::read_to_string(r["stdout_path"].as_str().unwrap()).unwrap();
+            assert_eq!(r.status, RunStatus::Ok, "{file}: {r:?}");
+            let log = std::fs::read_to_string(&r.stdout_path).unwrap();
             groups.push(log.trim().to_string());
         }
     }
@@ -249,12 +247,9 @@ echo ns-left=$(ls /sys/fs/cgroup/ctr/memtrial | grep -c -- -)
     assert_eq!(said("ns-exit"), "1", "{}", text(d, "ns.txt"));
     let ns = record(d, "ns.json");
     let run = first_run(&ns, "glibc");
-    assert_eq!(run["status"], "oom_killed", "{run}");
-    assert!(run["cgroup"]["oom_kills"].as_u64() >= Some(1), "{run}");
-    assert!(
-        run["cgroup"]["peak_bytes"].as_u64() > Some(32 << 20),
-        "{run}"
-    );
+    assert_eq!(run.status, RunStatus::OomKilled, "{run:?}");
+    assert!(cgroup_of(&run).oom_kills >= 1, "{run:?}");
+    assert!(cgroup_of(&run).peak_bytes > Some(32 << 20), "{run:?}");
     assert_eq!(said("ns-left"), "0", "{stdout}");
 }
 
@@ -377,8 +372,8 @@ echo nolimit-exit=$?
     assert_eq!(said("deleg-exit"), "1", "{}", text(d, "deleg.txt"));
     let deleg = record(d, "deleg.json");
     let run = first_run(&deleg, "glibc");
-    assert_eq!(run["status"], "oom_killed", "{run}");
-    assert!(run["cgroup"]["oom_kills"].as_u64() >= Some(1), "{run}");
+    assert_eq!(run.status, RunStatus::OomKilled, "{run:?}");
+    assert!(cgroup_of(&run).oom_kills >= 1, "{run:?}");
     let notes = deleg["notes"].to_string();
     assert!(
         notes.contains("/deleg/memtrial") && notes.contains("delegated to uid 65534"),
@@ -409,8 +404,8 @@ echo nolimit-exit=$?
         "{nobody}"
     );
     assert_eq!(
-        first_run(&record(d, "nobody.json"), "glibc")["status"],
-        "ok"
+        first_run(&record(d, "nobody.json"), "glibc").status,
+        RunStatus::Ok
     );
     assert_eq!(said("nolimit-exit"), "2", "{}", text(d, "nolimit.txt"));
     let refused = text(d, "nolimit.txt");

@@ -5,6 +5,7 @@ use std::process::{Command, Output};
 use std::sync::OnceLock;
 use std::time::Duration;
 
+pub use memtrial::record::{PeakSource, RunRecord, RunStatus, Verification};
 use serde_json::Value;
 
 pub fn memtrial() -> PathBuf {
@@ -44,19 +45,30 @@ impl Run {
         out
     }
 
-    pub fn json(&self) -> Value {
-        let p = self.dir.path().join("out.json");
-        let text = std::fs::read_to_string(&p).unwrap_or_else(|e| {
-            panic!(
-                "no JSON at {}: {e}\nstderr:\n{}",
-                p.display(),
-                self.stderr()
-            )
-        });
-        let v: Value = serde_json::from_str(&text).expect("valid JSON");
-        validate_schema(&v, "experiment-v4.schema.json");
-        v
+    /// The JSON document the command wrote to `name` in its directory.
+    pub fn json_file(&self, name: &str) -> Value {
+        let p = self.dir.path().join(name);
+        let text = std::fs::read_to_string(&p)
+            .unwrap_or_else(|e| panic!("no {}: {e}\nstderr:\n{}", p.display(), self.stderr()));
+        serde_json::from_str(&text).expect("valid JSON")
     }
+
+    pub fn json(&self) -> Value {
+        if !self.dir.path().join("out.json").exists() {
+            panic!("no out.json\nstderr:\n{}", self.stderr());
+        }
+        json_in(self.dir.path())
+    }
+}
+
+/// The experiment's JSON record a run wrote to `DIR/out.json`, checked against its schema.
+pub fn json_in(dir: &Path) -> Value {
+    let p = dir.join("out.json");
+    let text =
+        std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("no JSON at {}: {e}", p.display()));
+    let v: Value = serde_json::from_str(&text).expect("valid JSON");
+    validate_schema(&v, "experiment-v4.schema.json");
+    v
 }
 
 /// Runs memtrial in a fresh directory with its own database.
@@ -74,12 +86,30 @@ pub fn memtrial_in_tmp(args: &[&str]) -> Run {
 /// `memtrial run --runs RUNS --variants VARIANTS MORE… -- COMMAND…` in a fresh directory:
 /// the form most tests run, written once.
 pub fn run_with(runs: u32, variants: &str, more: &[&str], command: &[&str]) -> Run {
+    let args = run_args(runs, variants, more, command);
+    memtrial_in_tmp(&args.iter().map(String::as_str).collect::<Vec<_>>())
+}
+
+/// The arguments of [`run_with`], for tests that start memtrial their own way (as another
+/// user, under a watchdog, to stop it midway).
+pub fn run_args(runs: u32, variants: &str, more: &[&str], command: &[&str]) -> Vec<String> {
     let runs = runs.to_string();
     let mut args = vec!["run", "--runs", &runs, "--variants", variants];
     args.extend_from_slice(more);
     args.push("--");
     args.extend_from_slice(command);
-    memtrial_in_tmp(&args)
+    args.into_iter().map(String::from).collect()
+}
+
+/// The arguments of [`run_json`]: [`run_args`] that write the record to `out.json` (read
+/// back by [`json_in`]).
+pub fn run_json_args(runs: u32, variants: &str, more: &[&str], command: &[&str]) -> Vec<String> {
+    run_args(
+        runs,
+        variants,
+        &[&["--json", "out.json"], more].concat(),
+        command,
+    )
 }
 
 /// [`run_with`] that also writes the JSON record to `out.json` (read back by [`Run::json`]).
@@ -155,21 +185,128 @@ pub fn variant<'a>(doc: &'a Value, name: &str) -> &'a Value {
 
 /// A variant's runs as the record's own types, read as `memtrial import` reads them
 /// (`record::wire`): a renamed or retyped field breaks the build, not a string lookup.
-pub fn typed_runs(doc: &Value, name: &str) -> Vec<memtrial::record::RunRecord> {
+/// Unlike import, which never takes another machine's paths, these runs ran here: their
+/// output's paths are kept.
+pub fn typed_runs(doc: &Value, name: &str) -> Vec<RunRecord> {
     variant(doc, name)["runs"]
         .as_array()
         .expect("runs")
         .iter()
-        .map(|v| {
-            let r: memtrial::record::wire::RunIn = serde_json::from_value(v.clone())
-                .unwrap_or_else(|e| panic!("a run of {name} as the record's type: {e}\n{v}"));
-            memtrial::record::wire::record_of(name, r).unwrap_or_else(|e| panic!("{e}"))
-        })
+        .map(|v| typed(name, v))
         .collect()
 }
 
-pub fn first_run<'a>(doc: &'a Value, name: &str) -> &'a Value {
+/// One run's JSON as a [`RunRecord`] of variant `name` (see [`typed_runs`]).
+pub fn typed(name: &str, v: &Value) -> RunRecord {
+    let r: memtrial::record::wire::RunIn = serde_json::from_value(v.clone())
+        .unwrap_or_else(|e| panic!("a run of {name} as the record's type: {e}\n{v}"));
+    let mut run = memtrial::record::wire::record_of(name, r).unwrap_or_else(|e| panic!("{e}"));
+    let path = |key: &str| PathBuf::from(v[key].as_str().unwrap_or_else(|| panic!("{key}: {v}")));
+    run.stdout_path = path("stdout_path");
+    run.stderr_path = path("stderr_path");
+    run
+}
+
+/// Run `i` of variant `name`, typed.
+pub fn typed_run(doc: &Value, name: &str, i: usize) -> RunRecord {
+    typed(name, &variant(doc, name)["runs"][i])
+}
+
+/// The first run of variant `name`, typed.
+pub fn first_run(doc: &Value, name: &str) -> RunRecord {
+    typed_run(doc, name, 0)
+}
+
+/// A run's driven phase and its driver's figures (a worker or a service run).
+pub fn driver_of(run: &RunRecord) -> &memtrial::record::DriverFigures {
+    run.driver
+        .as_ref()
+        .unwrap_or_else(|| panic!("no driver figures: {run:?}"))
+}
+
+/// A server run's load figures.
+pub fn load_of(run: &RunRecord) -> &memtrial::record::LoadFigures {
+    run.load
+        .as_ref()
+        .unwrap_or_else(|| panic!("no load figures: {run:?}"))
+}
+
+/// A run's cgroup figures (it ran in a cgroup of memtrial's).
+pub fn cgroup_of(run: &RunRecord) -> &memtrial::linux::cgroup::CgroupFigures {
+    run.cgroup
+        .as_ref()
+        .unwrap_or_else(|| panic!("no cgroup figures: {run:?}"))
+}
+
+/// The first run of variant `name` as the JSON has it: for tests of the record's shape.
+pub fn first_run_json<'a>(doc: &'a Value, name: &str) -> &'a Value {
     &variant(doc, name)["runs"][0]
+}
+
+/// Every run of the document, typed, with its variant's name.
+pub fn all_runs(doc: &Value) -> Vec<RunRecord> {
+    doc["variants"]
+        .as_array()
+        .expect("variants")
+        .iter()
+        .flat_map(|v| typed_runs(doc, v["name"].as_str().expect("name")))
+        .collect()
+}
+
+/// The names of the document's variants, in its order.
+pub fn variant_names(doc: &Value) -> Vec<&str> {
+    doc["variants"]
+        .as_array()
+        .expect("variants")
+        .iter()
+        .map(|v| v["name"].as_str().expect("name"))
+        .collect()
+}
+
+/// A part of a JSON document read as memtrial's own type `T` (such as `inspect --json`'s
+/// parts, `memtrial::inspect::Memory`): the read must succeed and give back the same JSON,
+/// every field `T` writes present in `v` with the same value, so a field renamed on either
+/// side fails here (and a test naming it fails to build).
+pub fn typed_part<T: serde::de::DeserializeOwned + serde::Serialize>(v: &Value) -> T {
+    let what = std::any::type_name::<T>();
+    let t: T = serde_json::from_value(v.clone()).unwrap_or_else(|e| panic!("{what}: {e}\n{v}"));
+    match serde_json::to_value(&t).expect("serializes") {
+        Value::Object(back) => {
+            for (k, x) in &back {
+                assert_eq!(v.get(k), Some(x), "{what}.{k} read back differs:\n{v}");
+            }
+        }
+        back => assert_eq!(&back, v, "{what} read back differs"),
+    }
+    t
+}
+
+// ───────────── experiment-level figures (the report's analysis: left as JSON) ─────────────
+
+/// Variant `name`'s summary (medians, ratios, verdicts): the report's analysis, whose
+/// types borrow from the experiment and so are read as JSON.
+pub fn summary<'a>(doc: &'a Value, name: &str) -> &'a Value {
+    &variant(doc, name)["summary"]
+}
+
+/// The median of figure `fig` of variant `name` (`null` when it has none).
+pub fn median<'a>(doc: &'a Value, name: &str, fig: &str) -> &'a Value {
+    &summary(doc, name)[fig]["median"]
+}
+
+/// Variant `name`'s ratio to the baseline for figure `fig` (`value`, `ci95`, `significant`).
+pub fn ratio<'a>(doc: &'a Value, name: &str, fig: &str) -> &'a Value {
+    &summary(doc, name)["ratio_to_baseline"][fig]
+}
+
+/// Variant `name`'s leak-or-fragmentation verdict (`verdict`, `sentence`, …).
+pub fn why<'a>(doc: &'a Value, name: &str) -> &'a Value {
+    &summary(doc, name)["why"]
+}
+
+/// Variant `name`'s leak-or-plateau trend.
+pub fn trend<'a>(doc: &'a Value, name: &str) -> &'a Value {
+    &summary(doc, name)["trend"]
 }
 
 pub fn no_process_matching(pattern: &str) -> bool {
@@ -319,15 +456,17 @@ pub fn stop_signal_keeps_runs_and_leaves_nothing(sig: i32, seconds: &str) {
     let doc: Value = serde_json::from_slice(&report.stdout).unwrap();
     validate_schema(&doc, "experiment-v4.schema.json");
     assert_eq!(doc["experiment"]["status"], "interrupted");
-    assert_eq!(first_run(&doc, "glibc")["status"], "interrupted");
+    assert_eq!(first_run(&doc, "glibc").status, RunStatus::Interrupted);
 }
 
 // ───────────── several hosts on this machine (import) ─────────────
 
-/// A v1 `cpu` cgroup of the tests' own, with a CPU quota, removed (with what memtrial
-/// made inside it) when dropped.
+/// A `cpu` cgroup of the tests' own, with a CPU quota; when dropped, the processes still in
+/// it go back to its parent and it is removed with what memtrial made inside it.
 pub struct QuotaGroup {
     pub dir: PathBuf,
+    /// Where its processes go back to.
+    parent_procs: PathBuf,
 }
 
 impl QuotaGroup {
@@ -346,18 +485,59 @@ impl QuotaGroup {
         ) {
             return None;
         }
-        let dir = root.join(format!("memtrial-it-{name}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("create the test cgroup");
-        let g = QuotaGroup { dir };
-        std::fs::write(g.dir.join("cpu.cfs_period_us"), "100000").expect("set the period");
-        std::fs::write(g.dir.join("cpu.cfs_quota_us"), quota_us.to_string())
-            .expect("set the quota");
+        let g = QuotaGroup::create(name, quota_us).expect("create the test cgroup");
+        assert!(
+            g.parent_procs.starts_with(root),
+            "a v1 group: {}",
+            g.dir.display()
+        );
         Some(g)
+    }
+
+    /// `memtrial-it-<name>-<pid>` with `quota_us` per 100 ms, in the v1 cpu hierarchy if
+    /// there is one, else at the top of a v2 hierarchy with the cpu controller; `None`
+    /// when neither is there or the group cannot be made.
+    pub fn create(name: &str, quota_us: u64) -> Option<QuotaGroup> {
+        let name = format!("memtrial-it-{name}-{}", std::process::id());
+        let v1 = Path::new("/sys/fs/cgroup/cpu");
+        if v1.join("cpu.cfs_quota_us").exists() {
+            let g = QuotaGroup {
+                dir: v1.join(name),
+                parent_procs: v1.join("cgroup.procs"),
+            };
+            std::fs::create_dir_all(&g.dir).ok()?;
+            std::fs::write(g.dir.join("cpu.cfs_period_us"), "100000").ok()?;
+            std::fs::write(g.dir.join("cpu.cfs_quota_us"), quota_us.to_string()).ok()?;
+            return Some(g);
+        }
+        let v2 = Path::new("/sys/fs/cgroup");
+        let controllers = std::fs::read_to_string(v2.join("cgroup.controllers")).ok()?;
+        if !controllers.split_whitespace().any(|c| c == "cpu") {
+            return None;
+        }
+        let _ = std::fs::write(v2.join("cgroup.subtree_control"), "+cpu");
+        let g = QuotaGroup {
+            dir: v2.join(name),
+            parent_procs: v2.join("cgroup.procs"),
+        };
+        std::fs::create_dir_all(&g.dir).ok()?;
+        std::fs::write(g.dir.join("cpu.max"), format!("{quota_us} 100000")).ok()?;
+        Some(g)
+    }
+
+    /// Moves process `pid` into the group.
+    pub fn add(&self, pid: i32) {
+        std::fs::write(self.dir.join("cgroup.procs"), pid.to_string()).expect("move into cgroup");
     }
 }
 
 impl Drop for QuotaGroup {
     fn drop(&mut self) {
+        if let Ok(procs) = std::fs::read_to_string(self.dir.join("cgroup.procs")) {
+            for pid in procs.lines() {
+                let _ = std::fs::write(&self.parent_procs, pid);
+            }
+        }
         // Deepest groups first: memtrial's own groups live inside this one.
         let mut dirs = Vec::new();
         let mut stack = vec![self.dir.clone()];

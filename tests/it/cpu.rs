@@ -13,8 +13,8 @@ use crate::common::*;
 
 /// The program's own account of a run: (allocation phase, compute phase) CPU seconds.
 fn own_split(doc: &Value, name: &str) -> (f64, f64) {
-    let path = first_run(doc, name)["stdout_path"].as_str().unwrap();
-    let log = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let path = first_run(doc, name).stdout_path;
+    let log = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let field = |k: &str| -> f64 {
         log.split_whitespace()
             .find_map(|w| w.strip_prefix(k)?.strip_prefix('='))
@@ -26,7 +26,7 @@ fn own_split(doc: &Value, name: &str) -> (f64, f64) {
 }
 
 fn cpu_of(doc: &Value, name: &str) -> CpuView {
-    let run = typed_runs(doc, name).into_iter().next().unwrap();
+    let run = first_run(doc, name);
     run.inside
         .cpu
         .clone()

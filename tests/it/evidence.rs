@@ -43,7 +43,7 @@ fn a_one_second_eight_thread_job_shows_no_allocator_figure_beyond_its_samples() 
     let md = std::fs::read_to_string(r.dir.path().join("out.md")).expect("markdown");
     // 128 MiB live in 2 KiB blocks at the peak: held/live near 1, live near the peak.
     for name in ["glibc", "arena1"] {
-        let s = &variant(&doc, name)["summary"];
+        let s = summary(&doc, name);
         let peak = f64_of(&s["peak_rss_bytes"]["median"]).expect("the kernel's peak");
         let ev = &s["evidence"]["live_at_peak_bytes"];
         match f64_of(&s["live_at_peak_bytes"]["median"]) {
@@ -70,9 +70,7 @@ fn a_one_second_eight_thread_job_shows_no_allocator_figure_beyond_its_samples() 
                     "{name}: {ev}"
                 );
                 assert!(
-                    variant(&doc, name)["summary"]["ratio_to_baseline"]
-                        .get("held_over_live")
-                        .is_none(),
+                    s["ratio_to_baseline"].get("held_over_live").is_none(),
                     "{name}: no ratio from an absent figure"
                 );
                 assert!(
@@ -159,13 +157,9 @@ fn a_shim_that_execs_the_interpreter_gets_the_recommendation_of_the_direct_run()
     assert_eq!(shimmed.code(), 0, "{}", shimmed.explain());
     let (d, s) = (direct.json(), shimmed.json());
     // The shim really ran helpers beside it.
-    let most = s["variants"]
-        .as_array()
-        .unwrap()
+    let most = all_runs(&s)
         .iter()
-        .flat_map(|v| v["runs"].as_array().unwrap())
-        .flat_map(|r| r["samples"].as_array().unwrap())
-        .filter_map(|x| x["processes"].as_u64())
+        .map(RunRecord::processes_at_once)
         .max()
         .unwrap_or(0);
     assert!(most >= 2, "the shim's helpers were seen: {most}");
@@ -218,7 +212,7 @@ fn a_growing_three_second_batch_has_no_leak_verdict_anywhere_in_its_json() {
         );
     }
     for name in ["glibc", "arena2"] {
-        let s = &variant(&doc, name)["summary"];
+        let s = summary(&doc, name);
         assert!(s["trend"].is_null(), "{name}: {}", s["trend"]);
         assert_eq!(s["why"]["verdict"], "at_peak", "{name}: {}", s["why"]);
     }
@@ -290,7 +284,7 @@ fn a_run_of_milliseconds_shows_its_peak_but_no_mean() {
     assert_eq!(r.code(), 0, "{}", r.explain());
     let doc = r.json();
     for name in ["glibc", "arena1"] {
-        let s = &variant(&doc, name)["summary"];
+        let s = summary(&doc, name);
         assert!(s["peak_rss_bytes"]["median"].is_number(), "{s}");
         assert!(s.get("mean_rss_bytes").is_none(), "{name}: {s}");
         assert!(

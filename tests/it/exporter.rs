@@ -327,59 +327,6 @@ fn prometheus_scrapes_the_exporter_and_the_figures_match_proc() {
     drop(exporter);
 }
 
-/// A v1 or v2 cgroup with a CPU quota, emptied and removed on drop.
-struct QuotaGroup {
-    dir: PathBuf,
-    /// Where its processes go back to.
-    parent_procs: PathBuf,
-}
-
-impl QuotaGroup {
-    /// `quota_us` per 100 ms, or `None` when the machine offers no cpu controller.
-    fn create(quota_us: u64) -> Option<QuotaGroup> {
-        let name = format!("memtrial-exporter-test-{}", std::process::id());
-        let v1 = Path::new("/sys/fs/cgroup/cpu");
-        if v1.join("cpu.cfs_quota_us").exists() {
-            let g = QuotaGroup {
-                dir: v1.join(name),
-                parent_procs: v1.join("cgroup.procs"),
-            };
-            std::fs::create_dir(&g.dir).ok()?;
-            std::fs::write(g.dir.join("cpu.cfs_period_us"), "100000").ok()?;
-            std::fs::write(g.dir.join("cpu.cfs_quota_us"), quota_us.to_string()).ok()?;
-            return Some(g);
-        }
-        let v2 = Path::new("/sys/fs/cgroup");
-        let controllers = std::fs::read_to_string(v2.join("cgroup.controllers")).ok()?;
-        if !controllers.split_whitespace().any(|c| c == "cpu") {
-            return None;
-        }
-        let _ = std::fs::write(v2.join("cgroup.subtree_control"), "+cpu");
-        let g = QuotaGroup {
-            dir: v2.join(name),
-            parent_procs: v2.join("cgroup.procs"),
-        };
-        std::fs::create_dir(&g.dir).ok()?;
-        std::fs::write(g.dir.join("cpu.max"), format!("{quota_us} 100000")).ok()?;
-        Some(g)
-    }
-
-    fn add(&self, pid: i32) {
-        std::fs::write(self.dir.join("cgroup.procs"), pid.to_string()).expect("move into cgroup");
-    }
-}
-
-impl Drop for QuotaGroup {
-    fn drop(&mut self) {
-        if let Ok(procs) = std::fs::read_to_string(self.dir.join("cgroup.procs")) {
-            for pid in procs.lines() {
-                let _ = std::fs::write(&self.parent_procs, pid);
-            }
-        }
-        let _ = std::fs::remove_dir(&self.dir);
-    }
-}
-
 /// Under a CPU quota of half a CPU, glibc's default limit (8 × online CPUs, 16 here)
 /// is the pitfall; `MALLOC_ARENA_MAX=2` is not.
 #[test]
@@ -400,7 +347,7 @@ fn arena_pitfall_fires_under_a_quota_for_the_default_limit_only() {
         "a cpu cgroup controller (v1 or v2)",
         "this machine's cgroup layout decides it",
         || {
-            group = QuotaGroup::create(50_000);
+            group = QuotaGroup::create("exporter", 50_000);
             group.is_some()
         },
     ) {

@@ -5,25 +5,11 @@ use std::path::Path;
 
 use crate::common::*;
 
-/// Every measured run of every variant (warm-ups left out).
-fn runs<'a>(doc: &'a serde_json::Value, variant: &str) -> Vec<&'a serde_json::Value> {
-    crate::common::variant(doc, variant)["runs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|r| r["warmup"] == false)
-        .collect()
-}
-
-/// The most processes alive at one sample of a run.
-fn processes_at_once(run: &serde_json::Value) -> u64 {
-    run["samples"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|s| s["processes"].as_u64())
-        .max()
-        .unwrap_or(0)
+/// Every measured run of a variant (warm-ups left out).
+fn runs(doc: &serde_json::Value, variant: &str) -> Vec<RunRecord> {
+    let mut runs = typed_runs(doc, variant);
+    runs.retain(|r| !r.warmup);
+    runs
 }
 
 /// A parent and three children share 64 MiB copy-on-write for 5 s: the RSS sum counts it four
@@ -38,24 +24,24 @@ fn shared_copy_on_write_pages_count_once_in_pss() {
     assert_eq!(r.code(), 0, "{}", r.explain());
     let doc = r.json();
     let run = first_run(&doc, "glibc");
-    assert_eq!(run["status"], "ok", "{run}");
-    assert_eq!(processes_at_once(run), 4, "{run}");
-    let mib = |v: &serde_json::Value| v.as_u64().unwrap() as f64 / (1 << 20) as f64;
+    assert_eq!(run.status, RunStatus::Ok, "{run:?}");
+    assert_eq!(run.processes_at_once(), 4, "{run:?}");
+    let mib = |v: Option<u64>| v.unwrap() as f64 / (1 << 20) as f64;
     // Each PSS read (a few per run, within a CPU budget) against the sample it is attached
     // to: with the region shared by every process alive, PSS ≈ the RSS sum / processes —
     // checked on the read with the most processes alive (a read at the end may find a
     // child gone, and is then checked against the processes it saw).
-    let samples = run["samples"].as_array().unwrap();
-    let at = samples
+    let at = run
+        .samples
         .iter()
-        .filter(|s| s["pss_bytes"].is_u64() && s["processes"].as_u64().unwrap_or(0) >= 2)
-        .max_by_key(|s| (s["processes"].as_u64(), s["pss_bytes"].as_u64()))
+        .filter(|s| s.pss_bytes.is_some() && s.processes >= 2)
+        .max_by_key(|s| (s.processes, s.pss_bytes))
         .expect("PSS was read while the children lived");
-    let n = at["processes"].as_u64().unwrap() as f64;
+    let n = at.processes as f64;
     let (rss, pss, uss) = (
-        mib(&at["rss_bytes"]),
-        mib(&at["pss_bytes"]),
-        mib(&at["uss_bytes"]),
+        mib(Some(at.rss_bytes)),
+        mib(at.pss_bytes),
+        mib(at.uss_bytes),
     );
     assert!(
         rss > n * 64.0,
@@ -69,10 +55,10 @@ fn shared_copy_on_write_pages_count_once_in_pss() {
     assert!(uss < 16.0, "USS is the private pages only: {uss:.1} MiB");
     // The peaks: PSS is the region once; USS peaks before the fork, when the parent
     // alone held the region privately.
-    let (pss, uss) = (mib(&run["peak_pss_bytes"]), mib(&run["peak_uss_bytes"]));
+    let (pss, uss) = (mib(run.peak_pss_bytes), mib(run.peak_uss_bytes));
     assert!((64.0..80.0).contains(&pss), "peak PSS {pss:.1} MiB");
     assert!(uss <= pss, "peak USS {uss:.1} MiB, at most peak PSS");
-    let summary = &variant(&doc, "glibc")["summary"];
+    let summary = summary(&doc, "glibc");
     assert!(summary["peak_pss_bytes"]["median"].is_number(), "{summary}");
     assert!(summary["peak_uss_bytes"]["median"].is_number(), "{summary}");
     // The table shows both beside peak RSS, with the legend.
@@ -123,18 +109,18 @@ fn puma_cluster_mode_every_worker_verified_pss_below_rss() {
     let mut pss_everywhere = true;
     for v in ["glibc", "jemalloc"] {
         for run in runs(&doc, v) {
-            assert_eq!(run["status"], "ok", "{v}: {run}");
-            assert_eq!(run["verified"], true, "{v}: {}", run["verification_detail"]);
-            assert!(run["requests"].as_u64().unwrap() > 10, "{v}: {run}");
-            assert!(run["processes_seen"].as_u64().unwrap() >= 3, "{v}: {run}");
+            assert_eq!(run.status, RunStatus::Ok, "{v}: {run:?}");
+            assert!(run.verification.ok(), "{v}: {}", run.verification_detail);
+            assert!(load_of(&run).requests > 10, "{v}: {run:?}");
+            assert!(run.processes_seen >= 3, "{v}: {run:?}");
             assert!(
-                processes_at_once(run) >= 3,
-                "{v}: master + 2 workers: {run}"
+                run.processes_at_once() >= 3,
+                "{v}: master + 2 workers: {run:?}"
             );
             let (rss, pss, uss) = (
-                run["peak_rss_bytes"].as_u64().unwrap(),
-                run["peak_pss_bytes"].as_u64().expect("PSS read"),
-                run["peak_uss_bytes"].as_u64().expect("USS read"),
+                run.peak_rss_bytes,
+                run.peak_pss_bytes.expect("PSS read"),
+                run.peak_uss_bytes.expect("USS read"),
             );
             assert!(pss < rss, "{v}: PSS sum {pss} below the RSS sum {rss}");
             assert!(uss <= pss, "{v}: USS {uss} at most PSS {pss}");
@@ -145,7 +131,7 @@ fn puma_cluster_mode_every_worker_verified_pss_below_rss() {
                 uss >> 20
             );
         }
-        let summary = &variant(&doc, v)["summary"];
+        let summary = summary(&doc, v);
         assert!(
             summary["peak_rss_bytes"]["median"].is_number(),
             "{v}: {summary}"
@@ -161,14 +147,14 @@ fn puma_cluster_mode_every_worker_verified_pss_below_rss() {
     }
     // jemalloc: every process (master and both workers) has the preload mapped.
     let je = first_run(&doc, "jemalloc");
-    assert_eq!(je["verification"], "verified", "{je}");
-    let detail = je["verification_detail"].as_str().unwrap();
+    assert_eq!(je.verification, Verification::Verified, "{je:?}");
+    let detail = &je.verification_detail;
     let checked: u32 = detail
         .split_once(" processes carry it")
         .and_then(|(n, _)| n.parse().ok())
         .unwrap_or(1);
     assert!(checked >= 3, "master and both workers checked: {detail}");
-    assert_eq!(je["allocator_detected"], "jemalloc");
+    assert_eq!(je.allocator_detected, "jemalloc");
     // Three processes throughout: they share; PSS is weighed where it stands everywhere.
     assert_eq!(doc["sharing"]["kind"], "shared", "{}", doc["sharing"]);
     let weighed = if pss_everywhere {

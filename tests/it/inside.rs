@@ -6,31 +6,33 @@ use std::path::Path;
 use serde_json::Value;
 
 use crate::common::*;
+use memtrial::record::{AllocatorPoint, AllocatorView};
 
 const MIB: f64 = 1048576.0;
 
-/// The allocator view of a variant's first run in the JSON record.
-fn allocator_of<'a>(doc: &'a Value, variant: &str) -> &'a Value {
-    &first_run(doc, variant)["inside"]["allocator"]
+/// The allocator view of a variant's first run in the record.
+fn allocator_of(doc: &Value, variant: &str) -> AllocatorView {
+    first_run(doc, variant)
+        .inside
+        .allocator
+        .unwrap_or_else(|| panic!("{variant}: no allocator view"))
+}
+
+/// Its point at the peak.
+fn at_peak(a: &AllocatorView) -> &AllocatorPoint {
+    a.at_peak
+        .as_ref()
+        .unwrap_or_else(|| panic!("no point at the peak: {a:?}"))
 }
 
 fn live_fixture_run(variants: &str, args: &[&str]) -> Run {
     let live = fixture("live").display().to_string();
-    let mut a = vec![
-        "run",
-        "--runs",
-        "1",
-        "--variants",
+    run_json(
+        1,
         variants,
-        "--probe-interval",
-        "100ms",
-        "--json",
-        "out.json",
-        "--",
-        &live,
-    ];
-    a.extend_from_slice(args);
-    memtrial_in_tmp(&a)
+        &["--probe-interval", "100ms"],
+        &[&[live.as_str()], args].concat(),
+    )
 }
 
 #[test]
@@ -45,23 +47,18 @@ fn each_allocator_reports_the_live_bytes_the_program_holds() {
     let expected = 64.0 * MIB + 128.0 * 1024.0;
     for v in ["glibc", "jemalloc", "tcmalloc"] {
         let run = first_run(&doc, v);
-        assert_eq!(run["status"], "ok", "{v}: {}", r.explain());
+        assert_eq!(run.status, RunStatus::Ok, "{v}: {}", r.explain());
         let a = allocator_of(&doc, v);
-        assert_eq!(a["answered"], v, "{v}: {a}");
-        assert!(a.get("disagreement").is_none(), "{v}: {a}");
-        let live = a["at_peak"]["live_bytes"].as_f64().expect("live bytes");
+        assert_eq!(a.answered, v, "{v}: {a:?}");
+        assert!(a.disagreement.is_none(), "{v}: {a:?}");
+        let live = at_peak(&a).live_bytes.expect("live bytes") as f64;
         assert!(
             (live / expected - 1.0).abs() < 0.02,
             "{v}: live {live} vs {expected} (more than 2% apart)"
         );
-        let held = a["at_peak"]["held_bytes"].as_f64().expect("held bytes");
+        let held = at_peak(&a).held_bytes.expect("held bytes") as f64;
         assert!(held >= live * 0.99, "{v}: held {held} < live {live}");
-        let ratio = doc["variants"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|x| x["name"] == v)
-            .unwrap()["summary"]["held_over_live"]["median"]
+        let ratio = median(&doc, v, "held_over_live")
             .as_f64()
             .expect("held/live in the summary");
         assert!(
@@ -71,9 +68,9 @@ fn each_allocator_reports_the_live_bytes_the_program_holds() {
     }
     // mimalloc offers no live figure: absent, not estimated; its committed bytes are there.
     let m = allocator_of(&doc, "mimalloc");
-    assert_eq!(m["answered"], "mimalloc");
-    assert!(m["at_peak"]["live_bytes"].is_null(), "{m}");
-    assert!(m["at_peak"]["held_bytes"].as_f64().unwrap() >= 64.0 * MIB);
+    assert_eq!(m.answered, "mimalloc");
+    assert!(at_peak(&m).live_bytes.is_none(), "{m:?}");
+    assert!(at_peak(&m).held_bytes.unwrap() as f64 >= 64.0 * MIB);
     assert!(
         r.stdout().contains("it offers no live-bytes figure"),
         "{}",
@@ -92,8 +89,8 @@ fn a_forked_child_is_probed_too() {
     let doc = r.json();
     for v in ["glibc", "jemalloc"] {
         let a = allocator_of(&doc, v);
-        assert_eq!(a["processes"], 2, "{v}: {a}");
-        let live = a["at_peak"]["live_bytes"].as_f64().unwrap();
+        assert_eq!(a.processes, 2, "{v}: {a:?}");
+        let live = at_peak(&a).live_bytes.unwrap() as f64;
         let expected = 64.0 * MIB + 2.0 * 32.0 * 1024.0 + 64.0 * 1024.0;
         assert!(
             (live / expected - 1.0).abs() < 0.02,
@@ -111,11 +108,9 @@ fn a_batch_job_gets_its_state_at_the_peak_not_a_leak_verdict() {
     let r = live_fixture_run("glibc", &["frag", "64", "2"]);
     assert_eq!(r.code(), 0, "{}", r.explain());
     let doc = r.json();
-    let why = &variant(&doc, "glibc")["summary"]["why"];
+    let why = why(&doc, "glibc");
     assert_eq!(why["verdict"], "at_peak", "{why}");
-    let ratio = variant(&doc, "glibc")["summary"]["held_over_live"]["median"]
-        .as_f64()
-        .unwrap();
+    let ratio = median(&doc, "glibc", "held_over_live").as_f64().unwrap();
     assert!((1.8..2.2).contains(&ratio), "held/live {ratio}, made 2.0");
     assert!(
         r.stdout().contains("at its peak:") && r.stdout().contains("held by the allocator"),
@@ -136,33 +131,25 @@ fn server_py() -> String {
 /// probe reporting every `probe_interval`.
 fn loaded_server(mode: &[&str], probe_interval: &str, duration: &str) -> Run {
     let script = server_py();
-    let mut args = vec![
-        "run",
-        "--runs",
-        "1",
-        "--variants",
+    run_json(
+        1,
         "glibc",
-        "--probe-interval",
-        probe_interval,
-        "--json",
-        "out.json",
-        "--url",
-        "http://127.0.0.1:{port}/hello",
-        "--duration",
-        duration,
-        "--cooldown",
-        "200ms",
-        "--connections",
-        "4",
-        "--ready-timeout",
-        "20s",
-        "--",
-        "python3",
-        &script,
-        "{port}",
-    ];
-    args.extend_from_slice(mode);
-    memtrial_in_tmp(&args)
+        &[
+            "--probe-interval",
+            probe_interval,
+            "--url",
+            "http://127.0.0.1:{port}/hello",
+            "--duration",
+            duration,
+            "--cooldown",
+            "200ms",
+            "--connections",
+            "4",
+            "--ready-timeout",
+            "20s",
+        ],
+        &[&["python3", script.as_str(), "{port}"], mode].concat(),
+    )
 }
 
 #[test]
@@ -187,7 +174,7 @@ fn a_fragmented_heap_under_steady_load_is_fragmentation_not_a_leak() {
         let r = loaded_server(&["fragment", "20"], "250ms", "5s");
         assert_eq!(r.code(), 0, "{}", r.explain());
         let doc = r.json();
-        let verdict = variant(&doc, "glibc")["summary"]["why"].clone();
+        let verdict = why(&doc, "glibc").clone();
         assert_ne!(verdict["verdict"], "leak", "{verdict}");
         if verdict["verdict"] == "fragmentation" || tries.len() == 2 {
             break doc;
@@ -195,7 +182,7 @@ fn a_fragmented_heap_under_steady_load_is_fragmentation_not_a_leak() {
         assert_eq!(verdict["verdict"], "too_short", "{verdict}");
         tries.push(verdict);
     };
-    let why = &variant(&doc, "glibc")["summary"]["why"];
+    let why = why(&doc, "glibc");
     assert_eq!(why["verdict"], "fragmentation", "{why}; before: {tries:?}");
     let sentence = why["sentence"].as_str().unwrap();
     // The fixture freed every other buffer of 20 MiB: the allocator holds about twice live.
@@ -219,7 +206,7 @@ fn a_server_that_keeps_memory_for_three_seconds_is_too_short_to_call_a_leak() {
     let r = loaded_server(&["leak"], "100ms", "3s");
     assert_eq!(r.code(), 0, "{}", r.explain());
     let doc = r.json();
-    let why = &variant(&doc, "glibc")["summary"]["why"];
+    let why = why(&doc, "glibc");
     assert_eq!(why["verdict"], "too_short", "{why}");
     let sentence = why["sentence"].as_str().unwrap();
     assert!(sentence.contains("live bytes grew"), "{why}");
@@ -285,7 +272,8 @@ fn no_probes_means_the_kernels_counters_only() {
     assert_eq!(r.code(), 0, "{}", r.explain());
     let doc = r.json();
     assert_eq!(doc["experiment"]["probes"]["kinds"], serde_json::json!([]));
-    assert!(first_run(&doc, "glibc").get("inside").is_none());
+    // No probe ran: the record has no `inside` at all.
+    assert!(first_run_json(&doc, "glibc").get("inside").is_none());
     assert!(!r.stdout().contains("live at peak"), "{}", r.stdout());
     assert!(
         r.stdout()
@@ -304,15 +292,10 @@ fn a_static_program_has_no_probe_data_and_the_report_says_why() {
     let r = run_json(1, "glibc", &[], &[&prog, "300"]);
     assert_eq!(r.code(), 0, "{}", r.explain());
     let doc = r.json();
-    let absent = &first_run(&doc, "glibc")["inside"]["absent"][0];
-    assert_eq!(absent["probe"], "allocator", "{absent}");
-    assert!(
-        absent["reason"]
-            .as_str()
-            .unwrap()
-            .contains("statically linked"),
-        "{absent}"
-    );
+    let run = first_run(&doc, "glibc");
+    let absent = &run.inside.absent[0];
+    assert_eq!(absent.probe, "allocator", "{absent:?}");
+    assert!(absent.reason.contains("statically linked"), "{absent:?}");
 }
 
 #[test]
@@ -349,7 +332,7 @@ fn a_database_from_the_previous_release_opens_reports_and_resumes() {
     let doc: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     validate_schema(&doc, "experiment-v4.schema.json");
     assert_eq!(doc["variants"].as_array().unwrap().len(), 2);
-    assert_eq!(first_run(&doc, "glibc")["status"], "ok");
+    assert_eq!(first_run(&doc, "glibc").status, RunStatus::Ok);
     // An experiment stored before probes existed resumes without them: its runs stay alike.
     assert_eq!(doc["experiment"]["probes"]["kinds"], serde_json::json!([]));
     // The stored experiment ran in /tmp/v3: resuming where that directory is missing is

@@ -7,6 +7,9 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::common::*;
+use memtrial::inspect::{
+    Access, Allocator, Host, MappingTotals, Memory, Process, Sample, WatchEnd,
+};
 
 /// A fixture process, killed and reaped when dropped.
 struct Live {
@@ -67,6 +70,25 @@ fn live(program: &Path, args: &[&str], env: &[(&str, &str)]) -> Live {
     live
 }
 
+/// The document's parts whose types read back (`memtrial::inspect`'s model); the rest
+/// (arenas, advice, mappings, cgroup, glibc, tree, trend) are written by types of other
+/// modules and stay JSON.
+fn memory(v: &Value) -> Memory {
+    typed_part(v)
+}
+
+fn host(v: &Value) -> Host {
+    typed_part(&v["host"])
+}
+
+fn allocator(v: &Value) -> Allocator {
+    typed_part(&v["allocator"])
+}
+
+fn process(v: &Value) -> Process {
+    typed_part(&v["process"])
+}
+
 fn inspect_json(pid: i32, extra: &[&str]) -> Value {
     let pid = pid.to_string();
     let mut args = vec!["inspect", pid.as_str(), "--json"];
@@ -76,7 +98,26 @@ fn inspect_json(pid: i32, extra: &[&str]) -> Value {
     let v: Value = serde_json::from_str(&r.stdout()).expect("inspect --json is JSON");
     assert_eq!(v["schema_version"], 1);
     validate_schema(&v, "inspect-v1.schema.json");
+    read_back(&v);
     v
+}
+
+/// Every part of an inspection whose type reads back does, unchanged (see [`typed_part`]).
+fn read_back(v: &Value) {
+    let _ = (memory(v), host(v), process(v));
+    if !v["allocator"].is_null() {
+        let _ = allocator(v);
+    }
+    if !v["access"].is_null() {
+        let _: Access = typed_part(&v["access"]);
+    }
+    if !v["mapping_totals"].is_null() {
+        let _: MappingTotals = typed_part(&v["mapping_totals"]);
+    }
+    if !v["watch"].is_null() {
+        let _: WatchEnd = typed_part(&v["watch"]["end"]);
+        let _: Vec<Sample> = typed_part(&v["watch"]["samples"]);
+    }
 }
 
 #[test]
@@ -88,7 +129,8 @@ fn inspect_counts_the_arenas_malloc_info_reports() {
     let p = live(&fixture("arenas"), &["20", "20"], &[]);
     let v = inspect_json(p.pid(), &[]);
     let told = p.value("arenas");
-    assert_eq!(v["allocator"]["name"], "glibc");
+    let cpus = host(&v).online_cpus;
+    assert_eq!(allocator(&v).name, "glibc");
     assert_eq!(v["glibc_arenas"]["method"], "exact");
     assert_eq!(
         v["glibc_arenas"]["count"].as_u64().unwrap(),
@@ -100,7 +142,7 @@ fn inspect_counts_the_arenas_malloc_info_reports() {
     assert_eq!(v["glibc_arenas"]["limit_source"]["source"], "default");
     assert_eq!(
         v["glibc_arenas"]["limit"].as_u64().unwrap(),
-        8 * v["host"]["online_cpus"].as_u64().unwrap()
+        8 * u64::from(cpus)
     );
     assert_eq!(v["thread_stacks"], 20, "one stack per worker thread");
     // The process's own glibc, read from its mapped libc.so.6: the same as ours here.
@@ -117,14 +159,15 @@ fn inspect_counts_the_arenas_malloc_info_reports() {
     for k in ["main_heap", "malloc_arenas", "thread_stacks", "file_code"] {
         assert!(kinds.contains(&k), "{k} missing from {kinds:?}");
     }
-    for k in [
-        "rss_bytes",
-        "pss_bytes",
-        "uss_bytes",
-        "vsz_bytes",
-        "peak_rss_bytes",
+    let m = memory(&v);
+    for (k, n) in [
+        ("rss_bytes", Some(m.rss_bytes)),
+        ("pss_bytes", m.pss_bytes),
+        ("uss_bytes", m.uss_bytes),
+        ("vsz_bytes", Some(m.vsz_bytes)),
+        ("peak_rss_bytes", Some(m.peak_rss_bytes)),
     ] {
-        assert!(v[k].as_u64().unwrap() > 0, "{k}");
+        assert!(n.unwrap() > 0, "{k}");
     }
     // The text names the count and where it came from, and evidence lines are whole.
     let r = memtrial_in_tmp(&["inspect", &p.pid().to_string()]);
@@ -146,8 +189,7 @@ fn inspect_counts_the_arenas_malloc_info_reports() {
                 .unwrap()
                 .iter()
                 .any(|a| a["kind"] == "many_arenas" || a["kind"] == "arena_limit_above_cpu_quota"),
-            "{told} arenas on {} CPUs: {}",
-            v["host"]["online_cpus"],
+            "{told} arenas on {cpus} CPUs: {}",
             v["advice"]
         );
     }
@@ -198,17 +240,16 @@ fn inspect_names_preloaded_allocators() {
             &[("LD_PRELOAD", lib)],
         );
         let v = inspect_json(p.pid(), &[]);
-        let a = &v["allocator"];
-        assert_eq!(a["name"], name, "{a}");
-        assert_eq!(a["ld_preload"], lib);
-        assert!(a["preload_ignored"].is_null(), "{a}");
+        let a = allocator(&v);
+        assert_eq!(a.name, name, "{a:?}");
+        assert_eq!(a.ld_preload.as_deref(), Some(lib));
+        assert!(a.preload_ignored.is_none(), "{a:?}");
         assert!(
-            a["evidence"].as_array().unwrap().iter().any(|e| {
-                let e = e.as_str().unwrap();
+            a.evidence.iter().any(|e| {
                 // The loader maps the file the symlink points to.
                 e.starts_with(lib) && e.ends_with(" is mapped")
             }),
-            "{a}"
+            "{a:?}"
         );
         assert!(
             v["glibc_arenas"].is_null(),
@@ -228,12 +269,10 @@ fn inspect_static_program_ignores_the_preload() {
         &[("LD_PRELOAD", "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2")],
     );
     let v = inspect_json(p.pid(), &[]);
-    assert_eq!(v["allocator"]["name"], "glibc (static executable)");
-    assert_eq!(v["allocator"]["linkage"], "static");
-    assert!(v["allocator"]["preload_ignored"]
-        .as_str()
-        .unwrap()
-        .contains("static"));
+    let a = allocator(&v);
+    assert_eq!(a.name, "glibc (static executable)");
+    assert_eq!(a.linkage.as_deref(), Some("static"));
+    assert!(a.preload_ignored.unwrap().contains("static"));
     assert!(v["advice"]
         .as_array()
         .unwrap()
@@ -259,15 +298,10 @@ fn inspect_program_with_its_own_malloc() {
         )],
     );
     let v = inspect_json(p.pid(), &[]);
-    assert_eq!(
-        v["allocator"]["name"],
-        "custom (the executable defines malloc)"
-    );
-    assert_eq!(v["allocator"]["defines_malloc"], true);
-    assert!(v["allocator"]["preload_ignored"]
-        .as_str()
-        .unwrap()
-        .contains("own malloc"));
+    let a = allocator(&v);
+    assert_eq!(a.name, "custom (the executable defines malloc)");
+    assert_eq!(a.defines_malloc, Some(true));
+    assert!(a.preload_ignored.unwrap().contains("own malloc"));
     assert!(v["glibc_arenas"].is_null());
 }
 
@@ -311,9 +345,10 @@ fn inspect_reports_a_cpu_quota_below_the_visible_cpus() {
     let p = live(&fixture("arenas"), &["4", "20"], &[]);
     std::fs::write(group.dir.join("cgroup.procs"), p.pid().to_string()).expect("move into cgroup");
     let v = inspect_json(p.pid(), &[]);
+    let cpus = host(&v).online_cpus;
     let cpu = &v["cgroup"]["cpu"];
     assert_eq!(v["cgroup"]["cpu_quota_cpus"], 0.5);
-    assert_eq!(v["cgroup"]["visible_cpus"], v["host"]["online_cpus"]);
+    assert_eq!(v["cgroup"]["visible_cpus"], cpus);
     assert_eq!(cpu["version"], "v1");
     assert_eq!(
         cpu["path"],
@@ -322,7 +357,7 @@ fn inspect_reports_a_cpu_quota_below_the_visible_cpus() {
     assert_eq!(cpu["quota"]["quota_us"], 50000);
     assert_eq!(cpu["quota"]["cpus"], 0.5);
     // 0.5 CPU is below any online CPU count: glibc's default limit ignores it.
-    assert!(v["host"]["online_cpus"].as_u64().unwrap() >= 1);
+    assert!(cpus >= 1);
     let advice = v["advice"].as_array().unwrap();
     let a = advice
         .iter()
@@ -336,7 +371,7 @@ fn inspect_reports_a_cpu_quota_below_the_visible_cpus() {
     assert!(
         msg.contains(&format!(
             "{} arenas for 5 threads; glibc allows {} here because {} CPUs are visible but the quota is 0.5 → set MALLOC_ARENA_MAX=2 or preload jemalloc",
-            v["glibc_arenas"]["count"], v["glibc_arenas"]["limit"], v["host"]["online_cpus"]
+            v["glibc_arenas"]["count"], v["glibc_arenas"]["limit"], cpus
         )),
         "{msg}"
     );
@@ -409,8 +444,8 @@ fn inspect_watch_on_a_process_that_exits() {
     let p = live(&fixture("alloc_loop_dyn"), &["1200"], &[]);
     let v = inspect_json(p.pid(), &["--watch", "6s", "--interval", "100ms"]);
     let w = &v["watch"];
-    assert_eq!(w["end"], "process_exited");
-    let n = w["samples"].as_array().unwrap().len();
+    assert_eq!(typed_part::<WatchEnd>(&w["end"]), WatchEnd::ProcessExited);
+    let n = typed_part::<Vec<Sample>>(&w["samples"]).len();
     assert!((5..=20).contains(&n), "{n} samples in about 1.2 s");
     assert_eq!(v["complete"], false);
     assert!(w["trend"]["verdict"].is_string());
@@ -429,12 +464,15 @@ fn inspect_watch_tells_growth_from_a_plateau() {
         "{}",
         v["watch"]["trend"]
     );
-    assert_eq!(v["watch"]["end"], "completed");
+    assert_eq!(
+        typed_part::<WatchEnd>(&v["watch"]["end"]),
+        WatchEnd::Completed
+    );
     // Every sample has RSS, PSS, threads and (glibc) arenas.
-    for smp in v["watch"]["samples"].as_array().unwrap() {
-        assert!(smp["pss_bytes"].as_u64().unwrap() > 0, "{smp}");
-        assert_eq!(smp["threads"], 3, "{smp}");
-        assert_eq!(smp["arenas"], v["glibc_arenas"]["count"], "{smp}");
+    for smp in typed_part::<Vec<Sample>>(&v["watch"]["samples"]) {
+        assert!(smp.pss_bytes.unwrap() > 0, "{smp:?}");
+        assert_eq!(smp.threads, 3, "{smp:?}");
+        assert_eq!(smp.arenas, v["glibc_arenas"]["count"].as_u64(), "{smp:?}");
     }
     // Growing: 1 MiB of touched memory every 50 ms.
     let grow = live(
@@ -500,18 +538,15 @@ fn inspect_maps_totals_agree_with_pmap_and_smaps_rollup() {
     // A process that allocated and now sleeps: its address space holds still.
     let p = live(&fixture("arenas"), &["6", "20"], &[]);
     let v = inspect_json(p.pid(), &["--maps"]);
-    let t = &v["mapping_totals"];
+    let t: MappingTotals = typed_part(&v["mapping_totals"]);
     let (pmap_size, pmap_rss) = pmap_total(p.pid());
-    assert_eq!(t["size_bytes"].as_u64().unwrap(), pmap_size, "size vs pmap");
-    assert_eq!(t["rss_bytes"].as_u64().unwrap(), pmap_rss, "RSS vs pmap");
-    assert_eq!(t["rss_bytes"], t["rollup_rss_bytes"], "RSS vs smaps_rollup");
-    assert_eq!(t["rss_bytes"].as_u64().unwrap(), rollup_rss(p.pid()));
+    assert_eq!(t.size_bytes, pmap_size, "size vs pmap");
+    assert_eq!(t.rss_bytes, pmap_rss, "RSS vs pmap");
+    assert_eq!(Some(t.rss_bytes), t.rollup_rss_bytes, "RSS vs smaps_rollup");
+    assert_eq!(t.rss_bytes, rollup_rss(p.pid()));
     // PSS per mapping is rounded down to kB; the rollup sums before rounding.
-    let (sum, roll) = (
-        t["pss_bytes"].as_u64().unwrap(),
-        t["rollup_pss_bytes"].as_u64().unwrap(),
-    );
-    assert!(sum <= roll && roll - sum <= 1024 * t["mappings"].as_u64().unwrap());
+    let (sum, roll) = (t.pss_bytes, t.rollup_pss_bytes.unwrap());
+    assert!(sum <= roll && roll - sum <= 1024 * t.mappings);
     let groups = v["mappings"].as_array().unwrap();
     let by_kind: u64 = groups
         .iter()
@@ -662,24 +697,20 @@ fn inspect_without_ptrace_rights_says_what_is_needed() {
     );
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     validate_schema(&v, "inspect-v1.schema.json");
+    read_back(&v);
     assert_eq!(v["complete"], false);
-    let a = &v["access"];
-    assert_eq!(a["our_uid"], 65534);
-    assert_eq!(a["owner_uid"], 0);
-    let denied: Vec<&str> = a["denied"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|d| d.as_str().unwrap())
-        .collect();
-    assert!(denied.contains(&"/proc/PID/smaps"), "{denied:?}");
-    let hint = a["hint"].as_str().unwrap();
+    let a: Access = typed_part(&v["access"]);
+    assert_eq!(a.our_uid, 65534);
+    assert_eq!(a.owner_uid, Some(0));
+    let denied = &a.denied;
+    assert!(denied.iter().any(|d| d == "/proc/PID/smaps"), "{denied:?}");
+    let hint = &a.hint;
     assert!(
         hint.contains("ptrace-read") && hint.contains("as root") && hint.contains("UID 0"),
         "{hint}"
     );
     // What status gives stays: RSS and threads.
-    assert!(v["rss_bytes"].as_u64().unwrap() > 0);
+    assert!(memory(&v).rss_bytes > 0);
     assert_eq!(v["threads"], 3);
     let out = run(&[]);
     let text = String::from_utf8_lossy(&out.stdout);

@@ -52,6 +52,13 @@ fn judge(args: &[&str]) -> Run {
     memtrial_in_tmp(&[&["judge"], args].concat())
 }
 
+/// `memtrial judge ARGS` refused as bad input (exit 2), its stderr saying `says`.
+fn judge_refused(args: &[&str], says: &str) {
+    let r = judge(args);
+    assert_eq!(r.code(), 2, "{args:?}: {}", r.explain());
+    assert!(r.stderr().contains(says), "{args:?}: {}", r.stderr());
+}
+
 #[test]
 fn judge_finds_the_leaner_group_and_not_a_twin() {
     if !(need_c_compiler() && need_file("/usr/bin/prometheus", "prometheus")) {
@@ -134,9 +141,7 @@ fn judge_finds_the_leaner_group_and_not_a_twin() {
             && page.contains("fragmentation in 3 of 3 pod(s)"),
         "{page}"
     );
-    let j: Value =
-        serde_json::from_str(&std::fs::read_to_string(r.dir.path().join("j.json")).unwrap())
-            .unwrap();
+    let j: Value = r.json_file("j.json");
     // The metric was found by itself: the exporter's per-process series.
     assert_eq!(j["metric"], "memtrial_process_resident_bytes", "{j}");
     let group = |name: &str| {
@@ -206,43 +211,34 @@ fn judge_finds_the_leaner_group_and_not_a_twin() {
     );
 
     // A selector that matches nothing is named, with the window.
-    let r = judge(&[
-        "--prometheus",
-        &url,
-        "--baseline",
-        &sel(&base),
-        "--variant",
-        "ghost=group=\"no-such-group\"",
-        "--since",
-        "30s",
-        "--block",
-        "3s",
-    ]);
-    assert_eq!(r.code(), 2, "{}", r.explain());
-    assert!(
-        r.stderr().contains(
-            "ghost: memtrial_process_resident_bytes{group=\"no-such-group\"} matches no series"
-        ),
-        "{}",
-        r.stderr()
+    judge_refused(
+        &[
+            "--prometheus",
+            &url,
+            "--baseline",
+            &sel(&base),
+            "--variant",
+            "ghost=group=\"no-such-group\"",
+            "--since",
+            "30s",
+            "--block",
+            "3s",
+        ],
+        "ghost: memtrial_process_resident_bytes{group=\"no-such-group\"} matches no series",
     );
     // A selector Prometheus cannot parse: its own words.
-    let r = judge(&[
-        "--prometheus",
-        &url,
-        "--baseline",
-        "group=~",
-        "--variant",
-        "x=group=\"a\"",
-        "--metric",
-        "memtrial_process_resident_bytes",
-    ]);
-    assert_eq!(r.code(), 2, "{}", r.explain());
-    assert!(
-        r.stderr()
-            .contains(&format!("Prometheus at {url} refused the query")),
-        "{}",
-        r.stderr()
+    judge_refused(
+        &[
+            "--prometheus",
+            &url,
+            "--baseline",
+            "group=~",
+            "--variant",
+            "x=group=\"a\"",
+            "--metric",
+            "memtrial_process_resident_bytes",
+        ],
+        &format!("Prometheus at {url} refused the query"),
     );
     drop(procs);
 }
@@ -253,20 +249,16 @@ fn judge_bad_input_names_the_flag() {
     let port = free_port();
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     let url = format!("http://{addr}");
-    let r = judge(&[
-        "--prometheus",
-        &url,
-        "--baseline",
-        "a=\"b\"",
-        "--variant",
-        "x=a=\"c\"",
-    ]);
-    assert_eq!(r.code(), 2, "{}", r.explain());
-    assert!(
-        r.stderr()
-            .contains(&format!("cannot reach Prometheus at {url}")),
-        "{}",
-        r.stderr()
+    judge_refused(
+        &[
+            "--prometheus",
+            &url,
+            "--baseline",
+            "a=\"b\"",
+            "--variant",
+            "x=a=\"c\"",
+        ],
+        &format!("cannot reach Prometheus at {url}"),
     );
     for (args, says) in [
         (
@@ -366,9 +358,7 @@ fn judge_bad_input_names_the_flag() {
             "not in the past",
         ),
     ] {
-        let r = judge(&args);
-        assert_eq!(r.code(), 2, "{args:?}: {}", r.explain());
-        assert!(r.stderr().contains(says), "{args:?}: {}", r.stderr());
+        judge_refused(&args, says);
     }
 }
 
@@ -531,9 +521,7 @@ fn a_fortnight_backfilled_is_judged_week_against_week() {
             "out.json",
         ]);
         assert_eq!(r.code(), 0, "{}", r.explain());
-        let j: Value =
-            serde_json::from_str(&std::fs::read_to_string(r.dir.path().join("out.json")).unwrap())
-                .unwrap();
+        let j: Value = r.json_file("out.json");
         let after = j["groups"][1].clone();
         (j, after)
     };
@@ -556,18 +544,19 @@ fn a_fortnight_backfilled_is_judged_week_against_week() {
     let (_, steady) = judge_week("steady");
     assert_eq!(steady["verdict"], "no_significant_difference", "{steady}");
     // --align needs whole weeks.
-    let r = judge(&[
-        "--prometheus",
-        &url,
-        "--selector",
-        "group=\"fleet\"",
-        "--before",
-        &format!("{at}/3d"),
-        "--align",
-        "hour-of-week",
-    ]);
-    assert_eq!(r.code(), 2, "{}", r.explain());
-    assert!(r.stderr().contains("whole weeks"), "{}", r.stderr());
+    judge_refused(
+        &[
+            "--prometheus",
+            &url,
+            "--selector",
+            "group=\"fleet\"",
+            "--before",
+            &format!("{at}/3d"),
+            "--align",
+            "hour-of-week",
+        ],
+        "whole weeks",
+    );
 }
 
 /// A small server exposing a `prometheus-client` histogram on loopback: every scrape first
@@ -644,9 +633,7 @@ fn judge_compares_latency_quantiles_from_a_histogram() {
         "j.json",
     ]);
     assert_eq!(r.code(), 0, "{}", r.explain());
-    let j: Value =
-        serde_json::from_str(&std::fs::read_to_string(r.dir.path().join("j.json")).unwrap())
-            .unwrap();
+    let j: Value = r.json_file("j.json");
     let slow = j["groups"][1]["beside"].as_array().unwrap().clone();
     let fig = |name: &str| {
         slow.iter()

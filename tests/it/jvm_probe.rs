@@ -64,27 +64,22 @@ fn jvm_probe_reads_native_memory_tracking() {
     let db = build.path().join("m.db");
     // A small initial heap, so that NMT's committed total is near the RSS; the direct
     // buffers need more than the default direct-memory limit of -Xmx64m would give.
-    let r = memtrial_in_tmp(&[
-        "run",
-        "--db",
-        db.to_str().unwrap(),
-        "--runs",
-        "1",
-        "--variants",
+    let r = run_with(
+        1,
         "glibc",
-        "--probe",
-        "jvm",
-        "--",
-        "java",
-        "-Xms32m",
-        "-Xmx128m",
-        "-cp",
-        classes.to_str().unwrap(),
-        "NativeThreads",
-        "50",
-        "64",
-        "6",
-    ]);
+        &["--db", db.to_str().unwrap(), "--probe", "jvm"],
+        &[
+            "java",
+            "-Xms32m",
+            "-Xmx128m",
+            "-cp",
+            classes.to_str().unwrap(),
+            "NativeThreads",
+            "50",
+            "64",
+            "6",
+        ],
+    );
     assert_eq!(r.code(), 0, "{}", r.explain());
     let exp = stored(&db);
     let run = &exp.runs[0];
@@ -182,20 +177,12 @@ fn jvm_probe_reads_native_memory_tracking() {
 fn jvm_probe_on_a_program_that_is_no_jvm_says_why() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("m.db");
-    let r = memtrial_in_tmp(&[
-        "run",
-        "--db",
-        db.to_str().unwrap(),
-        "--runs",
-        "1",
-        "--variants",
+    let r = run_with(
+        1,
         "glibc",
-        "--probe",
-        "jvm",
-        "--",
-        "sleep",
-        "1",
-    ]);
+        &["--db", db.to_str().unwrap(), "--probe", "jvm"],
+        &["sleep", "1"],
+    );
     assert_eq!(r.code(), 0, "{}", r.explain());
     let exp = stored(&db);
     let run = &exp.runs[0];

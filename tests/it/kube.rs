@@ -295,23 +295,12 @@ fn in_container_records_the_containers_limits_and_changes_nothing() {
         assert_eq!(limits["cpuset"], Value::Null);
         assert_eq!(limits["pids_max"], Value::Null);
         // Exactly one run, of the slot's variant, ok and verified.
-        let runs: Vec<(&str, &Value)> = doc["variants"]
-            .as_array()
-            .expect("variants")
-            .iter()
-            .flat_map(|v| {
-                v["runs"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .map(move |r| (v["name"].as_str().unwrap_or(""), r))
-            })
-            .collect();
+        let runs = all_runs(&doc);
         assert_eq!(runs.len(), 1, "{log}");
-        let (name, run) = runs[0];
-        assert_eq!(name, variant, "{log}");
-        assert_eq!(run["status"], "ok", "{log}");
-        assert_eq!(run["verified"], true, "{log}");
+        let run = &runs[0];
+        assert_eq!(run.variant, variant, "{log}");
+        assert_eq!(run.status, RunStatus::Ok, "{log}");
+        assert!(run.verification.ok(), "{log}");
         // The record says where its limits came from.
         let notes = doc["notes"].to_string();
         assert!(

@@ -440,18 +440,24 @@ fn plans_are_read_within_a_limit_and_their_errors_say_why() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{err}");
         assert!(err.contains(says), "kube: {text:?}: {err}");
-        let run = Command::new(memtrial())
-            .args(["run", "--plan"])
-            .arg(&plan)
-            .arg("--db")
-            .arg(dir.path().join("m.db"))
-            .current_dir(dir.path())
-            .output()
-            .expect("run memtrial");
-        let err = String::from_utf8_lossy(&run.stderr);
-        assert_eq!(run.status.code(), Some(2), "{err}");
-        assert!(err.contains(says), "run: {text:?}: {err}");
+        run_refuses_the_plan(dir.path(), &plan, says, text);
     }
+}
+
+/// `memtrial run --plan PLAN` (a database in `dir`) refuses the plan as bad input, saying
+/// `says` (`what`: the case, for the failure message).
+fn run_refuses_the_plan(dir: &std::path::Path, plan: &std::path::Path, says: &str, what: &str) {
+    let run = Command::new(memtrial())
+        .args(["run", "--plan"])
+        .arg(plan)
+        .arg("--db")
+        .arg(dir.join("m.db"))
+        .current_dir(dir)
+        .output()
+        .expect("run memtrial");
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(2), "run: {what:?}: {err}");
+    assert!(err.contains(says), "run: {what:?}: {err}");
 }
 
 #[test]
@@ -475,16 +481,6 @@ fn kube_refuses_the_variant_names_run_refuses() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "kube: {err}");
         assert!(out.stdout.is_empty() && err.contains(says), "kube: {err}");
-        let run = Command::new(memtrial())
-            .args(["run", "--plan"])
-            .arg(&plan)
-            .arg("--db")
-            .arg(dir.path().join("m.db"))
-            .current_dir(dir.path())
-            .output()
-            .expect("run memtrial");
-        let err = String::from_utf8_lossy(&run.stderr);
-        assert_eq!(run.status.code(), Some(2), "run: {err}");
-        assert!(err.contains(says), "run: {err}");
+        run_refuses_the_plan(dir.path(), &plan, says, variants);
     }
 }

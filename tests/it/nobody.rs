@@ -100,20 +100,19 @@ fn a_user_without_root_runs_reports_inspects_and_exports_their_own_programs() {
             && stderr.contains("systemd-run --user --scope -p Delegate=yes"),
         "{stderr}"
     );
-    let doc: Value =
-        serde_json::from_str(&std::fs::read_to_string(d.join("out.json")).unwrap()).unwrap();
+    let doc = json_in(d);
     for v in ["glibc", "jemalloc"] {
-        let runs = variant(&doc, v)["runs"].as_array().unwrap();
+        let runs = typed_runs(&doc, v);
         assert_eq!(runs.len(), 3, "{v}");
         for r in runs {
-            assert_eq!(r["status"], "ok", "{v}: {r}");
+            assert_eq!(r.status, RunStatus::Ok, "{v}: {r:?}");
             assert!(
-                r["cgroup"].is_null(),
-                "no cgroup figures without a cgroup: {r}"
+                r.cgroup.is_none(),
+                "no cgroup figures without a cgroup: {r:?}"
             );
         }
     }
-    assert!(variant(&doc, "jemalloc")["runs"][0]["verified"] == true);
+    assert!(first_run(&doc, "jemalloc").verification.ok());
     assert!(
         doc["notes"].to_string().contains("isolation: none"),
         "{}",

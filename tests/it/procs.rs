@@ -5,8 +5,6 @@
 use std::os::unix::fs::PermissionsExt;
 use std::process::Command;
 
-use serde_json::Value;
-
 use crate::common::*;
 
 /// The PIDs whose argv contains `marker`, read from `/proc` (zombies have none).
@@ -69,30 +67,20 @@ fn setsid_daemons_die_with_the_run(as_user: Option<u32>) {
         None => Command::new(memtrial()),
     };
     let out = cmd
-        .args([
-            "run",
-            "--runs",
-            "1",
-            "--variants",
+        .args(run_json_args(
+            1,
             "glibc",
-            "--before",
-            &before,
-            "--driver",
-            &driver,
-            "--json",
-            "out.json",
-            "--",
-            "sleep",
-            "30",
-        ])
+            &["--before", &before, "--driver", &driver],
+            &["sleep", "30"],
+        ))
         .current_dir(dir.path())
         .env("NO_COLOR", "1")
         .output()
         .unwrap();
     let stderr = stderr_of(&out);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
-    let doc = out_json(dir.path());
-    assert_eq!(first_run(&doc, "glibc")["status"], "ok", "{stderr}");
+    let doc = json_in(dir.path());
+    assert_eq!(first_run(&doc, "glibc").status, RunStatus::Ok, "{stderr}");
     assert_eq!(
         pids_with_marker(&before_mark),
         Vec::<i32>::new(),
@@ -155,39 +143,25 @@ fn a_driver_line_without_newline_keeps_memtrial_small() {
     }
     let dir = tempfile::tempdir().unwrap();
     let driver = "head -c 300000000 /dev/zero | tr '\\0' a; echo; echo memtrial-figure after_the_long_line 7";
-    let (code, peak, stderr) = memtrial_with_peak(
-        dir.path(),
-        &[
-            "run",
-            "--runs",
-            "1",
-            "--variants",
-            "glibc",
-            "--driver",
-            driver,
-            "--json",
-            "out.json",
-            "--",
-            "sleep",
-            "60",
-        ],
-    );
+    let args = run_json_args(1, "glibc", &["--driver", driver], &["sleep", "60"]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (code, peak, stderr) = memtrial_with_peak(dir.path(), &args);
     assert_eq!(code, 0, "{stderr}");
     assert!(
         peak < 150 << 20,
         "memtrial's peak RSS was {} MiB reading a 300 MB line",
         peak >> 20
     );
-    let doc = out_json(dir.path());
+    let doc = json_in(dir.path());
     let run = first_run(&doc, "glibc");
-    assert_eq!(run["status"], "ok", "{stderr}");
-    let driver = &run["driver"];
+    assert_eq!(run.status, RunStatus::Ok, "{stderr}");
+    let driver = driver_of(&run);
     assert_eq!(
-        driver["figures"]["after_the_long_line"]["value"].as_f64(),
+        driver.figures.get("after_the_long_line").map(|f| f.value),
         Some(7.0),
-        "{driver}"
+        "{driver:?}"
     );
-    let ignored = driver["ignored"].to_string();
+    let ignored = driver.ignored.join("\n");
     assert!(
         ignored.contains("a line of 300000000 bytes was cut to its first 64 KiB"),
         "{ignored}"
@@ -212,7 +186,7 @@ fn a_driver_line_without_newline_keeps_memtrial_small() {
 
 /// `memtrial run` of `sh -c 'sleep 1; : MARK'` with `extra` flags; when `stop_for` is
 /// given, memtrial is stopped (SIGSTOP) for that long once the workload runs. The run.
-fn sleep_one(extra: &[&str], stop_for: Option<std::time::Duration>) -> (Value, String) {
+fn sleep_one(extra: &[&str], stop_for: Option<std::time::Duration>) -> (RunRecord, String) {
     let stop = stop_for.map(|d| (std::time::Duration::ZERO, d));
     stopped_run("sleep 1", extra, stop)
 }
@@ -224,7 +198,7 @@ fn stopped_run(
     script: &str,
     extra: &[&str],
     stop: Option<(std::time::Duration, std::time::Duration)>,
-) -> (Value, String) {
+) -> (RunRecord, String) {
     let stop_for = stop.map(|(_, d)| d);
     static CALLS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
@@ -232,18 +206,12 @@ fn stopped_run(
     let _reaper = Reaper(vec![mark.clone()]);
     let dir = tempfile::tempdir().unwrap();
     let mut child = Command::new(memtrial())
-        .args([
-            "run",
-            "--runs",
-            "1",
-            "--variants",
+        .args(run_json_args(
+            1,
             "glibc",
-            "--json",
-            "out.json",
-        ])
-        .args(extra)
-        .args(["--", "sh", "-c"])
-        .arg(format!("{script}; : {mark}"))
+            extra,
+            &["sh", "-c", &format!("{script}; : {mark}")],
+        ))
         .current_dir(dir.path())
         .env("NO_COLOR", "1")
         .stdout(std::process::Stdio::null())
@@ -280,8 +248,7 @@ fn stopped_run(
     let timeout = extra.contains(&"--timeout") && !script.starts_with("sleep 1");
     // A run that times out makes memtrial exit 1.
     assert_eq!(status.code(), Some(if timeout { 1 } else { 0 }), "{stderr}");
-    let doc = out_json(dir.path());
-    (first_run(&doc, "glibc").clone(), stderr)
+    (first_run(&json_in(dir.path()), "glibc"), stderr)
 }
 
 /// memtrial stopped for 3 s while `sleep 1` runs (with `extra` flags): the run is ok, its
@@ -290,16 +257,16 @@ fn stopped_run(
 fn sigstop_changes_no_figure(extra: &[&str]) {
     let stop = std::time::Duration::from_secs(3);
     let (calm, _) = sleep_one(extra, None);
-    assert_eq!(calm["status"], "ok", "{calm}");
-    let calm_wall = calm["wall_seconds"].as_f64().unwrap();
+    assert_eq!(calm.status, RunStatus::Ok, "{calm:?}");
+    let calm_wall = calm.wall_seconds;
     let (run, stderr) = sleep_one(extra, Some(stop));
-    assert_eq!(run["status"], "ok", "{extra:?}: {run}");
-    let wall = run["wall_seconds"].as_f64().unwrap();
+    assert_eq!(run.status, RunStatus::Ok, "{extra:?}: {run:?}");
+    let wall = run.wall_seconds;
     assert!(
         (wall - calm_wall).abs() < stop.as_secs_f64() / 3.0,
         "{extra:?}: wall {wall} s with memtrial stopped {stop:?}, {calm_wall} s without"
     );
-    let message = run["message"].as_str().unwrap_or_default();
+    let message = run.message.unwrap_or_default();
     assert!(
         message.contains("disturbed: memtrial itself did not run for"),
         "{extra:?}: {message}"
@@ -337,32 +304,26 @@ fn a_drivers_memory_is_not_the_workloads_without_cgroups() {
     let out = Command::new("setpriv")
         .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
         .arg(memtrial())
-        .args([
-            "run",
-            "--runs",
-            "1",
-            "--variants",
+        .args(run_json_args(
+            1,
             "glibc",
-            "--json",
-            "out.json",
-            "--driver",
-            "python3 -c 'import time; x = bytearray(150 << 20); time.sleep(1)'",
-            "--",
-            "sleep",
-            "30",
-        ])
+            &[
+                "--driver",
+                "python3 -c 'import time; x = bytearray(150 << 20); time.sleep(1)'",
+            ],
+            &["sleep", "30"],
+        ))
         .current_dir(dir.path())
         .env("NO_COLOR", "1")
         .output()
         .unwrap();
     let stderr = stderr_of(&out);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
-    let doc = out_json(dir.path());
-    let run = first_run(&doc, "glibc");
-    assert_eq!(run["status"], "ok", "{stderr}");
-    let peak = run["peak_rss_bytes"].as_u64().unwrap();
+    let run = first_run(&json_in(dir.path()), "glibc");
+    assert_eq!(run.status, RunStatus::Ok, "{stderr}");
+    let peak = run.peak_rss_bytes;
     assert!(peak < 32 << 20, "sleep's peak was {} MiB", peak >> 20);
-    assert_eq!(run["processes_seen"], 1, "{run}");
+    assert_eq!(run.processes_seen, 1, "{run:?}");
 }
 
 /// memtrial stopped for 3 s during the grace period of a timeout (a workload ignoring
@@ -377,8 +338,8 @@ fn sigstop_of_memtrial_in_the_grace_period_marks_the_run() {
             std::time::Duration::from_secs(3),
         )),
     );
-    assert_eq!(run["status"], "timeout", "{stderr}");
-    let message = run["message"].as_str().unwrap_or_default();
+    assert_eq!(run.status, RunStatus::Timeout, "{stderr}");
+    let message = run.message.unwrap_or_default();
     assert!(
         message.contains("timed out after 1s; disturbed: memtrial itself did not run for"),
         "{message}"
@@ -398,19 +359,7 @@ fn a_fifo_or_link_in_the_probe_directory_neither_freezes_nor_leaks() {
         dir.path().join("secret").display()
     );
     let out = watched()
-        .args([
-            "run",
-            "--runs",
-            "1",
-            "--variants",
-            "glibc",
-            "--json",
-            "out.json",
-            "--",
-            "sh",
-            "-c",
-        ])
-        .arg(&script)
+        .args(run_json_args(1, "glibc", &[], &["sh", "-c", &script]))
         .current_dir(dir.path())
         .env("NO_COLOR", "1")
         .output()
@@ -421,17 +370,9 @@ fn a_fifo_or_link_in_the_probe_directory_neither_freezes_nor_leaks() {
         Some(0),
         "memtrial hung or failed: {stderr}"
     );
-    let doc = out_json(dir.path());
-    assert_eq!(first_run(&doc, "glibc")["status"], "ok");
+    let doc = json_in(dir.path());
+    assert_eq!(first_run(&doc, "glibc").status, RunStatus::Ok);
     assert!(!doc.to_string().contains("not-a-probe-line"));
-}
-
-/// The experiment's JSON that a run wrote to `dir/out.json`, checked against its schema.
-fn out_json(dir: &std::path::Path) -> Value {
-    let text = std::fs::read_to_string(dir.join("out.json")).expect("out.json");
-    let doc: Value = serde_json::from_str(&text).expect("valid JSON");
-    validate_schema(&doc, "experiment-v4.schema.json");
-    doc
 }
 
 /// The workload knows its own stderr's path: replaced by a FIFO, it must not freeze the
@@ -443,21 +384,16 @@ fn a_workload_that_turns_its_stderr_into_a_fifo_cannot_freeze_the_run() {
     std::fs::write(&fake, "this is text, not a shared object\n".repeat(8)).unwrap();
     let variant = format!("x=preload:{}", fake.display());
     let out = watched()
-        .args([
-            "run",
-            "--runs",
-            "1",
-            "--variants",
+        .args(run_json_args(
+            1,
             "glibc",
-            "--variant",
-            &variant,
-            "--json",
-            "out.json",
-            "--",
-            "/bin/sh",
-            "-c",
-            "p=$(readlink /proc/self/fd/2); rm -f \"$p\" && mkfifo \"$p\"; sleep 0.5",
-        ])
+            &["--variant", &variant],
+            &[
+                "/bin/sh",
+                "-c",
+                "p=$(readlink /proc/self/fd/2); rm -f \"$p\" && mkfifo \"$p\"; sleep 0.5",
+            ],
+        ))
         .current_dir(dir.path())
         .env("NO_COLOR", "1")
         .output()
@@ -469,10 +405,9 @@ fn a_workload_that_turns_its_stderr_into_a_fifo_cannot_freeze_the_run() {
         Some(1),
         "memtrial hung or failed: {stderr}"
     );
-    let doc = out_json(dir.path());
     assert_eq!(
-        first_run(&doc, "x")["status"],
-        "variant_not_effective",
+        first_run(&json_in(dir.path()), "x").status,
+        RunStatus::VariantNotEffective,
         "{stderr}"
     );
 }

@@ -30,8 +30,8 @@ fn a_program_linked_with_jemalloc_shows_jemalloc_linked() {
     assert_eq!(r.code(), 0, "{}", r.explain());
     let doc = r.json();
     let run = first_run(&doc, "glibc");
-    assert_eq!(run["status"], "ok", "{run}");
-    assert_eq!(run["allocator_detected"], "jemalloc (linked)", "{run}");
+    assert_eq!(run.status, RunStatus::Ok, "{run:?}");
+    assert_eq!(run.allocator_detected, "jemalloc (linked)", "{run:?}");
     // The terminal table's allocator column says the same.
     assert!(r.stdout().contains("jemalloc (linked)"), "{}", r.stdout());
 }
@@ -40,24 +40,19 @@ fn a_program_linked_with_jemalloc_shows_jemalloc_linked() {
 fn two_builds_compared_as_program_variants_are_each_verified() {
     let Some(linked) = linked_build() else { return };
     let plain = fixture("twobuilds_plain");
-    let r = memtrial_in_tmp(&[
-        "run",
-        "--runs",
-        "1",
-        "--variant",
-        &format!("plain=program:{}", s(&plain)),
-        "--variant",
-        &format!("je=program:{}", s(&linked)),
-        "--variants",
+    let r = run_json(
+        1,
         "plain,je",
-        "--baseline",
-        "plain",
-        "--json",
-        "out.json",
-        "--",
-        &s(&plain),
-        "300",
-    ]);
+        &[
+            "--variant",
+            &format!("plain=program:{}", s(&plain)),
+            "--variant",
+            &format!("je=program:{}", s(&linked)),
+            "--baseline",
+            "plain",
+        ],
+        &[&s(&plain), "300"],
+    );
     assert_eq!(r.code(), 0, "{}", r.explain());
     let doc = r.json();
     for (name, exe, alloc) in [
@@ -67,15 +62,15 @@ fn two_builds_compared_as_program_variants_are_each_verified() {
         let v = variant(&doc, name);
         assert_eq!(v["program"], s(exe), "{v}");
         assert_eq!(v["command"], serde_json::Value::Null);
-        let run = &v["runs"][0];
-        assert_eq!(run["status"], "ok", "{name}: {run}");
-        assert_eq!(run["verification"], "verified", "{name}: {run}");
-        let detail = run["verification_detail"].as_str().unwrap();
+        let run = first_run(&doc, name);
+        assert_eq!(run.status, RunStatus::Ok, "{name}: {run:?}");
+        assert_eq!(run.verification, Verification::Verified, "{name}: {run:?}");
+        let detail = &run.verification_detail;
         assert!(
             detail.contains(&format!("runs {}", s(exe))),
             "{name}: {detail}"
         );
-        assert_eq!(run["allocator_detected"], alloc, "{name}: {run}");
+        assert_eq!(run.allocator_detected, alloc, "{name}: {run:?}");
     }
 }
 
@@ -88,28 +83,27 @@ fn a_process_started_by_name_that_runs_another_program_is_not_effective() {
         return;
     }
     let dash = std::fs::canonicalize("/bin/dash").unwrap();
-    let r = memtrial_in_tmp(&[
-        "run",
-        "--runs",
-        "1",
-        "--no-probes",
-        "--variant",
-        &format!("d=program:{}", s(&dash)),
-        "--variants",
+    let r = run_json(
+        1,
         "d",
-        "--baseline",
-        "d",
-        "--json",
-        "out.json",
-        "--",
-        "bash",
-        "-c",
-        "sleep 0.3; bash -c 'sleep 0.3; true'",
-    ]);
+        &[
+            "--no-probes",
+            "--variant",
+            &format!("d=program:{}", s(&dash)),
+            "--baseline",
+            "d",
+        ],
+        &["bash", "-c", "sleep 0.3; bash -c 'sleep 0.3; true'"],
+    );
     let doc = r.json();
     let run = first_run(&doc, "d");
-    assert_eq!(run["status"], "variant_not_effective", "{}", r.explain());
-    let detail = run["verification_detail"].as_str().unwrap();
+    assert_eq!(
+        run.status,
+        RunStatus::VariantNotEffective,
+        "{}",
+        r.explain()
+    );
+    let detail = &run.verification_detail;
     assert!(
         detail.contains("started as 'bash', runs /usr/bin/bash")
             && detail.contains(&format!("not the variant's program {}", s(&dash))),
@@ -119,22 +113,18 @@ fn a_process_started_by_name_that_runs_another_program_is_not_effective() {
 
 #[test]
 fn a_command_variant_runs_its_own_command_with_its_settings() {
-    let r = memtrial_in_tmp(&[
-        "run",
-        "--runs",
-        "1",
-        "--no-probes",
-        "--variant",
-        "c=command:'sh -c \"echo \\$WHO > who.txt; sleep 0.2\"' WHO=variant",
-        "--variants",
+    let r = run_json(
+        1,
         "c",
-        "--baseline",
-        "c",
-        "--json",
-        "out.json",
-        "--",
-        "true",
-    ]);
+        &[
+            "--no-probes",
+            "--variant",
+            "c=command:'sh -c \"echo \\$WHO > who.txt; sleep 0.2\"' WHO=variant",
+            "--baseline",
+            "c",
+        ],
+        &["true"],
+    );
     assert_eq!(r.code(), 0, "{}", r.explain());
     let doc = r.json();
     let v = variant(&doc, "c");
@@ -142,9 +132,9 @@ fn a_command_variant_runs_its_own_command_with_its_settings() {
         v["command"],
         serde_json::json!(["sh", "-c", "echo $WHO > who.txt; sleep 0.2"])
     );
-    let run = &v["runs"][0];
-    assert_eq!(run["verification"], "verified", "{run}");
-    let detail = run["verification_detail"].as_str().unwrap();
+    let run = first_run(&doc, "c");
+    assert_eq!(run.verification, Verification::Verified, "{run:?}");
+    let detail = &run.verification_detail;
     assert!(
         detail.contains("runs ") && detail.contains("WHO=variant in environ"),
         "{detail}"
@@ -221,13 +211,13 @@ fn preloading_jemalloc_into_a_program_linked_with_it_is_flagged() {
     // ...and the run's verification says it too.
     let doc = r.json();
     let run = first_run(&doc, "jemalloc");
-    assert_eq!(run["verification"], "verified", "{run}");
-    let detail = run["verification_detail"].as_str().unwrap();
+    assert_eq!(run.verification, Verification::Verified, "{run:?}");
+    let detail = &run.verification_detail;
     assert!(
         detail.contains("note: the program is built with jemalloc (libjemalloc.so.2, DT_NEEDED of the executable)"),
         "{detail}"
     );
-    assert_eq!(run["allocator_detected"], "jemalloc (linked)");
+    assert_eq!(run.allocator_detected, "jemalloc (linked)");
 }
 
 #[test]

@@ -179,13 +179,8 @@ fn arena_heaps_and_shared_memory_are_found() {
     validate_schema(&doc, "experiment-v4.schema.json");
     let runs = typed_runs(&doc, "glibc");
     check_sums(&runs, Some(0.01));
-    for (i, run) in runs.iter().enumerate() {
-        // A record's paths are not read back (they are another machine's): from the JSON.
-        let path = variant(&doc, "glibc")["runs"][i]["stdout_path"]
-            .as_str()
-            .unwrap()
-            .to_string();
-        let log = std::fs::read_to_string(path).unwrap();
+    for run in &runs {
+        let log = std::fs::read_to_string(&run.stdout_path).unwrap();
         let arenas: u64 = log
             .lines()
             .find_map(|l| l.strip_prefix("arenas "))
@@ -223,11 +218,7 @@ fn arena_heaps_and_shared_memory_are_found() {
 
 /// The `freed N USABLE` line of the `holes frag` fixture's output in run `i` of `name`.
 fn freed(doc: &serde_json::Value, name: &str, i: usize) -> (u64, u64) {
-    let path = variant(doc, name)["runs"][i]["stdout_path"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let log = std::fs::read_to_string(path).unwrap();
+    let log = std::fs::read_to_string(typed_run(doc, name, i).stdout_path).unwrap();
     let mut f = log
         .lines()
         .find_map(|l| l.strip_prefix("freed "))

@@ -31,11 +31,7 @@ require 'rails/all'
 puts \"boot grew #{rss.call - before}\"";
 
 fn own_growth(doc: &serde_json::Value, name: &str, i: usize) -> u64 {
-    let path = variant(doc, name)["runs"][i]["stdout_path"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let log = std::fs::read_to_string(path).unwrap();
+    let log = std::fs::read_to_string(typed_run(doc, name, i).stdout_path).unwrap();
     log.lines()
         .find_map(|l| l.strip_prefix("boot grew "))
         .and_then(|n| n.trim().parse().ok())

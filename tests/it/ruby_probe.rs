@@ -78,27 +78,17 @@ fn ruby_probe_reads_gc_and_yjit_figures_and_keeps_the_variant_verified() {
     if !need_program("ruby", "ruby") {
         return;
     }
-    let run = memtrial_in_tmp(&[
-        "run",
-        "--json",
-        "out.json",
-        "--runs",
-        "1",
-        "--variants",
+    let run = run_json(
+        1,
         "glibc",
-        "--variant",
-        "yjit=RUBYOPT=--yjit",
-        "--probe",
-        "ruby",
-        "--",
-        "ruby",
-        "-e",
-        ALLOCATE,
-    ]);
+        &["--variant", "yjit=RUBYOPT=--yjit", "--probe", "ruby"],
+        &["ruby", "-e", ALLOCATE],
+    );
     assert_eq!(run.code(), 0, "{}", run.explain());
     let doc = run.json();
-    assert_eq!(first_run(&doc, "yjit")["status"], "ok", "{}", run.explain());
-    assert_eq!(first_run(&doc, "yjit")["verification"], "verified");
+    let yjit = first_run(&doc, "yjit");
+    assert_eq!(yjit.status, RunStatus::Ok, "{}", run.explain());
+    assert_eq!(yjit.verification, Verification::Verified);
     let runs = runs(&run);
 
     let yjit = ruby_view(run_of(&runs, "yjit"), &run);
@@ -130,21 +120,7 @@ fn ruby_probe_follows_a_forked_child() {
     if !need_program("ruby", "ruby") {
         return;
     }
-    let run = memtrial_in_tmp(&[
-        "run",
-        "--json",
-        "out.json",
-        "--runs",
-        "1",
-        "--variants",
-        "glibc",
-        "--probe",
-        "ruby",
-        "--",
-        "ruby",
-        "-e",
-        FORK,
-    ]);
+    let run = run_json(1, "glibc", &["--probe", "ruby"], &["ruby", "-e", FORK]);
     assert_eq!(run.code(), 0, "{}", run.explain());
     let runs = runs(&run);
     let v = ruby_view(run_of(&runs, "glibc"), &run);

@@ -26,48 +26,34 @@ fn every_builtin_variant_is_verified_on_the_fragment_workload() {
         r.stderr()
     );
     let doc = r.json();
-    let names: Vec<&str> = doc["variants"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v["name"].as_str().unwrap())
-        .collect();
+    let names = variant_names(&doc);
     assert_eq!(
         names,
         ["glibc", "arena1", "arena2", "jemalloc", "tcmalloc", "mimalloc"],
         "scripts/setup.sh installs every allocator"
     );
     for (name, alloc, verification) in [
-        ("glibc", "glibc", "nothing_to_verify"),
-        ("arena1", "glibc", "verified"),
-        ("arena2", "glibc", "verified"),
-        ("jemalloc", "jemalloc", "verified"),
-        ("tcmalloc", "tcmalloc", "verified"),
-        ("mimalloc", "mimalloc", "verified"),
+        ("glibc", "glibc", Verification::NothingToVerify),
+        ("arena1", "glibc", Verification::Verified),
+        ("arena2", "glibc", Verification::Verified),
+        ("jemalloc", "jemalloc", Verification::Verified),
+        ("tcmalloc", "tcmalloc", Verification::Verified),
+        ("mimalloc", "mimalloc", Verification::Verified),
     ] {
         let run = first_run(&doc, name);
-        assert_eq!(run["status"], "ok", "{name}: {run}");
-        assert_eq!(run["verified"], true, "{name}");
+        assert_eq!(run.status, RunStatus::Ok, "{name}: {run:?}");
+        assert!(run.verification.ok(), "{name}");
         assert_eq!(
-            run["verification"], verification,
+            run.verification, verification,
             "{name}: {}",
-            run["verification_detail"]
+            run.verification_detail
         );
-        assert_eq!(run["allocator_detected"], alloc, "{name}");
-        assert!(
-            run["peak_rss_bytes"].as_u64().unwrap() > 10 << 20,
-            "{name}: {run}"
-        );
-        assert!(
-            run["threads_peak"].as_u64().unwrap() >= 5,
-            "{name}: 4 workers + main"
-        );
-        assert!(
-            run["samples"].as_array().unwrap().len() >= 3,
-            "{name}: sampled every 100 ms"
-        );
-        assert!(run["wall_seconds"].as_f64().unwrap() >= 0.6);
-        assert!(run["cpu_user_seconds"].as_f64().unwrap() > 0.0);
+        assert_eq!(run.allocator_detected, alloc, "{name}");
+        assert!(run.peak_rss_bytes > 10 << 20, "{name}: {run:?}");
+        assert!(run.threads_peak >= 5, "{name}: 4 workers + main");
+        assert!(run.samples.len() >= 3, "{name}: sampled every 100 ms");
+        assert!(run.wall_seconds >= 0.6);
+        assert!(run.cpu_user_seconds > 0.0);
     }
     let env = &variant(&doc, "arena2")["env"];
     assert_eq!(env["MALLOC_ARENA_MAX"], "2");
@@ -98,16 +84,13 @@ fn static_program_under_jemalloc_is_not_effective() {
     );
     let doc = r.json();
     let je = first_run(&doc, "jemalloc");
-    assert_eq!(je["status"], "variant_not_effective", "{je}");
-    assert_eq!(je["verified"], false);
+    assert_eq!(je.status, RunStatus::VariantNotEffective, "{je:?}");
+    assert!(!je.verification.ok());
     assert!(
-        je["verification_detail"]
-            .as_str()
-            .unwrap()
-            .contains("statically linked"),
-        "{je}"
+        je.verification_detail.contains("statically linked"),
+        "{je:?}"
     );
-    assert_eq!(first_run(&doc, "glibc")["status"], "ok");
+    assert_eq!(first_run(&doc, "glibc").status, RunStatus::Ok);
     assert!(
         r.stdout().contains("variant_not_effective"),
         "{}",
@@ -125,16 +108,10 @@ fn program_defining_malloc_ignores_the_preload() {
     assert_eq!(r.code(), 1, "{}", r.stderr());
     let doc = r.json();
     let je = first_run(&doc, "jemalloc");
-    assert_eq!(je["status"], "variant_not_effective");
-    assert!(
-        je["verification_detail"]
-            .as_str()
-            .unwrap()
-            .contains("defines malloc"),
-        "{je}"
-    );
+    assert_eq!(je.status, RunStatus::VariantNotEffective);
+    assert!(je.verification_detail.contains("defines malloc"), "{je:?}");
     assert_eq!(
-        je["allocator_detected"],
+        je.allocator_detected,
         "custom (the executable defines malloc)"
     );
 }
@@ -152,14 +129,11 @@ fn environment_reset_by_the_program_is_not_effective() {
         &["env", "-i", prog.to_str().unwrap(), "400"],
     );
     assert_eq!(r.code(), 1, "{}", r.stderr());
-    let run = first_run(&r.json(), "arena2").clone();
-    assert_eq!(run["status"], "variant_not_effective", "{run}");
+    let run = first_run(&r.json(), "arena2");
+    assert_eq!(run.status, RunStatus::VariantNotEffective, "{run:?}");
     assert!(
-        run["verification_detail"]
-            .as_str()
-            .unwrap()
-            .contains("MALLOC_ARENA_MAX"),
-        "{run}"
+        run.verification_detail.contains("MALLOC_ARENA_MAX"),
+        "{run:?}"
     );
 }
 
@@ -200,14 +174,14 @@ fn peak_rss_agrees_with_the_kernels_rusage() {
         serde_json::from_str(&std::fs::read_to_string(dir.path().join("out.json")).unwrap())
             .unwrap();
     let run = first_run(&doc, "glibc");
-    let peak = run["peak_rss_bytes"].as_u64().unwrap();
-    assert_eq!(run["peak_rss_source"], "wait4_maxrss", "{run}");
+    let peak = run.peak_rss_bytes;
+    assert_eq!(run.peak_rss_source, PeakSource::Wait4Maxrss, "{run:?}");
     assert_eq!(
         peak, kernel,
         "memtrial's peak RSS is the kernel's ru_maxrss for the same run"
     );
     // And the workload's own VmHWM, read just before it exited, agrees within a page or so.
-    let stdout = std::fs::read_to_string(run["stdout_path"].as_str().unwrap()).unwrap();
+    let stdout = std::fs::read_to_string(&run.stdout_path).unwrap();
     let own: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
     let hwm = own["vm_hwm_bytes"].as_u64().unwrap();
     assert!(
@@ -237,20 +211,14 @@ fn a_process_tree_is_summed() {
     assert_eq!(r.code(), 0, "{}", r.stderr());
     let doc = r.json();
     let run = first_run(&doc, "glibc");
-    assert!(run["processes_seen"].as_u64().unwrap() >= 3, "{run}");
-    let max_sample = run["samples"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s["rss_bytes"].as_u64().unwrap())
-        .max()
-        .unwrap();
+    assert!(run.processes_seen >= 3, "{run:?}");
+    let max_sample = run.samples.iter().map(|s| s.rss_bytes).max().unwrap();
     assert!(
         max_sample > 60_000_000,
         "two 30 MB children at once: {max_sample}"
     );
-    assert_eq!(run["peak_rss_source"], "sampled_tree_sum");
-    assert!(run["peak_rss_bytes"].as_u64().unwrap() >= max_sample);
+    assert_eq!(run.peak_rss_source, PeakSource::SampledTreeSum);
+    assert!(run.peak_rss_bytes >= max_sample);
 }
 
 #[test]
@@ -270,10 +238,10 @@ fn failed_command_is_recorded_and_its_stderr_shown() {
     assert!(r.stderr().contains("exited with code 3"), "{}", r.stderr());
     let doc = r.json();
     let run = first_run(&doc, "glibc");
-    assert_eq!(run["status"], "failed");
-    assert_eq!(run["exit_code"], 3);
-    assert_eq!(variant(&doc, "glibc")["summary"]["runs_ok"], 0);
-    assert_eq!(variant(&doc, "glibc")["summary"]["statuses"]["failed"], 2);
+    assert_eq!(run.status, RunStatus::Failed);
+    assert_eq!(run.exit_code, Some(3));
+    assert_eq!(summary(&doc, "glibc")["runs_ok"], 0);
+    assert_eq!(summary(&doc, "glibc")["statuses"]["failed"], 2);
 }
 
 #[test]
@@ -287,8 +255,7 @@ fn timeout_stops_the_whole_tree() {
     );
     assert_eq!(r.code(), 1, "{}", r.stderr());
     assert!(start.elapsed() < Duration::from_secs(15));
-    let run = first_run(&r.json(), "glibc").clone();
-    assert_eq!(run["status"], "timeout");
+    assert_eq!(first_run(&r.json(), "glibc").status, RunStatus::Timeout);
     assert!(no_process_matching("sleep 41.25"), "the tree is gone");
 }
 
@@ -311,8 +278,8 @@ fn a_daemon_ignoring_sigterm_is_not_left_behind() {
         no_process_matching("sleep 42.75"),
         "the orphaned daemon was killed"
     );
-    let run = first_run(&r.json(), "glibc").clone();
-    assert!(run["processes_seen"].as_u64().unwrap() >= 2, "{run}");
+    let run = first_run(&r.json(), "glibc");
+    assert!(run.processes_seen >= 2, "{run:?}");
 }
 
 #[test]
@@ -345,10 +312,11 @@ fn plan_file_with_custom_variant() {
     assert_eq!(doc["experiment"]["seed"], 5);
     let je = variant(&doc, "je-narrow");
     assert_eq!(je["env"]["MALLOC_CONF"], "narenas:1");
-    assert_eq!(je["runs"].as_array().unwrap().len(), 2);
-    assert_eq!(je["runs"][0]["verification"], "verified");
-    assert_eq!(je["runs"][0]["allocator_detected"], "jemalloc");
-    let ratio = &je["summary"]["ratio_to_baseline"]["peak_rss_bytes"];
+    let runs = typed_runs(&doc, "je-narrow");
+    assert_eq!(runs.len(), 2);
+    assert_eq!(runs[0].verification, Verification::Verified);
+    assert_eq!(runs[0].allocator_detected, "jemalloc");
+    let ratio = ratio(&doc, "je-narrow", "peak_rss_bytes");
     assert!(ratio["value"].as_f64().unwrap() > 0.0);
     assert_eq!(
         ratio["significant"], false,
@@ -524,15 +492,10 @@ fn demo_shows_glibc_with_the_largest_footprint() {
     let r = memtrial_in_tmp(&["demo", "--runs", "5", "--json", "out.json"]);
     assert_eq!(r.code(), 0, "{}", r.stderr());
     let doc = r.json();
-    let median = |name: &str, fig: &str| {
-        variant(&doc, name)["summary"][fig]["median"]
-            .as_f64()
-            .unwrap()
-    };
+    let median = |name: &str, fig: &str| median(&doc, name, fig).as_f64().unwrap();
     for fig in ["peak_rss_bytes", "mean_rss_bytes"] {
         let glibc = median("glibc", fig);
-        for v in doc["variants"].as_array().unwrap() {
-            let name = v["name"].as_str().unwrap();
+        for name in variant_names(&doc) {
             if name == "glibc" {
                 continue;
             }
@@ -542,7 +505,7 @@ fn demo_shows_glibc_with_the_largest_footprint() {
             // here), but it is never *significantly* above: the ratio's 95% interval
             // reaches down to 1. Every other variant stays strictly below glibc.
             if name == "arena2" {
-                let ratio = &v["summary"]["ratio_to_baseline"][fig];
+                let ratio = ratio(&doc, name, fig);
                 let low = ratio["ci95"][0].as_f64();
                 assert!(
                     low.is_some_and(|l| l <= 1.0),
@@ -557,7 +520,7 @@ fn demo_shows_glibc_with_the_largest_footprint() {
             );
         }
     }
-    let je = &variant(&doc, "jemalloc")["summary"]["ratio_to_baseline"]["peak_rss_bytes"];
+    let je = ratio(&doc, "jemalloc", "peak_rss_bytes");
     assert_eq!(je["significant"], true, "{je}");
     assert!(je["value"].as_f64().unwrap() < 1.0);
 }
@@ -580,12 +543,9 @@ fn a_batch_gets_no_trend_verdict_only_its_state_at_the_peak() {
         let r = run_json(1, "glibc", &[], &["python3", "-c", code]);
         assert_eq!(r.code(), 0, "{}", r.stderr());
         let doc = r.json();
-        let trend = &variant(&doc, "glibc")["summary"]["trend"];
+        let trend = trend(&doc, "glibc");
         assert!(trend.is_null(), "{trend}");
-        assert_eq!(
-            variant(&doc, "glibc")["summary"]["why"]["verdict"],
-            "at_peak"
-        );
+        assert_eq!(why(&doc, "glibc")["verdict"], "at_peak");
         assert!(r.stdout().contains("at its peak:"), "{}", r.stdout());
     }
 }

@@ -4,21 +4,31 @@
 use serde_json::Value;
 
 use crate::common::*;
+use memtrial::record::{AllocatorPoint, AllocatorView};
+
+/// A run's allocator view (`None` when the probe saw nothing).
+fn allocator(run: &RunRecord) -> Option<&AllocatorView> {
+    run.inside.allocator.as_ref()
+}
+
+/// A run's allocator figures at its peak.
+fn at_peak(run: &RunRecord) -> Option<&AllocatorPoint> {
+    allocator(run).and_then(|a| a.at_peak.as_ref())
+}
 
 /// The at-peak allocator figures (live, held) of every ok run of `variant`, and the
 /// longest gap between the allocator's samples within the first second of any run.
 fn at_peak_figures(doc: &Value, variant_name: &str) -> (Vec<f64>, Vec<f64>, f64) {
     let (mut live, mut held, mut gap) = (Vec::new(), Vec::new(), 0.0f64);
-    for r in variant(doc, variant_name)["runs"].as_array().unwrap() {
-        assert_eq!(r["status"], "ok", "{r}");
-        let a = &r["inside"]["allocator"];
-        live.push(a["at_peak"]["live_bytes"].as_f64().unwrap_or(0.0));
-        held.push(a["at_peak"]["held_bytes"].as_f64().unwrap_or(0.0));
-        let t: Vec<f64> = a["series"]
-            .as_array()
+    for r in typed_runs(doc, variant_name) {
+        assert_eq!(r.status, RunStatus::Ok, "{r:?}");
+        let peak = at_peak(&r);
+        live.push(peak.and_then(|p| p.live_bytes).unwrap_or(0) as f64);
+        held.push(peak.and_then(|p| p.held_bytes).unwrap_or(0) as f64);
+        let t: Vec<f64> = allocator(&r)
             .into_iter()
-            .flatten()
-            .filter_map(|p| p["t_seconds"].as_f64())
+            .flat_map(|a| &a.series)
+            .map(|p| p.t_seconds)
             .collect();
         // Within the dense first second (after it the gaps grow by design: a job slowed
         // down by a busy machine outlives its second).
@@ -38,18 +48,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 fn peak_threads_run(extra: &[&str]) -> Run {
     let job = fixture("peak_threads").display().to_string();
-    let mut args = vec![
-        "run",
-        "--runs",
-        "3",
-        "--variants",
-        "glibc",
-        "--json",
-        "out.json",
-    ];
-    args.extend_from_slice(extra);
-    args.extend_from_slice(&["--", &job]);
-    memtrial_in_tmp(&args)
+    run_json(3, "glibc", extra, &[&job])
 }
 
 /// A ~1 s job of 8 threads whose heap peaks mid-run: at the default probe interval its
@@ -87,19 +86,15 @@ fn a_one_second_threaded_job_gets_its_allocator_peak_without_flags() {
 
 /// The running (not at-exit) live bytes of a variant's first run after `from` seconds.
 fn live_after(doc: &Value, variant_name: &str, from: f64) -> Vec<f64> {
-    let run = &variant(doc, variant_name)["runs"][0];
-    assert_eq!(run["status"], "ok", "{variant_name}: {run}");
-    let wall = run["wall_seconds"].as_f64().unwrap_or(0.0);
-    run["inside"]["allocator"]["series"]
-        .as_array()
+    let run = first_run(doc, variant_name);
+    assert_eq!(run.status, RunStatus::Ok, "{variant_name}: {run:?}");
+    let wall = run.wall_seconds;
+    allocator(&run)
         .into_iter()
-        .flatten()
-        .filter(|p| {
-            p["t_seconds"]
-                .as_f64()
-                .is_some_and(|t| t >= from && t < wall - 0.3)
-        })
-        .filter_map(|p| p["live_bytes"].as_f64())
+        .flat_map(|a| &a.series)
+        .filter(|p| p.t_seconds >= from && p.t_seconds < wall - 0.3)
+        .filter_map(|p| p.live_bytes)
+        .map(|b| b as f64)
         .collect()
 }
 
@@ -127,12 +122,9 @@ fn jemalloc_live_bytes_leave_out_its_thread_caches() {
         .iter()
         .fold((f64::MAX, 0.0f64), |(lo, hi), v| (lo.min(*v), hi.max(*v)));
     assert!(hi <= lo * 1.05, "jemalloc live not flat: {lo} .. {hi}");
-    let cache = variant(&doc, "jemalloc")["runs"][0]["inside"]["allocator"]["at_peak"]
-        ["thread_cache_bytes"]
-        .as_f64()
-        .unwrap_or(0.0);
+    let cache = at_peak(&first_run(&doc, "jemalloc")).and_then(|p| p.thread_cache_bytes);
     assert!(
-        cache > 0.0,
+        cache.unwrap_or(0) > 0,
         "jemalloc's thread-cache bytes are reported apart"
     );
 }
@@ -151,8 +143,7 @@ fn the_probe_never_writes_into_a_file_of_the_program() {
     let own = std::fs::read_to_string(r.dir.path().join("own.txt")).unwrap_or_default();
     assert_eq!(own, "mine\n", "the program's file got foreign lines");
     let doc = r.json();
-    let a = &first_run(&doc, "glibc")["inside"]["allocator"];
-    let points = a["series"].as_array().map_or(0, Vec::len);
+    let points = allocator(&first_run(&doc, "glibc")).map_or(0, |a| a.series.len());
     assert!(
         points > 50,
         "the probe went on sampling after the program closed its descriptors: {points} points"

@@ -36,8 +36,8 @@ fn assert_no_orphan_cgroups(h: &memtrial::linux::cgroup::Hierarchy) {
     }
 }
 
-fn arena_line(run: &Value) -> std::collections::HashMap<String, i64> {
-    let out = std::fs::read_to_string(run["stdout_path"].as_str().unwrap()).unwrap();
+fn arena_line(run: &RunRecord) -> std::collections::HashMap<String, i64> {
+    let out = std::fs::read_to_string(&run.stdout_path).unwrap();
     out.split_whitespace()
         .filter_map(|kv| kv.split_once('='))
         .map(|(k, v)| (k.to_string(), v.parse().unwrap()))
@@ -59,13 +59,10 @@ fn over_the_memory_limit_is_oom_killed() {
     assert_eq!(r.code(), 1, "{}", r.stderr());
     let doc = r.json();
     let run = first_run(&doc, "glibc");
-    assert_eq!(run["status"], "oom_killed", "{run}");
-    assert!(run["cgroup"]["oom_kills"].as_u64().unwrap() >= 1);
+    assert_eq!(run.status, RunStatus::OomKilled, "{run:?}");
+    assert!(cgroup_of(&run).oom_kills >= 1);
     assert_eq!(doc["experiment"]["limits"]["memory_max"], 64 << 20);
-    assert_eq!(
-        variant(&doc, "glibc")["summary"]["statuses"]["oom_killed"],
-        2
-    );
+    assert_eq!(summary(&doc, "glibc")["statuses"]["oom_killed"], 2);
     assert!(
         r.stdout().contains("OOM kills: 2 of 2 runs"),
         "{}",
@@ -91,9 +88,9 @@ fn a_cpu_quota_throttles_but_glibc_still_sees_every_cpu() {
     assert_eq!(r.code(), 0, "{}", r.stderr());
     let doc = r.json();
     let run = first_run(&doc, "glibc");
-    assert!(run["cgroup"]["nr_throttled"].as_u64().unwrap() > 0, "{run}");
-    assert!(run["cgroup"]["throttled_seconds"].as_f64().unwrap() > 0.0);
-    let seen = arena_line(run);
+    assert!(cgroup_of(&run).nr_throttled > 0, "{run:?}");
+    assert!(cgroup_of(&run).throttled_seconds > 0.0);
+    let seen = arena_line(&run);
     assert_eq!(seen["online"], cpus, "a quota hides no CPU");
     assert_eq!(seen["affinity"], cpus);
     // 40 threads allocating at once: glibc stops at 8 arenas per visible CPU.
@@ -115,7 +112,7 @@ fn a_cpuset_is_what_the_program_sees() {
         &[prog.to_str().unwrap(), "2", "50"],
     );
     assert_eq!(r.code(), 0, "{}", r.stderr());
-    let seen = arena_line(first_run(&r.json(), "glibc"));
+    let seen = arena_line(&first_run(&r.json(), "glibc"));
     assert_eq!(seen["affinity"], 1, "{seen:?}");
 }
 
@@ -140,20 +137,14 @@ fn a_fork_bomb_is_stopped_by_the_pids_limit() {
     let run = first_run(&doc, "glibc");
     // The shell dies of a failed fork, or the timeout stops what is left: either way, stopped.
     assert!(
-        run["status"] == "failed" || run["status"] == "timeout",
-        "{run}"
+        matches!(run.status, RunStatus::Failed | RunStatus::Timeout),
+        "{run:?}"
     );
-    let most = run["samples"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s["processes"].as_u64().unwrap())
-        .max()
-        .unwrap();
+    let most = run.samples.iter().map(|s| s.processes).max().unwrap();
     assert!(most <= 24, "at most 24 processes at once, saw {most}");
     assert!(
-        run["cgroup"]["pids_limit_hits"].as_u64().unwrap() > 0,
-        "forks were refused: {run}"
+        cgroup_of(&run).pids_limit_hits.unwrap() > 0,
+        "forks were refused: {run:?}"
     );
     assert!(no_process_matching("bomb_marker_44"), "the bomb is gone");
     assert_no_orphan_cgroups(&h);
@@ -179,20 +170,16 @@ fn the_cgroup_peak_covers_the_whole_tree() {
     assert_eq!(r.code(), 0, "{}", r.stderr());
     let doc = r.json();
     let run = first_run(&doc, "glibc");
-    let cg_peak = run["cgroup"]["peak_bytes"].as_u64().unwrap();
-    let anon = run["cgroup"]["anon_peak_bytes"].as_u64().unwrap();
+    let cg_peak = cgroup_of(&run).peak_bytes.unwrap();
+    let anon = cgroup_of(&run).anon_peak_bytes;
     assert!(
         anon >= 80_000_000,
         "both children's anonymous memory at once: {anon}"
     );
     assert!(cg_peak >= anon);
     // At least the largest single process's kernel high-water mark.
-    assert!(
-        cg_peak >= run["peak_rss_bytes"].as_u64().unwrap().min(anon),
-        "{run}"
-    );
-    let summary = &variant(&doc, "glibc")["summary"];
-    assert!(summary["cgroup_peak_bytes"]["median"].as_f64().unwrap() > 80e6);
+    assert!(cg_peak >= run.peak_rss_bytes.min(anon), "{run:?}");
+    assert!(median(&doc, "glibc", "cgroup_peak_bytes").as_f64().unwrap() > 80e6);
 }
 
 #[test]
@@ -241,9 +228,9 @@ fn sigint_then_resume_completes_the_experiment() {
     assert_eq!(doc["experiment"]["status"], "complete");
     assert_eq!(doc["experiment"]["seed"], 3);
     for v in ["glibc", "arena2"] {
-        let runs = variant(&doc, v)["runs"].as_array().unwrap();
+        let runs = typed_runs(&doc, v);
         assert_eq!(runs.len(), 2, "{v}: {runs:?}");
-        assert!(runs.iter().all(|r| r["status"] == "ok"), "{v}");
+        assert!(runs.iter().all(|r| r.status == RunStatus::Ok), "{v}");
     }
     let again = Command::new(memtrial())
         .args(["run", "--resume"])

@@ -17,17 +17,7 @@ fn server_py() -> String {
 /// `memtrial run` of the test server in MODE with quick load settings, plus extra flags.
 fn server_trial(mode: &str, extra: &[&str]) -> Run {
     let script = server_py();
-    let mut args = vec![
-        "run",
-        "--runs",
-        "1",
-        "--variants",
-        "glibc",
-        "--json",
-        "out.json",
-        "--url",
-        "http://127.0.0.1:{port}/hello",
-    ];
+    let mut args = vec!["--url", "http://127.0.0.1:{port}/hello"];
     // Quick defaults, unless the test sets the flag itself.
     for (flag, value) in [
         ("--duration", "1s"),
@@ -40,8 +30,7 @@ fn server_trial(mode: &str, extra: &[&str]) -> Run {
         }
     }
     args.extend_from_slice(extra);
-    args.extend_from_slice(&["--", "python3", &script, "{port}", mode]);
-    memtrial_in_tmp(&args)
+    run_json(1, "glibc", &args, &["python3", &script, "{port}", mode])
 }
 
 #[test]
@@ -70,42 +59,33 @@ fn server_trial_gives_herokus_table() {
     assert_eq!(doc["experiment"]["server"]["connections"], 4);
     for v in ["glibc", "arena2"] {
         let run = first_run(&doc, v);
-        assert_eq!(run["status"], "ok", "{run}");
-        assert!(
-            run["requests"].as_u64().unwrap() > 50,
-            "{v}: {}",
-            run["requests"]
-        );
-        assert!(run["throughput_rps"].as_f64().unwrap() > 25.0);
-        assert!(run["latency_p50_ms"].as_f64().unwrap() > 0.0);
-        assert!(run["latency_p99_ms"].as_f64().unwrap() >= run["latency_p50_ms"].as_f64().unwrap());
-        assert_eq!(run["errors"]["status_5xx"], 0);
-        let load = &run["load"];
-        let ready = load["ready_seconds"].as_f64().unwrap();
-        let start = load["load_start_seconds"].as_f64().unwrap();
-        let end = load["load_end_seconds"].as_f64().unwrap();
-        let cool = load["cooldown_end_seconds"].as_f64().unwrap();
+        assert_eq!(run.status, RunStatus::Ok, "{run:?}");
+        let load = load_of(&run);
+        assert!(load.requests > 50, "{v}: {}", load.requests);
+        assert!(load.throughput_rps > 25.0);
+        assert!(load.latency_p50_ms > 0.0);
+        assert!(load.latency_p99_ms >= load.latency_p50_ms);
+        assert_eq!(load.errors.status_5xx, 0);
+        let ready = load.ready_seconds;
+        let start = load.load_start_seconds;
+        let end = load.load_end_seconds;
+        let cool = load.cooldown_end_seconds;
         assert!(
             ready <= start && start < end && end < cool,
-            "phases in order: {load}"
+            "phases in order: {load:?}"
         );
         assert!((cool - end) >= 0.9, "a cool-down of 1 s");
-        let seconds = load["per_second"].as_array().unwrap();
+        let seconds = &load.per_second;
         assert!(!seconds.is_empty());
         assert!(
-            seconds
-                .iter()
-                .all(|s| s["t_seconds"].as_f64().unwrap() >= start - 0.01),
+            seconds.iter().all(|s| s.t_seconds >= start - 0.01),
             "one clock"
         );
-        assert!(load["rss_after_cooldown_bytes"].as_u64().unwrap() > 0);
+        assert!(load.rss_after_cooldown_bytes.unwrap() > 0);
         // The memory samples run through the whole load on the same clock.
-        let samples = run["samples"].as_array().unwrap();
-        assert!(samples
-            .iter()
-            .any(|s| s["t_seconds"].as_f64().unwrap() > end));
+        assert!(run.samples.iter().any(|s| s.t_seconds > end));
     }
-    let summary = &variant(&doc, "arena2")["summary"];
+    let summary = summary(&doc, "arena2");
     assert!(summary["latency_p95_ms"]["median"].as_f64().unwrap() > 0.0);
     assert!(
         summary["ratio_to_baseline"]["latency_p95_ms"]["value"]
@@ -128,9 +108,9 @@ fn server_trial_open_loop_holds_its_rate() {
     }
     let r = server_trial("ok", &["--rate", "100", "--duration", "2s"]);
     assert_eq!(r.code(), 0, "{}", r.stderr());
-    let run = first_run(&r.json(), "glibc").clone();
-    assert_eq!(run["load"]["target_rate"], 100.0);
-    let achieved = run["throughput_rps"].as_f64().unwrap();
+    let run = first_run(&r.json(), "glibc");
+    assert_eq!(load_of(&run).target_rate, Some(100.0));
+    let achieved = load_of(&run).throughput_rps;
     assert!(
         (85.0..=115.0).contains(&achieved),
         "achieved {achieved} req/s of 100"
@@ -146,14 +126,14 @@ fn server_that_never_gets_ready_is_a_failed_run() {
     let r = server_trial("never-ready", &["--ready-timeout", "1500ms"]);
     assert_eq!(r.code(), 1, "{}", r.stderr());
     assert!(start.elapsed() < Duration::from_secs(20));
-    let run = first_run(&r.json(), "glibc").clone();
-    assert_eq!(run["status"], "failed");
+    let run = first_run(&r.json(), "glibc");
+    assert_eq!(run.status, RunStatus::Failed);
     assert!(
-        run["message"]
-            .as_str()
+        run.message
+            .as_deref()
             .unwrap()
             .contains("never became ready within 1s 500ms"),
-        "{run}"
+        "{run:?}"
     );
     assert!(no_process_matching("never-ready"));
 }
@@ -165,14 +145,14 @@ fn server_that_crashes_mid_load_is_a_failed_run_with_its_output() {
     }
     let r = server_trial("crash-after-40", &["--duration", "3s"]);
     assert_eq!(r.code(), 1, "{}", r.stderr());
-    let run = first_run(&r.json(), "glibc").clone();
-    assert_eq!(run["status"], "failed");
+    let run = first_run(&r.json(), "glibc");
+    assert_eq!(run.status, RunStatus::Failed);
     assert!(
-        run["message"]
-            .as_str()
+        run.message
+            .as_deref()
             .unwrap()
             .contains("exited during the load"),
-        "{run}"
+        "{run:?}"
     );
     assert!(
         r.stderr().contains("crashing on purpose"),
@@ -188,14 +168,14 @@ fn server_answering_500s_counts_them_apart() {
     }
     let r = server_trial("errors", &[]);
     assert_eq!(r.code(), 0, "{}", r.stderr());
-    let run = first_run(&r.json(), "glibc").clone();
-    let requests = run["requests"].as_u64().unwrap();
-    assert!(requests > 0);
+    let run = first_run(&r.json(), "glibc");
+    let load = load_of(&run);
+    assert!(load.requests > 0);
     assert_eq!(
-        run["errors"]["status_5xx"], requests,
-        "every response a 5xx: {run}"
+        load.errors.status_5xx, load.requests,
+        "every response a 5xx: {run:?}"
     );
-    assert_eq!(run["errors"]["connect"], 0);
+    assert_eq!(load.errors.connect, 0);
 }
 
 #[test]
@@ -205,9 +185,13 @@ fn server_ignoring_sigterm_is_killed_and_leaves_nothing() {
     }
     let r = server_trial("ignore-term", &[]);
     assert_eq!(r.code(), 0, "{}", r.stderr());
-    let run = first_run(&r.json(), "glibc").clone();
-    assert_eq!(run["status"], "ok");
-    assert_eq!(run["signal"], 9, "SIGKILL after the grace period: {run}");
+    let run = first_run(&r.json(), "glibc");
+    assert_eq!(run.status, RunStatus::Ok);
+    assert_eq!(
+        run.signal,
+        Some(9),
+        "SIGKILL after the grace period: {run:?}"
+    );
     assert!(no_process_matching("ignore-term"));
 }
 
@@ -238,7 +222,7 @@ fn server_trial_replays_a_log_with_malformed_lines() {
             && n.contains("1 unparseable line(s)")),
         "{notes:?}"
     );
-    assert!(first_run(&doc, "glibc")["requests"].as_u64().unwrap() > 0);
+    assert!(load_of(&first_run(&doc, "glibc")).requests > 0);
 }
 
 #[test]
@@ -318,13 +302,11 @@ fn puma_with_a_rack_app_under_load() {
     let doc = r.json();
     for v in ["glibc", "jemalloc"] {
         let run = first_run(&doc, v);
-        assert_eq!(run["status"], "ok", "{run}");
-        assert!(run["requests"].as_u64().unwrap() > 20, "{v}: {run}");
-        assert_eq!(run["errors"]["status_5xx"], 0);
+        assert_eq!(run.status, RunStatus::Ok, "{run:?}");
+        assert!(load_of(&run).requests > 20, "{v}: {run:?}");
+        assert_eq!(load_of(&run).errors.status_5xx, 0);
     }
-    assert_eq!(
-        first_run(&doc, "jemalloc")["allocator_detected"],
-        "jemalloc"
-    );
-    assert_eq!(first_run(&doc, "jemalloc")["verified"], true);
+    let je = first_run(&doc, "jemalloc");
+    assert_eq!(je.allocator_detected, "jemalloc");
+    assert!(je.verification.ok());
 }

@@ -45,6 +45,13 @@ fn server_soak(dir: &Path, variants: &str, rate: &str) -> Command {
     c
 }
 
+/// The end of a soak's command line: windows of `window` sampled every 500 ms, then the
+/// test server named by `marker`.
+fn then_server<'c>(c: &'c mut Command, window: &str, marker: &str) -> &'c mut Command {
+    c.args(["--window", window, "--interval", "500ms", "--"])
+        .args(server_cmd(marker))
+}
+
 /// The server command with a marker that names this test's processes.
 fn server_cmd(marker: &str) -> Vec<String> {
     ["python3", &server(), "{port}", "ok", "0", marker]
@@ -91,21 +98,18 @@ fn variants_run_side_by_side_on_the_same_requests_and_nothing_is_left() {
     }
     let dir = tempfile::tempdir().unwrap();
     let marker = format!("soak-side-{}", std::process::id());
-    let out = server_soak(dir.path(), "glibc,arena2,jemalloc", "40")
-        .args([
+    let out = then_server(
+        server_soak(dir.path(), "glibc,arena2,jemalloc", "40").args([
             "--duration",
             "16s",
-            "--window",
-            "4s",
-            "--interval",
-            "500ms",
             "--html",
             "soak.html",
-            "--",
-        ])
-        .args(server_cmd(&marker))
-        .output()
-        .unwrap();
+        ]),
+        "4s",
+        &marker,
+    )
+    .output()
+    .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert!(
         no_process_matching(&marker),
@@ -149,32 +153,21 @@ fn until_decided_stops_a_soak_with_a_planted_difference() {
     let dir = tempfile::tempdir().unwrap();
     let marker = format!("soak-decide-{}", std::process::id());
     let started = Instant::now();
-    let out = soak(dir.path())
-        .args([
-            "--variants",
-            "glibc",
+    let out = then_server(
+        server_soak(dir.path(), "glibc", "20").args([
             "--variant",
             "fat=SERVER_BALLAST_MIB=48",
-            "--url",
-            "http://127.0.0.1:{port}/",
-            "--rate",
-            "20",
-        ])
-        .args([
             "--until-decided",
             "--max-duration",
             "3m",
-            "--window",
-            "4s",
-            "--interval",
-            "500ms",
             "--json",
             "s.json",
-            "--",
-        ])
-        .args(server_cmd(&marker))
-        .output()
-        .unwrap();
+        ]),
+        "4s",
+        &marker,
+    )
+    .output()
+    .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert!(
         started.elapsed() < Duration::from_secs(150),
@@ -206,21 +199,15 @@ fn a_killed_soak_leaves_nothing_after_the_next_start_and_resumes_with_its_gap() 
     }
     let dir = tempfile::tempdir().unwrap();
     let marker = format!("soak-kill-{}", std::process::id());
-    let mut child = server_soak(dir.path(), "glibc,arena2", "20")
-        .args([
-            "--duration",
-            "30s",
-            "--window",
-            "4s",
-            "--interval",
-            "500ms",
-            "--",
-        ])
-        .args(server_cmd(&marker))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = then_server(
+        server_soak(dir.path(), "glibc,arena2", "20").args(["--duration", "30s"]),
+        "4s",
+        &marker,
+    )
+    .stdout(Stdio::null())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
     std::thread::sleep(Duration::from_secs(10));
     child.kill().unwrap();
     child.wait().unwrap();
@@ -275,21 +262,15 @@ fn sigint_ends_a_soak_cleanly_with_what_it_has() {
     }
     let dir = tempfile::tempdir().unwrap();
     let marker = format!("soak-int-{}", std::process::id());
-    let child = server_soak(dir.path(), "glibc,arena2", "20")
-        .args([
-            "--duration",
-            "10m",
-            "--window",
-            "3s",
-            "--interval",
-            "500ms",
-            "--",
-        ])
-        .args(server_cmd(&marker))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = then_server(
+        server_soak(dir.path(), "glibc,arena2", "20").args(["--duration", "10m"]),
+        "3s",
+        &marker,
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
     std::thread::sleep(Duration::from_secs(4));
     // The live view beside it: the table again every window, and its page, until the
     // soak ends; then the final table, and it ends by itself.
@@ -338,29 +319,18 @@ fn a_rate_the_machine_cannot_drive_is_said() {
     }
     let dir = tempfile::tempdir().unwrap();
     let marker = format!("soak-rate-{}", std::process::id());
-    let out = soak(dir.path())
-        .args([
-            "--variants",
-            "glibc,arena2",
-            "--url",
-            "http://127.0.0.1:{port}/",
-            "--rate",
-            "100000",
+    let out = then_server(
+        server_soak(dir.path(), "glibc,arena2", "100000").args([
             "--connections",
             "2",
-        ])
-        .args([
             "--duration",
             "12s",
-            "--window",
-            "5s",
-            "--interval",
-            "500ms",
-            "--",
-        ])
-        .args(server_cmd(&marker))
-        .output()
-        .unwrap();
+        ]),
+        "5s",
+        &marker,
+    )
+    .output()
+    .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -447,33 +417,26 @@ fn a_worker_soak_runs_one_driver_per_instance() {
          \x20   time.sleep(0.05)\n",
     )
     .unwrap();
-    let out = soak(dir.path())
-        .args([
+    let out = then_server(
+        soak(dir.path()).args([
             "--variants",
             "glibc",
             "--variant",
             "fat=SERVER_BALLAST_MIB=32",
-        ])
-        .args([
             "--driver",
             "python3 drive.py {variant}",
             "--before",
             "echo reset {variant}",
-        ])
-        .args([
             "--duration",
             "16s",
-            "--window",
-            "4s",
-            "--interval",
-            "500ms",
             "--json",
             "s.json",
-            "--",
-        ])
-        .args(server_cmd(&marker))
-        .output()
-        .unwrap();
+        ]),
+        "4s",
+        &marker,
+    )
+    .output()
+    .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert!(no_process_matching(&marker) && no_process_matching("drive.py"));
     let logs = dir.path().join("memtrial-logs/soak-1");

@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use crate::common::*;
 
-fn cmd(dir: &Path, args: &[&str]) -> Command {
+fn cmd<S: AsRef<std::ffi::OsStr>>(dir: &Path, args: &[S]) -> Command {
     let mut c = Command::new(memtrial());
     c.args(args)
         .current_dir(dir)
@@ -18,11 +18,11 @@ fn cmd(dir: &Path, args: &[&str]) -> Command {
     c
 }
 
-fn out(dir: &Path, args: &[&str]) -> Output {
+fn out<S: AsRef<std::ffi::OsStr>>(dir: &Path, args: &[S]) -> Output {
     cmd(dir, args).output().expect("run memtrial")
 }
 
-fn spawn(dir: &Path, args: &[&str]) -> Child {
+fn spawn<S: AsRef<std::ffi::OsStr>>(dir: &Path, args: &[S]) -> Child {
     cmd(dir, args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -41,6 +41,22 @@ fn ok(o: &Output, what: &str) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
+/// `run --runs RUNS --variants VARIANTS MORE… --no-probes --quiet -- COMMAND…`: the short
+/// runs these tests make.
+fn quiet_run(runs: u32, variants: &str, more: &[&str], command: &[&str]) -> Vec<String> {
+    run_args(
+        runs,
+        variants,
+        &[more, &["--no-probes", "--quiet"]].concat(),
+        command,
+    )
+}
+
+/// One quick local experiment (`/bin/true` under glibc) in `dir`'s `memtrial.db`.
+fn one_local_run(dir: &Path, what: &str) {
+    ok(&out(dir, &quiet_run(1, "glibc", &[], &["/bin/true"])), what);
+}
+
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
@@ -50,23 +66,12 @@ fn stderr(o: &Output) -> String {
 fn record_of_another_host(dir: &Path) -> Value {
     let o = cmd(
         dir,
-        &[
-            "run",
-            "--db",
-            "other.db",
-            "--json",
-            "other.json",
-            "--variants",
+        &quiet_run(
+            2,
             "glibc,arena2",
-            "--runs",
-            "2",
-            "--seed",
-            "3",
-            "--no-probes",
-            "--quiet",
-            "--",
-            "/bin/true",
-        ],
+            &["--db", "other.db", "--json", "other.json", "--seed", "3"],
+            &["/bin/true"],
+        ),
     )
     .env("MEMTRIAL_HOST", "node-b")
     .output()
@@ -109,23 +114,7 @@ fn an_imported_experiment_runs_nothing_unless_named_and_confirmed() {
     std::fs::write(dir.join("evil.json"), rec.to_string()).unwrap();
 
     // A store with one local experiment, interrupted by nothing (complete), then the import.
-    ok(
-        &out(
-            dir,
-            &[
-                "run",
-                "--variants",
-                "glibc",
-                "--runs",
-                "1",
-                "--no-probes",
-                "--quiet",
-                "--",
-                "/bin/true",
-            ],
-        ),
-        "local run",
-    );
+    one_local_run(dir, "local run");
     let imported = ok(&out(dir, &["import", "evil.json"]), "import");
     assert!(imported.contains("new experiment 2"), "{imported}");
 
@@ -211,21 +200,16 @@ fn four_concurrent_runs_on_one_new_database_keep_every_run() {
     }
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let args = [
-        "run",
-        "--db",
-        "shared.db",
-        "--variants",
+    let args = quiet_run(
+        2,
         "glibc,arena2",
-        "--runs",
-        "2",
-        "--no-probes",
-        "--quiet",
-        "--",
-        "/bin/sh",
-        "-c",
-        "head -c 2000000 /dev/zero | tail -c 1 >/dev/null",
-    ];
+        &["--db", "shared.db"],
+        &[
+            "/bin/sh",
+            "-c",
+            "head -c 2000000 /dev/zero | tail -c 1 >/dev/null",
+        ],
+    );
     let children: Vec<Child> = (0..4).map(|_| spawn(dir, &args)).collect();
     for c in children {
         let o = c.wait_with_output().unwrap();
@@ -250,19 +234,16 @@ fn two_concurrent_resumes_add_exactly_the_missing_runs() {
     // An experiment of 8 slots stopped after its first run: SIGINT while the second sleeps.
     let mut first = spawn(
         dir,
-        &[
-            "run",
-            "--variants",
+        &quiet_run(
+            4,
             "glibc,arena2",
-            "--runs",
-            "4",
-            "--no-probes",
-            "--quiet",
-            "--",
-            "/bin/sh",
-            "-c",
-            "test -e go && exec sleep 0.3; touch go; exec sleep 30",
-        ],
+            &[],
+            &[
+                "/bin/sh",
+                "-c",
+                "test -e go && exec sleep 0.3; touch go; exec sleep 30",
+            ],
+        ),
     );
     // The first run creates `go` and sleeps: interrupt it there.
     wait_for_first_run(dir);
@@ -286,21 +267,12 @@ fn local_with_record(dir: &Path) -> Value {
     ok(
         &out(
             dir,
-            &[
-                "run",
-                "--json",
-                "a.json",
-                "--variants",
+            &quiet_run(
+                2,
                 "glibc,arena2",
-                "--runs",
-                "2",
-                "--seed",
-                "4",
-                "--no-probes",
-                "--quiet",
-                "--",
-                "/bin/true",
-            ],
+                &["--json", "a.json", "--seed", "4"],
+                &["/bin/true"],
+            ),
         ),
         "local run",
     );
@@ -396,19 +368,16 @@ fn a_sigkilled_experiment_lists_as_interrupted_and_resumes() {
     let dir = tmp.path();
     let mut victim = spawn(
         dir,
-        &[
-            "run",
-            "--variants",
+        &quiet_run(
+            2,
             "glibc",
-            "--runs",
-            "2",
-            "--no-probes",
-            "--quiet",
-            "--",
-            "/bin/sh",
-            "-c",
-            "test -e go && exit 0; touch go; exec sleep 30",
-        ],
+            &[],
+            &[
+                "/bin/sh",
+                "-c",
+                "test -e go && exit 0; touch go; exec sleep 30",
+            ],
+        ),
     );
     wait_for_first_run(dir);
     victim.kill().unwrap();
@@ -432,23 +401,7 @@ fn a_stored_plan_without_a_command_is_refused_not_a_panic() {
     }
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    ok(
-        &out(
-            dir,
-            &[
-                "run",
-                "--variants",
-                "glibc",
-                "--runs",
-                "1",
-                "--no-probes",
-                "--quiet",
-                "--",
-                "/bin/true",
-            ],
-        ),
-        "run",
-    );
+    one_local_run(dir, "run");
     let c = rusqlite::Connection::open(dir.join("memtrial.db")).unwrap();
     c.execute(
         "UPDATE experiments SET status = 'interrupted',

@@ -6,8 +6,8 @@ use serde_json::Value;
 
 use crate::common::*;
 
-fn runs<'a>(doc: &'a Value, name: &str) -> &'a Vec<Value> {
-    variant(doc, name)["runs"].as_array().expect("runs")
+fn runs(doc: &Value, name: &str) -> Vec<RunRecord> {
+    typed_runs(doc, name)
 }
 
 /// Thousands of execs under a variant set in the environment: while a process is in the
@@ -33,7 +33,7 @@ fn exec_storm_is_never_a_false_variant_not_effective() {
     let mut checked = 0;
     for v in ["glibc", "arena2"] {
         for run in runs(&doc, v) {
-            assert_eq!(run["status"], "ok", "{run}");
+            assert_eq!(run.status, RunStatus::Ok, "{run:?}");
             checked += 1;
         }
     }
@@ -41,14 +41,11 @@ fn exec_storm_is_never_a_false_variant_not_effective() {
     // The arena2 runs were verified on real processes, not waved through.
     assert!(runs(&doc, "arena2")
         .iter()
-        .all(|run| run["verification"] == "verified"));
+        .all(|run| run.verification == Verification::Verified));
 }
 
 fn peak_of(doc: &Value, name: &str) -> Vec<u64> {
-    runs(doc, name)
-        .iter()
-        .map(|r| r["peak_rss_bytes"].as_u64().expect("peak"))
-        .collect()
+    runs(doc, name).iter().map(|r| r.peak_rss_bytes).collect()
 }
 
 /// `/bin/true` peaks near 1 MiB on its own; memtrial is 7–9 MiB. A child forked (or
@@ -145,8 +142,8 @@ fn a_known_peak_is_reported_as_the_program_measured_it() {
     let doc = r.json();
     for v in ["glibc", "jemalloc"] {
         for run in runs(&doc, v) {
-            let got = run["peak_rss_bytes"].as_u64().unwrap();
-            let own: u64 = std::fs::read_to_string(run["stdout_path"].as_str().unwrap())
+            let got = run.peak_rss_bytes;
+            let own: u64 = std::fs::read_to_string(&run.stdout_path)
                 .unwrap()
                 .trim()
                 .parse()
@@ -196,12 +193,10 @@ fn two_memtrials_under_other_names_do_not_kill_each_other() {
         let out = child.wait_with_output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "{stderr}");
-        let doc: Value =
-            serde_json::from_str(&std::fs::read_to_string(dir.path().join("out.json")).unwrap())
-                .unwrap();
+        let doc = json_in(dir.path());
         for v in ["glibc", "arena2"] {
             for run in runs(&doc, v) {
-                assert_eq!(run["status"], "ok", "{run}");
+                assert_eq!(run.status, RunStatus::Ok, "{run:?}");
             }
         }
     }

@@ -7,10 +7,6 @@ use std::time::{Duration, Instant};
 
 use crate::common::*;
 
-fn runs_of(doc: &serde_json::Value, name: &str) -> Vec<serde_json::Value> {
-    variant(doc, name)["runs"].as_array().unwrap().clone()
-}
-
 #[test]
 fn a_service_runs_for_its_duration_and_is_stopped_ok() {
     let mark = "memtrial-worker-duration-4711";
@@ -25,11 +21,11 @@ fn a_service_runs_for_its_duration_and_is_stopped_ok() {
     assert!(t.elapsed() < Duration::from_secs(20));
     let doc = r.json();
     for v in ["glibc", "arena2"] {
-        let run = &runs_of(&doc, v)[0];
-        assert_eq!(run["status"], "ok", "{}", r.explain());
-        let wall = run["wall_seconds"].as_f64().unwrap();
+        let run = first_run(&doc, v);
+        assert_eq!(run.status, RunStatus::Ok, "{}", r.explain());
+        let wall = run.wall_seconds;
         assert!((0.9..3.0).contains(&wall), "wall {wall}");
-        assert_eq!(run["driver"]["driven_end_seconds"].as_f64(), Some(1.0));
+        assert_eq!(run.driver.map(|d| d.driven_end_seconds), Some(1.0));
     }
     assert_eq!(doc["experiment"]["worker"]["duration_ms"], 1000);
     assert!(no_process_matching(mark), "the service outlived its run");
@@ -41,14 +37,11 @@ fn a_service_runs_for_its_duration_and_is_stopped_ok() {
         &["sleep", "0.2"],
     );
     assert_eq!(r.code(), 0, "{}", r.explain());
-    let run = first_run(&r.json(), "glibc").clone();
-    assert_eq!(run["status"], "ok");
+    let run = first_run(&r.json(), "glibc");
+    assert_eq!(run.status, RunStatus::Ok);
     assert!(
-        run["message"]
-            .as_str()
-            .unwrap()
-            .contains("exited by itself"),
-        "{run}"
+        run.message.as_deref().unwrap().contains("exited by itself"),
+        "{run:?}"
     );
 }
 
@@ -59,13 +52,12 @@ fn a_driver_ends_the_run_and_its_figures_are_summarised() {
     assert_eq!(r.code(), 0, "{}", r.explain());
     let doc = r.json();
     for v in ["glibc", "arena2"] {
-        for run in runs_of(&doc, v) {
-            assert_eq!(run["status"], "ok", "{}", r.explain());
-            assert!(run["wall_seconds"].as_f64().unwrap() < 5.0);
-            assert_eq!(run["driver"]["figures"]["jobs"]["value"], 100.0);
+        for run in typed_runs(&doc, v) {
+            assert_eq!(run.status, RunStatus::Ok, "{}", r.explain());
+            assert!(run.wall_seconds < 5.0);
+            assert_eq!(driver_of(&run).figures["jobs"].value, 100.0);
             // The driver saw the run named in its environment.
-            let out =
-                Path::new(run["stdout_path"].as_str().unwrap()).with_extension("driver.stdout");
+            let out = run.stdout_path.with_extension("driver.stdout");
             let text = std::fs::read_to_string(&out).unwrap();
             assert!(text.contains(&format!("v={v} pid=")), "{text}");
             assert!(
@@ -73,13 +65,13 @@ fn a_driver_ends_the_run_and_its_figures_are_summarised() {
                 "{text}"
             );
         }
-        let s = &variant(&doc, v)["summary"]["driver_figures"]["jobs"];
+        let s = &summary(&doc, v)["driver_figures"]["jobs"];
         assert_eq!(s["median"], 100.0, "{s}");
         assert_eq!(s["n"], 2);
         assert_eq!(s["unit"], "jobs");
     }
     assert_eq!(
-        variant(&doc, "arena2")["summary"]["driver_figures"]["jobs"]["ratio_to_baseline"]["value"],
+        summary(&doc, "arena2")["driver_figures"]["jobs"]["ratio_to_baseline"]["value"],
         1.0
     );
     assert!(r.stdout().contains("jobs"), "{}", r.stdout());
@@ -109,19 +101,17 @@ fn after_the_driver_the_workload_cools_down_before_it_is_stopped() {
     );
     assert_eq!(r.code(), 0, "{}", r.explain());
     let doc = r.json();
-    let run = &runs_of(&doc, "glibc")[0];
-    assert_eq!(run["status"], "ok", "{run}");
+    let run = first_run(&doc, "glibc");
+    assert_eq!(run.status, RunStatus::Ok, "{run:?}");
     assert_eq!(doc["experiment"]["worker"]["cooldown_ms"], 1500);
-    let driven_end = run["driver"]["driven_end_seconds"].as_f64().unwrap();
-    let wall = run["wall_seconds"].as_f64().unwrap();
+    let driven_end = driver_of(&run).driven_end_seconds;
+    let wall = run.wall_seconds;
     // Sampled through the cool-down, then stopped: the run lasts the driver plus 1.5 s.
     assert!(
         wall >= driven_end + 1.4 && wall < driven_end + 4.0,
         "driven phase ended at {driven_end:.2} s, the run at {wall:.2} s"
     );
-    let last_sample = run["samples"].as_array().unwrap().last().unwrap()["t_seconds"]
-        .as_f64()
-        .unwrap();
+    let last_sample = run.samples.last().unwrap().t_seconds;
     assert!(
         last_sample >= driven_end + 1.3,
         "{last_sample} vs {driven_end}"
@@ -136,23 +126,11 @@ fn after_the_driver_the_workload_cools_down_before_it_is_stopped() {
 #[test]
 fn failing_hooks_and_drivers_fail_the_run_with_their_words() {
     let one = |extra: &[&str], cmd: &[&str]| {
-        let mut args = vec![
-            "run",
-            "--runs",
-            "1",
-            "--variants",
-            "glibc",
-            "--json",
-            "out.json",
-        ];
-        args.extend_from_slice(extra);
-        args.push("--");
-        args.extend_from_slice(cmd);
-        let r = memtrial_in_tmp(&args);
+        let r = run_json(1, "glibc", extra, cmd);
         assert_eq!(r.code(), 1, "{}", r.explain());
-        let run = first_run(&r.json(), "glibc").clone();
-        assert_eq!(run["status"], "failed", "{run}");
-        run["message"].as_str().unwrap().to_string()
+        let run = first_run(&r.json(), "glibc");
+        assert_eq!(run.status, RunStatus::Failed, "{run:?}");
+        run.message.unwrap()
     };
     let m = one(&["--before", "echo queue is gone >&2; exit 3"], &["true"]);
     assert!(
@@ -192,7 +170,7 @@ fn failing_hooks_and_drivers_fail_the_run_with_their_words() {
         &["sleep", "100"],
     );
     assert_eq!(r.code(), 1, "{}", r.explain());
-    assert_eq!(first_run(&r.json(), "glibc")["status"], "timeout");
+    assert_eq!(first_run(&r.json(), "glibc").status, RunStatus::Timeout);
     assert!(
         no_process_matching("memtrial-worker-driver-4714"),
         "the driver outlived its run"
@@ -217,10 +195,7 @@ fn bad_worker_input_exits_2_naming_the_flag() {
             "every run would time out",
         ),
     ] {
-        let mut a = vec!["run", "--runs", "1", "--variants", "glibc"];
-        a.extend(args.iter().copied());
-        a.extend(["--", "true"]);
-        let r = memtrial_in_tmp(&a);
+        let r = run_with(1, "glibc", &args, &["true"]);
         assert_eq!(r.code(), 2, "{args:?}: {}", r.stderr());
         assert!(r.stderr().contains(expect), "{args:?}: {}", r.stderr());
     }
@@ -334,28 +309,22 @@ fn sidekiq_under_three_variants_with_jobs_per_second() {
     let doc = r.json();
     for v in ["glibc", "arena2", "jemalloc"] {
         let run = first_run(&doc, v);
-        assert_eq!(run["status"], "ok", "{}", r.explain());
-        let figures = &run["driver"]["figures"];
-        assert_eq!(figures["jobs"]["value"], 1500.0, "{run}");
-        assert!(figures["jobs_per_second"]["value"].as_f64().unwrap() > 0.0);
+        assert_eq!(run.status, RunStatus::Ok, "{}", r.explain());
+        let d = driver_of(&run);
+        assert_eq!(d.figures["jobs"].value, 1500.0, "{run:?}");
+        assert!(d.figures["jobs_per_second"].value > 0.0);
         // The driver said when Sidekiq was up: the steady phase starts there.
-        let d = &run["driver"];
-        assert!(
-            d["ready_seconds"].as_f64().unwrap() >= d["driven_start_seconds"].as_f64().unwrap()
-        );
-        assert!(run["peak_rss_bytes"].as_u64().unwrap() > 10 << 20);
-        let s = &variant(&doc, v)["summary"]["driver_figures"]["jobs_per_second"];
+        assert!(d.ready_seconds.unwrap() >= d.driven_start_seconds);
+        assert!(run.peak_rss_bytes > 10 << 20);
+        let s = &summary(&doc, v)["driver_figures"]["jobs_per_second"];
         assert!(s["median"].as_f64().unwrap() > 0.0, "{s}");
         eprintln!(
             "sidekiq {v}: peak RSS {} MiB, {:.0} jobs/s",
-            run["peak_rss_bytes"].as_u64().unwrap() >> 20,
+            run.peak_rss_bytes >> 20,
             s["median"].as_f64().unwrap()
         );
     }
-    assert_eq!(
-        first_run(&doc, "jemalloc")["allocator_detected"],
-        "jemalloc"
-    );
+    assert_eq!(first_run(&doc, "jemalloc").allocator_detected, "jemalloc");
     assert!(
         no_process_matching("sidekiq 6"),
         "Sidekiq outlived its runs"
