@@ -16,10 +16,11 @@ use std::fs::File;
 use std::io::Read;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
-use std::process::{Child, ChildStdout, Command, ExitStatus, Stdio};
+use std::process::{ChildStdout, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::linux::cgroup::{self, RunCgroup};
+use crate::linux::child::{self, Child};
 use crate::linux::proc;
 use crate::probe::Helpers;
 
@@ -104,8 +105,8 @@ impl Helper {
                 }
             });
         }
-        let child = cmd.spawn()?;
-        let pgid = child.id() as i32;
+        let child = Child::spawn(&mut cmd)?;
+        let pgid = child.pid();
         // Without a cgroup a run's processes are memtrial's descendants: the helper and
         // what it starts are not the workload's.
         helpers.hide(pgid);
@@ -136,7 +137,7 @@ impl Helper {
     pub fn exited(&mut self) -> Option<ExitStatus> {
         if self.status.is_none() {
             self.look();
-            self.status = self.child.try_wait().ok().flatten();
+            self.status = self.child.try_wait().ok().flatten().map(|e| e.status);
             if self.status.is_some() {
                 // Reaped: its PID may name a process of the run again.
                 self.helpers.unhide(self.pgid);
@@ -193,10 +194,8 @@ impl Helper {
     }
 
     fn killpg(&self, sig: i32) {
-        // SAFETY: killpg only sends a signal; the group is ours (made at spawn).
-        unsafe {
-            libc::killpg(self.pgid, sig);
-        }
+        // The group is ours (made at spawn).
+        child::kill_group(self.pgid, sig);
     }
 
     /// SIGKILL to everything of the helper's, and the reaping of what memtrial adopted.
@@ -208,11 +207,11 @@ impl Helper {
         let shell_alive = self.status.is_none();
         match &mut self.keeping {
             Keeping::Cgroup(g) => {
-                // The shell is std's to reap; what else was in the group and came to
+                // The shell is its handle's to reap; what else was in the group and came to
                 // memtrial is reaped here.
                 let pids: Vec<i32> = g.procs().into_iter().filter(|p| *p != shell).collect();
                 g.kill_all(Duration::from_secs(2));
-                reap(&pids);
+                child::reap_exited(&pids);
             }
             Keeping::Descendants { seen, .. } => {
                 // Killed processes cannot fork: a few rounds catch what was forked
@@ -245,18 +244,15 @@ impl Helper {
                         .filter(|e| seen.iter().any(|(p, t)| *p == e.pid && *t == e.start))
                         .map(|e| e.pid)
                         .collect();
-                    reap(&zombies);
+                    child::reap_exited(&zombies);
                     if pids.is_empty() {
                         break;
                     }
                     for p in &pids {
-                        // SAFETY: kill has no memory-safety preconditions.
-                        unsafe {
-                            libc::kill(*p, libc::SIGKILL);
-                        }
+                        child::kill(*p, libc::SIGKILL);
                     }
                     std::thread::sleep(Duration::from_millis(10));
-                    reap(&pids);
+                    child::reap_exited(&pids);
                 }
             }
         }
@@ -275,17 +271,6 @@ impl Drop for Helper {
 
 fn own_pid() -> i32 {
     std::process::id() as i32
-}
-
-/// Reaps those of `pids` that are memtrial's exited children (adopted orphans).
-fn reap(pids: &[i32]) {
-    for p in pids {
-        let mut st = 0;
-        // SAFETY: WNOHANG on a specific PID; fails harmlessly if it is not our child.
-        unsafe {
-            libc::waitpid(*p, &mut st, libc::WNOHANG);
-        }
-    }
 }
 
 /// One process as the helper's stop sees it.

@@ -1,6 +1,6 @@
 //! The local backend: fork and exec on this machine, each run in a fresh cgroup of its
 //! own (when memtrial may create one), started through memtrial's spawner (see
-//! [`super::spawn`]) and reaped by `wait4` on a thread of its own.
+//! [`super::spawn`]) and reaped (`linux::child`) on a thread of its own.
 
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
@@ -12,6 +12,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use super::spawn::{self, Report};
 use super::{Backend, BackendError, Exit, Launch, LaunchSpec, RunHandle, Usage, Waited};
 use crate::linux::cgroup::{self, Hierarchy, RunCgroup};
+use crate::linux::child::{self, Child};
 use crate::probe::{CgroupProbe, Membership, Probe};
 
 /// Where runs are isolated.
@@ -96,7 +97,7 @@ pub(super) fn start(spec: LaunchSpec, cgroup: Option<RunCgroup>) -> Result<Launc
         });
     }
     let mut started = Instant::now();
-    let child = match cmd.spawn() {
+    let child = match Child::spawn(&mut cmd) {
         Ok(c) => c,
         Err(e) if !spec.workdir.is_dir() => {
             return Ok(Launch::NotStarted(format!(
@@ -110,9 +111,7 @@ pub(super) fn start(spec: LaunchSpec, cgroup: Option<RunCgroup>) -> Result<Launc
             )))
         }
     };
-    let pid = child.id() as i32;
-    // The spawner is reaped by wait4 below, never by std.
-    drop(child);
+    let pid = child.pid();
     drop(report_w);
     if let (Some((gate_r, gate_w)), Some(at_gate)) = (gate, spec.at_gate) {
         drop(gate_r);
@@ -128,7 +127,7 @@ pub(super) fn start(spec: LaunchSpec, cgroup: Option<RunCgroup>) -> Result<Launc
             workload
         }
         first => {
-            let _ = wait_for(pid, None);
+            let _ = wait_for(child, None);
             let why = match first {
                 Some(Report::ExecFailed(e)) => std::io::Error::from_raw_os_error(e).to_string(),
                 _ => "the spawner ended before it could start it".into(),
@@ -143,7 +142,7 @@ pub(super) fn start(spec: LaunchSpec, cgroup: Option<RunCgroup>) -> Result<Launc
     std::thread::Builder::new()
         .name("memtrial-wait4".into())
         .spawn(move || {
-            if let Some(e) = wait_for(pid, Some(reports)) {
+            if let Some(e) = wait_for(child, Some(reports)) {
                 let _ = tx.send(e);
             }
         })
@@ -171,7 +170,7 @@ fn report_pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
 /// Waits for the spawner: the workload's exit and usage as the spawner reported them
 /// (the spawner's own exit time stands for it), or, when the spawner could not report
 /// (killed), its own exit with no peak.
-fn wait_for(pid: i32, reports: Option<spawn::Reports>) -> Option<Exit> {
+fn wait_for(mut spawner: Child, reports: Option<spawn::Reports>) -> Option<Exit> {
     let mut reported = None;
     if let Some(mut r) = reports {
         while let Some(rep) = r.next_report() {
@@ -183,26 +182,15 @@ fn wait_for(pid: i32, reports: Option<spawn::Reports>) -> Option<Exit> {
             }
         }
     }
-    loop {
-        let mut status = 0;
-        // SAFETY: rusage is plain data; wait4 fills it.
-        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-        // SAFETY: valid pointers to locals.
-        let r = unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
-        if r == pid {
-            let (kind, usage, at) = reported.unwrap_or_else(|| {
-                let usage = Usage {
-                    maxrss_bytes: 0,
-                    ..spawn::usage(&ru)
-                };
-                (spawn::exit_kind(status), usage, Instant::now())
-            });
-            return Some(Exit { kind, usage, at });
-        }
-        if r < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
-            return None;
-        }
-    }
+    let ended = spawner.wait().ok()?;
+    let (kind, usage, at) = reported.unwrap_or_else(|| {
+        let usage = Usage {
+            maxrss_bytes: 0,
+            ..spawn::usage(&ended.rusage)
+        };
+        (spawn::exit_kind(ended.status), usage, Instant::now())
+    });
+    Some(Exit { kind, usage, at })
 }
 
 /// A workload started by [`LocalBackend`].
@@ -254,47 +242,27 @@ impl RunHandle for LocalRun {
 
     fn root_ended(&self) -> bool {
         // The spawner exits right after it reaped the workload and reported it: it has
-        // exited (not reaped: WNOWAIT), or was reaped already (ECHILD), once the root has.
-        // SAFETY: siginfo_t is plain data; waitid fills it.
-        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-        // SAFETY: a valid pointer to a local; WNOHANG|WNOWAIT neither blocks nor reaps.
-        let r = unsafe {
-            libc::waitid(
-                libc::P_PID,
-                self.spawner as libc::id_t,
-                &mut info,
-                libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
-            )
-        };
-        if r != 0 {
-            return std::io::Error::last_os_error().raw_os_error() == Some(libc::ECHILD);
-        }
-        // SAFETY: waitid succeeded, so si_pid is set (0 when no child has exited).
-        unsafe { info.si_pid() != 0 }
+        // exited (not reaped: the wait thread does), or was reaped already, once the root has.
+        child::has_exited(self.spawner)
     }
 
     fn signal(&mut self, sig: i32, pids: &[i32]) {
-        // SAFETY: kill has no memory-safety preconditions. The process group first, then
-        // every known member (daemons leave the group with setsid).
-        unsafe {
-            libc::kill(-self.workload, sig);
-            for p in pids {
-                libc::kill(*p, sig);
-            }
+        // The process group first, then every known member (daemons leave the group with
+        // setsid).
+        child::kill_group(self.workload, sig);
+        for p in pids {
+            child::kill(*p, sig);
         }
     }
 
     fn reap(&mut self, pids: &[i32]) {
-        for p in pids {
-            if *p == self.spawner {
-                continue;
-            }
-            let mut st = 0;
-            // SAFETY: WNOHANG on a specific PID; fails harmlessly if it is not our child.
-            unsafe {
-                libc::waitpid(*p, &mut st, libc::WNOHANG);
-            }
-        }
+        // The spawner is the wait thread's to reap.
+        let adopted: Vec<i32> = pids
+            .iter()
+            .copied()
+            .filter(|p| *p != self.spawner)
+            .collect();
+        child::reap_exited(&adopted);
     }
 
     fn kill_rest(&mut self, wait: Duration) {

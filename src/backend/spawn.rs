@@ -11,7 +11,7 @@
 //! pages). Where the embedded spawner cannot be put in a memory file at run time, memtrial
 //! starts itself again (`/proc/self/exe __memtrial-spawn …`, [`spawner_main`]), a fresh
 //! image whose start-up pages (~1.3 MiB) can still show as the peak of a very small
-//! program. The spawner waits for the workload with `wait4`
+//! program. The spawner waits for the workload (`wait4`, through `linux::child`)
 //! and reports the workload's exit and resource usage on a pipe, then exits the same way.
 //! The workload leads a process group of its own, which memtrial signals; the spawner
 //! ignores the usual stop signals all the same, so that it outlives the workload to
@@ -22,10 +22,13 @@ use std::ffi::{CString, OsStr, OsString};
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
+use std::process::ExitStatus;
 use std::sync::OnceLock;
 
 use super::{ExitKind, Usage};
+use crate::linux::child::Child;
 
 /// The spawner built from `spawner/spawn.c` by build.rs (which fails without a C compiler).
 const EMBEDDED: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/memtrial-spawn"));
@@ -390,24 +393,17 @@ fn environment(set: Vec<Vec<u8>>) -> Vec<CString> {
         .collect()
 }
 
+/// Waits for the workload: its exit and usage (exit code 127 when it cannot be waited for).
 fn reap(pid: i32) -> (ExitKind, Usage) {
-    loop {
-        let mut status = 0;
-        // SAFETY: rusage is plain data; wait4 fills it.
-        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-        // SAFETY: valid pointers to locals.
-        let r = unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
-        if r == pid {
-            return (exit_kind(status), usage(&ru));
-        }
-        if r < 0 && errno() != libc::EINTR {
-            return (ExitKind::Code(127), Usage::default());
-        }
+    match Child::forked(pid).wait() {
+        Ok(e) => (exit_kind(e.status), usage(&e.rusage)),
+        Err(_) => (ExitKind::Code(127), Usage::default()),
     }
 }
 
 /// A `wait` status as an exit.
-pub(crate) fn exit_kind(status: i32) -> ExitKind {
+pub(crate) fn exit_kind(status: ExitStatus) -> ExitKind {
+    let status = status.into_raw();
     if libc::WIFSIGNALED(status) {
         ExitKind::Signal(libc::WTERMSIG(status))
     } else {

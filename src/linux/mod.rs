@@ -3,6 +3,7 @@
 pub mod allocator;
 pub mod cgroup;
 pub use cgroup::container;
+pub(crate) mod child;
 pub mod elf;
 pub mod host;
 pub mod kept;

@@ -4,25 +4,24 @@ use std::io::Read;
 use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::linux::child::Child;
 use crate::probe::tree::Helpers;
 
 use super::*;
 
 /// One jcmd, started and not yet collected.
 pub(super) struct InFlight {
-    /// Owns the pipes; reaped with `wait4`, never by std.
+    /// Owns the pipes; reaped through the handle, never by std.
     pub(super) child: Child,
-    pub(super) pid: i32,
     /// Where it is hidden from the run's processes until reaped.
     pub(super) helpers: Helpers,
     pub(super) out: Vec<u8>,
     pub(super) err: Vec<u8>,
     pub(super) started: Instant,
     pub(super) killed: bool,
-    pub(super) reaped: bool,
 }
 
 /// A finished jcmd.
@@ -79,9 +78,8 @@ impl InFlight {
                 Ok(())
             });
         }
-        let child = cmd.spawn()?;
-        let jpid = child.id() as i32;
-        helpers.hide(jpid);
+        let child = Child::spawn(&mut cmd)?;
+        helpers.hide(child.pid());
         for fd in [
             child.stdout.as_ref().map(|o| o.as_raw_fd()),
             child.stderr.as_ref().map(|e| e.as_raw_fd()),
@@ -93,13 +91,11 @@ impl InFlight {
         }
         Ok(InFlight {
             child,
-            pid: jpid,
             helpers: helpers.clone(),
             out: Vec::new(),
             err: Vec::new(),
             started: Instant::now(),
             killed: false,
-            reaped: false,
         })
     }
 
@@ -115,35 +111,26 @@ impl InFlight {
     /// Collects jcmd if it exited (killing it once it is late); never waits.
     pub(super) fn poll(&mut self) -> Option<Finished> {
         self.drain();
-        let mut status = 0;
-        // SAFETY: rusage is plain data that wait4 fills; WNOHANG on our own child.
-        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-        let r = unsafe { libc::wait4(self.pid, &mut status, libc::WNOHANG, &mut ru) };
-        if r == 0 {
-            if !self.killed && self.started.elapsed() > TIMEOUT {
-                // SAFETY: our child, not reaped yet, so the PID is still its.
-                unsafe { libc::kill(self.pid, libc::SIGKILL) };
-                self.killed = true;
+        // Its exit, or a failed wait (not ours any more): either way it is done.
+        let ended = match self.child.try_wait() {
+            Ok(None) => {
+                if !self.killed && self.started.elapsed() > TIMEOUT {
+                    self.child.signal(libc::SIGKILL);
+                    self.killed = true;
+                }
+                return None;
             }
-            return None;
-        }
-        self.reaped = true;
-        self.helpers.unhide(self.pid);
-        self.drain();
-        let tv = |t: libc::timeval| {
-            Duration::from_secs(t.tv_sec.max(0) as u64)
-                + Duration::from_micros(t.tv_usec.max(0) as u64)
+            Ok(Some(e)) => Some(e),
+            Err(_) => None,
         };
+        self.helpers.unhide(self.child.pid());
+        self.drain();
         Some(Finished {
-            ok: r == self.pid && libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            ok: ended.is_some_and(|e| e.status.success()),
             killed: self.killed,
             out: String::from_utf8_lossy(&self.out).into_owned(),
             err: String::from_utf8_lossy(&self.err).into_owned(),
-            cpu: if r == self.pid {
-                tv(ru.ru_utime) + tv(ru.ru_stime)
-            } else {
-                Duration::ZERO
-            },
+            cpu: ended.map_or(Duration::ZERO, |e| e.cpu()),
         })
     }
 }
@@ -151,15 +138,12 @@ impl InFlight {
 impl Drop for InFlight {
     /// A read still running when the run ends is killed and reaped (quick after SIGKILL).
     fn drop(&mut self) {
-        if self.reaped {
+        if self.child.is_done() {
+            // Collected by poll, and unhidden then: its PID may be another helper's now.
             return;
         }
-        let mut status = 0;
-        // SAFETY: our child, not reaped yet; kill then a blocking wait4 of that PID only.
-        unsafe {
-            libc::kill(self.pid, libc::SIGKILL);
-            libc::wait4(self.pid, &mut status, 0, std::ptr::null_mut());
-        }
-        self.helpers.unhide(self.pid);
+        self.child.signal(libc::SIGKILL);
+        let _ = self.child.wait();
+        self.helpers.unhide(self.child.pid());
     }
 }
