@@ -48,9 +48,10 @@ impl Run {
     /// The JSON document the command wrote to `name` in its directory.
     pub fn json_file(&self, name: &str) -> Value {
         let p = self.dir.path().join(name);
-        let text = std::fs::read_to_string(&p)
-            .unwrap_or_else(|e| panic!("no {}: {e}\nstderr:\n{}", p.display(), self.stderr()));
-        serde_json::from_str(&text).expect("valid JSON")
+        if !p.exists() {
+            panic!("no {}\nstderr:\n{}", p.display(), self.stderr());
+        }
+        read_json(&p)
     }
 
     pub fn json(&self) -> Value {
@@ -63,12 +64,16 @@ impl Run {
 
 /// The experiment's JSON record a run wrote to `DIR/out.json`, checked against its schema.
 pub fn json_in(dir: &Path) -> Value {
-    let p = dir.join("out.json");
-    let text =
-        std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("no JSON at {}: {e}", p.display()));
-    let v: Value = serde_json::from_str(&text).expect("valid JSON");
+    let v = read_json(&dir.join("out.json"));
     validate_schema(&v, "experiment-v4.schema.json");
     v
+}
+
+/// A JSON document a command wrote.
+fn read_json(p: &Path) -> Value {
+    let text =
+        std::fs::read_to_string(p).unwrap_or_else(|e| panic!("no JSON at {}: {e}", p.display()));
+    serde_json::from_str(&text).expect("valid JSON")
 }
 
 /// Runs memtrial in a fresh directory with its own database.
@@ -114,12 +119,8 @@ pub fn run_json_args(runs: u32, variants: &str, more: &[&str], command: &[&str])
 
 /// [`run_with`] that also writes the JSON record to `out.json` (read back by [`Run::json`]).
 pub fn run_json(runs: u32, variants: &str, more: &[&str], command: &[&str]) -> Run {
-    run_with(
-        runs,
-        variants,
-        &[&["--json", "out.json"], more].concat(),
-        command,
-    )
+    let args = run_json_args(runs, variants, more, command);
+    memtrial_in_tmp(&args.iter().map(String::as_str).collect::<Vec<_>>())
 }
 
 /// The JSON Schema `docs/schema/NAME`.

@@ -278,10 +278,7 @@ pub(super) fn kill_group(
 }
 pub(super) fn signal_all(pids: &[i32]) {
     for p in pids {
-        // SAFETY: kill has no memory-safety preconditions.
-        unsafe {
-            libc::kill(*p, libc::SIGKILL);
-        }
+        crate::linux::child::kill(*p, libc::SIGKILL);
     }
 }
 /// Joins the calling process to the cgroups whose `cgroup.procs` files are open.
