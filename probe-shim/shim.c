@@ -10,7 +10,11 @@
  * then each gap half again as long as the last, up to MEMTRIAL_PROBE_INTERVAL_MS - and
  * whenever the process reaches a new high of resident memory (2% above the last high, read
  * from /proc/self/statm, a cheap read, every 10 ms for the first second and at most every
- * 50 ms after), so that a sample lies at the peak. All of it within a CPU budget (below).
+ * 50 ms after), so that a sample lies at the peak. All of it within a CPU budget (below),
+ * except the rungs: a resident size SAMPLE_RUNG_STEP (2.5%) above every earlier sample's
+ * takes a sample whatever the budget says, while one costs under RUNG_MAX_NS - so the last
+ * two samples lie within 10% of the highest resident size the process reached, however
+ * long it ran.
  *
  * What it touches before its first sample is due (10 ms after the process started): its
  * sampling thread (small stack) and nothing else. The allocator is found, the file opened
@@ -22,13 +26,14 @@
  * Line format (tab-separated, "-" where the allocator offers no such figure):
  *   # memtrial-probe 1 <pid> <allocator> <library that defines malloc>
  *   <CLOCK_MONOTONIC ns> <live> <held> <free> <resident> <mapped> <retained> <metadata>
- *   <arenas> <thread cache>
+ *   <arenas> <thread cache> <rss>
  * live = bytes the program has allocated and not freed; held = bytes the allocator holds
  * from the system for them; thread cache = bytes of freed blocks the allocator keeps in its
  * per-thread caches (jemalloc: stats.arenas.<all>.tcache_bytes, plus tcache_stashed_bytes;
  * tcmalloc: tcmalloc.current_total_thread_cache_bytes), which live does NOT count: jemalloc's
- * stats.allocated counts them, so live is stats.allocated minus them. The sample written at
- * exit is preceded by a "# exit" line.
+ * stats.allocated counts them, so live is stats.allocated minus them; rss = this process's
+ * resident bytes (statm) when the sample was taken (readers accept lines without it). The
+ * sample written at exit is preceded by a "# exit" line.
  *
  * A bounded file, for a long-lived process in production (MEMTRIAL_PROBE_MAX_BYTES=N set
  * and not empty; memtrial run never sets it, it reads the whole file): the file is opened
@@ -45,8 +50,9 @@
  * The shape of the holes: when <MEMTRIAL_PROBE_DIR>/holes exists (memtrial makes it for a
  * run; a production deployment does not, and pays nothing), the thread also writes what
  * the allocator says about its free memory to <dir>/holes/<pid>, replaced whole (a
- * temporary file renamed) at a new high of resident memory once its growth pauses (see
- * holes_due), within the same CPU budget:
+ * temporary file renamed) at each rung of resident memory (RUNG_STEP, 5%, above the last
+ * account: whatever the budget says, while one costs under RUNG_MAX_NS) and, within a CPU
+ * budget of its own, where its growth pauses 2% above the last account:
  *   # memtrial-holes 1 <pid> <allocator>
  *   ns <CLOCK_MONOTONIC ns>          rss <resident bytes from statm then>
  *   glibc:    "xml" and then malloc_info's XML (free chunks by bin, per arena)
@@ -450,9 +456,10 @@ static void report_line(const char *line, size_t n) {
         written += (uint64_t)w;
 }
 
-static void sample_locked(void) {
+/* rss: this process's resident bytes when the sample is taken (NONE: unknown). */
+static void sample_locked(uint64_t rss) {
     struct figures f;
-    char buf[256];
+    char buf[288];
     if (!fd_is_ours())
         return;
     read_figures(&f);
@@ -466,13 +473,14 @@ static void sample_locked(void) {
     n = put(buf, n, f.retained, '\t');
     n = put(buf, n, f.metadata, '\t');
     n = put(buf, n, f.arenas, '\t');
-    n = put(buf, n, f.thread_cache, '\n');
+    n = put(buf, n, f.thread_cache, '\t');
+    n = put(buf, n, rss, '\n');
     report_line(buf, n);
 }
 
-static void sample(void) {
+static void sample(uint64_t rss) {
     pthread_mutex_lock(&lock);
-    sample_locked();
+    sample_locked(rss);
     pthread_mutex_unlock(&lock);
 }
 
@@ -486,14 +494,34 @@ static void sample(void) {
 #define DENSE_FOR_NS 1000000000ULL
 #define WATCH_MAX_NS 50000000ULL
 #define HIGH_STEP 50
-#define HOLES_STEP 10 /* 1/10: 10% */
+/* The rungs: a resident size 1/RUNG_STEP (5%) above every earlier account takes one at
+ * once, outside the budgets, while the last read of its kind cost under RUNG_MAX_NS; a
+ * sample's rungs are half as far apart (1/SAMPLE_RUNG_STEP, 2.5%), since live/held at the
+ * peak needs two samples within 10% of it: at 5%, a job that grows until it exits left one
+ * (a Python batch growing 30 MB/s to 96 MiB: samples at 86 and 92 MiB, none after). From
+ * 1 MiB to 1 GiB that is at most ~140 accounts and ~280 samples, and since a read's cost
+ * grows with the heap, their sum is about 21 accounts and 41 samples at the peak
+ * (1 + 1/1.05 + 1/1.05^2 ...): bounded by how far the process grows, not by how long it
+ * runs. A read dearer than RUNG_MAX_NS (glibc's walk over ~80k free chunks) keeps to the
+ * budget. */
+#define RUNG_STEP 20
+#define SAMPLE_RUNG_STEP 40
+#define RUNG_MAX_NS 10000000ULL
+/* Between rungs, an account is also taken where growth pauses this far (1/50: 2%) above
+ * the last one, within the holes' budget: the top of a plateau. */
+#define HOLES_STEP 50
 
-/* The thread's CPU budget: BUDGET_PPM (0.15%) of one core over its life plus a 30 ms burst,
- * so that a short run gets every sample while a long one stays within the budget. Reading an
- * allocator is cheap except glibc's mallinfo2 on a fragmented heap, which walks every
- * free chunk of every arena (about 14 ms per sample at 100k free chunks): then samples
- * are skipped until the budget allows one. The statm reads count in the same budget (about
- * 3 us each through a kept descriptor: 0.006% of a core at one per 50 ms). */
+/* The samples' CPU budget: BUDGET_PPM (0.15%) of one core over the process's life plus a
+ * 30 ms burst, so that a short run gets every sample while a long one stays within the
+ * budget. Reading an allocator is cheap except glibc's mallinfo2 on a fragmented heap, which
+ * walks every free chunk of every arena (about 14 ms per sample at 100k free chunks): then
+ * samples are skipped until the budget allows one - but never a rung (above), which comes
+ * on top. Only the samples' own CPU time counts: the watch between them (a statm read, the
+ * checks that the descriptors are still ours, the sleep: 20 wakes a second at most) costs
+ * what its schedule says whatever the budget - about 0.1% of a core on a 2-core VM whose
+ * system calls are dear (54 us a wake, measured from the thread's schedstat) - and
+ * counting it in the budget left a glibc server's later samples none of it: 2 in the
+ * later 6 s of a window of load where 4 a second were due. */
 #define BUDGET_PPM 1500
 #define BURST_NS 30000000ULL
 /* The holes' accounts have a budget of their own, beside the samples': 0.1% of a core plus a
@@ -632,13 +660,16 @@ static void *loop(void *arg) {
     } else {
         statm_fd = -1;
     }
-    uint64_t high = 0;
-    /* The holes: resident pages at the last snapshot and at the last read; a snapshot is
-     * due once resident memory is HOLES_STEP past the last one's, and taken where its
-     * growth pauses (a read no higher than the one before) or where it has doubled. */
+    /* The highest resident pages seen (for the 2% highs) and at a sample (for the rungs). */
+    uint64_t high = 0, rung = 0;
+    /* The holes: resident pages at the last account and at the last read. */
     uint64_t holes_rss = 0, prev_rss = 0;
-    int holes_pending = 0;
-    uint64_t holes_cpu = 0; /* this thread's CPU time spent on them */
+    /* CPU time (ns) of the last sample and the last account: a rung is taken outside the
+     * budget only while its kind costs under RUNG_MAX_NS. */
+    uint64_t last_cost = 0, holes_cost = 0;
+    /* This thread's CPU time on samples and on accounts within their budgets (rungs come
+     * on top of them). */
+    uint64_t sample_cpu = 0, holes_cpu = 0;
     uint64_t page = (uint64_t)getpagesize();
     /* glibc's account needs the stream; the others write to the file directly. */
     holes_on = holes_dir && (which != GLIBC || holes_fp != NULL);
@@ -649,37 +680,41 @@ static void *loop(void *arg) {
     for (;;) {
         uint64_t allowed = BURST_NS + (now - born_ns) / 1000000 * BUDGET_PPM;
         uint64_t holes_allowed = HOLES_BURST_NS + (now - born_ns) / 1000000 * HOLES_PPM;
-        int figures_ok = ns_of(CLOCK_THREAD_CPUTIME_ID) - holes_cpu <= allowed;
+        int figures_ok = sample_cpu <= allowed;
         int holes_ok = holes_on && holes_cpu <= holes_allowed;
-        /* statm is read when either budget allows (its reads count in the samples'). */
-        uint64_t rss = figures_ok || holes_ok ? resident_pages() : 0;
-        if (figures_ok) {
-            int new_high = rss > high + high / HIGH_STEP;
-            if (rss > high)
-                high = rss;
-            if (new_high || now >= next_sample) {
-                sample();
-                if (now >= next_sample) {
-                    gap = next_gap(gap, now, interval_ns);
-                    next_sample = now + gap;
-                }
-            }
-        } else if (now >= next_sample) {
-            /* Over budget: this sample is skipped, the schedule goes on. */
+        /* statm: ~3 us a read, at most every 50 ms after the first second (outside the budget). */
+        uint64_t rss = resident_pages();
+        int new_high = rss > high + high / HIGH_STEP;
+        if (rss > high)
+            high = rss;
+        int at_rung = rss > rung + rung / SAMPLE_RUNG_STEP && last_cost <= RUNG_MAX_NS;
+        int scheduled = now >= next_sample;
+        if (at_rung || (figures_ok && (new_high || scheduled))) {
+            uint64_t cpu = ns_of(CLOCK_THREAD_CPUTIME_ID);
+            sample(rss ? rss * page : NONE);
+            last_cost = ns_of(CLOCK_THREAD_CPUTIME_ID) - cpu;
+            if (!at_rung)
+                sample_cpu += last_cost;
+            if (rss > rung)
+                rung = rss;
+        }
+        /* Over budget, a scheduled sample is skipped; the schedule goes on. */
+        if (scheduled) {
             gap = next_gap(gap, now, interval_ns);
             next_sample = now + gap;
         }
-        if (holes_ok && rss) {
-            if (rss > holes_rss + holes_rss / HOLES_STEP)
-                holes_pending = 1;
-            if (holes_pending && (rss <= prev_rss || rss >= 2 * holes_rss)) {
+        if (holes_on && rss) {
+            int holes_rung = rss > holes_rss + holes_rss / RUNG_STEP && holes_cost <= RUNG_MAX_NS;
+            int top = holes_ok && rss > holes_rss + holes_rss / HOLES_STEP && rss <= prev_rss;
+            if (holes_rung || top) {
                 uint64_t before = ns_of(CLOCK_THREAD_CPUTIME_ID);
                 pthread_mutex_lock(&lock);
                 holes_snapshot(rss * page);
                 pthread_mutex_unlock(&lock);
-                holes_cpu += ns_of(CLOCK_THREAD_CPUTIME_ID) - before;
+                holes_cost = ns_of(CLOCK_THREAD_CPUTIME_ID) - before;
+                if (!holes_rung)
+                    holes_cpu += holes_cost;
                 holes_rss = rss;
-                holes_pending = 0;
             }
         }
         if (rss)
@@ -896,9 +931,163 @@ static uint64_t parse_size(const char *s) {
     return v < MIN_MAX_BYTES ? MIN_MAX_BYTES : v;
 }
 
+/* Trimming (a variant's trim:DURATION): with MEMTRIAL_TRIM_MS=N set (N >= 10), a thread of
+ * its own calls malloc_trim(0) every N ms, the first N ms after the process started (or
+ * forked), independently of the sampling above (MEMTRIAL_PROBE_DIR may be unset: a
+ * production deployment that only trims). With MEMTRIAL_TRIM_DIR set it also writes what
+ * each trim did to <MEMTRIAL_TRIM_DIR>/<pid>:
+ *   # memtrial-trim 1 <pid> <allocator> <interval ms>
+ *   <CLOCK_MONOTONIC ns> <resident before> <resident after> <thread CPU ns> <wall ns> <returned>
+ * resident bytes from /proc/self/statm just before and after the call (other threads'
+ * activity meanwhile included), the CPU time this thread spent inside malloc_trim, the call's
+ * wall time (other threads wait on the arena locks meanwhile), and malloc_trim's own answer
+ * (1: it released memory). malloc_trim is glibc's: where another allocator answers malloc,
+ * the header names it and nothing is trimmed. No allocation on this path either.
+ * With MEMTRIAL_TRIM_DIR set and no schedule (MEMTRIAL_TRIM_MS unset or below 10), the thread
+ * trims only when asked: once a second it removes <MEMTRIAL_TRIM_DIR>/<pid>.request, and a
+ * removal that succeeds (`memtrial inspect PID --trim` made the file) is one call. */
+static long trim_ms;
+static char trim_dir[512];
+static uint64_t trim_born_ns;
+
+static uint64_t trim_resident(int fd) {
+    char buf[128];
+    ssize_t n = fd >= 0 ? pread(fd, buf, sizeof buf - 1, 0) : -1;
+    if (n <= 0)
+        return NONE;
+    buf[n] = '\0';
+    const char *p = buf;
+    while (*p && *p != ' ')
+        p++;
+    while (*p == ' ')
+        p++;
+    uint64_t v = 0;
+    while (*p >= '0' && *p <= '9')
+        v = v * 10 + (uint64_t)(*p++ - '0');
+    return v * (uint64_t)getpagesize();
+}
+
+/* Opens this process's trim account and writes its header; -1 without MEMTRIAL_TRIM_DIR. */
+static int trim_open(void) {
+    if (!trim_dir[0])
+        return -1;
+    char path[600];
+    size_t n = put_str(path, 0, sizeof path - 24, trim_dir);
+    path[n++] = '/';
+    put(path, n, (uint64_t)getpid(), '\0');
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return -1;
+    char head[160];
+    n = put_str(head, 0, 64, "# memtrial-trim 1 ");
+    n = put(head, n, (uint64_t)getpid(), ' ');
+    n = put_str(head, n, 100, names[which]);
+    head[n++] = ' ';
+    n = put(head, n, (uint64_t)trim_ms, '\n');
+    ssize_t w = write(fd, head, n);
+    (void)w;
+    return fd;
+}
+
+/* One call of malloc_trim(0), and its line in the account (fd; none when -1). */
+static void trim_once(int fd, int statm) {
+    uint64_t before = trim_resident(statm);
+    uint64_t cpu = ns_of(CLOCK_THREAD_CPUTIME_ID), wall = ns_of(CLOCK_MONOTONIC);
+    int released = malloc_trim(0);
+    uint64_t wall_end = ns_of(CLOCK_MONOTONIC);
+    uint64_t cpu_used = ns_of(CLOCK_THREAD_CPUTIME_ID) - cpu;
+    uint64_t after = trim_resident(statm);
+    if (fd < 0)
+        return;
+    char line[160];
+    size_t n = put(line, 0, wall_end, '\t');
+    n = put(line, n, before, '\t');
+    n = put(line, n, after, '\t');
+    n = put(line, n, cpu_used, '\t');
+    n = put(line, n, wall_end - wall, '\t');
+    n = put(line, n, (uint64_t)released, '\n');
+    ssize_t w = write(fd, line, n);
+    (void)w;
+}
+
+static void *trim_loop(void *arg) {
+    (void)arg;
+    uint64_t every = (uint64_t)trim_ms * 1000000ULL;
+    sleep_until(trim_born_ns + FIRST_NS);
+    pthread_mutex_lock(&lock);
+    if (!resolved)
+        resolve();
+    pthread_mutex_unlock(&lock);
+    int fd = trim_open();
+    if (which != GLIBC) {
+        if (fd >= 0)
+            close(fd);
+        return NULL;
+    }
+    int statm = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+    if (!trim_ms) {
+        /* On request only: <dir>/<pid>.request, looked for once a second. */
+        char req[600];
+        size_t n = put_str(req, 0, sizeof req - 40, trim_dir);
+        req[n++] = '/';
+        n = put(req, n, (uint64_t)getpid(), '.');
+        n = put_str(req, n, sizeof req - 1, "request");
+        req[n] = '\0';
+        for (uint64_t k = 1;; k++) {
+            sleep_until(trim_born_ns + k * 1000000000ULL);
+            if (unlink(req) == 0)
+                trim_once(fd, statm);
+        }
+    }
+    for (uint64_t k = 1;; k++) {
+        sleep_until(trim_born_ns + k * every);
+        trim_once(fd, statm);
+    }
+    return NULL;
+}
+
+static void trim_start(void) {
+    pthread_t t;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&attr, 64 * 1024);
+    trim_born_ns = raw_ns();
+    int failed = pthread_create(&t, &attr, trim_loop, NULL);
+    (void)failed; /* No thread: no account, and memtrial says the trims did not happen. */
+    pthread_attr_destroy(&attr);
+}
+
+/* In a forked child: a trimming thread of its own (the parent's account is the parent's). */
+static void trim_after_fork(void) {
+    trim_start();
+}
+
+/* MEMTRIAL_TRIM_MS and MEMTRIAL_TRIM_DIR, parsed by hand; the thread started when either
+ * is set. */
+static void trim_init(void) {
+    const char *ms = getenv("MEMTRIAL_TRIM_MS");
+    long v = 0;
+    while (ms && *ms >= '0' && *ms <= '9' && v < 100000000L)
+        v = v * 10 + (*ms++ - '0');
+    const char *d = getenv("MEMTRIAL_TRIM_DIR");
+    size_t n = 0;
+    while (d && d[n] && n < sizeof trim_dir)
+        n++;
+    if (d && n && n < sizeof trim_dir)
+        memcpy(trim_dir, d, n + 1);
+    /* A schedule, or on request only (a directory to be asked in). */
+    if (v < 10 && !trim_dir[0])
+        return;
+    trim_ms = v < 10 ? 0 : v;
+    pthread_atfork(NULL, NULL, trim_after_fork);
+    trim_start();
+}
+
 /* Only what the thread needs: the directory, the interval and the bound (parsed by hand),
  * the start time (a raw clock read) and the thread itself. */
 __attribute__((constructor)) static void init(void) {
+    trim_init();
     const char *d = getenv("MEMTRIAL_PROBE_DIR");
     size_t n = 0;
     while (d && d[n] && n < sizeof dir)
@@ -944,7 +1133,8 @@ __attribute__((destructor)) static void fini(void) {
     } else if (fd_is_ours()) {
         ssize_t w = write(fd, "# exit\n", 7);
         (void)w;
-        sample_locked();
+        uint64_t pages = resident_pages();
+        sample_locked(pages ? pages * (uint64_t)getpagesize() : NONE);
     }
     pthread_mutex_unlock(&lock);
 }

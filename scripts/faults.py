@@ -34,9 +34,32 @@ random moment, lets the others finish, then resumes every experiment left unfini
 two `run --resume ID` at once. It prints, per round and in sum: memtrials that failed
 (not killed, exit not 0), and per experiment after the resumes: slots of the schedule with
 no run (lost), runs of a slot stored twice (duplicated), experiments not complete.
+
+    python3 scripts/faults.py --pidns R [--memtrial PATH] [--seed S]
+
+PID namespaces (issue 38): each of R rounds (default 5) starts memtrials on the host and in
+PID namespaces of their own (`unshare --pid --fork --mount-proc`, as a container that shares
+the host's cgroup tree) so that they overlap at random moments: one long run each side, and
+a third memtrial on a random side started while both run. It prints the runs that did not
+end ok (a memtrial that took the other side's live group for stale SIGKILLs its workload),
+memtrials that failed, groups left behind and what the notes said was removed.
+
+    python3 scripts/faults.py --soaks R [--memtrial PATH] [--seed S]
+
+Soaks under fire (issue 38): each of R rounds (default 3) runs three soaks of two variants
+(tests/fixtures/servers/server.py) with random timings:
+  resume race    a soak SIGKILLed at a random moment, then two `soak --resume` at once:
+                 how many ran it (must be 1) and were refused (1, naming the owner), its
+                 segments (2), windows whose time overlaps another's of the same variant
+                 (stored twice: 0), instances and groups left;
+  dead servers   every server crashes after a random number of requests: the exit (1),
+                 the stored status (failed), how long the soak went on after, the errors
+                 per variant against the requests due, "fell behind" events (0);
+  start fails    the server exits at once: the exit (2) and the stored status (failed).
 """
 
 import argparse
+import json
 import os
 import random
 import re
@@ -112,19 +135,24 @@ def cgroup_mounts():
     return mounts
 
 
-def memtrial_groups(pid):
-    """Run groups `<pid>-<seq>` of one memtrial under any `memtrial` dir of the mounts."""
-    found = []
+def memtrial_dirs():
+    """Every `memtrial` directory of the cgroup mounts (at most 5 levels down), with the
+    names of the directories in it."""
     for m in cgroup_mounts():
         for dirpath, dirnames, _ in os.walk(m):
             if dirpath.count("/") - m.count("/") > 5:
                 dirnames[:] = []
                 continue
             if os.path.basename(dirpath) == "memtrial":
-                found += [os.path.join(dirpath, d) for d in dirnames
-                          if d.startswith(f"{pid}-")]
+                yield dirpath, list(dirnames)
                 dirnames[:] = []
-    return found
+
+
+def memtrial_groups(pid):
+    """Run groups of one memtrial (`n<pid namespace>-<pid>-…`, or an older memtrial's
+    `<pid>-…`) under any `memtrial` dir of the mounts."""
+    return [os.path.join(d, g) for d, groups in memtrial_dirs() for g in groups
+            if re.match(rf"^(n\d+-)?{pid}-", g)]
 
 
 def stored(db):
@@ -333,6 +361,192 @@ def writers_main(a, rng):
           f"{tot['incomplete']:>12}")
 
 
+def cgroup_names():
+    """Every group name under any `memtrial` dir of the mounts."""
+    return {g for _, groups in memtrial_dirs() for g in groups if g != "memtrial-self"}
+
+
+def pidns_round(k, memtrial, rng):
+    """One round of `--pidns`: (runs not ok, memtrials failed, groups left, removed notes)."""
+    tag = f"{os.getpid()}-p{k}"
+    env = dict(os.environ, NO_COLOR="1", **{TAG_VAR: tag})
+    before = cgroup_names()
+    procs = []
+    with tempfile.TemporaryDirectory(prefix="memtrial-pidns-") as tmp:
+        def start(name, inner, sleep):
+            d = os.path.join(tmp, name)
+            os.mkdir(d)
+            cmd = [memtrial, "run", "--variants", "glibc", "--runs", "1", "--no-probes",
+                   "--json", "out.json", "--", "sleep", f"{sleep:.2f}"]
+            if inner:
+                cmd = ["unshare", "--pid", "--fork", "--mount-proc"] + cmd
+            p = subprocess.Popen(cmd, cwd=d, env=env, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.PIPE, text=True)
+            procs.append((name, d, p))
+        first_inner = rng.random() < 0.5
+        start("a", first_inner, rng.uniform(2.0, 4.0))
+        time.sleep(rng.uniform(0.2, 1.5))
+        start("b", not first_inner, rng.uniform(1.5, 3.0))
+        time.sleep(rng.uniform(0.1, 1.0))
+        start("c", rng.random() < 0.5, rng.uniform(0.0, 0.5))
+        not_ok, failed, removed = 0, [], 0
+        for name, d, p in procs:
+            try:
+                _, err = p.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                _, err = p.communicate()
+                failed.append(f"{name}: hung")
+                continue
+            removed += err.count("removed a cgroup")
+            if p.returncode != 0:
+                failed.append(f"{name}: exit {p.returncode}: "
+                              + (err.strip().splitlines() or [""])[-1])
+            try:
+                with open(os.path.join(d, "out.json")) as f:
+                    doc = json.load(f)
+                runs = [r for v in doc.get("variants", []) for r in v.get("runs", [])]
+                not_ok += sum(1 for r in runs if r.get("status") != "ok") if runs else 1
+            except (OSError, ValueError):
+                not_ok += 1
+        time.sleep(0.3)
+        left = len(cgroup_names() - before)
+        kill_all(tagged_processes(tag))
+    return not_ok, failed, left, removed
+
+
+def pidns_main(a, rng):
+    print(f"--pidns: {a.pidns} round(s), memtrial {a.memtrial}")
+    print(f"{'round':>5} {'runs not ok':>11} {'failed':>6} {'groups left':>11} "
+          f"{'removed notes':>13}")
+    tot = defaultdict(int)
+    for k in range(1, a.pidns + 1):
+        not_ok, failed, left, removed = pidns_round(k, a.memtrial, rng)
+        print(f"{k:>5} {not_ok:>11} {len(failed):>6} {left:>11} {removed:>13}", flush=True)
+        for f in failed:
+            print(f"      failed: {f}")
+        for key, v in (("not_ok", not_ok), ("failed", len(failed)), ("left", left),
+                       ("removed", removed)):
+            tot[key] += v
+    print(f"{'all':>5} {tot['not_ok']:>11} {tot['failed']:>6} {tot['left']:>11} "
+          f"{tot['removed']:>13}")
+
+
+SERVER = os.path.join(ROOT, "tests/fixtures/servers/server.py")
+
+
+def soak_cmd(memtrial, db, mode, duration, tag, rate="10"):
+    return [memtrial, "--db", db, "soak", "--variants", "glibc,arena2",
+            "--url", "http://127.0.0.1:{port}/", "--rate", rate, "--duration", duration,
+            "--window", "3s", "--interval", "500ms", "--",
+            "python3", SERVER, "{port}", mode, "0", tag]
+
+
+def soak_db(db):
+    """(status, stop reason, segments, overlapping windows, {variant: (errors, due)},
+    fell-behind events) of the database's soak 1."""
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
+    try:
+        row = con.execute("SELECT status, stop_reason FROM soaks WHERE id = 1").fetchone()
+        if row is None:
+            return None
+        segs = con.execute("SELECT count(*) FROM soak_segments WHERE soak_id = 1").fetchone()[0]
+        by = defaultdict(list)
+        figures = defaultdict(lambda: [0, 0])
+        for v, a, b, fj in con.execute(
+                "SELECT variant, from_t, to_t, figures_json FROM soak_windows WHERE soak_id = 1"):
+            by[v].append((a, b))
+            f = json.loads(fj)
+            figures[v][0] += f.get("errors", 0)
+            figures[v][1] += f.get("due") or 0
+        overlap = 0
+        for ws in by.values():
+            ws.sort()
+            overlap += sum(1 for p, q in zip(ws, ws[1:]) if q[0] < p[1] - 0.01)
+        behind = con.execute("SELECT count(*) FROM soak_events WHERE soak_id = 1 "
+                             "AND text LIKE '%fell behind%'").fetchone()[0]
+        return row[0], row[1] or "", segs, overlap, dict(figures), behind
+    finally:
+        con.close()
+
+
+def soak_round(k, memtrial, rng):
+    """One round of `--soaks`: a result per scenario."""
+    out = {}
+    tag = f"{os.getpid()}-s{k}"
+    env = dict(os.environ, NO_COLOR="1", **{TAG_VAR: tag})
+    # Resume race.
+    with tempfile.TemporaryDirectory(prefix="memtrial-soak-race-") as tmp:
+        db = os.path.join(tmp, "s.db")
+        p = subprocess.Popen(soak_cmd(memtrial, db, "ok", "20s", tag), cwd=tmp, env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(3.0, 8.0))
+        p.kill()
+        p.wait()
+        rs = [subprocess.Popen([memtrial, "--db", db, "soak", "--resume"], cwd=tmp, env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+              for _ in range(2)]
+        exits, named = [], 0
+        for r in rs:
+            try:
+                _, err = r.communicate(timeout=90)
+            except subprocess.TimeoutExpired:
+                r.kill()
+                _, err = r.communicate()
+            exits.append(r.returncode)
+            named += int("is running in another memtrial (PID" in err)
+        time.sleep(0.3)
+        d = soak_db(db)
+        out["race"] = {
+            "ran": exits.count(0), "refused": exits.count(2), "named": named,
+            "segments": d[2] if d else None, "overlap": d[3] if d else None,
+            "procs": len(tagged_processes(tag)), "groups": len(memtrial_groups(p.pid)),
+        }
+        kill_all(tagged_processes(tag))
+    # Dead servers.
+    with tempfile.TemporaryDirectory(prefix="memtrial-soak-dead-") as tmp:
+        db = os.path.join(tmp, "s.db")
+        n = rng.randint(5, 60)
+        t0 = time.monotonic()
+        rc, _, hung = run_bounded(soak_cmd(memtrial, db, f"crash-after-{n}", "1m", tag),
+                                  tmp, env, 120)
+        took = time.monotonic() - t0
+        d = soak_db(db)
+        worst = max(((e, due) for e, due in d[4].values()), default=(0, 0)) if d else (0, 0)
+        out["dead"] = {
+            "after": n, "exit": rc, "hung": hung, "status": d[0] if d else None,
+            "took": took, "errors": worst[0], "due": worst[1], "behind": d[5] if d else None,
+        }
+        kill_all(tagged_processes(tag))
+    # Start fails.
+    with tempfile.TemporaryDirectory(prefix="memtrial-soak-start-") as tmp:
+        db = os.path.join(tmp, "s.db")
+        cmd = soak_cmd(memtrial, db, "ok", "1m", tag)
+        cmd = cmd[:cmd.index("--") + 1] + ["sh", "-c", "echo boom >&2; exit 3", "{port}"]
+        rc, _, hung = run_bounded(cmd, tmp, env, 60)
+        d = soak_db(db)
+        out["start"] = {"exit": rc, "status": d[0] if d else None}
+    return out
+
+
+def soaks_main(a, rng):
+    print(f"--soaks: {a.soaks} round(s), memtrial {a.memtrial}")
+    print(f"{'round':>5} | {'race: ran':>9} {'refused':>7} {'named':>5} {'segs':>4} "
+          f"{'overlap':>7} {'left':>4} | {'dead: after':>11} {'exit':>4} {'status':<8} "
+          f"{'took s':>6} {'errors/due':>10} {'behind':>6} | {'start: exit':>11} "
+          f"{'status':<8}")
+    for k in range(1, a.soaks + 1):
+        r = soak_round(k, a.memtrial, rng)
+        c, d, s0 = r["race"], r["dead"], r["start"]
+        print(f"{k:>5} | {c['ran']:>9} {c['refused']:>7} {c['named']:>5} "
+              f"{str(c['segments']):>4} {str(c['overlap']):>7} "
+              f"{c['procs'] + c['groups']:>4} | {d['after']:>11} "
+              f"{str(d['exit']) + ('!' if d['hung'] else ''):>4} {str(d['status']):<8} "
+              f"{d['took']:>6.1f} {str(d['errors']) + '/' + str(d['due']):>10} "
+              f"{str(d['behind']):>6} | {str(s0['exit']):>11} {str(s0['status']):<8}",
+              flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("n", nargs="?", type=int, default=50, help="number of faults (default 50)")
@@ -345,6 +559,10 @@ def main():
     ap.add_argument("--writers", type=int, default=None,
                     help="concurrent writers on one database instead of signal faults")
     ap.add_argument("--rounds", type=int, default=5, help="rounds of --writers (default 5)")
+    ap.add_argument("--pidns", type=int, nargs="?", const=5, default=None,
+                    help="memtrials in PID namespaces of their own beside ones on the host")
+    ap.add_argument("--soaks", type=int, nargs="?", const=3, default=None,
+                    help="soaks killed and resumed twice at once, of dead servers, failing")
     a = ap.parse_args()
     signals = [x.strip() for x in a.signals.split(",") if x.strip()]
     if not signals or any(x not in SIGNALS for x in signals):
@@ -360,6 +578,14 @@ def main():
     if a.writers:
         print(f"seed {seed}")
         writers_main(a, rng)
+        return
+    if a.pidns:
+        print(f"seed {seed}")
+        pidns_main(a, rng)
+        return
+    if a.soaks:
+        print(f"seed {seed}")
+        soaks_main(a, rng)
         return
     print(f"{a.n} faults, seed {seed}, memtrial {a.memtrial}, signals {','.join(signals)}"
           f"{f', stopped {a.stop_seconds} s' if 'SIGSTOP' in signals else ''}")

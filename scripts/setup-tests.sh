@@ -51,4 +51,15 @@ if ! "$venv/bin/kubernetes-validate" --version 2>/dev/null | grep -q "$kv_versio
   /usr/bin/python3 -m venv "$venv"
   "$venv/bin/pip" install -q "kubernetes-validate==$kv_version"
 fi
+# The Kubernetes tests (tests/it/kube_cluster.rs) start a single-node cluster: Debian's etcd,
+# containerd, runc, CNI plugins and umoci, and Kubernetes built from source through the Go
+# module proxy into /var/cache/memtrial-k8s — once per machine (about 10 minutes of CPU on
+# 2 cores, niced; later runs find it built).
+if [ "$(id -u)" -eq 0 ]; then
+  ./scripts/k8s.sh build
+  # The Debian packages the tests' images are made of (scripts/k8s-image.sh), once.
+  ./scripts/k8s-image.sh fetch
+else
+  echo "setup-tests: not root: the Kubernetes tests need root and scripts/k8s.sh build" >&2
+fi
 echo "setup-tests: ready for cargo test" >&2

@@ -1,6 +1,9 @@
 #!/usr/bin/env python3
 """Sweep: run a few small workloads many times across the variants and count
-false verdicts and figures shown beyond their rule (both should be 0).
+false verdicts and figures shown beyond their rule (both should be 0), the program's
+floor against each job's own count of its live bytes, and how often every variant - the
+baseline first - was explained near its peak (regions, live/held, the holes: at least
+95% of the runs that last a second or more).
 
     scripts/sweep_evidence.py [--runs-total N] [--memtrial PATH] [--out DIR]
 
@@ -16,6 +19,21 @@ Workloads, each with what is known about it (the ground truth the verdicts are h
   shim    the same Python job started through a bash shim that runs helpers then execs,
           and directly: the same recommendation, weighed on the kernel's peak RSS
   true    /bin/true (a few ms): only exact figures; nothing sampled may be shown
+  heap    tests/fixtures/c/grow.c: 4 threads grow a heap with holes to 160 MiB live over
+          1.5 s, peaking as they end, and print their exact peak of live bytes: the floor
+          is no higher than that (allocators round blocks up by at most 1.25x) and no variant
+          is flagged for disputing it (they all saw the same program)
+  demo    the demo's workload, shorter (`memtrial workload fragment`, 8 threads, 1.5 s)
+  server  tests/fixtures/servers/server.py leaking 16 KiB a request under 2 s of load
+  service grow.c held for 10 s, run as a service for --duration 2.5s (a worker's shape)
+
+Every workload's runs are checked for what issue 36 asks (statements that would be false):
+the floor's headline figure is peak RSS over the floor; no ratio to the baseline of a figure
+each variant takes at its own moment (live, held, held/live at the RSS peak; peak live;
+peak/floor); no fragmentation size read into held/live; no cause the figures do not
+support ("glibc counts each chunk with its header"). And coverage: in each ok run of 1 s
+or more, a regions read within 10% of the peak, the allocator's account of its free memory
+within 10% (glibc, jemalloc, tcmalloc), live/held at the peak standing (where offered).
 
 A figure is "beyond its rule" when the summary shows it although, recomputed here from
 the runs' raw samples, no run meets the rule of docs/methodology.md, or when it
@@ -30,6 +48,7 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+SERVER = os.path.join(ROOT, "tests", "fixtures", "servers", "server.py")
 
 GROW = (
     "import time\nl = []\nend = time.monotonic() + 3\n"
@@ -70,32 +89,56 @@ def series_rule(run):
     return len(ts) >= 4 and wall > 0 and span(ts) / wall >= 0.75
 
 
-def allocator_rule(run):
-    """Live/held at the peak: >= 2 allocator samples at the memory peak, each with the tree's
-    RSS on both sides >= 90% of the peak and outside the run's teardown (its last 5%, or
-    after the last memory sample). Recomputed from the raw series, not from the probe's own
-    `at_peak` (which may fall in the teardown and is not what analysis uses)."""
+def at_peak_count(run):
+    """Allocator samples at the memory peak, as analysis counts them: the resident bytes
+    the probe read at the sample (one process at a time), or the tree RSS either side of
+    it outside the teardown."""
     a = (run.get("inside") or {}).get("allocator")
     samples = run["samples"]
-    if not a or len(a["series"]) < 2 or not samples:
-        return False
+    if not a or not samples:
+        return 0
     single = max(s["processes"] for s in samples) <= 1
     peak = max([s["rss_bytes"] for s in samples] + ([run["peak_rss_bytes"]] if single else []))
     if peak <= 0:
-        return False
+        return 0
 
-    def at_peak(t):
-        if t > samples[-1]["t_seconds"] or t >= run["wall_seconds"] * 0.95:
-            return False
+    def around(t):
         after = next((i for i, s in enumerate(samples) if s["t_seconds"] >= t), None)
         if after is None:
-            return False
+            return None
         rss = samples[after]["rss_bytes"]
         if after > 0 and samples[after]["t_seconds"] != t:
             rss = min(rss, samples[after - 1]["rss_bytes"])
-        return rss >= 0.9 * peak
+        return rss
 
-    return sum(1 for p in a["series"] if at_peak(p["t_seconds"])) >= 2
+    n = 0
+    for p in a["series"]:
+        t = p["t_seconds"]
+        own = p.get("rss_bytes") if single else None
+        if own is not None:
+            rss = max(own, around(t) or 0)
+        elif t > samples[-1]["t_seconds"] or t >= run["wall_seconds"] * 0.95:
+            rss = None
+        else:
+            rss = around(t)
+        n += rss is not None and rss >= 0.9 * peak
+    return n
+
+
+def allocator_rule_now(run):
+    """Live/held at the RSS peak (issue 36): >= 2 allocator samples at the memory peak."""
+    a = (run.get("inside") or {}).get("allocator")
+    return bool(a) and len(a["series"]) >= 2 and at_peak_count(run) >= 2
+
+
+def peak_live_rule(run):
+    """Peak live: >= 4 allocator samples with live bytes spanning >= 75% of the run."""
+    a = (run.get("inside") or {}).get("allocator")
+    if not a or a.get("peak_live_bytes") is None:
+        return False
+    ts = [p["t_seconds"] for p in a["series"] if p.get("live_bytes") is not None]
+    wall = run["wall_seconds"]
+    return len(ts) >= 4 and wall > 0 and span(ts) / wall >= 0.75
 
 
 def pss_rule(run):
@@ -109,9 +152,10 @@ def pss_rule(run):
 RULES = {
     "mean_rss_bytes": series_rule,
     "final_rss_bytes": series_rule,
-    "live_at_peak_bytes": allocator_rule,
-    "held_at_peak_bytes": allocator_rule,
-    "held_over_live": allocator_rule,
+    "live_at_peak_bytes": allocator_rule_now,
+    "held_at_peak_bytes": allocator_rule_now,
+    "held_over_live": allocator_rule_now,
+    "peak_live_bytes": peak_live_rule,
     "peak_pss_bytes": pss_rule,
     "peak_uss_bytes": pss_rule,
 }
@@ -129,7 +173,61 @@ def check_rules(doc, tally, label):
                 tally["examples"].append(f"{label}/{v['name']}: {fig} shown, no run meets its rule")
 
 
-def sweep(memtrial, burst, total, workdir):
+MOMENT_FIGURES = ("live_at_peak_bytes", "held_at_peak_bytes", "held_over_live", "peak_live_bytes", "peak_over_floor")
+BOGUS = ("counts each chunk with its header", "fragmentation/retention, not live data", "what the program has live at its peak")
+HOLES_ALLOCATORS = ("glibc", "jemalloc", "tcmalloc")
+
+
+def coverage(doc, tally):
+    """Per ok run of 1 s or more: a regions read within 10% of the peak, the allocator's
+    account within 10% (where it gives one), live/held at the peak standing (where it
+    offers live bytes). Tallied per variant, and for the baseline apart."""
+    base = doc["baseline"]
+    for v in doc["variants"]:
+        for r in v["runs"]:
+            if r["status"] != "ok" or r["warmup"] or r["wall_seconds"] < 1.0:
+                continue
+            peak = r["peak_rss_bytes"]
+            g = r.get("regions")
+            a = (r.get("inside") or {}).get("allocator") or {}
+            checks = {"regions": bool(g) and max(g["tree_rss_bytes"], g.get("status_rss_bytes", 0)) >= 0.9 * peak}
+            if a.get("answered") in HOLES_ALLOCATORS:
+                h = a.get("holes")
+                checks["holes"] = bool(h) and h["resident_bytes"] >= 0.9 * peak
+            if any(p.get("live_bytes") is not None for p in a.get("series", [])):
+                checks["live_held"] = allocator_rule_now(r)
+            for k, good in checks.items():
+                for who in ("all", "baseline") if v["name"] == base else ("all",):
+                    c = tally["coverage"].setdefault(who, {}).setdefault(k, [0, 0])
+                    c[0] += good
+                    c[1] += 1
+                if not good:
+                    tally["coverage_misses"].append(f"{v['name']}: {k} (peak {peak >> 20} MiB, {r['wall_seconds']:.1f} s)")
+
+
+def check_floor(doc, text, label, truth):
+    """Issue 36's statements: each true, or counted false. `truth`: the job's own peaks of
+    live bytes (None where unknown)."""
+    out = []
+    floor = doc.get("floor")
+    for v in doc["variants"]:
+        s = v["summary"]
+        for f in MOMENT_FIGURES:
+            out.append((f"{label}/{v['name']}: no ratio of {f}", f not in s.get("ratio_to_baseline", {})))
+        if floor and s.get("peak_over_floor") and s.get("peak_rss_bytes"):
+            want = s["peak_rss_bytes"]["median"] / floor["bytes"]
+            out.append((f"{label}/{v['name']}: peak/floor is peak RSS over the floor", abs(s["peak_over_floor"]["median"] - want) < 1e-6 * max(1, want)))
+        if truth and floor:
+            out.append((f"{label}/{v['name']}: no dispute of the floor all allocators saw", s.get("floor_departure") is None))
+    for b in BOGUS:
+        out.append((f"{label}: never says {b!r}", b not in text))
+    if truth and floor:
+        out.append((f"{label}: floor {floor['bytes'] / 2**20:.1f} MiB no higher than the job's own peak ({max(truth) / 2**20:.1f} MiB) x 1.25", floor["bytes"] <= 1.25 * max(truth)))
+        out.append((f"{label}: the floor a lower bound", floor["lower_bound"] is True))
+    return out
+
+
+def sweep(memtrial, burst, grow, total, workdir):
     tally = {
         "runs": 0,
         "invocations": 0,
@@ -138,6 +236,9 @@ def sweep(memtrial, burst, total, workdir):
         "verdicts_checked": 0,
         "false_verdicts": 0,
         "examples": [],
+        "coverage": {},
+        "coverage_misses": [],
+        "floor_over_truth": [],
     }
     job = os.path.join(workdir, "job.py")
     shim = os.path.join(workdir, "python3-shim")
@@ -153,6 +254,11 @@ def sweep(memtrial, burst, total, workdir):
         ("shim", ["--runs", str(runs_per), "--variants", "glibc", "--variant", "lean=JOB_MB=40", "--", shim, job]),
         ("direct", ["--runs", str(runs_per), "--variants", "glibc", "--variant", "lean=JOB_MB=40", "--", "python3", job]),
         ("true", ["--runs", str(runs_per), "--variants", "glibc,arena1,jemalloc,tcmalloc", "--", "/bin/true"]),
+        ("heap", ["--runs", str(runs_per), "--variants", "glibc,arena2,jemalloc,tcmalloc,mimalloc", "--", grow, "4", "160", "1.5"]),
+        ("demo", ["--runs", str(runs_per), "--variants", "glibc,jemalloc,tcmalloc", "--", memtrial, "workload", "fragment", "--threads", "8", "--seconds", "1.5"]),
+        ("server", ["--runs", str(runs_per), "--variants", "glibc,arena2", "--url", "http://127.0.0.1:{port}/x", "--duration", "2s",
+                    "--cooldown", "200ms", "--connections", "4", "--ready-timeout", "20s", "--", "python3", SERVER, "{port}", "leak"]),
+        ("service", ["--runs", str(runs_per), "--variants", "glibc,jemalloc", "--duration", "2.5s", "--", grow, "4", "120", "1.5", "10"]),
     ]
     last_direct = None
     while tally["runs"] < total:
@@ -167,7 +273,22 @@ def sweep(memtrial, burst, total, workdir):
             tally["invocations"] += 1
             tally["runs"] += sum(len(v["runs"]) for v in doc["variants"])
             check_rules(doc, tally, label)
-            verdicts = []
+            coverage(doc, tally)
+            truth = None
+            if label == "heap":
+                truth = []
+                for v in doc["variants"]:
+                    for r in v["runs"]:
+                        try:
+                            with open(r["stdout_path"]) as f:
+                                truth += [int(l.split()[1]) for l in f if l.startswith("peak_live ")]
+                        except OSError:
+                            pass
+            elif label == "burst":
+                truth = [128 << 20]
+            verdicts = check_floor(doc, text, label, truth)
+            if truth and doc.get("floor"):
+                tally["floor_over_truth"].append(doc["floor"]["bytes"] / max(truth))
             if label == "burst":
                 for v in doc["variants"]:
                     s = v["summary"]
@@ -199,9 +320,11 @@ def sweep(memtrial, burst, total, workdir):
                 if not good:
                     tally["false_verdicts"] += 1
                     tally["examples"].append(f"{label}: {what}")
+            cov = tally["coverage"].get("baseline", {})
             print(
                 f"{tally['runs']:>5} runs: {tally['false_verdicts']} false verdicts of {tally['verdicts_checked']}, "
-                f"{tally['beyond_rule']} figures beyond their rule of {tally['figures_checked']}",
+                f"{tally['beyond_rule']} figures beyond their rule of {tally['figures_checked']}; baseline near its peak: "
+                + ", ".join(f"{k} {c[0]}/{c[1]}" for k, c in sorted(cov.items())),
                 file=sys.stderr,
             )
     return tally
@@ -222,15 +345,30 @@ def main():
     workdir = a.out or tempfile.mkdtemp(prefix="memtrial-sweep-")
     os.makedirs(workdir, exist_ok=True)
     burst = os.path.join(workdir, "burst")
-    subprocess.run(
-        ["gcc", "-O2", "-pthread", "-o", burst, os.path.join(ROOT, "tests", "fixtures", "c", "burst.c")],
-        check=True,
-    )
-    tally = sweep(a.memtrial, burst, a.runs_total, workdir)
+    grow = os.path.join(workdir, "grow")
+    for exe in (burst, grow):
+        subprocess.run(
+            ["gcc", "-O2", "-pthread", "-o", exe, os.path.join(ROOT, "tests", "fixtures", "c", os.path.basename(exe) + ".c")],
+            check=True,
+        )
+    tally = sweep(a.memtrial, burst, grow, a.runs_total, workdir)
+    ratios = sorted(tally.pop("floor_over_truth"))
+    misses = tally.pop("coverage_misses")
     print(json.dumps({k: v for k, v in tally.items() if k != "examples"}, indent=2))
+    if ratios:
+        print(f"floor / the job's own peak of live bytes: min {ratios[0]:.3f}, median {ratios[len(ratios) // 2]:.3f}, max {ratios[-1]:.3f} over {len(ratios)} experiments")
+    short = []
+    for who, cs in sorted(tally["coverage"].items()):
+        for k, (good, n) in sorted(cs.items()):
+            share = good / n if n else 1.0
+            print(f"near the peak ({who}): {k} {good}/{n} = {100 * share:.1f}%")
+            if share < 0.95:
+                short.append(f"{who} {k}")
     for e in tally["examples"][:20]:
         print("  " + e)
-    return 1 if tally["false_verdicts"] or tally["beyond_rule"] else 0
+    for m in misses[:20]:
+        print("  missed: " + m)
+    return 1 if tally["false_verdicts"] or tally["beyond_rule"] or short else 0
 
 
 if __name__ == "__main__":

@@ -8,8 +8,10 @@
  * its normal build, embeds it and runs it from memory (see src/backend/spawn.rs, which
  * also holds the same logic in Rust as the fallback, and the protocol).
  *
- * argv: memtrial __memtrial-spawn <report fd>[:<gate fd>] <n> K=V (n times) <program> <argv0>
- * <args...>; with a gate, the workload is forked once memtrial writes to it or closes it.
+ * argv: memtrial __memtrial-spawn <report fd>[:<gate fd>][,nothp] <n> K=V (n times) <program>
+ * <argv0> <args...>; with a gate, the workload is forked once memtrial writes to it or closes
+ * it; with ",nothp", the workload has transparent huge pages turned off for itself and its
+ * children (prctl(PR_SET_THP_DISABLE), kept across exec) before it execs.
  * Reports on <report fd>, one line each: "E <errno>" (exec failed) or "S <pid> <fork ns>"
  * (started; CLOCK_MONOTONIC just before the fork),
  * then "X c|s <code|signal> <user us> <sys us> <maxrss bytes> <minflt> <majflt> <exit ns>", where
@@ -27,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -58,6 +61,7 @@ int main(int argc, char **argv) {
     char *rest = NULL;
     int report = (int)strtol(argv[2], &rest, 10);
     int gate = (rest && *rest == ':') ? atoi(rest + 1) : -1;
+    int nothp = strstr(argv[2], ",nothp") != NULL;
     long n = atol(argv[3]);
     if (n < 0 || 4 + n + 2 > argc) {
         fputs("memtrial: bad spawner arguments\n", stderr);
@@ -91,6 +95,13 @@ int main(int argc, char **argv) {
         /* The workload leads a process group of its own: memtrial signals that group, and
            the spawner, outside it, lives to report. */
         setpgid(0, 0);
+        if (nothp && prctl(PR_SET_THP_DISABLE, 1, 0, 0, 0) != 0) {
+            /* Asked for and refused: the run would not be the variant's. */
+            int e = errno;
+            ssize_t w = write(status_pipe[1], &e, sizeof e);
+            (void)w;
+            _exit(127);
+        }
         execve(program, wargv, environ);
         int e = errno;
         ssize_t w = write(status_pipe[1], &e, sizeof e);

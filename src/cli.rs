@@ -15,7 +15,8 @@ pub use memtrial::plan::{LimitsInput, ServerInput as ServerArgs, WorkerInput as 
     version,
     about = "Run a workload under every allocator variant and compare memory, time and CPU with evidence",
     after_help = "Exit codes: 0 all measured runs ok · 1 some runs failed, timed out or their variant \
-did not take effect · 2 usage or internal error · 130 interrupted (completed runs are kept)."
+did not take effect · 2 usage or internal error · 3 gate: a regression · 4 gate: undecided · \
+5 gate: the expected recommendation changed · 130 interrupted (completed runs are kept)."
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -81,6 +82,14 @@ pub enum Command {
     /// one selector before and after a moment; memory per pod and time block, each group's
     /// median, ratios to the baseline with intervals, and a verdict.
     Judge(JudgeArgs),
+    /// A memory gate for CI: run the variants (two builds: --variant 'main=program:…'
+    /// --variant 'pr=program:…'; the first is the baseline unless --baseline names another)
+    /// interleaved, or gate against a stored record (--against), and fail when a figure is
+    /// worse than the baseline beyond a tolerance with 95% confidence (--fail-if 'peak_rss >
+    /// +5%'); a Markdown summary, JUnit XML. Exit 3: a regression; 4: undecided; 5: the
+    /// expected recommendation changed. `memtrial run`'s flags apply (not --resume or
+    /// --in-container).
+    Gate(Box<GateArgs>),
     /// Every variant of a server side by side for hours: each instance in its own cgroup
     /// with the same limits, all sent the same requests at the same moments; memory,
     /// latency and errors per time window as ratios to the baseline with intervals;
@@ -120,6 +129,25 @@ pub struct KubeArgs {
     /// (built from docker/Dockerfile) [default: memtrial/memtrial:<this version>].
     #[arg(long, value_name = "IMAGE")]
     pub memtrial_image: Option<String>,
+    /// When the node pulls both images [default: Kubernetes' own: Always for an untagged
+    /// or :latest image, else IfNotPresent]. `Never` for images imported on the nodes
+    /// without a registry.
+    #[arg(long, value_name = "POLICY")]
+    pub image_pull_policy: Option<PullPolicyArg>,
+}
+
+/// A container's `imagePullPolicy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PullPolicyArg {
+    /// Pull whenever a pod starts.
+    #[value(name = "Always", alias = "always")]
+    Always,
+    /// Pull only when the node does not have the image.
+    #[value(name = "IfNotPresent", alias = "if-not-present")]
+    IfNotPresent,
+    /// Never pull: the image must be on the node.
+    #[value(name = "Never", alias = "never")]
+    Never,
 }
 
 #[derive(Debug, Subcommand)]
@@ -143,6 +171,11 @@ pub struct CollectArgs {
     /// Where the records go, one NAME-INDEX.json per index [default: NAME-records].
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
+    /// First wait up to DURATION (e.g. 30m, 24h) for every index to finish, asking every
+    /// 2 s; a pod that cannot start (its image cannot be pulled, its container not made)
+    /// ends the wait at once, named with Kubernetes' reason [default: collect now].
+    #[arg(long, value_name = "DURATION")]
+    pub wait: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -162,6 +195,11 @@ pub struct OutputArgs {
     /// Write a Markdown summary (for a pull request) to FILE ('-' for standard output).
     #[arg(long, value_name = "FILE")]
     pub markdown: Option<PathBuf>,
+    /// Print every section on the terminal (what each figure rests on, leak or
+    /// fragmentation per variant, where the memory is, the allocator's free memory, what
+    /// to try next), not only the answer.
+    #[arg(long)]
+    pub detail: bool,
 }
 
 #[derive(Debug, Args)]
@@ -220,9 +258,24 @@ pub struct RunArgs {
     /// SIZE (e.g. 1MiB; the JSON record keeps every require) [default: 0.3MiB].
     #[arg(long, value_name = "SIZE")]
     pub require_cut_off: Option<String>,
+    /// Keep adding a block of runs (every variant once more, shuffled) until every
+    /// variant is decided — its memory ratio's 95% interval clear of the pick's threshold
+    /// at each of the last 2 looks — or --max-runs is reached; --runs is the least.
+    #[arg(long, conflicts_with = "in_container")]
+    pub until_decided: bool,
+    /// With --until-decided: the most measured runs per variant, 3 to 10000 [default: 30].
+    #[arg(long, value_name = "N", requires = "until_decided")]
+    pub max_runs: Option<u32>,
+    /// Keep at most SIZE of each run's output (its stdout, its stderr, and a --before
+    /// hook's or --driver's): the first and last halves, with a line between saying how much
+    /// was left out (e.g. 16M; at least 64K; 0 keeps everything) [default: 64M].
+    #[arg(long, value_name = "SIZE", value_parser = memtrial::trial::logcap::parse_limit)]
+    pub log_limit: Option<u64>,
     /// Finish an interrupted experiment (the latest, or ID): runs only what is missing,
     /// with the same plan and seed.
-    #[arg(long, value_name = "ID", num_args = 0..=1, conflicts_with_all = ["in_container", "command", "plan", "url", "duration", "before", "driver", "rate", "targets", "replay", "variants", "custom", "runs", "warmup", "baseline", "seed", "memory_limit", "cpus", "cpuset", "pids_limit", "interval", "timeout", "probes", "no_probes", "probe_interval", "require_cut_off"])]
+    /// Every other flag of `run` but --confirm-command and the output flags is refused with
+    /// it, by name (`cmd::applies_with_resume`).
+    #[arg(long, value_name = "ID", num_args = 0..=1)]
     pub resume: Option<Option<i64>>,
     /// With --resume ID of an experiment made on another host (imported): runs its command
     /// here. Repeat the command exactly as the refusal shows it, as one argument.
@@ -247,6 +300,61 @@ pub struct RunArgs {
     /// The workload command and its arguments.
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,
+}
+
+/// `memtrial gate`: `memtrial run`'s flags, then the gate's own.
+#[derive(Debug, Args)]
+pub struct GateArgs {
+    #[command(flatten)]
+    pub gate: GateFlags,
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct GateFlags {
+    /// Fail when a figure is worse than the baseline's by more than a tolerance, with 95%
+    /// confidence: FIGURE > +N% (or +N in its unit: +20MiB, +0.5s, +10ms) where higher is
+    /// worse, FIGURE < -N% where lower is (throughput). FIGURE: peak_rss, mean_rss,
+    /// peak_pss, wall, cpu, p50, p95, p99, throughput, … any key of the record, or a
+    /// driver's figure. Repeatable.
+    #[arg(long = "fail-if", value_name = "EXPR")]
+    pub fail_if: Vec<String>,
+    /// What an undecided criterion (its interval straddles the tolerance) does: fail
+    /// (exit 4) or pass (exit 0, still said).
+    #[arg(long, value_enum, value_name = "WHAT", default_value_t = UndecidedPolicy::Fail)]
+    pub undecided: UndecidedPolicy,
+    /// Gate against a stored record of the old build (`memtrial run --json FILE`): its
+    /// baseline's runs are the baseline, the variants run here are judged against them.
+    /// Refused when the record's host differs from this one (see --across-hosts).
+    #[arg(long, value_name = "FILE")]
+    pub against: Option<PathBuf>,
+    /// With --against: gate even though the record ran on another machine (its facts
+    /// differ: host, CPUs, kernel, glibc, limits, memtrial, allocator libraries); the
+    /// differences are said in every output.
+    #[arg(long, requires = "against")]
+    pub across_hosts: bool,
+    /// Write the Markdown summary to FILE ('-' for standard output) [default: appended to
+    /// $GITHUB_STEP_SUMMARY when it is set].
+    #[arg(long, value_name = "FILE")]
+    pub summary: Option<PathBuf>,
+    /// Write JUnit XML to FILE: one test case per gated figure and variant.
+    #[arg(long, value_name = "FILE")]
+    pub junit: Option<PathBuf>,
+    /// Write the gate's verdicts as JSON to FILE ('-' for standard output).
+    #[arg(long, value_name = "FILE")]
+    pub gate_json: Option<PathBuf>,
+    /// Fail (exit 5) unless memtrial's recommendation on these runs is NAME (a pick of
+    /// it; or, for the baseline, keeping it); an undecided recommendation fails too.
+    #[arg(long, value_name = "NAME")]
+    pub expect_recommendation: Option<String>,
+}
+
+/// What an undecided criterion does to a gate's exit code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum UndecidedPolicy {
+    Fail,
+    Pass,
 }
 
 #[derive(Debug, Args)]
@@ -277,8 +385,12 @@ pub enum GroupBy {
 }
 
 /// `memtrial soak --variants … --url … --rate R --duration 6h -- COMMAND` or
-/// `memtrial soak --resume [ID]`.
+/// `memtrial soak --resume [ID]`. `--duration` is the server settings' own flag (one
+/// argument, read as the soak's length), its help said for a soak.
 #[derive(Debug, Args)]
+#[command(mut_arg("duration", |a| a.help(
+    "How long the soak runs (e.g. 6h, 90m; 10s to 7 days); with --until-decided, use --max-duration"
+).help_heading(None::<&str>)))]
 pub struct SoakArgs {
     /// Comma-separated variants, each one instance [default: every available built-in
     /// variant].
@@ -290,16 +402,12 @@ pub struct SoakArgs {
     /// The variant ratios are computed against [default: glibc].
     #[arg(long, value_name = "NAME")]
     pub baseline: Option<String>,
-    /// How long the soak runs (e.g. 6h, 90m; 1m to 7 days); with --until-decided, the
-    /// most it runs.
-    #[arg(long, value_name = "DURATION")]
-    pub duration: Option<String>,
     /// Stop as soon as every variant is decided: the 95% interval of its memory ratio to
     /// the baseline wholly outside (a difference) or wholly inside (none that matters)
     /// 1 ± --margin after each of the last --consecutive windows. Needs --max-duration.
     #[arg(long, requires = "max_duration")]
     pub until_decided: bool,
-    /// With --until-decided: the longest the soak may run (1m to 7 days).
+    /// With --until-decided: the longest the soak may run (10s to 7 days).
     #[arg(
         long,
         value_name = "DURATION",
@@ -327,9 +435,16 @@ pub struct SoakArgs {
     /// No allocator probe inside the instances: no live/held bytes, no leak-or-fragmentation verdict.
     #[arg(long)]
     pub no_probes: bool,
+    /// Keep at most SIZE of each instance's output (its stdout, its stderr, and a --before
+    /// hook's or --driver's): the first and last halves, with a line between saying how much
+    /// was left out (e.g. 16M; at least 64K; 0 keeps everything) [default: 64M].
+    #[arg(long, value_name = "SIZE", value_parser = memtrial::trial::logcap::parse_limit)]
+    pub log_limit: Option<u64>,
     /// Carry on an interrupted soak, or one whose memtrial died (the latest, or ID): its
     /// instances start again and the time between is recorded as a gap.
-    #[arg(long, value_name = "ID", num_args = 0..=1, conflicts_with_all = ["variants", "custom", "baseline", "duration", "until_decided", "max_duration", "window", "warmup_windows", "interval", "memory_limit", "cpus", "cpuset", "pids_limit", "no_probes", "command", "url"])]
+    /// Every other flag but --json and --html is refused with it, by name
+    /// (`cmd::applies_with_resume`).
+    #[arg(long, value_name = "ID", num_args = 0..=1)]
     pub resume: Option<Option<i64>>,
     /// Write the soak's summary as JSON to FILE ('-' for standard output) at its end.
     #[arg(long, value_name = "FILE")]
@@ -352,8 +467,12 @@ pub struct SoakArgs {
 
 #[derive(Debug, Args)]
 pub struct ImportArgs {
-    /// JSON records (schema_version 2 or 3), e.g. node-a.json node-b.json.
-    #[arg(required = true, value_name = "FILE")]
+    /// JSON records written by `memtrial run --json FILE` (the versions this memtrial
+    /// reads: see the help), e.g. node-a.json node-b.json.
+    #[arg(required = true, value_name = "FILE", help = {
+        let (oldest, newest) = memtrial::store::import::versions_read();
+        format!("JSON records written by `memtrial run --json FILE` or `memtrial report --json FILE` (schema_version {oldest} to {newest}), e.g. node-a.json node-b.json")
+    })]
     pub files: Vec<PathBuf>,
 }
 
@@ -471,6 +590,11 @@ pub struct InspectArgs {
         requires = "watch"
     )]
     pub interval: String,
+    /// Ask memtrial's probe library in the process (preloaded with MEMTRIAL_TRIM_DIR) to call
+    /// malloc_trim(0) now, and say what it gave back and cost. Without it nothing is trimmed:
+    /// the screen says what a trim could give back.
+    #[arg(long, conflicts_with = "top")]
+    pub trim: bool,
 }
 
 /// `memtrial load`.
@@ -621,4 +745,223 @@ pub enum RankByArg {
     Rss,
     /// Proportional set size (reads every process's smaps_rollup).
     Pss,
+}
+
+/// Help text and parsing cannot drift: every range a flag's help states ("1 to 10000",
+/// "10ms to 1h", "at most 7 days", "at least 64K") is the range its checks apply — the
+/// constants of `memtrial::plan::settings` (and `--log-limit`'s) that the flag's check uses.
+#[cfg(test)]
+mod help_states_what_is_checked {
+    use super::Cli;
+    use clap::CommandFactory;
+    use memtrial::plan::settings as s;
+    use memtrial::units::{parse_duration, parse_size, DurationRange};
+
+    /// Every (command path, flag, help) of the command line.
+    fn flags(cmd: &clap::Command, path: &str, out: &mut Vec<(String, String, String)>) {
+        for a in cmd.get_arguments() {
+            let Some(long) = a.get_long() else { continue };
+            let help = a
+                .get_long_help()
+                .or(a.get_help())
+                .map(|h| h.to_string())
+                .unwrap_or_default();
+            out.push((path.to_string(), long.to_string(), help));
+        }
+        for sub in cmd.get_subcommands() {
+            let p = format!("{path} {}", sub.get_name()).trim().to_string();
+            flags(sub, &p, out);
+        }
+    }
+
+    /// What a flag's check accepts, in the units its bounds are read in.
+    #[derive(Debug, Clone, Copy)]
+    enum Range {
+        Time(DurationRange),
+        Number(f64, f64),
+        Bytes(u64, u64),
+        /// CPUs, bounds read as CPUs or millicores (`10m`).
+        Cpus(f64, f64),
+        AtLeastBytes(u64),
+    }
+
+    fn n<T: Into<f64>>((a, b): (T, T)) -> Range {
+        Range::Number(a.into(), b.into())
+    }
+
+    fn ranges() -> Vec<(&'static [&'static str], &'static str, Range)> {
+        use Range::*;
+        const RUN: &[&str] = &["run", "gate"];
+        const LIMITS: &[&str] = &["run", "gate", "soak"];
+        const LOAD: &[&str] = &["run", "gate", "soak", "load"];
+        const FRAGMENT: &[&str] = &["workload fragment"];
+        const CACHE: &[&str] = &["workload cache-server"];
+        let wide = |(a, b): (usize, usize)| Number(a as f64, b as f64);
+        let big = |(a, b): (u64, u64)| Number(a as f64, b as f64);
+        vec![
+            (&["run", "gate", "demo"], "runs", n(s::RUNS)),
+            (RUN, "warmup", n(s::WARMUP)),
+            (RUN, "interval", Time(s::INTERVAL)),
+            (RUN, "timeout", Time(s::TIMEOUT)),
+            (RUN, "seed", big(s::SEED)),
+            (RUN, "probe-interval", Time(s::PROBE_INTERVAL)),
+            (RUN, "max-runs", n(s::MAX_RUNS)),
+            (
+                LIMITS,
+                "memory-limit",
+                Bytes(s::MEMORY_LIMIT.0, s::MEMORY_LIMIT.1),
+            ),
+            (LIMITS, "cpus", n(s::CPUS)),
+            (LIMITS, "pids-limit", big(s::PIDS_LIMIT)),
+            (
+                LIMITS,
+                "log-limit",
+                AtLeastBytes(memtrial::trial::logcap::LEAST_LIMIT),
+            ),
+            (LOAD, "connections", wide(s::CONNECTIONS)),
+            (LIMITS, "load-threads", wide(s::LOAD_THREADS)),
+            (&["load"], "threads", wide(s::LOAD_THREADS)),
+            (LOAD, "rate", n(s::RATE)),
+            (LOAD, "speed", n(s::SPEED)),
+            (&["load"], "duration", Time(s::LOAD_DURATION)),
+            (&["load"], "warmup-duration", Time(s::LOAD_WARMUP)),
+            (&["load"], "timeout", Time(s::REQUEST_TIMEOUT)),
+            (FRAGMENT, "threads", wide(s::FRAGMENT_THREADS)),
+            (FRAGMENT, "seconds", Time(s::FRAGMENT_SECONDS)),
+            (FRAGMENT, "iterations", big(s::FRAGMENT_ITERATIONS)),
+            (FRAGMENT, "survivors", n(s::FRAGMENT_SURVIVORS)),
+            (FRAGMENT, "live", wide(s::FRAGMENT_LIVE)),
+            (
+                &["workload fragment", "workload cache-server"],
+                "min-size",
+                Bytes(s::FRAGMENT_SIZE.0, s::FRAGMENT_SIZE.1),
+            ),
+            (
+                &["workload fragment", "workload cache-server"],
+                "max-size",
+                Bytes(s::FRAGMENT_SIZE.0, s::FRAGMENT_SIZE.1),
+            ),
+            (CACHE, "port", big(s::CACHE_SERVER_PORT)),
+            (CACHE, "threads", wide(s::CACHE_SERVER_THREADS)),
+            (
+                CACHE,
+                "cache-size",
+                Bytes(s::CACHE_SERVER_CACHE.0, s::CACHE_SERVER_CACHE.1),
+            ),
+            (CACHE, "drift", big(s::CACHE_SERVER_DRIFT)),
+            (&["inspect"], "top", wide(s::INSPECT_TOP)),
+            (&["inspect"], "watch", Time(s::INSPECT_WATCH)),
+            (&["inspect"], "interval", Time(s::INSPECT_INTERVAL)),
+            (&["exporter"], "budget", Time(s::EXPORTER_BUDGET)),
+            (&["exporter"], "max-age", Time(s::EXPORTER_MAX_AGE)),
+            (&["judge"], "since", Time(s::JUDGE_WINDOW)),
+            (&["soak"], "duration", Time(s::SOAK_DURATION)),
+            (&["soak"], "max-duration", Time(s::SOAK_DURATION)),
+            (&["soak"], "margin", n(s::SOAK_MARGIN)),
+            (&["soak"], "consecutive", n(s::SOAK_CONSECUTIVE)),
+            (&["soak"], "window", Time(s::SOAK_WINDOW)),
+            (&["soak"], "warmup-windows", n(s::SOAK_WARMUP_WINDOWS)),
+            (&["soak"], "interval", Time(s::SOAK_INTERVAL)),
+            (&["kube"], "cpu", Cpus(s::CPUS.0, s::CPUS.1)),
+            (
+                &["kube"],
+                "memory",
+                Bytes(s::MEMORY_LIMIT.0, s::MEMORY_LIMIT.1),
+            ),
+            (&["kube"], "parallelism", n(s::KUBE_PARALLELISM)),
+        ]
+    }
+
+    /// A bound as the help writes it: "10^12", "2^53-1", "0.001", "10m" (millicores).
+    fn number(text: &str, millicores: bool) -> Option<f64> {
+        if let Some((base, rest)) = text.split_once('^') {
+            let (exp, minus) = rest.split_once('-').unwrap_or((rest, "0"));
+            let v = base.parse::<f64>().ok()?.powf(exp.parse().ok()?);
+            return Some(v - minus.parse::<f64>().ok()?);
+        }
+        match text.strip_suffix('m') {
+            Some(milli) if millicores => Some(milli.parse::<f64>().ok()? / 1000.0),
+            _ => text.parse().ok(),
+        }
+    }
+
+    /// Whether the bound `text` (`lo` for the lower one) is what `range` applies.
+    fn agrees(range: Range, text: &str, lo: bool) -> bool {
+        let text = text.trim_end_matches(" bytes").trim_end_matches(" byte");
+        match range {
+            Range::Time(r) => {
+                let want = if lo { r.min } else { r.max };
+                parse_duration(text).is_ok_and(|d| d == want)
+            }
+            Range::Number(a, b) | Range::Cpus(a, b) => {
+                let want = if lo { a } else { b };
+                let millicores = matches!(range, Range::Cpus(..));
+                number(text, millicores).is_some_and(|v| (v - want).abs() <= want.abs() * 1e-12)
+            }
+            Range::Bytes(a, b) => parse_size(text).is_ok_and(|v| v == if lo { a } else { b }),
+            Range::AtLeastBytes(a) => lo && parse_size(text).is_ok_and(|v| v == a),
+        }
+    }
+
+    #[test]
+    fn every_range_a_help_states_is_the_one_checked() {
+        let mut all = Vec::new();
+        flags(&Cli::command(), "", &mut all);
+        let bound = r"\d[^\s,;()\[\]]*(?: bytes?| days?)?";
+        let re = regex::Regex::new(&format!(
+            r"(?:(?P<lo>{bound}) to (?P<hi>{bound})|at most (?P<most>{bound})|at least (?P<least>{bound}))"
+        ))
+        .unwrap();
+        // A stated default ("[default: half the CPUs, at least 1]") is not a range.
+        let defaults = regex::Regex::new(r"\[default:[^\]]*\]").unwrap();
+        let table = ranges();
+        let mut wrong = Vec::new();
+        let mut checked = 0;
+        for (path, flag, help) in &all {
+            let help = help.replace('\n', " ");
+            let help = defaults.replace_all(&help, "");
+            for c in re.captures_iter(&help) {
+                let said = c.get(0).unwrap().as_str();
+                let Some((_, _, range)) = table
+                    .iter()
+                    .find(|(paths, f, _)| f == flag && paths.contains(&path.as_str()))
+                else {
+                    wrong.push(format!(
+                        "`{path} --{flag}` says \"{said}\": add the range its check applies to this test's table"
+                    ));
+                    continue;
+                };
+                let bounds = [
+                    ("lo", true),
+                    ("hi", false),
+                    ("least", true),
+                    ("most", false),
+                ];
+                for (name, lo) in bounds {
+                    if let Some(b) = c.name(name) {
+                        checked += 1;
+                        if !agrees(*range, b.as_str(), lo) {
+                            wrong.push(format!(
+                                "`{path} --{flag}` says \"{said}\" but its check applies {range:?}"
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+        // The pattern still finds what the help states (about 80 bounds today).
+        assert!(checked >= 60, "only {checked} bounds found in the help");
+    }
+
+    /// The test itself: a help that drifted from its check is caught.
+    #[test]
+    fn a_drifted_bound_is_caught() {
+        let r = Range::Time(s::SOAK_DURATION);
+        assert!(agrees(r, "10s", true) && agrees(r, "7 days", false));
+        assert!(!agrees(r, "1m", true));
+        assert!(agrees(Range::Cpus(0.01, 4096.0), "10m", true));
+        assert!(agrees(n((0u32, 10_000)), "10^4", false));
+        assert!(!agrees(n((1u32, 10_000)), "1000", false));
+    }
 }

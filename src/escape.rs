@@ -337,15 +337,40 @@ fn is_plain_number(s: &str) -> bool {
     mantissa_ok && exponent.is_none_or(digits)
 }
 
-/// A CSV cell a spreadsheet shows as text, never runs: a cell starting with `=`, `+`,
-/// `-`, `@`, a tab or a carriage return gets a leading `'` (OWASP's rule against CSV
-/// injection), unless it is a plain number (a negative number stays a number). Quoting
-/// of `,`, `"` and line breaks is the CSV writer's.
+/// A CSV cell a spreadsheet shows as text, never runs, and a terminal shows as text too
+/// (`report --csv -`): every control character but line breaks and tabs, and every
+/// bidirectional control, is shown as its escape ([`visible_controls`]); then a cell
+/// starting with `=`, `+`, `-`, `@`, a tab or a carriage return gets a leading `'`
+/// (OWASP's rule against CSV injection), unless it is a plain number (a negative number
+/// stays a number). Quoting of `,`, `"` and line breaks is the CSV writer's.
 pub(crate) fn csv_cell(s: &str) -> std::borrow::Cow<'_, str> {
+    let s = visible_controls(s);
     match s.chars().next() {
-        Some('=' | '+' | '-' | '@' | '\t' | '\r') if !is_plain_number(s) => format!("'{s}").into(),
-        _ => s.into(),
+        Some('=' | '+' | '-' | '@' | '\t' | '\r') if !is_plain_number(&s) => format!("'{s}").into(),
+        _ => s,
     }
+}
+
+/// Untrusted text inside an XML attribute value or element (a JUnit report): `&`, `<`,
+/// `>`, `"` and `'` become entities; characters XML 1.0 does not allow (controls other
+/// than tab and line breaks) are shown as `\u{…}`.
+pub(crate) fn xml_text(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&apos;"),
+            '\t' | '\n' | '\r' => out.push(c),
+            c if (c as u32) < 0x20 || matches!(c as u32, 0xFFFE | 0xFFFF) => {
+                out.push_str(&format!("\\u{{{:x}}}", c as u32))
+            }
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -381,7 +406,11 @@ mod tests {
             ("-2+3", "'-2+3"),
             ("@SUM(A1)", "'@SUM(A1)"),
             ("\t=1", "'\t=1"),
-            ("\r=1", "'\r=1"),
+            // A carriage return is shown, not acted on: no formula left to start.
+            ("\r=1", "\\r=1"),
+            ("ok\x1b]0;t\x07\u{202e}", "ok\\x1b]0;t\\x07\\u{202e}"),
+            ("=\x1b[2J", "'=\\x1b[2J"),
+            ("two\nlines", "two\nlines"),
             ("-", "'-"),
             ("-e5", "'-e5"),
             ("-inf", "'-inf"),
@@ -507,5 +536,13 @@ mod tests {
         assert!(block.starts_with("````dockerfile\n"), "{block}");
         assert!(block.ends_with("\n````\n"), "{block}");
         assert_eq!(markdown_code_block("sh", "x\n"), "```sh\nx\n```\n");
+    }
+
+    #[test]
+    fn xml_text_escapes_markup_and_shows_what_xml_cannot_hold() {
+        assert_eq!(
+            xml_text("a<b & \"c\" 'd'>\u{1b}\t"),
+            "a&lt;b &amp; &quot;c&quot; &apos;d&apos;&gt;\\u{1b}\t"
+        );
     }
 }

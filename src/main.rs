@@ -5,7 +5,7 @@ mod cmd;
 
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
 
 fn main() -> ExitCode {
     // memtrial started again as the spawner of a run's workload (see backend::spawn).
@@ -22,8 +22,12 @@ fn main() -> ExitCode {
             }
         };
     }
-    let cli = cli::Cli::parse();
-    match cmd::dispatch(cli) {
+    let matches = cli::Cli::command().get_matches();
+    let cli = match cli::Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
+    match cmd::dispatch(cli, &matches) {
         Ok(outcome) => ExitCode::from(outcome.code()),
         Err(e) => {
             // The error edge: control and bidirectional characters from the input

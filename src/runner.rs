@@ -55,6 +55,29 @@ pub enum Event<'a> {
         total: usize,
         record: &'a RunRecord,
     },
+    /// `--until-decided` looked at the runs so far.
+    Looked {
+        /// Measured runs per variant looked at.
+        runs: u32,
+        /// Why each open question is open.
+        open: &'a [String],
+        /// Questions answered at this look but not yet with the same answer at the last
+        /// `consecutive` looks.
+        unconfirmed: &'a [String],
+        /// Every question decided: no more runs.
+        decided: bool,
+        /// The runs in the schedule once a block is added; `None` when none is (decided,
+        /// or the cap `max_runs` reached).
+        next_total: Option<usize>,
+        max_runs: u32,
+    },
+}
+
+/// `--until-decided`: the sequential rule, and what a look at the runs so far finds.
+pub struct UntilDecided<'j> {
+    pub rule: crate::analysis::decide::Rule,
+    /// Looks at an experiment holding only its first blocks of measured runs.
+    pub judge: &'j mut dyn FnMut(&Experiment) -> crate::analysis::decide::Look,
 }
 
 /// How the experiment ended.
@@ -180,6 +203,22 @@ pub fn run_experiment(
     stop: &AtomicBool,
     observer: &mut dyn FnMut(Event),
 ) -> Result<Outcome, RunError> {
+    run_experiment_until(store, plan, start, backend, stop, observer, None)
+}
+
+/// [`run_experiment`], then — for a new experiment with `until` — a block of runs at a
+/// time until the sequential rule has decided every question or the cap is reached (the
+/// stored plan's runs grow with each block, so `run --resume` finishes an interrupted one).
+pub fn run_experiment_until(
+    store: &mut Store,
+    plan: &Plan,
+    start: Start,
+    backend: &dyn Backend,
+    stop: &AtomicBool,
+    observer: &mut dyn FnMut(Event),
+    until: Option<UntilDecided>,
+) -> Result<Outcome, RunError> {
+    let new = matches!(start, Start::New { .. });
     let all = schedule(plan.variants.len(), plan.warmup, plan.runs, plan.seed);
     let planned = all.len();
     let (experiment, slots, host, expected) = match start {
@@ -221,16 +260,126 @@ pub fn run_experiment(
             (experiment, rest, host, expected)
         }
     };
-    match run_slots(
+    let ran = run_slots(
         store, plan, experiment, host, slots, planned, backend, stop, observer,
-    ) {
-        Ok(interrupted) => finish(store, experiment, &expected, interrupted),
+    )
+    .and_then(|interrupted| match until {
+        Some(u) if new && !interrupted => {
+            more_blocks(store, plan, experiment, host, backend, stop, observer, u)
+        }
+        _ => Ok((interrupted, expected)),
+    });
+    match ran {
+        Ok((interrupted, expected)) => finish(store, experiment, &expected, interrupted),
         Err(e) => {
             // Nothing stays `running` for ever: the experiment ends interrupted, with the
             // reason, and `run --resume` can finish it once the cause is fixed.
             let _ = store.add_event(experiment, "error", &format!("stopped by an error: {e}"));
             let _ = store.finish_experiment(experiment, ExperimentStatus::Interrupted);
             Err(e)
+        }
+    }
+}
+
+/// The experiment with only its first `blocks` measured blocks (and the warm-up runs).
+fn first_blocks(e: &Experiment, warmup: u32, blocks: u32) -> Experiment {
+    fn kept<T: Clone>(v: &[T], keep: &[bool]) -> Vec<T> {
+        v.iter()
+            .zip(keep)
+            .filter(|(_, k)| **k)
+            .map(|(x, _)| x.clone())
+            .collect()
+    }
+    let keep: Vec<bool> = e.runs.iter().map(|r| r.block < warmup + blocks).collect();
+    Experiment {
+        runs: kept(&e.runs, &keep),
+        seqs: kept(&e.seqs, &keep),
+        run_hosts: kept(&e.run_hosts, &keep),
+        ..e.clone()
+    }
+}
+
+/// `--until-decided` after the planned runs: looks at the last `consecutive` block
+/// counts (from 3 runs on: with fewer nothing is significant), and while a question is undecided
+/// and the cap allows, stores the plan with one more block and runs it. Whether an
+/// interrupt stopped it, and every slot of the final schedule.
+#[allow(clippy::too_many_arguments)]
+fn more_blocks(
+    store: &mut Store,
+    plan: &Plan,
+    experiment: i64,
+    host: &HostInfo,
+    backend: &dyn Backend,
+    stop: &AtomicBool,
+    observer: &mut dyn FnMut(Event),
+    until: UntilDecided,
+) -> Result<(bool, Vec<u32>), RunError> {
+    use crate::analysis::decide::Looks;
+    let UntilDecided { rule, judge } = until;
+    let mut plan = plan.clone();
+    let mut looks = Looks::default();
+    let first = crate::analysis::MIN_RUNS_FOR_SIGNIFICANCE as u32;
+    loop {
+        let all = schedule(plan.variants.len(), plan.warmup, plan.runs, plan.seed);
+        let exp = store.load(experiment)?;
+        for n in first..=plan.runs {
+            if n as usize + rule.consecutive > plan.runs as usize && !looks.has(n) {
+                looks.add(n, judge(&first_blocks(&exp, plan.warmup, n)));
+            }
+        }
+        let undecided = looks.undecided(&rule);
+        // Nothing to decide (one variant, or a baseline whose runs failed) is decided.
+        let nothing = looks.last().is_some_and(|(_, l)| l.standings.is_empty());
+        let decided = nothing || undecided.as_ref().is_some_and(|u| u.is_empty());
+        let more = !decided && plan.runs < rule.max_runs && !stop.load(Ordering::SeqCst);
+        let next_total = more.then(|| plan.variants.len() * (plan.warmup + plan.runs + 1) as usize);
+        let open: Vec<String> = looks
+            .last()
+            .map(|(_, l)| l.open.clone())
+            .unwrap_or_default();
+        let last_keys: Vec<String> = looks
+            .last()
+            .map(|(_, l)| l.standings.keys().cloned().collect())
+            .unwrap_or_default();
+        let unconfirmed: Vec<String> = undecided
+            .unwrap_or(last_keys)
+            .into_iter()
+            .filter(|k| !open.iter().any(|o| o.starts_with(&format!("{k}:"))))
+            .collect();
+        observer(Event::Looked {
+            runs: plan.runs,
+            open: &open,
+            unconfirmed: &unconfirmed,
+            decided,
+            next_total,
+            max_runs: rule.max_runs,
+        });
+        if !more {
+            return Ok((stop.load(Ordering::SeqCst), all_seqs(&all)));
+        }
+        plan.runs += 1;
+        let all = schedule(plan.variants.len(), plan.warmup, plan.runs, plan.seed);
+        store.extend_experiment(experiment, &plan, all.len())?;
+        let block = plan.warmup + plan.runs - 1;
+        let slots: Vec<Slot> = all.iter().filter(|s| s.block == block).copied().collect();
+        let interrupted = run_slots(
+            store,
+            &plan,
+            experiment,
+            host,
+            slots,
+            all.len(),
+            backend,
+            stop,
+            &mut |ev| {
+                // Said once, when the experiment started.
+                if !matches!(ev, Event::Started { .. }) {
+                    observer(ev)
+                }
+            },
+        )?;
+        if interrupted {
+            return Ok((true, all_seqs(&all)));
         }
     }
 }
@@ -272,6 +421,8 @@ fn run_slots(
         total,
         log_dir: &log_dir,
     });
+    let own_start = (crate::linux::proc::self_usage(), std::time::Instant::now());
+    let mut ran = 0usize;
     let mut interrupted = false;
     // Variants whose last run ended before the allocator probe's first sample: their next
     // run goes without it (see trial::ended_before_allocator_sample), with this reason.
@@ -320,6 +471,7 @@ fn run_slots(
             None => allocator_left_out.remove(&slot.variant),
         };
         store.add_run(experiment, slot.seq, &record, host)?;
+        ran += 1;
         observer(Event::TrialEnd {
             slot,
             index,
@@ -331,7 +483,36 @@ fn run_slots(
             break;
         }
     }
+    if ran > 0 {
+        if let (Some(before), Some(after)) = (own_start.0, crate::linux::proc::self_usage()) {
+            let note = own_cost_note(before, after, own_start.1.elapsed().as_secs_f64(), ran);
+            store.add_event(experiment, "note", &note)?;
+        }
+    }
     Ok(interrupted)
+}
+
+/// What memtrial itself cost while it ran `runs` run(s) over `wall` seconds: its CPU
+/// (every thread of it: sampling, probes, load, storing; not the workload, its child)
+/// and its peak RSS, as the kernel counts them for it.
+fn own_cost_note(
+    before: crate::linux::proc::SelfUsage,
+    after: crate::linux::proc::SelfUsage,
+    wall: f64,
+    runs: usize,
+) -> String {
+    let cpu = (after.cpu_seconds - before.cpu_seconds).max(0.0);
+    let share = if wall > 0.0 {
+        format!(" ({:.2}% of one core)", 100.0 * cpu / wall)
+    } else {
+        String::new()
+    };
+    format!(
+        "memtrial's own cost over these {runs} run(s) ({}): {} CPU{share}, peak RSS {} since it started (getrusage and VmHWM of memtrial itself: its threads, not the workload)",
+        crate::units::format_seconds(wall),
+        crate::units::format_seconds(cpu),
+        crate::units::format_bytes(after.max_rss_bytes as f64),
+    )
 }
 
 /// Marks the experiment complete or interrupted. Complete only when every slot of its

@@ -158,13 +158,25 @@ fn in_teardown(r: &RunRecord, t: f64) -> bool {
 /// Share of the run at its end in which an allocator sample does not stand for the peak.
 pub(crate) const END_SHARE: f64 = 0.05;
 
-/// Whether the allocator sample at `t` lies at the run's memory peak: the tree's RSS on
-/// both sides of it reaches [`AT_PEAK_FRACTION`] of the peak, and it is not in the run's
-/// teardown.
-fn at_the_peak(r: &RunRecord, t: f64, reference: f64) -> bool {
-    !in_teardown(r, t)
-        && reference > 0.0
-        && rss_around(&r.samples, t).is_some_and(|rss| rss as f64 >= AT_PEAK_FRACTION * reference)
+/// The resident bytes at allocator sample `p`. In a run of one process at a time the probe
+/// read the process's own as it took the sample: that says where the sample lies, in the
+/// run's last stretch too (mimalloc's RSS peaked in the last 3% of the demo's job). Without
+/// it (several processes, a record of an older release), the tree's on both sides of it
+/// ([`rss_around`]), and never in the run's teardown, where RSS not yet trimmed cannot be
+/// told from the peak.
+fn rss_at(r: &RunRecord, p: &crate::record::AllocatorPoint) -> Option<u64> {
+    let around = || rss_around(&r.samples, p.t_seconds);
+    match p.rss_bytes.filter(|_| r.processes_at_once() <= 1) {
+        Some(own) => Some(own.max(around().unwrap_or(0))),
+        None if in_teardown(r, p.t_seconds) => None,
+        None => around(),
+    }
+}
+
+/// Whether allocator sample `p` lies at the run's memory peak: the resident bytes at it
+/// ([`rss_at`]) reach [`AT_PEAK_FRACTION`] of the peak.
+fn at_the_peak(r: &RunRecord, p: &crate::record::AllocatorPoint, reference: f64) -> bool {
+    reference > 0.0 && rss_at(r, p).is_some_and(|rss| rss as f64 >= AT_PEAK_FRACTION * reference)
 }
 
 /// The allocator's figures at the run's memory peak: among the allocator samples that lie
@@ -180,7 +192,7 @@ pub(crate) fn at_peak_point(r: &RunRecord) -> Option<&crate::record::AllocatorPo
     let at: Vec<&crate::record::AllocatorPoint> = a
         .series
         .iter()
-        .filter(|p| at_the_peak(r, p.t_seconds, reference))
+        .filter(|p| at_the_peak(r, p, reference))
         .collect();
     // One sample on the plateau cannot tell the peak of live bytes from a moment after
     // the program freed them (RSS, not yet trimmed, still shows the peak).
@@ -220,11 +232,7 @@ pub(crate) fn allocator_at_peak(r: &RunRecord) -> Option<Evidence> {
             ),
             remedy,
         }
-    } else if a
-        .series
-        .iter()
-        .any(|p| at_the_peak(r, p.t_seconds, reference))
-    {
+    } else if a.series.iter().any(|p| at_the_peak(r, p, reference)) {
         Standing::Absent {
             reason: format!(
                 "1 of {} in a {} run lies at the memory peak (needs {MIN_AT_PEAK_SAMPLES}: one cannot tell the peak of live bytes from a moment after they were freed, while RSS still shows the peak)",
@@ -238,8 +246,7 @@ pub(crate) fn allocator_at_peak(r: &RunRecord) -> Option<Evidence> {
         let best = a
             .series
             .iter()
-            .filter(|p| !in_teardown(r, p.t_seconds))
-            .filter_map(|p| Some((p.t_seconds, rss_around(&r.samples, p.t_seconds)?)))
+            .filter_map(|p| Some((p.t_seconds, rss_at(r, p)?)))
             .max_by_key(|(_, rss)| *rss);
         let nearest = match best {
             Some((t, rss)) => format!(
@@ -315,6 +322,11 @@ fn pss_at_peak(r: &RunRecord) -> Evidence {
 
 /// The evidence of figure `f` in run `r`; `None` where the run has no such figure.
 pub fn of(f: Figure, r: &RunRecord) -> Option<Evidence> {
+    match f {
+        Figure::PeakOverFloor => return None,
+        Figure::PeakLiveBytes => return peak_live(r),
+        _ => {}
+    }
     if f.explains() {
         // Present when the allocator offers the figure at all, standing or not.
         let a = r.inside.allocator.as_ref()?;
@@ -387,6 +399,35 @@ pub fn of(f: Figure, r: &RunRecord) -> Option<Evidence> {
         Figure::LiveAtPeakBytes | Figure::HeldAtPeakBytes | Figure::HeldOverLive => {
             allocator_at_peak(r)?
         }
+        Figure::PeakLiveBytes => peak_live(r)?,
+        Figure::PeakOverFloor => return None,
+    })
+}
+
+/// The evidence of the run's peak of live bytes (the highest the allocator's samples saw):
+/// a lower bound of the program's own, standing when the samples span the run as a
+/// whole-run figure's must ([`MIN_SERIES_SAMPLES`] over [`MIN_SERIES_SHARE`] of it).
+fn peak_live(r: &RunRecord) -> Option<Evidence> {
+    let a = r.inside.allocator.as_ref()?;
+    let ts: Vec<f64> = a
+        .series
+        .iter()
+        .filter(|p| p.live_bytes.is_some())
+        .map(|p| p.t_seconds)
+        .collect();
+    a.peak_live_bytes?;
+    let e = sampled(
+        r,
+        Moment::Peak,
+        &ts,
+        MIN_SERIES_SAMPLES,
+        MIN_SERIES_SHARE,
+        "allocator sample",
+        "--probe-interval",
+    );
+    Some(Evidence {
+        source: Source::AllocatorProbe,
+        ..e
     })
 }
 

@@ -37,12 +37,19 @@ pub enum Figure {
     LiveAtPeakBytes,
     /// The bytes the allocator holds from the system at the RSS peak.
     HeldAtPeakBytes,
-    /// Held over live at the RSS peak: the fragmentation ratio.
+    /// Held over live at the RSS peak: what the allocator kept beyond what was live at
+    /// that moment (retention after frees), not the size of fragmentation.
     HeldOverLive,
+    /// The most live bytes the allocator's samples saw over the run: the program's own
+    /// peak as this allocator counts it, a lower bound (sampled).
+    PeakLiveBytes,
+    /// The run's peak RSS over the program's floor (`analysis::floor`): not a figure of one
+    /// run (the floor is the experiment's), filled in per variant by the analysis.
+    PeakOverFloor,
 }
 
 impl Figure {
-    pub(crate) const ALL: [Figure; 25] = [
+    pub(crate) const ALL: [Figure; 27] = [
         Figure::PeakRssBytes,
         Figure::MeanRssBytes,
         Figure::FinalRssBytes,
@@ -68,6 +75,8 @@ impl Figure {
         Figure::LiveAtPeakBytes,
         Figure::HeldAtPeakBytes,
         Figure::HeldOverLive,
+        Figure::PeakLiveBytes,
+        Figure::PeakOverFloor,
     ];
 
     pub fn key(self) -> &'static str {
@@ -97,6 +106,8 @@ impl Figure {
             Figure::LiveAtPeakBytes => "live_at_peak_bytes",
             Figure::HeldAtPeakBytes => "held_at_peak_bytes",
             Figure::HeldOverLive => "held_over_live",
+            Figure::PeakLiveBytes => "peak_live_bytes",
+            Figure::PeakOverFloor => "peak_over_floor",
         }
     }
 
@@ -113,6 +124,7 @@ impl Figure {
                 | Figure::CgroupAnonPeakBytes
                 | Figure::LiveAtPeakBytes
                 | Figure::HeldAtPeakBytes
+                | Figure::PeakLiveBytes
         )
     }
 
@@ -144,6 +156,8 @@ impl Figure {
             Figure::LiveAtPeakBytes => evidence::at_peak_point(r)?.live_bytes? as f64,
             Figure::HeldAtPeakBytes => evidence::at_peak_point(r)?.held_bytes? as f64,
             Figure::HeldOverLive => evidence::at_peak_point(r)?.fragmentation()?,
+            Figure::PeakLiveBytes => r.inside.allocator.as_ref()?.peak_live_bytes? as f64,
+            Figure::PeakOverFloor => return None,
         })
     }
 
@@ -164,8 +178,22 @@ impl Figure {
     pub(crate) fn explains(self) -> bool {
         matches!(
             self,
-            Figure::LiveAtPeakBytes | Figure::HeldAtPeakBytes | Figure::HeldOverLive
+            Figure::LiveAtPeakBytes
+                | Figure::HeldAtPeakBytes
+                | Figure::HeldOverLive
+                | Figure::PeakLiveBytes
+                | Figure::PeakOverFloor
         )
+    }
+
+    /// Whether a variant's figure is compared with the baseline's as a ratio. Not the
+    /// figures at the RSS peak: each variant's is taken at its own moment (live bytes at
+    /// glibc's peak and at jemalloc's differ by when, not by allocator); not the program's
+    /// own peak of live bytes, which is the program's whatever the allocator (variants that
+    /// disagree on it are flagged instead: `analysis::floor`); not the peak over the floor,
+    /// whose ratio would repeat peak RSS's.
+    pub fn compared(self) -> bool {
+        !self.explains()
     }
 
     /// Bigger is better (throughput); for every other figure smaller is better.

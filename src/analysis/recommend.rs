@@ -3,6 +3,7 @@
 
 use serde::Serialize;
 
+use super::decide::{more_runs, side, MoreRuns, Scale, Side};
 use super::{Analysis, Figure, Ratio, VariantSummary, MIN_RUNS_FOR_SIGNIFICANCE};
 use crate::plan::Plan;
 
@@ -56,10 +57,165 @@ pub enum Verdict {
     },
     /// The baseline is as good as anything measured: keep it.
     KeepBaseline { reason: String },
+    /// Some variant's memory interval straddles the pick's threshold: the runs cannot
+    /// tell yet whether it is leaner; how many more would likely tell.
+    Undecided {
+        reason: String,
+        variants: Vec<OpenVariant>,
+    },
     /// No difference was significant: recommend nothing.
     NoSignificantDifference { reason: String },
     /// Too few clean runs to say anything.
     NotEnoughRuns { reason: String },
+}
+
+/// A variant the runs cannot decide yet: its memory ratio's interval straddles the pick's
+/// threshold (1 when it looks 5% or more leaner: is it leaner at all? 0.95 otherwise: is
+/// it leaner by 5%?).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct OpenVariant {
+    pub variant: String,
+    pub figure: Figure,
+    pub ratio: f64,
+    pub ci95: [f64; 2],
+    /// The threshold the interval straddles.
+    pub threshold: f64,
+    pub runs: usize,
+    pub baseline_runs: usize,
+    /// The variant's largest run over its smallest in the figure, and the baseline's.
+    pub spread: Option<f64>,
+    pub baseline_spread: Option<f64>,
+    /// How many more runs of each would likely decide, from the spread so far.
+    pub more_runs: MoreRuns,
+}
+
+impl OpenVariant {
+    /// One sentence: what it looks like, the interval, the spread, the runs that would tell.
+    pub fn sentence(&self, baseline: &str) -> String {
+        let p = (1.0 - self.ratio).abs() * 100.0;
+        let looks = if self.threshold >= 1.0 {
+            format!(
+                "{} looks {p:.0}% leaner than {baseline}, but not significantly",
+                self.variant
+            )
+        } else {
+            format!(
+                "{} may or may not be {:.0}% or more leaner than {baseline}",
+                self.variant,
+                (1.0 - PICK_MAX_MEMORY_RATIO) * 100.0
+            )
+        };
+        let vary = |s: Option<f64>| s.map_or("?".to_string(), |s| format!("{s:.2}×"));
+        format!(
+            "{looks} ({} {:.2}× [{:.2}, {:.2}] over {} and {} runs, straddling {:.2}; its runs vary {}, {baseline}'s {}): {} would likely tell",
+            label(self.figure),
+            self.ratio,
+            self.ci95[0],
+            self.ci95[1],
+            self.runs,
+            self.baseline_runs,
+            self.threshold,
+            vary(self.spread),
+            vary(self.baseline_spread),
+            self.more_runs.phrase()
+        )
+    }
+}
+
+/// Where a weighed variant stands on the memory figure against the pick's threshold.
+#[derive(Debug, Clone, PartialEq)]
+pub enum MemoryStanding {
+    /// Significantly leaner, by 5% or more: a candidate for the pick.
+    Leaner,
+    /// Its interval lies above 0.95: not leaner by 5% (it may be the same, or heavier).
+    NotLeaner,
+    /// Its interval straddles the threshold.
+    Open(OpenVariant),
+}
+
+impl MemoryStanding {
+    /// The standing's name for the sequential rule (`None`: open).
+    pub fn answer(&self) -> Option<&'static str> {
+        match self {
+            MemoryStanding::Leaner => Some("leaner"),
+            MemoryStanding::NotLeaner => Some("not_leaner"),
+            MemoryStanding::Open(_) => None,
+        }
+    }
+}
+
+/// The largest value over the smallest.
+fn spread(s: &VariantSummary, f: Figure) -> Option<f64> {
+    let [lo, hi] = *s.range.get(&f)?;
+    (lo > 0.0).then(|| hi / lo)
+}
+
+/// Every weighed variant but the baseline (all its runs ok and verified, enough of them),
+/// with where it stands on the memory figure; a variant without a ratio in that figure is
+/// left out. Empty when the baseline itself is not sound.
+pub fn standings(a: &Analysis) -> Vec<(String, MemoryStanding)> {
+    let memory = memory(a);
+    let Some(base) = a.variants.iter().find(|s| s.is_baseline && eligible(s)) else {
+        return Vec::new();
+    };
+    let base_runs = base.figures.get(&memory).map_or(0, |e| e.n);
+    a.variants
+        .iter()
+        .filter(|s| !s.is_baseline && eligible(s))
+        .filter_map(|s| {
+            let r = s.ratio_to_baseline.get(&memory)?;
+            let threshold = if r.value <= PICK_MAX_MEMORY_RATIO {
+                1.0
+            } else {
+                PICK_MAX_MEMORY_RATIO
+            };
+            let standing = match side(r.ci95, threshold) {
+                Side::Below if r.significant => MemoryStanding::Leaner,
+                Side::Above => MemoryStanding::NotLeaner,
+                _ => {
+                    let runs = s.figures.get(&memory).map_or(0, |e| e.n);
+                    MemoryStanding::Open(OpenVariant {
+                        variant: s.name.clone(),
+                        figure: memory,
+                        ratio: r.value,
+                        ci95: r.ci95,
+                        threshold,
+                        runs,
+                        baseline_runs: base_runs,
+                        spread: spread(s, memory),
+                        baseline_spread: spread(base, memory),
+                        more_runs: more_runs(
+                            r.value,
+                            r.ci95,
+                            runs.min(base_runs),
+                            threshold,
+                            Scale::Log,
+                        ),
+                    })
+                }
+            };
+            Some((s.name.clone(), standing))
+        })
+        .collect()
+}
+
+/// What `run --until-decided` looks at: each weighed variant's standing on the memory
+/// figure (decided `leaner` or `not_leaner`, or open with why).
+pub fn look(a: &Analysis) -> super::decide::Look {
+    use super::decide::{Look, Standing};
+    let mut l = Look::default();
+    for (name, st) in standings(a) {
+        let s = match (&st, st.answer()) {
+            (MemoryStanding::Open(o), _) => {
+                l.open.push(format!("{name}: {}", o.sentence(&a.baseline)));
+                Standing::Open
+            }
+            (_, Some(answer)) => Standing::Decided(answer.into()),
+            (_, None) => Standing::Open,
+        };
+        l.standings.insert(name, s);
+    }
+    l
 }
 
 /// The recommendation with its evidence.
@@ -94,6 +250,7 @@ impl Recommendation {
                 variant, reason, ..
             } => format!("Use {variant}: {reason}"),
             Verdict::KeepBaseline { reason } => format!("Keep the baseline: {reason}"),
+            Verdict::Undecided { reason, .. } => format!("Undecided: {reason}"),
             Verdict::NoSignificantDifference { reason } => {
                 format!("No recommendation: {reason}")
             }
@@ -345,45 +502,51 @@ pub fn recommend(a: &Analysis) -> Recommendation {
             .iter()
             .any(|(f, r)| r.significant && !f.explains())
     });
-    if !any_sig {
-        return Recommendation {
-            verdict: Verdict::NoSignificantDifference {
-                reason: format!(
-                    "no variant differs significantly from {} in any figure (95% intervals all include 1)",
-                    base.name
-                ),
-            },
-            memory_figure,
-            speed_figure: SPEED,
-            pareto_front: front,
-            excluded,
-        };
-    }
-    let pick = pick_variant(&pool, &front, memory_figure, SPEED);
-    let Some(pick) = pick else {
-        return Recommendation {
-            verdict: Verdict::KeepBaseline {
-                reason: format!(
-                    "no variant uses significantly less memory than {}, by {:.0}% or more ({})",
-                    base.name,
-                    (1.0 - PICK_MAX_MEMORY_RATIO) * 100.0,
-                    label(memory_figure)
-                ),
-            },
-            memory_figure,
-            speed_figure: SPEED,
-            pareto_front: front,
-            excluded,
-        };
-    };
-    let reason = pick_reason(pick, base, memory_figure, SPEED);
-    let tradeoffs = pick_tradeoffs(&pool, pick, &front, memory_figure, SPEED);
-    Recommendation {
-        verdict: Verdict::Pick {
-            variant: pick.name.clone(),
-            reason,
-            tradeoffs,
+    let open: Vec<OpenVariant> = standings(a)
+        .into_iter()
+        .filter_map(|(_, st)| match st {
+            MemoryStanding::Open(o) => Some(o),
+            _ => None,
+        })
+        .collect();
+    let verdict = match pick_variant(&pool, &front, memory_figure, SPEED) {
+        Some(pick) => {
+            let mut tradeoffs = pick_tradeoffs(&pool, pick, &front, memory_figure, SPEED);
+            tradeoffs.extend(open.iter().map(|o| format!("undecided: {}", o.sentence(&base.name))));
+            Verdict::Pick {
+                variant: pick.name.clone(),
+                reason: pick_reason(pick, base, memory_figure, SPEED),
+                tradeoffs,
+            }
+        }
+        // Never "keep" or "no difference" where an interval straddles the threshold.
+        None if !open.is_empty() => Verdict::Undecided {
+            reason: format!(
+                "{} (`memtrial run --until-decided` takes them)",
+                open.iter()
+                    .map(|o| o.sentence(&base.name))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ),
+            variants: open,
         },
+        None if !any_sig => Verdict::NoSignificantDifference {
+            reason: format!(
+                "no variant differs significantly from {} in any figure (95% intervals all include 1)",
+                base.name
+            ),
+        },
+        None => Verdict::KeepBaseline {
+            reason: format!(
+                "no variant uses significantly less memory than {}, by {:.0}% or more ({})",
+                base.name,
+                (1.0 - PICK_MAX_MEMORY_RATIO) * 100.0,
+                label(memory_figure)
+            ),
+        },
+    };
+    Recommendation {
+        verdict,
         memory_figure,
         speed_figure: SPEED,
         pareto_front: front,
@@ -616,6 +779,110 @@ mod tests {
             panic!("{r:?}")
         };
         assert!(reason.contains("by 5% or more"), "{reason}");
+    }
+
+    /// Two variants over five runs each, peaks in MiB by block.
+    fn five_runs(peaks: &[(f64, f64)]) -> crate::record::Experiment {
+        let mut e = fixture::experiment();
+        let g = e
+            .runs
+            .iter()
+            .find(|r| r.variant == "glibc")
+            .unwrap()
+            .clone();
+        let j = e
+            .runs
+            .iter()
+            .find(|r| r.variant == "jemalloc")
+            .unwrap()
+            .clone();
+        e.plan.variants.retain(|v| v.name != "arena2");
+        e.plan.runs = peaks.len() as u32;
+        e.runs.clear();
+        for (b, (gp, jp)) in peaks.iter().enumerate() {
+            for (proto, mib) in [(&g, gp), (&j, jp)] {
+                let mut r = proto.clone();
+                r.block = b as u32;
+                r.peak_rss_bytes = (mib * 1048576.0) as u64;
+                e.runs.push(r);
+            }
+        }
+        e.seqs = (0..e.runs.len() as u32).collect();
+        e.run_hosts = vec![0; e.runs.len()];
+        e
+    }
+
+    /// Issue 36's JNI program: jemalloc's peaks 125–483 MiB against glibc's 451–483 (median
+    /// 0.64×, the interval reaching past 1). Not "keep the baseline" and not "no
+    /// difference": undecided, how lean it looks, how much its runs vary, and how many
+    /// more runs would likely tell.
+    #[test]
+    fn an_interval_straddling_the_threshold_is_undecided_never_keep() {
+        let e = five_runs(&[
+            (451.0, 125.0),
+            (460.0, 255.0),
+            (470.0, 303.0),
+            (480.0, 362.0),
+            (483.0, 483.0),
+        ]);
+        let r = recommend(&analyse(&e));
+        let Verdict::Undecided { reason, variants } = &r.verdict else {
+            panic!("{r:?}")
+        };
+        assert_eq!(variants.len(), 1);
+        let o = &variants[0];
+        assert_eq!((o.variant.as_str(), o.threshold), ("jemalloc", 1.0));
+        assert!(o.ci95[0] < 1.0 && o.ci95[1] >= 1.0, "{o:?}");
+        assert!(
+            o.spread.is_some_and(|s| (s - 483.0 / 125.0).abs() < 0.01),
+            "{o:?}"
+        );
+        assert!(matches!(o.more_runs, MoreRuns::About(k) if k >= 1), "{o:?}");
+        assert!(
+            r.headline().starts_with(
+                "Undecided: jemalloc looks 36% leaner than glibc, but not significantly"
+            ),
+            "{}",
+            r.headline()
+        );
+        assert!(reason.contains("its runs vary 3.86×"), "{reason}");
+        assert!(reason.contains("would likely tell"), "{reason}");
+        // The same runs, tight: decided (the pick).
+        let tight = five_runs(&[
+            (451.0, 300.0),
+            (460.0, 301.0),
+            (470.0, 303.0),
+            (480.0, 302.0),
+            (483.0, 304.0),
+        ]);
+        let t = recommend(&analyse(&tight));
+        assert!(matches!(t.verdict, Verdict::Pick { .. }), "{t:?}");
+        assert_eq!(standings(&analyse(&tight))[0].1.answer(), Some("leaner"));
+    }
+
+    /// Within a few percent and wide: it may be 5% leaner or not; undecided, with the
+    /// threshold 0.95 named.
+    #[test]
+    fn a_wide_interval_near_one_is_undecided_at_the_five_percent_threshold() {
+        let e = five_runs(&[
+            (400.0, 360.0),
+            (420.0, 440.0),
+            (410.0, 400.0),
+            (430.0, 415.0),
+            (405.0, 430.0),
+        ]);
+        let a = analyse(&e);
+        let st = standings(&a);
+        let MemoryStanding::Open(o) = &st[0].1 else {
+            panic!("{st:?}")
+        };
+        assert_eq!(o.threshold, PICK_MAX_MEMORY_RATIO);
+        let r = recommend(&a);
+        assert!(
+            r.headline().contains("may or may not be 5% or more leaner"),
+            "{}",
+            r.headline()
+        );
     }
 
     #[test]

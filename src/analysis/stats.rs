@@ -61,33 +61,53 @@ pub(crate) fn median_ci95(xs: &[f64], seed: u64) -> (f64, f64) {
 /// interval, resampling both groups independently. `None` when a median is zero or a
 /// group is empty.
 pub(crate) fn ratio_ci95(xs: &[f64], base: &[f64], seed: u64) -> Option<(f64, (f64, f64))> {
+    if median(base) == 0.0 {
+        return None;
+    }
+    two_groups_ci95(xs, base, seed, |a, b| (b != 0.0).then(|| a / b))
+}
+
+/// The difference of medians `median(xs) - median(base)` and its 95% percentile-bootstrap
+/// interval, drawn as [`ratio_ci95`] draws (a gate's tolerance in absolute units).
+pub(crate) fn difference_ci95(xs: &[f64], base: &[f64], seed: u64) -> Option<(f64, (f64, f64))> {
+    two_groups_ci95(xs, base, seed, |a, b| Some(a - b))
+}
+
+/// `combine(median(xs), median(base))` and the 2.5% and 97.5% quantiles of the same over
+/// [`RESAMPLES`] draws that resample each group independently.
+fn two_groups_ci95(
+    xs: &[f64],
+    base: &[f64],
+    seed: u64,
+    combine: impl Fn(f64, f64) -> Option<f64>,
+) -> Option<(f64, (f64, f64))> {
     if xs.is_empty() || base.is_empty() {
         return None;
     }
     let (mx, mb) = (median(xs), median(base));
-    if mb == 0.0 || !mx.is_finite() || !mb.is_finite() {
+    if !mx.is_finite() || !mb.is_finite() {
         return None;
     }
-    let value = mx / mb;
+    let value = combine(mx, mb)?;
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let (mut bx, mut bb) = (Vec::new(), Vec::new());
-    let mut ratios: Vec<f64> = Vec::with_capacity(RESAMPLES);
+    let mut draws: Vec<f64> = Vec::with_capacity(RESAMPLES);
     for _ in 0..RESAMPLES {
         let a = resample_median(xs, &mut rng, &mut bx);
         let b = resample_median(base, &mut rng, &mut bb);
-        if b != 0.0 {
-            ratios.push(a / b);
+        if let Some(d) = combine(a, b) {
+            draws.push(d);
         }
     }
-    if ratios.is_empty() {
+    if draws.is_empty() {
         return None;
     }
-    ratios.sort_by(f64::total_cmp);
+    draws.sort_by(f64::total_cmp);
     Some((
         value,
         (
-            quantile_sorted(&ratios, 0.025),
-            quantile_sorted(&ratios, 0.975),
+            quantile_sorted(&draws, 0.025),
+            quantile_sorted(&draws, 0.975),
         ),
     ))
 }
@@ -138,6 +158,20 @@ mod tests {
         let same = [102.0, 92.0, 108.0, 97.0, 101.0];
         let (_, (lo, hi)) = ratio_ci95(&same, &base, 7).unwrap();
         assert!(lo < 1.0 && hi > 1.0, "{lo} {hi}");
+    }
+
+    #[test]
+    fn a_difference_of_medians_and_its_interval() {
+        let base = [100.0, 102.0, 98.0, 101.0, 99.0];
+        let more = [120.0, 121.0, 119.0, 120.5, 119.5];
+        let (d, (lo, hi)) = difference_ci95(&more, &base, 7).unwrap();
+        assert!((d - 20.0).abs() < 1e-9, "{d}");
+        assert!(lo > 15.0 && hi < 25.0 && lo <= d && d <= hi, "{lo} {hi}");
+        // Drawn as the ratio is: the same seed gives the same interval.
+        assert_eq!(
+            difference_ci95(&more, &base, 7),
+            difference_ci95(&more, &base, 7)
+        );
     }
 
     #[test]

@@ -18,16 +18,12 @@
 
 use serde::Serialize;
 
-use super::trend::{trend, Trend, TrendRules};
+use super::trend::{trend, Cycles, Trend, TrendRules, Undecided};
 use crate::record::{AllocatorPoint, RunRecord};
 use crate::units::format_bytes;
 
 /// Held bytes at least this many times the live bytes count as fragmentation/retention.
 pub(crate) const FRAGMENTED: f64 = 1.25;
-
-/// The unused bytes (held − live) must be at least this share of the peak RSS for the
-/// report to headline fragmentation: a heap far smaller than the footprint is no story.
-pub(crate) const MATERIAL_SHARE: f64 = 0.05;
 
 /// The shortest steady phase on which live growth is called a leak: shorter, a process
 /// still warming up (caches filling, a JIT compiling, pools growing to their size) cannot
@@ -89,6 +85,24 @@ pub(crate) enum Why {
         /// Enough samples in all, but only this many in the later half of the window.
         #[serde(skip_serializing_if = "Option::is_none")]
         late_samples: Option<usize>,
+        /// The live bytes' own cycles (a GC sawtooth) leave too few blocks in the window.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        cycles: Option<Cycles>,
+        /// Enough blocks, but the interval neither shows material growth nor rules it out.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        undecided: Option<Undecided>,
+    },
+    /// Live bytes grow under this variant while they stay flat under others on the same
+    /// traffic: the program's live data is the same under every allocator, so this
+    /// allocator's count (or a cycle of the program's its window cut unevenly) is the
+    /// suspect, never called a leak.
+    AllocatorDeparts {
+        /// The variants (groups) whose live bytes stay flat on the same traffic.
+        flat_under: Vec<String>,
+        /// Why this allocator's count can depart.
+        cause: String,
+        /// The verdict its own series gave.
+        was: Box<Why>,
     },
     /// A batch job: its state at the RSS peak.
     AtPeak {
@@ -124,6 +138,7 @@ impl Why {
                 held_bytes,
                 ..
             } => (live_bytes.map(|v| v as f64), held_bytes.map(|v| v as f64)),
+            Why::AllocatorDeparts { was, .. } => was.live_and_held(),
             Why::TooShort { .. } | Why::RssOnly { .. } => (None, None),
         }
     }
@@ -134,6 +149,7 @@ impl Why {
             Why::Fragmentation { .. } => "fragmentation",
             Why::Plateau { .. } => "plateau",
             Why::TooShort { .. } => "too_short",
+            Why::AllocatorDeparts { .. } => ALLOCATOR_DEPARTS,
             Why::AtPeak { .. } => "at_peak",
             Why::RssOnly { .. } => "rss_only",
         }
@@ -141,6 +157,12 @@ impl Why {
 
     /// One line for people, with the figures it rests on.
     pub fn sentence(&self) -> String {
+        self.sentence_for(Judged::Run)
+    }
+
+    /// The verdict in words, its remedies in the terms of where it was judged (the flags of
+    /// `run`, of `soak`, or of a fleet's exporter).
+    pub fn sentence_for(&self, judged: Judged) -> String {
         let b = format_bytes;
         match self {
             Why::Leak {
@@ -208,37 +230,47 @@ impl Why {
                 need_seconds,
                 grew_bytes_per_min: None,
                 late_samples,
-            } => format!(
-                "too short to judge: {samples} allocator samples over {seconds:.1} s of steady load{} (need {need_samples} over {need_seconds:.0} s: a longer --duration or a shorter --probe-interval)",
-                super::trend::late_clause(*late_samples)
-            ),
+                cycles,
+                undecided,
+            } => match super::trend::cannot_tell_clause(
+                "live bytes",
+                cycles.as_ref(),
+                undecided.as_ref(),
+                *seconds,
+                *need_seconds,
+            ) {
+                Some(clause) => format!(
+                    "too short to tell: over {seconds:.0} s of steady load ({samples} allocator samples): {clause}"
+                ),
+                None => format!(
+                    "too short to judge: {samples} allocator samples over {seconds:.1} s of steady load{} (need {need_samples} over {need_seconds:.0} s: {})",
+                    super::trend::late_clause(*late_samples),
+                    match judged {
+                        Judged::Run => "a longer --duration or a shorter --probe-interval",
+                        Judged::Soak => "a longer --duration: a soak's probe reports every second",
+                        Judged::Fleet => "a longer window (--since), or a shorter MEMTRIAL_PROBE_INTERVAL_MS in the workload",
+                    }
+                ),
+            },
+            Why::AllocatorDeparts {
+                flat_under,
+                cause,
+                was,
+            } => departs_sentence(flat_under, cause, &was.sentence_for(judged)),
             Why::AtPeak {
                 live_bytes,
                 held_bytes,
                 rss_bytes,
                 missing,
-            } => match (live_bytes, held_bytes) {
-                (Some(l), Some(h)) => format!(
-                    "at its peak: {} live vs {} held by the allocator ({:.2}×) vs {} resident",
-                    b(*l as f64),
-                    b(*h as f64),
-                    *h as f64 / (*l).max(1) as f64,
-                    b(*rss_bytes as f64)
-                ),
-                (None, Some(h)) => format!(
-                    "at its peak: {} held by the allocator (it offers no live-bytes figure) vs {} resident",
-                    b(*h as f64),
-                    b(*rss_bytes as f64)
-                ),
-                _ => format!(
-                    "at its peak: {} resident{}",
-                    b(*rss_bytes as f64),
-                    missing
-                        .as_ref()
-                        .map(|m| format!(" (no allocator figures: {m})"))
-                        .unwrap_or_default()
-                ),
-            },
+            } => at_peak_sentence(
+                live_bytes.map(|v| v as f64),
+                held_bytes.map(|v| v as f64),
+                live_bytes
+                    .zip(*held_bytes)
+                    .map(|(l, h)| h as f64 / l.max(1) as f64),
+                *rss_bytes as f64,
+                missing.as_deref(),
+            ),
             Why::RssOnly { trend, reason } => format!(
                 "{} (RSS only, which cannot tell a leak from fragmentation: {reason})",
                 super::trend_phrase(trend)
@@ -247,13 +279,160 @@ impl Why {
     }
 }
 
-/// "1 more minute", "3 more minutes" (for "run N more minutes"): rounded up.
-pub(crate) fn more_minutes(seconds: f64) -> String {
-    let m = (seconds.max(0.0) / 60.0).ceil().max(1.0) as u64;
-    if m == 1 {
-        "1 more minute".into()
-    } else {
-        format!("{m} more minutes")
+/// Where a verdict was judged, for the remedies its words name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Judged {
+    /// A trial's run (`memtrial run`).
+    Run,
+    /// A soak's window of an instance (`memtrial soak`: no --probe-interval).
+    Soak,
+    /// A fleet's pod from the exporter's series (`memtrial judge`).
+    Fleet,
+}
+
+/// A batch job's state at its RSS peak in words: live and held bytes then, held over live
+/// (`ratio`: for a variant, the median of its runs' ratios, as its table shows) and the
+/// resident bytes. Held over live at that moment is what the allocator kept after the
+/// program freed memory — retention then — and never the size of fragmentation: the
+/// program's own peak of live bytes (the floor) may have come at another moment.
+pub(crate) fn at_peak_sentence(
+    live: Option<f64>,
+    held: Option<f64>,
+    ratio: Option<f64>,
+    rss: f64,
+    missing: Option<&str>,
+) -> String {
+    let b = format_bytes;
+    match (live, held) {
+        (Some(l), Some(h)) => {
+            let q = ratio.unwrap_or(h / l.max(1.0));
+            format!(
+                "at its RSS peak: {} live, {} held by the allocator (held/live {q:.2}×{}) vs {} resident",
+                b(l),
+                b(h),
+                if q >= FRAGMENTED {
+                    ": kept after the program freed it, retention at that moment"
+                } else {
+                    ""
+                },
+                b(rss)
+            )
+        }
+        (None, Some(h)) => format!(
+            "at its RSS peak: {} held by the allocator (it offers no live-bytes figure) vs {} resident",
+            b(h),
+            b(rss)
+        ),
+        _ => format!(
+            "at its RSS peak: {} resident{}",
+            b(rss),
+            missing
+                .map(|m| format!(" (no allocator figures: {m})"))
+                .unwrap_or_default()
+        ),
+    }
+}
+
+pub(crate) use super::trend::more_minutes;
+
+/// The verdict's name where live growth is the allocator's count, not the program's.
+pub(crate) const ALLOCATOR_DEPARTS: &str = "allocator_departs";
+
+/// The words of [`Why::AllocatorDeparts`], shared with a run's summary (which keeps the
+/// median run's sentence, not its verdict).
+pub(crate) fn departs_sentence(flat_under: &[String], cause: &str, was: &str) -> String {
+    format!(
+        "not a leak: live bytes grow here but stay flat under {} on the same traffic; the program's live data is the same under every allocator, so the suspect is this allocator's count ({cause}) or a cycle of the program's that this window cut unevenly; was: {was}",
+        list(flat_under)
+    )
+}
+
+/// Why an allocator's live figure can depart from another's on the same program;
+/// `higher`: this allocator counts more. `allocator` is its name as detected, or a
+/// variant's name (`jemalloc`, `arena2`).
+pub(crate) fn departure_cause(allocator: &str, higher: bool) -> &'static str {
+    match (allocator, higher) {
+        (a, true) if a.contains("jemalloc") => {
+            "jemalloc's stats.allocated counts regions cached in its thread caches (stats.arenas.<i>.tcache_bytes) as allocated, and rounds each block up to its size class"
+        }
+        (a, true) if a.contains("mimalloc") => {
+            "mimalloc counts whole blocks of its size classes, and freed blocks not yet collected from other threads' pages"
+        }
+        (a, true) if a.contains("tcmalloc") => {
+            "tcmalloc counts each block at its size class"
+        }
+        (a, true) if a.contains("glibc") || a.contains("arena") => {
+            "glibc's mallinfo2 counts chunks parked in its per-thread caches (tcache) as in use, and each chunk with its header"
+        }
+        (_, true) => "this allocator counts block headers, size-class rounding or its caches as allocated",
+        (_, false) => {
+            "the baseline's allocator counts more per block (glibc counts each chunk with its header and alignment) or holds the program's frees in caches it counts as in use"
+        }
+    }
+}
+
+impl Why {
+    /// Whether the verdict says live bytes grow (`Some(true)`: a leak), stay flat
+    /// (`Some(false)`: plateau, fragmentation), or could not be judged (`None`).
+    pub(crate) fn live_grows(&self) -> Option<bool> {
+        match self {
+            Why::Leak { .. } => Some(true),
+            Why::Fragmentation { .. } | Why::Plateau { .. } => Some(false),
+            _ => None,
+        }
+    }
+}
+
+/// The rule across variants on the same traffic: the program's live bytes are the
+/// program's, so a variant whose live bytes grow while another's stay flat is not called
+/// a leak. For each of `moves` (a variant's name and [`Why::live_grows`]) that grows, the
+/// others that stay flat; `None` where it does not grow or none stays flat. A variant
+/// whose live bytes could not be judged neither confirms nor refutes.
+pub(crate) fn flat_beside(moves: &[(&str, Option<bool>)]) -> Vec<Option<Vec<String>>> {
+    moves
+        .iter()
+        .enumerate()
+        .map(|(i, (_, m))| {
+            if *m != Some(true) {
+                return None;
+            }
+            let flat: Vec<String> = moves
+                .iter()
+                .enumerate()
+                .filter(|(j, (_, o))| *j != i && *o == Some(false))
+                .map(|(_, (n, _))| n.to_string())
+                .collect();
+            (!flat.is_empty()).then_some(flat)
+        })
+        .collect()
+}
+
+/// [`flat_beside`] applied to verdicts of variants on the same traffic (`(name, verdict)`):
+/// each leak beside a flat variant becomes [`Why::AllocatorDeparts`]. A soak's variants.
+pub(crate) fn across_variants(whys: &mut [(&str, &mut Option<Why>)]) {
+    let moves: Vec<(&str, Option<bool>)> = whys
+        .iter()
+        .map(|(n, w)| (*n, w.as_ref().and_then(Why::live_grows)))
+        .collect();
+    let flats = flat_beside(&moves);
+    for ((name, why), flat) in whys.iter_mut().zip(flats) {
+        let Some(flat_under) = flat else { continue };
+        if let Some(was) = why.take() {
+            **why = Some(Why::AllocatorDeparts {
+                flat_under,
+                cause: departure_cause(name, true).to_string(),
+                was: Box::new(was),
+            });
+        }
+    }
+}
+
+/// "a", "a and b", "a, b and c".
+fn list(names: &[String]) -> String {
+    match names {
+        [] => String::new(),
+        [one] => one.clone(),
+        [init @ .., last] => format!("{} and {last}", init.join(", ")),
     }
 }
 
@@ -359,11 +538,16 @@ pub(crate) fn steady_why(
     rss: &[(f64, f64)],
     window_seconds: f64,
 ) -> Why {
-    let rules = TrendRules::default();
-    let live_trend = trend(live, &rules);
     let level = mean(live);
     let held_level = held.map(mean);
     let ratio = held_level.map(|h| h / level.max(1.0));
+    // Growth of live bytes is material against the footprint: the resident memory and
+    // what the allocator holds, not only the live bytes themselves.
+    let rules = TrendRules {
+        reference_bytes: mean(rss).max(held_level.unwrap_or(0.0)),
+        ..TrendRules::default()
+    };
+    let live_trend = trend(live, &rules);
     match live_trend {
         Trend::TooShort {
             samples,
@@ -371,6 +555,8 @@ pub(crate) fn steady_why(
             need_samples,
             need_seconds,
             late_samples,
+            cycles,
+            undecided,
         } => Why::TooShort {
             samples,
             seconds,
@@ -378,6 +564,8 @@ pub(crate) fn steady_why(
             need_seconds,
             grew_bytes_per_min: None,
             late_samples,
+            cycles,
+            undecided,
         },
         Trend::Leak {
             slope_bytes_per_min,
@@ -389,6 +577,8 @@ pub(crate) fn steady_why(
             need_seconds: MIN_LEAK_STEADY_SECONDS,
             grew_bytes_per_min: Some(slope_bytes_per_min),
             late_samples: None,
+            cycles: None,
+            undecided: None,
         },
         Trend::Leak {
             slope_bytes_per_min,
@@ -403,7 +593,8 @@ pub(crate) fn steady_why(
             window_seconds,
         },
         _ => {
-            let grows = |s: &[(f64, f64)]| matches!(trend(s, &rules), Trend::Leak { .. });
+            let grows =
+                |s: &[(f64, f64)]| matches!(trend(s, &TrendRules::default()), Trend::Leak { .. });
             let growing = held.is_some_and(grows) || grows(rss);
             let rss_bytes = mean(rss);
             match (held_level, ratio) {
@@ -590,6 +781,17 @@ mod tests {
         let why = run_why(&w);
         assert_eq!(why.name(), "too_short");
         assert!(why.sentence().contains("--probe-interval"));
+        // A soak has no --probe-interval, a fleet neither: each is told what it has.
+        let soak = why.sentence_for(Judged::Soak);
+        assert!(
+            !soak.contains("--probe-interval") && soak.contains("--duration"),
+            "{soak}"
+        );
+        let fleet = why.sentence_for(Judged::Fleet);
+        assert!(
+            !fleet.contains("--probe-interval") && fleet.contains("--since"),
+            "{fleet}"
+        );
     }
 
     #[test]
@@ -608,7 +810,8 @@ mod tests {
         let why = run_why(&w);
         assert_eq!(why.name(), "at_peak");
         assert!(
-            why.sentence().contains("100 MiB live vs 200 MiB held"),
+            why.sentence()
+                .contains("at its RSS peak: 100 MiB live, 200 MiB held by the allocator (held/live 2.00×: kept after the program freed it"),
             "{}",
             why.sentence()
         );
@@ -649,6 +852,57 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    /// `(t, bytes)` every second for `seconds`, from `f(t)`.
+    fn every_second(seconds: usize, f: impl Fn(f64) -> f64) -> Vec<(f64, f64)> {
+        (0..seconds).map(|i| (i as f64, f(i as f64))).collect()
+    }
+
+    #[test]
+    fn live_growth_is_material_against_the_footprint_not_only_live() {
+        // Live 8 MiB growing 0.5 MiB over the later half of 200 s: 6% of live, but 0.25%
+        // of a 200 MiB process — not a leak, whatever its interval.
+        let live = every_second(200, |t| 8.0 * MB as f64 + 5_000.0 * t);
+        let rss = every_second(200, |_| 200.0 * MB as f64);
+        let why = steady_why(&live, None, &rss, 200.0);
+        assert_ne!(why.name(), "leak", "{}", why.sentence());
+        // The same growth beside a 20 MiB process is one.
+        let rss = every_second(200, |_| 20.0 * MB as f64);
+        assert_eq!(steady_why(&live, None, &rss, 200.0).name(), "leak");
+    }
+
+    #[test]
+    fn a_leak_beside_flat_variants_on_the_same_traffic_is_the_allocators_count() {
+        let rss = every_second(200, |_| 120.0 * MB as f64);
+        let grows = steady_why(
+            &every_second(200, |t| 38.0 * MB as f64 + 60_000.0 * t),
+            None,
+            &rss,
+            200.0,
+        );
+        let flat = steady_why(&every_second(200, |_| 38.0 * MB as f64), None, &rss, 200.0);
+        assert_eq!((grows.name(), flat.name()), ("leak", "plateau"));
+        let (mut a, mut b, mut c) = (Some(grows.clone()), Some(flat.clone()), None);
+        let mut whys = vec![("glibc", &mut a), ("arena1", &mut b), ("arena2", &mut c)];
+        across_variants(&mut whys);
+        let w = a.unwrap();
+        assert_eq!(w.name(), "allocator_departs");
+        // arena2 had no verdict: it neither confirms nor refutes.
+        assert!(
+            w.sentence().starts_with(
+                "not a leak: live bytes grow here but stay flat under arena1 on the same traffic"
+            ),
+            "{}",
+            w.sentence()
+        );
+        assert!(w.sentence().contains("mallinfo2"), "{}", w.sentence());
+        assert_eq!(w.live_and_held(), grows.live_and_held());
+        assert_eq!(b.unwrap().name(), "plateau");
+        // Growing everywhere: the program's, a leak.
+        let (mut a, mut b) = (Some(grows.clone()), Some(grows.clone()));
+        across_variants(&mut [("glibc", &mut a), ("jemalloc", &mut b)]);
+        assert_eq!((a.unwrap().name(), b.unwrap().name()), ("leak", "leak"));
     }
 
     #[test]

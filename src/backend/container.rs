@@ -7,18 +7,22 @@
 //! descendants (memtrial is a child subreaper, so orphans stay among them; the spawner
 //! and hooks are hidden). The run's limits are the container's own, read once from its
 //! cgroup files ([`own_limits`]) and recorded as the plan's [`Limits`]; nothing is written.
-//! The container's cgroup figures (its peak, its OOM-kill count) also count memtrial
-//! itself and whatever ran before, so no cgroup probe is offered: an OOM-killed workload
-//! shows as killed by SIGKILL.
+//! The container's cgroup figures (its peak) also count memtrial itself and whatever ran
+//! before, so no cgroup probe is offered. Its OOM-kill count is read at launch and again
+//! when the run ends ([`OomCounter`]): a kill in between was the kernel's answer to the
+//! container reaching its memory limit during the run, and the run is recorded as
+//! OOM-killed (Kubernetes then says `OOMKilled` of the container, though memtrial exits 0).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
-use super::{Backend, BackendError, Launch, LaunchSpec};
-use crate::linux::cgroup::Limits;
+use super::{Backend, BackendError, Launch, LaunchSpec, RunHandle, Waited};
+use crate::linux::cgroup::{parse_flat_keyed, Limits, Version};
 use crate::linux::container::{
     group_dirs_up, parse_limit, parse_mountinfo, parse_proc_cgroup, read_container, tightest,
     Container,
 };
+use crate::probe::{Membership, Probe};
 
 /// The limits of the container memtrial runs in, as its cgroup files state them.
 #[derive(Debug, Clone, PartialEq)]
@@ -32,6 +36,35 @@ pub struct ContainerLimits {
     pub sources: Vec<String>,
     /// Files that could not be read or parsed.
     pub problems: Vec<String>,
+    /// The container's OOM-kill counter, when its memory group is found.
+    pub oom: Option<OomCounter>,
+}
+
+/// The OOM-kill count of the container's memory cgroup: `oom_kill` of v1
+/// `memory.oom_control` or of v2 `memory.events`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OomCounter {
+    pub file: PathBuf,
+}
+
+impl OomCounter {
+    /// The counter of the memory group `groups[0]` (as [`group_dirs_up`] lists them).
+    fn of(version: Version, groups: &[(String, PathBuf)]) -> Option<OomCounter> {
+        let dir = &groups.first()?.1;
+        Some(OomCounter {
+            file: dir.join(match version {
+                Version::V1 => "memory.oom_control",
+                Version::V2 => "memory.events",
+            }),
+        })
+    }
+
+    /// The kernel's count now; `None` when the file cannot be read or has no `oom_kill`
+    /// (kernels before 4.13).
+    pub fn read(&self) -> Option<u64> {
+        let text = std::fs::read_to_string(&self.file).ok()?;
+        parse_flat_keyed(&text).get("oom_kill").copied()
+    }
 }
 
 /// Reads the limits of the container this process is in: `/proc/self/cgroup`, the
@@ -48,9 +81,14 @@ pub fn own_limits() -> ContainerLimits {
         &status_text,
         online,
     );
-    limits_of(&c, &cgroup_text, &mountinfo, online, &|p| {
+    let mut l = limits_of(&c, &cgroup_text, &mountinfo, online, &|p| {
         std::fs::read_to_string(p).ok()
-    })
+    });
+    l.oom = parse_proc_cgroup(&cgroup_text).ok().and_then(|lines| {
+        let (v, groups) = group_dirs_up(&lines, &parse_mountinfo(&mountinfo), "memory")?;
+        OomCounter::of(v, &groups)
+    });
+    l
 }
 
 /// The container's limits from what [`read_container`] found, plus the pids limit
@@ -117,6 +155,7 @@ pub(crate) fn limits_of(
         visible_cpus: c.visible_cpus,
         sources,
         problems,
+        oom: None,
     }
 }
 
@@ -131,12 +170,14 @@ fn version(v: crate::linux::container::Version) -> &'static str {
 #[derive(Debug, Clone)]
 pub struct ContainerBackend {
     limits: Limits,
+    oom: Option<OomCounter>,
 }
 
 impl ContainerBackend {
-    /// A backend for the container whose limits are `limits` (see [`own_limits`]).
-    pub fn new(limits: Limits) -> ContainerBackend {
-        ContainerBackend { limits }
+    /// A backend for the container whose limits are `limits` and whose OOM kills `oom`
+    /// counts (see [`own_limits`]).
+    pub fn new(limits: Limits, oom: Option<OomCounter>) -> ContainerBackend {
+        ContainerBackend { limits, oom }
     }
 
     pub fn limits(&self) -> &Limits {
@@ -155,7 +196,67 @@ impl Backend for ContainerBackend {
                 spec.limits, self.limits
             )));
         }
-        super::local::start(spec, None)
+        let oom = self.oom.as_ref().and_then(|c| Some((c.clone(), c.read()?)));
+        Ok(match super::local::start(spec, None)? {
+            Launch::Started(run) => Launch::Started(Box::new(ContainerRun { run, oom })),
+            not => not,
+        })
+    }
+}
+
+/// A workload started in the container: the local start without a cgroup, and the
+/// container's OOM-kill count as it was at launch.
+struct ContainerRun {
+    run: Box<dyn RunHandle>,
+    oom: Option<(OomCounter, u64)>,
+}
+
+impl RunHandle for ContainerRun {
+    fn started(&self) -> Instant {
+        self.run.started()
+    }
+    fn pid(&self) -> i32 {
+        self.run.pid()
+    }
+    fn spawner(&self) -> Option<i32> {
+        self.run.spawner()
+    }
+    fn membership(&self) -> Membership {
+        self.run.membership()
+    }
+    fn probes(&self) -> Vec<Box<dyn Probe>> {
+        self.run.probes()
+    }
+    fn wait_exit(&mut self, timeout: Duration) -> Waited {
+        self.run.wait_exit(timeout)
+    }
+    fn root_ended(&self) -> bool {
+        self.run.root_ended()
+    }
+    fn signal(&mut self, sig: i32, pids: &[i32]) {
+        self.run.signal(sig, pids)
+    }
+    fn reap(&mut self, pids: &[i32]) {
+        self.run.reap(pids)
+    }
+    fn kill_rest(&mut self, wait: Duration) {
+        self.run.kill_rest(wait)
+    }
+    fn memory_group(&self) -> Option<(PathBuf, Version)> {
+        let (counter, _) = self.oom.as_ref()?;
+        let version = match counter.file.file_name()?.to_str()? {
+            "memory.oom_control" => Version::V1,
+            _ => Version::V2,
+        };
+        Some((counter.file.parent()?.to_path_buf(), version))
+    }
+    fn oom_kills(&self) -> Option<(u64, String)> {
+        let (counter, at_launch) = self.oom.as_ref()?;
+        let now = counter.read()?;
+        Some((
+            now.saturating_sub(*at_launch),
+            format!("the container's {}", counter.file.display()),
+        ))
     }
 }
 

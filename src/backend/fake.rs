@@ -21,6 +21,8 @@ pub(crate) struct Script {
     pub obeys_sigterm: bool,
     /// OOM kills its cgroup reports (a cgroup probe is offered when set).
     pub oom_kills: Option<u64>,
+    /// OOM kills counted outside a cgroup of its own (as in a container), and where.
+    pub oom_outside: Option<(u64, String)>,
     /// The program cannot be started: this message.
     pub not_started: Option<String>,
     /// memtrial itself cannot launch anything (a cgroup it cannot set up): this message.
@@ -36,6 +38,7 @@ impl Default for Script {
             exit: ExitKind::Code(0),
             obeys_sigterm: true,
             oom_kills: None,
+            oom_outside: None,
             not_started: None,
             launch_error: None,
             maxrss_bytes: 1 << 20,
@@ -162,6 +165,10 @@ impl RunHandle for FakeRun {
     fn reap(&mut self, _pids: &[i32]) {}
 
     fn kill_rest(&mut self, _wait: Duration) {}
+
+    fn oom_kills(&self) -> Option<(u64, String)> {
+        self.script.oom_outside.clone()
+    }
 }
 
 /// A cgroup that reports OOM kills.

@@ -65,6 +65,7 @@ pub(super) fn start(spec: LaunchSpec, cgroup: Option<RunCgroup>) -> Result<Launc
         .args(spawn::spawner_args(
             report_fd,
             gate_fd,
+            spec.thp_off,
             &spec.env,
             spec.program.as_os_str(),
             &spec.argv,
@@ -129,6 +130,15 @@ pub(super) fn start(spec: LaunchSpec, cgroup: Option<RunCgroup>) -> Result<Launc
         first => {
             let _ = wait_for(child, None);
             let why = match first {
+                Some(Report::ExecFailed(libc::EAGAIN)) if spec.limits.pids_max.is_some() => {
+                    format!(
+                        "{}: the run's cgroup holds at most {} processes and threads \
+                         (--pids-limit), memtrial's spawner, which starts the workload there, \
+                         included; give a higher --pids-limit",
+                        std::io::Error::from_raw_os_error(libc::EAGAIN),
+                        spec.limits.pids_max.unwrap_or(0)
+                    )
+                }
                 Some(Report::ExecFailed(e)) => std::io::Error::from_raw_os_error(e).to_string(),
                 _ => "the spawner ended before it could start it".into(),
             };
@@ -273,5 +283,9 @@ impl RunHandle for LocalRun {
 
     fn cgroup_reader(&self) -> Option<crate::linux::cgroup::CgroupReader> {
         self.cgroup.as_ref().map(RunCgroup::reader)
+    }
+
+    fn memory_group(&self) -> Option<(std::path::PathBuf, cgroup::Version)> {
+        self.cgroup.as_ref()?.reader().memory_group()
     }
 }

@@ -41,6 +41,9 @@ pub struct LaunchSpec {
     /// workloads through the spawner holds it at a gate meanwhile); a backend that cannot
     /// never calls it.
     pub at_gate: Option<AtGate>,
+    /// Transparent huge pages off for the workload and its children
+    /// (`prctl(PR_SET_THP_DISABLE)` before its exec: a variant's `thp:off`).
+    pub thp_off: bool,
 }
 
 /// What to do while the spawner waits at its gate: the CPU probe attaches its perf events
@@ -159,6 +162,17 @@ pub trait RunHandle {
     /// Kills whatever is left of the run that signals did not reach (a cgroup's
     /// kill), waiting up to `wait`.
     fn kill_rest(&mut self, wait: Duration);
+    /// OOM kills the kernel counted during the run where no cgroup probe of the run's own
+    /// counts them (in a container: its memory group's count since launch), with where
+    /// they were counted; `None` when the backend has no such count.
+    fn oom_kills(&self) -> Option<(u64, String)> {
+        None
+    }
+    /// The memory cgroup whose limit bounds the run, and its version: the run's own group,
+    /// or in a container the container's (watched for a run stuck at the limit).
+    fn memory_group(&self) -> Option<(std::path::PathBuf, crate::linux::cgroup::Version)> {
+        None
+    }
     /// A reader of the run's own cgroup, when it has one (a soak reads it as it goes).
     fn cgroup_reader(&self) -> Option<crate::linux::cgroup::CgroupReader> {
         None

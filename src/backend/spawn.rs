@@ -105,24 +105,34 @@ fn embedded_memfd() -> std::io::Result<OwnedFd> {
 /// `argv[1]` that makes memtrial the spawner.
 pub const SPAWN_ARG: &str = "__memtrial-spawn";
 
+/// The option of the spawner's first argument that turns THP off for the workload.
+const NOTHP: &str = ",nothp";
+
 /// The signals memtrial sends a run's process group to stop it.
 const STOP_SIGNALS: [i32; 4] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGQUIT];
 
-/// The spawner's arguments after [`SPAWN_ARG`]: `<report fd>[:<gate fd>] <n env> K=V…
-/// <program> <argv0> <args…>`. With a gate, the spawner forks the workload only once
+/// The spawner's arguments after [`SPAWN_ARG`]: `<report fd>[:<gate fd>][,nothp] <n env>
+/// K=V… <program> <argv0> <args…>`. With a gate, the spawner forks the workload only once
 /// memtrial has written to the gate or closed it: what memtrial attaches to the spawner
 /// meanwhile (the CPU probe's perf events) the workload inherits from its first instruction.
+/// With `nothp`, the workload's transparent huge pages are turned off before it execs
+/// (`prctl(PR_SET_THP_DISABLE)`, kept across exec and inherited by its children); a
+/// refusal is reported as the exec's failure.
 pub(crate) fn spawner_args(
     report_fd: RawFd,
     gate_fd: Option<RawFd>,
+    thp_off: bool,
     env: &[(String, String)],
     program: &OsStr,
     argv: &[String],
 ) -> Vec<OsString> {
-    let fds = match gate_fd {
+    let mut fds = match gate_fd {
         Some(g) => format!("{report_fd}:{g}"),
         None => report_fd.to_string(),
     };
+    if thp_off {
+        fds.push_str(NOTHP);
+    }
     let mut a: Vec<OsString> = vec![SPAWN_ARG.into(), fds.into()];
     a.push(env.len().to_string().into());
     a.extend(env.iter().map(|(k, v)| OsString::from(format!("{k}={v}"))));
@@ -244,6 +254,7 @@ pub fn spawner_main(args: Vec<OsString>) -> Result<i32, NotForDirectUse> {
     let Parsed {
         report_fd,
         gate_fd,
+        thp_off,
         env,
         program,
         argv,
@@ -294,6 +305,11 @@ pub fn spawner_main(args: Vec<OsString>) -> Result<i32, NotForDirectUse> {
                 libc::signal(*s, libc::SIG_DFL);
             }
             libc::setpgid(0, 0);
+            if thp_off && libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) != 0 {
+                let e = errno().to_ne_bytes();
+                libc::write(status_pipe[1], e.as_ptr().cast(), e.len());
+                libc::_exit(127);
+            }
             libc::execve(program.as_ptr(), argv_ptrs.as_ptr(), envp_ptrs.as_ptr());
             let e = errno().to_ne_bytes();
             libc::write(status_pipe[1], e.as_ptr().cast(), e.len());
@@ -339,6 +355,7 @@ pub fn spawner_main(args: Vec<OsString>) -> Result<i32, NotForDirectUse> {
 struct Parsed {
     report_fd: RawFd,
     gate_fd: Option<RawFd>,
+    thp_off: bool,
     env: Vec<Vec<u8>>,
     program: Vec<u8>,
     argv: Vec<Vec<u8>>,
@@ -347,7 +364,11 @@ struct Parsed {
 fn parse_args(args: Vec<OsString>) -> Option<Parsed> {
     let mut it = args.into_iter().map(OsStringExt::into_vec);
     let num = |b: Vec<u8>| String::from_utf8(b).ok()?.parse::<usize>().ok();
-    let fds = String::from_utf8(it.next()?).ok()?;
+    let first = String::from_utf8(it.next()?).ok()?;
+    let (fds, thp_off) = match first.strip_suffix(NOTHP) {
+        Some(fds) => (fds.to_string(), true),
+        None => (first, false),
+    };
     let (report, gate) = match fds.split_once(':') {
         Some((r, g)) => (r, Some(g)),
         None => (fds.as_str(), None),
@@ -370,6 +391,7 @@ fn parse_args(args: Vec<OsString>) -> Option<Parsed> {
     Some(Parsed {
         report_fd,
         gate_fd,
+        thp_off,
         env,
         program,
         argv,
@@ -502,6 +524,7 @@ mod tests {
         let a = spawner_args(
             5,
             None,
+            false,
             &[("A".into(), "1=2".into())],
             OsStr::new("/bin/echo"),
             &["echo".into(), "hi".into()],
@@ -513,11 +536,30 @@ mod tests {
         assert_eq!(p.program, b"/bin/echo");
         assert_eq!(p.argv, vec![b"echo".to_vec(), b"hi".to_vec()]);
         assert_eq!(p.gate_fd, None);
+        assert!(!p.thp_off);
         assert!(parse_args(vec!["x".into()]).is_none());
-        let gated = spawner_args(5, Some(9), &[], OsStr::new("/bin/true"), &["true".into()]);
+        let gated = spawner_args(
+            5,
+            Some(9),
+            false,
+            &[],
+            OsStr::new("/bin/true"),
+            &["true".into()],
+        );
         assert_eq!(gated[1], "5:9");
         let p = parse_args(gated[1..].to_vec()).unwrap();
         assert_eq!((p.report_fd, p.gate_fd), (5, Some(9)));
+        let nothp = spawner_args(
+            5,
+            Some(9),
+            true,
+            &[],
+            OsStr::new("/bin/true"),
+            &["true".into()],
+        );
+        assert_eq!(nothp[1], "5:9,nothp");
+        let p = parse_args(nothp[1..].to_vec()).unwrap();
+        assert_eq!((p.report_fd, p.gate_fd, p.thp_off), (5, Some(9), true));
         for bad in ["5:", ":9", "5:-1", "-5"] {
             let mut a = gated[1..].to_vec();
             a[0] = bad.into();

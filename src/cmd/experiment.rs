@@ -13,8 +13,8 @@ use memtrial::plan::catalog::{Distro, LibraryLocator};
 use memtrial::plan::PlanContext;
 use memtrial::record::{Experiment, RunStatus};
 use memtrial::report::printer::OutputTarget;
-use memtrial::report::{self, escape, ExportType, Grouping, Report};
-use memtrial::runner::{run_experiment, RunLog, Start};
+use memtrial::report::{self, escape, ExportType, Grouping, Layout, Report};
+use memtrial::runner::{run_experiment_until, RunLog, Start, UntilDecided};
 use memtrial::store::Store;
 use memtrial::trial::Isolation;
 use memtrial::units::format_bytes;
@@ -126,6 +126,15 @@ pub(super) fn tool_notes(plan: &memtrial::plan::Plan, ui: &Ui) -> Vec<String> {
         ui.note(&format!("warning: {spawner}"));
     }
     let mut notes = vec![spawner];
+    let preloads: Vec<PathBuf> = plan
+        .variants
+        .iter()
+        .filter_map(|v| v.preload.clone())
+        .collect();
+    if !preloads.is_empty() {
+        let facts = memtrial::linux::allocator::library_facts(&preloads);
+        notes.push(memtrial::linux::allocator::library_facts_note(&facts));
+    }
     if plan
         .probes
         .kinds
@@ -178,18 +187,59 @@ pub(super) fn isolation_note(isolation: &Isolation, limits: &memtrial::plan::Lim
     }
 }
 
-pub(crate) fn run_and_present(
-    db: &Path,
+/// What a new experiment here needs before its first run.
+pub(crate) struct Prepared {
+    pub(crate) plan: memtrial::plan::Plan,
+    pub(crate) host: memtrial::linux::host::HostInfo,
+    pub(crate) isolation: Isolation,
+    /// The plan's, isolation's, tools' and probes' notes, kept with the experiment.
+    pub(crate) notes: Vec<String>,
+}
+
+/// The plan from its inputs, room for a load's connections, the probes' preflight, this
+/// host, where runs are isolated, and the notes to keep.
+pub(crate) fn prepare(input: memtrial::plan::PlanInput, ui: &Ui) -> Result<Prepared> {
+    let memtrial::plan::BuiltPlan {
+        plan,
+        notes: plan_notes,
+    } = resolve_plan(input, ui)?;
+    if let Some(s) = &plan.server {
+        fit_fd_limit(s.connections, s.threads, ui)?;
+    }
+    let probe_notes = probe_preflight(&plan)?;
+    let host = memtrial::linux::host::HostInfo::detect();
+    let isolation = isolation(&plan.limits, ui)?;
+    let mut notes = plan_notes;
+    notes.push(isolation_note(&isolation, &plan.limits));
+    notes.extend(tool_notes(&plan, ui));
+    notes.extend(probe_notes);
+    Ok(Prepared {
+        plan,
+        host,
+        isolation,
+        notes,
+    })
+}
+
+/// An experiment run here, read back from the store.
+pub(crate) struct Ran {
+    pub(crate) exp: Experiment,
+    pub(crate) interrupted: bool,
+}
+
+/// Runs an experiment here (with `--until-decided`, block by block until decided), with
+/// the progress shown, and reads it back.
+pub(crate) fn run_here(
     store: &mut Store,
     plan: &memtrial::plan::Plan,
     start: Start,
     isolation: &Isolation,
-    output: &OutputArgs,
     ui: &Ui,
-) -> Result<Outcome> {
+    until: Option<UntilDecided>,
+) -> Result<Ran> {
     let stop = stop_flag()?;
     let progress = Progress::new(plan, ui);
-    let outcome = run_experiment(
+    let outcome = run_experiment_until(
         store,
         plan,
         start,
@@ -198,24 +248,83 @@ pub(crate) fn run_and_present(
         },
         &stop,
         &mut |ev| progress.event(ev),
+        until,
     )?;
     progress.finish();
-    let exp = store.load(outcome.experiment)?;
-    let result = present(db, &exp, output, Grouping::Pooled, ui)?;
-    if outcome.interrupted {
-        ui.note(&format!(
-            "interrupted: {} completed run(s) are kept in {} (experiment {}).",
-            exp.runs
-                .iter()
-                .filter(|r| r.status != RunStatus::Interrupted)
-                .count(),
-            db.display(),
-            exp.id
-        ));
+    Ok(Ran {
+        exp: store.load(outcome.experiment)?,
+        interrupted: outcome.interrupted,
+    })
+}
+
+/// Says what an interrupt kept.
+pub(crate) fn interrupted_note(db: &Path, exp: &Experiment, ui: &Ui) {
+    ui.note(&format!(
+        "interrupted: {} completed run(s) are kept in {} (experiment {}).",
+        exp.runs
+            .iter()
+            .filter(|r| r.status != RunStatus::Interrupted)
+            .count(),
+        db.display(),
+        exp.id
+    ));
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn run_and_present(
+    db: &Path,
+    store: &mut Store,
+    plan: &memtrial::plan::Plan,
+    start: Start,
+    isolation: &Isolation,
+    output: &OutputArgs,
+    ui: &Ui,
+    until: Option<UntilDecided>,
+) -> Result<Outcome> {
+    let ran = run_here(store, plan, start, isolation, ui, until)?;
+    let result = match present(db, &ran.exp, output, Grouping::Pooled, ui) {
+        Err(e) if e.is::<Unwritten>() => {
+            let flags = e.downcast_ref::<Unwritten>().map_or(String::new(), |u| {
+                u.0.iter()
+                    .map(|(flag, _)| format!(" {flag} FILE"))
+                    .collect()
+            });
+            // The outputs were checked before the runs; one failed all the same (a disk
+            // that filled): the runs are safe, and how to write them again is said once.
+            let db_flag = if db == Path::new("memtrial.db") {
+                String::new()
+            } else {
+                format!(" --db {}", escape::shell_word(&db.display().to_string()))
+            };
+            bail!(
+                "{e}; the runs are stored in {} (experiment {}): write them again with \
+                 `memtrial report {}{db_flag}{flags}`",
+                db.display(),
+                ran.exp.id,
+                ran.exp.id
+            );
+        }
+        r => r?,
+    };
+    if ran.interrupted {
+        interrupted_note(db, &ran.exp, ui);
         return Ok(Outcome::Interrupted);
     }
     Ok(result)
 }
+
+/// Outputs that could not be written, each said once.
+#[derive(Debug)]
+pub(super) struct Unwritten(Vec<(&'static str, String)>);
+
+impl std::fmt::Display for Unwritten {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let said: Vec<&str> = self.0.iter().map(|(_, e)| e.as_str()).collect();
+        f.write_str(&said.join("; "))
+    }
+}
+
+impl std::error::Error for Unwritten {}
 
 /// Prints the table (pooled, or one per host), writes JSON/CSV, shows the output of
 /// failed runs.
@@ -235,32 +344,66 @@ pub(super) fn present(
         recommendation: &rec,
     };
     let outputs = outputs(output);
-    let table = match grouping {
+    let layout = if output.detail {
+        Layout::Detail
+    } else {
+        Layout::Answer
+    };
+    let terminal = ExportType::Table {
+        color: ui.color(),
+        layout,
+    };
+    let mut table = match grouping {
         Grouping::Pooled => {
             if let Some(w) = report::hosts::pooled_warning(exp) {
                 ui.note(&w);
             }
-            ExportType::Table { color: ui.color() }.serialize(&report)?
+            String::from_utf8_lossy(&terminal.serialize(&report)?).into_owned()
         }
         Grouping::ByHost => {
-            report::hosts::serialize(ExportType::Table { color: ui.color() }, &report)?
+            String::from_utf8_lossy(&report::hosts::serialize(terminal, &report)?).into_owned()
         }
     };
+    if layout == Layout::Answer && grouping == Grouping::Pooled {
+        table.push_str(&more_line(db, exp.id, &outputs));
+        table.push('\n');
+    }
     let stdout_taken = outputs.iter().any(|(_, t)| t.is_stdout());
-    ui.human(&String::from_utf8_lossy(&table), stdout_taken)?;
+    ui.human(&table, stdout_taken)?;
     show_failures(db, exp, ui);
+    let mut unwritten = Vec::new();
     for (format, target) in &outputs {
         let bytes = match grouping {
             Grouping::Pooled => format.serialize(&report)?,
             Grouping::ByHost => report::hosts::serialize(*format, &report)?,
         };
-        ui.write_output(target, &bytes, format.flag())?;
+        // Each output is tried: one that fails does not keep the others from being written.
+        if let Err(e) = ui.write_output(target, &bytes, format.flag()) {
+            unwritten.push((format.flag(), e.to_string()));
+        }
+    }
+    if !unwritten.is_empty() {
+        return Err(Unwritten(unwritten).into());
     }
     Ok(if any_failed(exp) {
         Outcome::RunsFailed
     } else {
         Outcome::Ok
     })
+}
+
+/// Where the rest of the report is: `report --detail` (naming the database when it is not
+/// the default) and the HTML report being written, or how to have one.
+fn more_line(db: &Path, id: i64, outputs: &[(ExportType, OutputTarget)]) -> String {
+    let db =
+        (db != Path::new("memtrial.db")).then(|| escape::shell_word(&db.display().to_string()));
+    let html = outputs.iter().find_map(|(t, target)| match (t, target) {
+        (ExportType::Html, OutputTarget::File(p)) => {
+            Some(escape::terminal(&p.display().to_string()))
+        }
+        _ => None,
+    });
+    report::answer::more_line(id, db.as_deref(), html.as_deref())
 }
 
 /// For each variant, the last lines of the first failed run's stderr: read from this

@@ -32,7 +32,15 @@ pub fn in_container_cmd(db: &Path, args: &RunArgs, index: u32, ui: &Ui) -> Resul
     if let Some(dir) = std::env::var_os(memtrial::kube::LIB_DIR_ENV) {
         locator = locator.preferring(dir.into());
     }
-    let ctx = plan_context(&locator)?;
+    let mut ctx = plan_context(&locator)?;
+    // The Job's copy of memtrial is not on the image's PATH: its directory comes last on
+    // the PATH the plan's command is looked up in, so that `memtrial workload …` runs it.
+    if let Some(dir) = std::env::current_exe()
+        .ok()
+        .and_then(|e| e.parent().map(Path::to_path_buf))
+    {
+        ctx.path_var = format!("{}:{}", ctx.path_var, dir.display());
+    }
     let built = build_plan(input, &ctx)?;
     let mut plan = built.plan;
     plan.limits = container.limits.clone();
@@ -73,7 +81,7 @@ pub fn in_container_cmd(db: &Path, args: &RunArgs, index: u32, ui: &Ui) -> Resul
             notes: &notes,
             seq: index,
         },
-        &ContainerBackend::new(plan.limits.clone()),
+        &ContainerBackend::new(plan.limits.clone(), container.oom.clone()),
         &stop,
         &mut |ev| progress.event(ev),
     )?;
@@ -148,6 +156,19 @@ fn slot_notes(
     for p in &container.problems {
         notes.push(format!("in-container: could not read a limit: {p}"));
     }
+    match container.oom.as_ref().map(|c| (c, c.read())) {
+        Some((_, Some(_))) => {}
+        Some((c, None)) => notes.push(format!(
+            "in-container: {} has no OOM-kill count: a workload killed at the memory limit \
+             is recorded as killed by SIGKILL",
+            c.file.display()
+        )),
+        None => notes.push(
+            "in-container: no memory cgroup found: a workload killed at the memory limit is \
+             recorded as killed by SIGKILL"
+                .into(),
+        ),
+    }
     if let Some(node) = std::env::var(memtrial::kube::NODE_ENV)
         .ok()
         .filter(|n| !n.is_empty())
@@ -217,6 +238,7 @@ pub fn kube_cmd(db: &Path, args: &crate::cli::KubeArgs, ui: &Ui) -> Result<Outco
         parallelism,
         name,
         memtrial_image,
+        image_pull_policy,
     } = args;
     if let Some(crate::cli::KubeCommand::Collect(c)) = command {
         return collect_cmd(db, c, ui);
@@ -265,8 +287,9 @@ pub fn kube_cmd(db: &Path, args: &crate::cli::KubeArgs, ui: &Ui) -> Result<Outco
             name.len()
         );
     }
-    if !(1..=10_000).contains(parallelism) {
-        bail!("--parallelism {parallelism}: must be from 1 to 10000");
+    let (least, most) = memtrial::plan::settings::KUBE_PARALLELISM;
+    if !(least..=most).contains(parallelism) {
+        bail!("--parallelism {parallelism}: must be from {least} to {most}");
     }
     let seed = match input.seed {
         Some(s) => {
@@ -297,6 +320,11 @@ pub fn kube_cmd(db: &Path, args: &crate::cli::KubeArgs, ui: &Ui) -> Result<Outco
         cpu: render::cpu_quantity(cpu)?,
         memory: render::memory_quantity(memory)?,
         parallelism: *parallelism,
+        pull_policy: image_pull_policy.map(|p| match p {
+            crate::cli::PullPolicyArg::Always => render::PullPolicy::Always,
+            crate::cli::PullPolicyArg::IfNotPresent => render::PullPolicy::IfNotPresent,
+            crate::cli::PullPolicyArg::Never => render::PullPolicy::Never,
+        }),
     };
     if job.image.trim().is_empty() || job.memtrial_image.trim().is_empty() {
         bail!("--image and --memtrial-image must name an image");
@@ -316,6 +344,7 @@ fn collect_cmd(db: &Path, args: &crate::cli::CollectArgs, ui: &Ui) -> Result<Out
         namespace,
         kubectl,
         out,
+        wait,
     } = args;
     if let Err(why) = memtrial::kube::dns1123_label(name) {
         bail!("NAME {name:?}: not a Job's name: {why}");
@@ -332,6 +361,14 @@ fn collect_cmd(db: &Path, args: &crate::cli::CollectArgs, ui: &Ui) -> Result<Out
         program: kubectl.clone(),
         namespace: namespace.clone(),
     };
+    if let Some(w) = wait {
+        let limit = memtrial::plan::settings::duration(
+            "--wait",
+            w,
+            memtrial::plan::settings::KUBE_COLLECT_WAIT,
+        )?;
+        wait_for_job(&k, name, limit, ui)?;
+    }
     let c = collect(&k, name, &out)?;
     let mut missing = Vec::new();
     for (index, o) in &c.indexes {
@@ -368,12 +405,26 @@ fn collect_cmd(db: &Path, args: &crate::cli::CollectArgs, ui: &Ui) -> Result<Out
                     .collect::<Vec<_>>()
                     .join(", ")
             ),
-            IndexOutcome::Unfinished { pod, phase } => {
-                format!(
+            IndexOutcome::Unfinished {
+                pod,
+                phase,
+                waiting,
+            } => match waiting {
+                Some(w) => format!(
+                    "index {index}: {}: pod {} is {phase:?}: {}",
+                    if w.stuck {
+                        "CANNOT START"
+                    } else {
+                        "NOT FINISHED"
+                    },
+                    one_line(pod),
+                    one_line(&w.said)
+                ),
+                None => format!(
                     "index {index}: NOT FINISHED: pod {} is {phase:?}",
                     one_line(pod)
-                )
-            }
+                ),
+            },
             IndexOutcome::Missing => format!("index {index}: MISSING: no pod of this index"),
         };
         if !matches!(o, IndexOutcome::Collected { .. }) {
@@ -404,6 +455,74 @@ fn collect_cmd(db: &Path, args: &crate::cli::CollectArgs, ui: &Ui) -> Result<Out
     } else {
         Outcome::RunsFailed
     })
+}
+
+/// Waits up to `limit` for the Job's indexes to finish, saying where they stand whenever
+/// that changes; a pod that cannot start, or a Job the controller gave up on, ends the
+/// wait at once (collect then names them).
+fn wait_for_job(
+    k: &memtrial::kube::collect::KubectlProgram,
+    name: &str,
+    limit: std::time::Duration,
+    ui: &Ui,
+) -> Result<()> {
+    use memtrial::report::escape::terminal as one_line;
+    let until = std::time::Instant::now() + limit;
+    let stop = stop_flag()?;
+    let mut said = String::new();
+    loop {
+        let state = memtrial::kube::collect::job_state(k, name)?;
+        let p = state.progress();
+        let now = format!(
+            "Job {name}: {} of {} succeeded, {} failed, {} running, {} pending, {} not started{}",
+            p.succeeded,
+            state.completions,
+            p.failed,
+            p.running,
+            p.pending,
+            p.missing,
+            if p.stuck.is_empty() {
+                String::new()
+            } else {
+                format!(", {} cannot start", p.stuck.len())
+            }
+        );
+        if now != said {
+            ui.note(&now);
+            said = now;
+        }
+        if let Some(why) = &state.failed {
+            ui.note(&format!(
+                "the Job controller gave up on Job {name}: {}",
+                one_line(why)
+            ));
+            return Ok(());
+        }
+        if let Some((index, pod, why)) = p.stuck.first() {
+            ui.note(&format!(
+                "stopped waiting: index {index}'s pod {} cannot start: {} (fix the Job and apply it again)",
+                one_line(pod),
+                one_line(why)
+            ));
+            return Ok(());
+        }
+        if p.settled() {
+            return Ok(());
+        }
+        if std::time::Instant::now() >= until {
+            ui.note(&format!(
+                "stopped waiting after {} (--wait): collecting what finished",
+                humantime::format_duration(limit)
+            ));
+            return Ok(());
+        }
+        if stop.load(std::sync::atomic::Ordering::SeqCst) {
+            bail!("interrupted while waiting for Job {name}");
+        }
+        std::thread::sleep(
+            std::time::Duration::from_secs(2).min(until - std::time::Instant::now()),
+        );
+    }
 }
 
 /// The collected records go to the import (schema check, joining by plan fingerprint, each

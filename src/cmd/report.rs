@@ -24,7 +24,7 @@ pub(super) fn report_cmd(db: &Path, args: &ReportArgs, ui: &Ui) -> Result<Outcom
         follow: _, // likewise
     } = args;
     check_outputs(output)?;
-    let store = Store::open_existing(db)?;
+    let store = Store::open_read(db)?;
     let id = match id {
         Some(id) => *id,
         None => store.latest_id()?,
@@ -92,7 +92,7 @@ pub(crate) fn import_files(db: &Path, files: &[PathBuf], ui: &Ui) -> Result<Outc
 
 pub(super) fn recommend_cmd(db: &Path, id: Option<i64>, ui: &Ui) -> Result<Outcome> {
     use memtrial::report::Exporter;
-    let store = Store::open_existing(db)?;
+    let store = Store::open_read(db)?;
     let id = match id {
         Some(id) => id,
         None => store.latest_id()?,
@@ -113,7 +113,7 @@ pub(super) fn recommend_cmd(db: &Path, id: Option<i64>, ui: &Ui) -> Result<Outco
 }
 
 pub(super) fn list_cmd(db: &Path, ui: &Ui) -> Result<Outcome> {
-    let store = Store::open_existing(db)?;
+    let store = Store::open_read(db)?;
     let list = store.list()?;
     ui.result(&report::text::experiment_list(db, &list))?;
     Ok(Outcome::Ok)
@@ -122,12 +122,13 @@ pub(super) fn list_cmd(db: &Path, ui: &Ui) -> Result<Outcome> {
 pub(super) fn variants_cmd(ui: &Ui) -> Result<Outcome> {
     let locator = LibraryLocator::new();
     let distro = Distro::detect();
+    let ctx = super::experiment::plan_context(&locator)?;
     let mut t = comfy_table::Table::new();
     t.load_preset(comfy_table::presets::UTF8_FULL_CONDENSED);
     if !ui.color() {
         t.force_no_tty();
     }
-    t.set_header(["variant", "available", "how", "what"]);
+    t.set_header(["variant", "available", "how", "what", "needs"]);
     for e in CATALOG.iter() {
         let (available, how) = match e.kind {
             CatalogKind::Glibc => ("yes".to_string(), "unchanged environment".to_string()),
@@ -139,14 +140,41 @@ pub(super) fn variants_cmd(ui: &Ui) -> Result<Outcome> {
                     format!("install: {}", lib.install_hint(distro)),
                 ),
             },
+            CatalogKind::Knobs(_) => match memtrial::plan::catalog_variant_here(e.name, &ctx) {
+                Ok(v) => ("yes".to_string(), knob_how(&v)),
+                Err(why) => ("no".to_string(), why.to_string()),
+            },
         };
         t.add_row([
             e.name.to_string(),
             available,
             how,
             e.description.to_string(),
+            e.needs.to_string(),
         ]);
     }
-    ui.result(&format!("{t}\nCustom variants: --variant 'NAME=KEY=VALUE … preload:LIB' (LIB: jemalloc, tcmalloc, mimalloc or a path to a .so).\n"))?;
+    ui.result(&format!("{t}\nThe knobs (nothp, glibc-thp, jemalloc-thp, trim) run only when named: --variants glibc,nothp.\nCustom variants: --variant 'NAME=KEY=VALUE … preload:LIB thp:off|heap tunable:NAME=VALUE trim:DURATION' (LIB: jemalloc, tcmalloc, mimalloc or a path to a .so).\n"))?;
     Ok(Outcome::Ok)
+}
+
+/// How a knob variant runs: its settings, the preload, the knobs that are not settings.
+fn knob_how(v: &memtrial::plan::Variant) -> String {
+    let mut parts: Vec<String> = v
+        .settings()
+        .iter()
+        .map(|(k, val)| format!("{k}={val}"))
+        .collect();
+    if let Some(p) = &v.preload {
+        parts.insert(0, format!("LD_PRELOAD={}", p.display()));
+    }
+    if v.knobs.thp_off {
+        parts.push("prctl(PR_SET_THP_DISABLE) at spawn".into());
+    }
+    if let Some(ms) = v.knobs.trim_ms {
+        parts.push(format!(
+            "malloc_trim(0) every {} (memtrial's probe library)",
+            memtrial::plan::trim_text(ms)
+        ));
+    }
+    parts.join(" ")
 }

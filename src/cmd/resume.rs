@@ -92,6 +92,7 @@ pub(crate) fn resume(
         &isolation,
         output,
         ui,
+        None,
     )
 }
 

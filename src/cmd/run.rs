@@ -2,18 +2,15 @@
 
 use std::path::Path;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 
 use crate::cli::{DemoArgs, OutputArgs, RunArgs};
-use memtrial::linux::host::HostInfo;
+use memtrial::analysis::decide::{Rule, DEFAULT_CONSECUTIVE};
 use memtrial::plan::{read_plan_file, PlanInput};
-use memtrial::runner::Start;
+use memtrial::runner::{Start, UntilDecided};
 use memtrial::store::Store;
 
-use super::experiment::{
-    check_outputs, fit_fd_limit, isolation, isolation_note, resolve_plan, run_and_present,
-    tool_notes,
-};
+use super::experiment::{check_outputs, prepare, run_and_present, Prepared};
 use super::ui::{Outcome, Ui};
 
 /// The one place flags meet the plan file: every field of the parsed arguments is taken
@@ -35,6 +32,9 @@ pub(crate) fn run_input(args: &RunArgs) -> Result<PlanInput> {
         no_probes,
         probe_interval,
         require_cut_off,
+        until_decided: _, // how many runs, decided as they come: see `until_rule`
+        max_runs: _,
+        log_limit: _,       // where the output goes, not what runs: set in `run_cmd`
         resume: _,          // handled before: a resumed experiment keeps its stored plan
         confirm_command: _, // only with --resume
         in_container: _,    // handled before: where the run happens, not what runs
@@ -73,7 +73,37 @@ pub(crate) fn run_input(args: &RunArgs) -> Result<PlanInput> {
 }
 
 pub(super) fn run_cmd(db: &Path, args: &RunArgs, ui: &Ui) -> Result<Outcome> {
-    execute(db, run_input(args)?, &args.output, ui)
+    let rule = until_rule(args)?;
+    let mut judge = |e: &memtrial::record::Experiment| {
+        memtrial::analysis::recommend::look(&memtrial::analysis::analyse(e))
+    };
+    let until = rule.map(|rule| UntilDecided {
+        rule,
+        judge: &mut judge,
+    });
+    execute(db, run_input(args)?, &args.output, ui, until)
+}
+
+/// The most runs per variant `--until-decided` takes by default.
+pub(crate) const DEFAULT_MAX_RUNS: u32 = 30;
+
+/// `--until-decided`'s rule from the flags (its cap checked here), or none.
+pub(crate) fn until_rule(args: &RunArgs) -> Result<Option<Rule>> {
+    if !args.until_decided {
+        return Ok(None);
+    }
+    let max_runs = args.max_runs.unwrap_or(DEFAULT_MAX_RUNS);
+    let (least, most) = memtrial::plan::settings::MAX_RUNS;
+    if !(least..=most).contains(&max_runs) {
+        bail!("--max-runs {max_runs}: out of range ({least} to {most}): with fewer than 3 runs of each, nothing is decided");
+    }
+    if let Some(runs) = args.runs.filter(|r| *r > max_runs) {
+        bail!("--max-runs {max_runs} is below --runs {runs}: --runs is the least --until-decided runs, --max-runs the most");
+    }
+    Ok(Some(Rule {
+        consecutive: DEFAULT_CONSECUTIVE,
+        max_runs,
+    }))
 }
 
 pub(super) fn demo_cmd(db: &Path, args: &DemoArgs, ui: &Ui) -> Result<Outcome> {
@@ -96,33 +126,27 @@ pub(super) fn demo_cmd(db: &Path, args: &DemoArgs, ui: &Ui) -> Result<Outcome> {
         samples_csv: args.output.samples_csv.clone(),
         html: args.output.html.clone(),
         markdown: args.output.markdown.clone(),
+        detail: args.output.detail,
     };
     output.html.get_or_insert_with(|| args.report.clone());
-    let outcome = execute(db, input, &output, ui)?;
-    if let Some(p) = &output.html {
-        let shown = std::path::absolute(p).unwrap_or_else(|_| p.clone());
-        ui.note(&format!("HTML report with charts: {}", shown.display()));
-    }
-    Ok(outcome)
+    execute(db, input, &output, ui, None)
 }
 
-fn execute(db: &Path, input: PlanInput, output: &OutputArgs, ui: &Ui) -> Result<Outcome> {
+fn execute(
+    db: &Path,
+    input: PlanInput,
+    output: &OutputArgs,
+    ui: &Ui,
+    until: Option<UntilDecided>,
+) -> Result<Outcome> {
     check_outputs(output)?;
-    let memtrial::plan::BuiltPlan {
+    let Prepared {
         plan,
-        notes: plan_notes,
-    } = resolve_plan(input, ui)?;
-    if let Some(s) = &plan.server {
-        fit_fd_limit(s.connections, s.threads, ui)?;
-    }
-    let probe_notes = super::experiment::probe_preflight(&plan)?;
+        host,
+        isolation,
+        notes,
+    } = prepare(input, ui)?;
     let mut store = Store::open(db)?;
-    let host = HostInfo::detect();
-    let isolation = isolation(&plan.limits, ui)?;
-    let mut notes = plan_notes;
-    notes.push(isolation_note(&isolation, &plan.limits));
-    notes.extend(tool_notes(&plan, ui));
-    notes.extend(probe_notes);
     run_and_present(
         db,
         &mut store,
@@ -134,5 +158,6 @@ fn execute(db: &Path, input: PlanInput, output: &OutputArgs, ui: &Ui) -> Result<
         &isolation,
         output,
         ui,
+        until,
     )
 }

@@ -34,7 +34,6 @@ fn settings_from(args: &SoakArgs, ui: &Ui) -> Result<SoakSettings> {
         variants,
         custom,
         baseline,
-        duration,
         until_decided,
         max_duration,
         margin,
@@ -44,7 +43,8 @@ fn settings_from(args: &SoakArgs, ui: &Ui) -> Result<SoakSettings> {
         interval,
         limits,
         no_probes,
-        resume: _, // handled before
+        log_limit: _, // set in `dispatch`
+        resume: _,    // handled before
         json: _,
         html: _,
         server,
@@ -55,7 +55,6 @@ fn settings_from(args: &SoakArgs, ui: &Ui) -> Result<SoakSettings> {
     check_feed(server, worker)?;
     let mut server = server.clone();
     let timing = timing(
-        duration,
         max_duration,
         server.duration.take(),
         window,
@@ -86,6 +85,9 @@ fn settings_from(args: &SoakArgs, ui: &Ui) -> Result<SoakSettings> {
     let plan = resolve_plan(input, ui)?.plan;
     if plan.variants.len() < 2 {
         bail!("--variants: a soak compares variants side by side; name at least two (the baseline {} and another)", plan.baseline);
+    }
+    if let Some(v) = plan.variants.iter().find(|v| v.knobs.trim_ms.is_some()) {
+        bail!("variant '{}': trim: runs in `memtrial run` (its trims counted and verified there); a soak cannot count them yet — compare it with `memtrial run --duration …`", v.name);
     }
     let takes_port = plan
         .command
@@ -138,18 +140,16 @@ struct Timing {
 }
 
 fn timing(
-    duration: &Option<String>,
     max_duration: &Option<String>,
-    server_duration: Option<String>,
+    duration: Option<String>,
     window: &Option<String>,
     warmup_windows: Option<u32>,
     interval: &Option<String>,
 ) -> Result<Timing> {
-    let length_text = match (duration, max_duration, server_duration) {
-        (_, Some(m), _) => m.clone(),
-        (Some(d), None, _) => d.clone(),
-        (None, None, Some(d)) => d,
-        (None, None, None) => bail!("--duration: how long the soak runs is needed (e.g. --duration 6h), or --until-decided with --max-duration"),
+    let length_text = match (max_duration, duration) {
+        (Some(m), _) => m.clone(),
+        (None, Some(d)) => d,
+        (None, None) => bail!("--duration: how long the soak runs is needed (e.g. --duration 6h), or --until-decided with --max-duration"),
     };
     let flag = if max_duration.is_some() {
         "--max-duration"
@@ -218,7 +218,11 @@ fn resumable(store: &Store, id: Option<i64>) -> Result<SoakHead> {
         );
     }
     if head.owner_alive {
-        bail!("--resume {id}: soak {id} is still running in another memtrial; `memtrial report --follow {id}` shows it as it goes");
+        bail!(
+            "--resume {id}: soak {id} is running in another memtrial ({}); `memtrial report --follow {id}` shows it as it goes",
+            head.owner_pid
+                .map_or("on this machine".into(), |p| format!("PID {p} on this machine"))
+        );
     }
     Ok(head)
 }
@@ -287,7 +291,12 @@ pub(super) fn soak_cmd(db: &Path, args: &SoakArgs, ui: &Ui) -> Result<Outcome> {
         },
     );
     ui.live(None);
-    let ended = ended?;
+    let ended = match ended {
+        Err(e @ (soak::SoakError::Busy { .. } | soak::SoakError::Done { .. })) => {
+            bail!("--resume: {e}")
+        }
+        e => e?,
+    };
     let head = store
         .soak_head(ended.id)?
         .context("the soak vanished from the database")?;
@@ -300,8 +309,15 @@ pub(super) fn soak_cmd(db: &Path, args: &SoakArgs, ui: &Ui) -> Result<Outcome> {
         ui,
         None,
     )?;
+    for v in &ended.down {
+        ui.note(&format!(
+            "note: the {v} instance went down during the soak (see its event); its windows from then on are left out of every figure"
+        ));
+    }
     Ok(match ended.status {
         SoakStatus::Interrupted => Outcome::Interrupted,
+        SoakStatus::Failed => Outcome::RunsFailed,
+        _ if !ended.down.is_empty() => Outcome::RunsFailed,
         _ => Outcome::Ok,
     })
 }
@@ -385,7 +401,16 @@ fn write_html(
         series.push((v.name.clone(), store.soak_points(summary.id, &v.name)?));
     }
     let windows = store.soak_windows(summary.id)?;
-    let page = report::html(summary, &series, &windows, refresh);
+    let head = store
+        .soak_head(summary.id)?
+        .context("the soak vanished from the database")?;
+    let page = report::html(
+        summary,
+        &series,
+        &windows,
+        head.settings.sample_seconds,
+        refresh,
+    );
     let tmp: PathBuf = path.with_extension("html.tmp");
     std::fs::write(&tmp, page)
         .with_context(|| format!("--html: cannot write {}", tmp.display()))?;
@@ -396,7 +421,7 @@ fn write_html(
 
 /// The page of a running soak, from a connection of its own to the database.
 fn live_html(db: &Path, id: i64, path: &Path, window: f64) -> Result<()> {
-    let store = Store::open_existing(db)?;
+    let store = Store::open_read(db)?;
     let head = store
         .soak_head(id)?
         .context("the soak vanished from the database")?;
@@ -416,7 +441,7 @@ pub(super) fn soak_report(
 ) -> Result<Outcome> {
     let stop = stop_flag()?;
     loop {
-        let store = Store::open_existing(db)?;
+        let store = Store::open_read(db)?;
         let id = match id {
             Some(id) => id,
             None => store.latest_soak()?.with_context(|| {

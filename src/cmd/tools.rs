@@ -46,11 +46,12 @@ pub(super) fn fragment_cmd(args: &FragmentArgs, ui: &Ui) -> Result<Outcome> {
             cfg.max_size
         );
     }
-    if cfg.max_size > 1 << 30 {
+    if cfg.max_size as u64 > ranges::FRAGMENT_SIZE.1 {
         bail!("--max-size {}: at most 1G per object", cfg.max_size);
     }
     if let Some(f) = args.survivors {
-        if !(0.0..=1.0).contains(&f) {
+        let (least, most) = ranges::FRAGMENT_SURVIVORS;
+        if !(least..=most).contains(&f) {
             bail!("--survivors {f}: must be a fraction between 0 and 1");
         }
         cfg.survivor_fraction = f;
@@ -197,6 +198,7 @@ pub(super) fn inspect_cmd(args: &InspectArgs, ui: &Ui) -> Result<Outcome> {
         watch,
         interval,
         tree: args.tree,
+        trim: args.trim,
     };
     let ins = memtrial::inspect::run(
         &opts,

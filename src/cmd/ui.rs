@@ -21,6 +21,12 @@ pub enum Outcome {
     Ok,
     RunsFailed,
     Interrupted,
+    /// `gate`: a figure worse than the baseline beyond its tolerance.
+    Regression,
+    /// `gate`: a criterion's interval straddles its tolerance (unless `--undecided pass`).
+    Undecided,
+    /// `gate --expect-recommendation`: the recommendation is another (or undecided).
+    RecommendationChanged,
 }
 
 impl Outcome {
@@ -28,6 +34,9 @@ impl Outcome {
         match self {
             Outcome::Ok => 0,
             Outcome::RunsFailed => 1,
+            Outcome::Regression => 3,
+            Outcome::Undecided => 4,
+            Outcome::RecommendationChanged => 5,
             Outcome::Interrupted => 130,
         }
     }
@@ -143,6 +152,46 @@ impl<'a> Progress<'a> {
                 record,
                 ..
             } => self.trial_end(index, total, record),
+            Event::Looked {
+                runs,
+                open,
+                unconfirmed,
+                decided,
+                next_total,
+                max_runs,
+            } => {
+                let mut why: Vec<String> = open.to_vec();
+                why.extend(unconfirmed.iter().map(|k| {
+                    format!("{k}: answered, but not yet the same at the last looks in a row")
+                }));
+                let line = match (decided, next_total) {
+                    (true, _) => format!(
+                        "until decided: after {runs} runs of each, every question is decided (the same answer at the last looks)"
+                    ),
+                    (false, Some(_)) => format!(
+                        "until decided: after {runs} runs of each, undecided: {}; one more block (at most {max_runs} runs of each)",
+                        why.join("; ")
+                    ),
+                    (false, None) => format!(
+                        "until decided: after {runs} runs of each ({}), still undecided: {}",
+                        if runs >= max_runs {
+                            "the most --max-runs allows"
+                        } else {
+                            "stopped"
+                        },
+                        why.join("; ")
+                    ),
+                };
+                match bar {
+                    Some(b) => {
+                        if let Some(t) = next_total {
+                            b.set_length(t as u64);
+                        }
+                        b.println(escape::terminal(&line));
+                    }
+                    None => ui.note(&line),
+                }
+            }
         }
     }
 

@@ -173,6 +173,18 @@ impl Collector {
                 *unreadable.entry(r).or_default() += 1;
             }
         }
+        // Who else each memory cgroup holds: a group's cgroup figures are its own only
+        // where the cgroup holds nothing but the group's processes.
+        let mut cgroup_members = BTreeMap::new();
+        for (text, cont) in &cgroups {
+            if let Some(m) = &cont.memory {
+                if !cgroup_members.contains_key(&m.path) {
+                    if let Some(found) = container::memory_members(text) {
+                        cgroup_members.insert(m.path.clone(), found);
+                    }
+                }
+            }
+        }
         self.figures.scrapes += 1;
         self.figures.collect_seconds = began.elapsed().as_secs_f64();
         Snapshot {
@@ -180,6 +192,7 @@ impl Collector {
             unreadable,
             exporter: self.figures.clone(),
             per_process: self.settings.per_process,
+            cgroup_members,
         }
     }
 
@@ -191,6 +204,7 @@ impl Collector {
         };
         let mut out = Vec::new();
         let mut parents: HashMap<i32, i32> = HashMap::with_capacity(pids.len());
+        let mut wrappers: std::collections::HashSet<i32> = std::collections::HashSet::new();
         for pid in pids {
             let read = match self.cache.get_mut(&pid) {
                 Some(c) => self.reader.kept(
@@ -213,15 +227,25 @@ impl Collector {
             if stat.state == 'Z' || stat.pid == 2 || stat.ppid == 2 {
                 continue;
             }
-            let hit = self.settings.matcher.is_match(&stat.comm)
+            let by_name = self.settings.matcher.is_match(&stat.comm);
+            // Matched by its command line alone, and that line holds the exporter's own
+            // `--match` text: if it is also an ancestor of the exporter, it is a wrapper
+            // that started it (`timeout … memtrial exporter …`, `sh -c '…'`).
+            let mut holds_match = false;
+            let hit = by_name
                 || self
                     .reader
                     .proc(pid, "cmdline", Shape::Pieces, OUTSIDE_MAX)
                     .is_ok_and(|b| {
                         let line = String::from_utf8_lossy(b).replace('\0', " ");
-                        self.settings.matcher.is_match(line.trim_end())
+                        let hit = self.settings.matcher.is_match(line.trim_end());
+                        holds_match = hit && line.contains(self.settings.matcher.as_str());
+                        hit
                     });
             if hit {
+                if holds_match {
+                    wrappers.insert(pid);
+                }
                 out.push(Matched {
                     pid,
                     comm: stat.comm,
@@ -229,7 +253,13 @@ impl Collector {
                 });
             }
         }
-        out.retain(|m| !descends_from(m.pid, self.myself, &parents));
+        let ancestors = ancestors_of(self.myself, &parents);
+        // Neither the exporter's own children nor a wrapper that started it.
+        let own = |pid: i32| {
+            descends_from(pid, self.myself, &parents)
+                || (wrappers.contains(&pid) && ancestors.contains(&pid))
+        };
+        out.retain(|m| !own(m.pid));
         out
     }
 
@@ -358,6 +388,14 @@ impl Collector {
             }
         };
         let costly = c.costly.as_ref();
+        let visible_cpus = cont.map_or(self.online_cpus, |c| c.visible_cpus);
+        let jemalloc_arenas = c.allocator.filter(|a| a.name == "jemalloc").map(|_| {
+            super::figures::jemalloc_arenas(
+                probe.as_ref(),
+                c.env.as_deref().unwrap_or(&[]),
+                visible_cpus,
+            )
+        });
         Some(ProcessFigures {
             pid: m.pid,
             group: m.comm.clone(),
@@ -370,12 +408,13 @@ impl Collector {
             allocator: c.allocator,
             arenas: costly.and_then(|k| k.arenas),
             cpu_quota_cpus: cont.and_then(|c| c.cpu_quota_cpus),
-            visible_cpus: cont.map_or(self.online_cpus, |c| c.visible_cpus),
+            visible_cpus,
             memory_limit_bytes: cont.and_then(|c| c.memory_limit_bytes),
             cgroup_working_set: cont
                 .and_then(|c| c.memory.as_ref())
                 .and_then(|m| Some((m.path.clone(), m.working_set_bytes?))),
             probe,
+            jemalloc_arenas,
         })
     }
 }
@@ -421,6 +460,19 @@ fn read_environ(reader: &mut Reader, pid: i32) -> std::io::Result<Vec<(String, S
         b = &b[..whole];
     }
     Ok(proc::parse_environ(b))
+}
+
+/// The ancestors of `pid` by the parents seen in this listing (a bounded walk).
+fn ancestors_of(pid: i32, parents: &HashMap<i32, i32>) -> std::collections::HashSet<i32> {
+    let mut out = std::collections::HashSet::new();
+    let mut cur = pid;
+    for _ in 0..parents.len().min(1 << 16) + 1 {
+        match parents.get(&cur) {
+            Some(&p) if p > 0 && p != cur && out.insert(p) => cur = p,
+            _ => break,
+        }
+    }
+    out
 }
 
 /// Whether `pid` is `ancestor` or one of its descendants, by the parents seen in this
@@ -615,6 +667,7 @@ fn probe_of(
         crate::probe::allocator::latest_of(&head, &tail, cut).map(|report| ProbeFigures {
             live_bytes: report.live_bytes,
             held_bytes: report.held_bytes,
+            arenas: report.arenas,
         }),
     )
 }
@@ -759,6 +812,13 @@ mod tests {
         assert!(!descends_from(5, 10, &parents));
         assert!(!descends_from(7, 3, &parents), "a cycle ends the walk");
         assert!(!descends_from(99, 3, &parents));
+        assert_eq!(ancestors_of(10, &parents), [5, 1].into());
+        assert_eq!(
+            ancestors_of(7, &parents),
+            [8, 7].into(),
+            "a cycle ends the walk"
+        );
+        assert!(ancestors_of(99, &parents).is_empty());
     }
 
     #[test]
@@ -776,6 +836,7 @@ mod tests {
     fn probe_files_of_hostile_content_are_read_bounded() {
         use proptest::prelude::*;
         let dir = tempfile::tempdir().unwrap();
+        // SAFETY: geteuid takes nothing and cannot fail.
         let me = unsafe { libc::geteuid() };
         let line = prop_oneof![
             Just("# memtrial-probe 1 1 glibc /lib/libc.so.6".to_string()),
@@ -821,6 +882,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let f = std::fs::File::create(dir.path().join("1")).unwrap();
         f.set_len(1 << 40).unwrap();
+        // SAFETY: geteuid takes nothing and cannot fail.
         let me = unsafe { libc::geteuid() };
         let f = safe_file::open_beneath(dir.path(), Path::new("1"), &[me]).unwrap();
         let (head, tail, cut) = safe_file::read_head_and_tail(&f, PROBE_HEAD, PROBE_TAIL).unwrap();

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use crate::linux::allocator::{AllocatorName, Detected, How};
+pub use crate::linux::container::Members;
 
 /// How a process's allocator got there, as the `how` label says it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -106,6 +107,20 @@ pub struct ArenaFigures {
 pub struct ProbeFigures {
     pub live_bytes: Option<u64>,
     pub held_bytes: Option<u64>,
+    /// jemalloc's `arenas.narenas`, where the allocator counts arenas.
+    pub arenas: Option<u64>,
+}
+
+pub use crate::linux::allocator::{JemallocArenas, JemallocArenasSource};
+
+/// The arenas of a jemalloc process: the probe's count, else its `MALLOC_CONF`'s
+/// `narenas`, else jemalloc's default for the CPUs it sees.
+pub(crate) fn jemalloc_arenas(
+    probe: Option<&ProbeFigures>,
+    env: &[(String, String)],
+    visible_cpus: u32,
+) -> JemallocArenas {
+    crate::linux::allocator::jemalloc_arenas(probe.and_then(|p| p.arenas), env, visible_cpus)
 }
 
 /// One matched process at one scrape.
@@ -140,6 +155,8 @@ pub struct ProcessFigures {
     pub cgroup_working_set: Option<(String, u64)>,
     /// Present when the process carries memtrial's allocator probe and it reported.
     pub probe: Option<ProbeFigures>,
+    /// jemalloc processes only.
+    pub jemalloc_arenas: Option<JemallocArenas>,
 }
 
 /// The arena pitfall: a glibc arena limit at least twice what the CPU quota warrants,
@@ -157,10 +174,16 @@ pub(crate) fn arena_pitfall(limit: u64, quota_cpus: Option<f64>) -> bool {
 }
 
 impl ProcessFigures {
-    /// The arena pitfall of this process ([`arena_pitfall`]).
+    /// The arena pitfall of this process: glibc's ([`arena_pitfall`]), or jemalloc's (its
+    /// arenas at least twice the 4 per CPU of the quota:
+    /// [`crate::linux::allocator::jemalloc_arena_pitfall`]).
     pub fn pitfall(&self) -> bool {
-        match (self.allocator, self.arenas) {
-            (Some(a), Some(ar)) if a.is_glibc() => arena_pitfall(ar.limit, self.cpu_quota_cpus),
+        match (self.allocator, self.arenas, self.jemalloc_arenas) {
+            (Some(a), Some(ar), _) if a.is_glibc() => arena_pitfall(ar.limit, self.cpu_quota_cpus),
+            (_, _, Some(je)) => {
+                crate::linux::allocator::jemalloc_arena_pitfall(je.count, self.cpu_quota_cpus)
+                    .is_some()
+            }
             _ => false,
         }
     }
@@ -187,6 +210,8 @@ pub struct GroupFigures {
     pub glibc_arenas_estimated: u64,
     /// Processes with the arena pitfall.
     pub pitfall_processes: u64,
+    /// jemalloc arenas summed over its jemalloc processes.
+    pub jemalloc_arenas: Option<u64>,
     /// The smallest CPU quota among its processes.
     pub cpu_quota_cpus: Option<f64>,
     pub visible_cpus: u32,
@@ -194,6 +219,13 @@ pub struct GroupFigures {
     pub memory_limit_bytes: Option<u64>,
     /// The working sets of the distinct memory cgroups its processes are in, summed.
     pub cgroup_working_set_bytes: Option<u64>,
+    /// Processes in those memory cgroups (or the groups below them) that are not the
+    /// group's — another group's, or unmatched — which the working set counts too; a
+    /// lower bound when `cgroup_members_complete` is false. `None`: no working set, or
+    /// its members could not be read.
+    pub cgroup_other_processes: Option<u64>,
+    /// Whether every member of those cgroups was read.
+    pub cgroup_members_complete: bool,
     /// Processes per allocator.
     pub allocators: BTreeMap<AllocatorLabel, u64>,
     /// Processes whose probe reported, and their sums.
@@ -216,8 +248,26 @@ fn min_of<T: PartialOrd>(a: Option<T>, b: Option<T>) -> Option<T> {
     }
 }
 
-/// Groups the processes by `group` and sums them.
-pub fn group(processes: &[ProcessFigures]) -> BTreeMap<String, GroupFigures> {
+impl GroupFigures {
+    /// Whether the group's cgroup figures are not wholly its own: its memory cgroups hold
+    /// other processes, or could not be shown to hold only its own. `None` without a
+    /// working set.
+    pub fn cgroup_shared(&self) -> Option<bool> {
+        self.cgroup_working_set_bytes?;
+        Some(match self.cgroup_other_processes {
+            Some(n) => n > 0 || !self.cgroup_members_complete,
+            None => true,
+        })
+    }
+}
+
+/// Groups the processes by `group` and sums them; `members` are the processes of each
+/// memory cgroup seen (by its path), from which each group's cgroup figures are known to
+/// be its own or shared.
+pub fn group(
+    processes: &[ProcessFigures],
+    members: &BTreeMap<String, Members>,
+) -> BTreeMap<String, GroupFigures> {
     let mut out: BTreeMap<String, GroupFigures> = BTreeMap::new();
     // Each group's memory cgroups already counted: processes sharing one count it once.
     let mut counted: std::collections::BTreeSet<(&str, &str)> = Default::default();
@@ -251,6 +301,9 @@ pub fn group(processes: &[ProcessFigures]) -> BTreeMap<String, GroupFigures> {
         if p.pitfall() {
             g.pitfall_processes += 1;
         }
+        if let Some(je) = p.jemalloc_arenas {
+            g.jemalloc_arenas = add(g.jemalloc_arenas, Some(je.count));
+        }
         g.cpu_quota_cpus = min_of(g.cpu_quota_cpus, p.cpu_quota_cpus);
         g.visible_cpus = g.visible_cpus.max(p.visible_cpus);
         g.memory_limit_bytes = min_of(g.memory_limit_bytes, p.memory_limit_bytes);
@@ -262,6 +315,41 @@ pub fn group(processes: &[ProcessFigures]) -> BTreeMap<String, GroupFigures> {
             g.live_bytes = add(g.live_bytes, pr.live_bytes);
             g.held_bytes = add(g.held_bytes, pr.held_bytes);
         }
+    }
+    // Who else is in each group's memory cgroups.
+    let mut own: BTreeMap<&str, std::collections::BTreeSet<i32>> = BTreeMap::new();
+    for p in processes {
+        own.entry(p.group.as_str()).or_default().insert(p.pid);
+    }
+    for (name, g) in out.iter_mut() {
+        let paths: Vec<&str> = counted
+            .iter()
+            .filter(|(grp, _)| *grp == name.as_str())
+            .map(|(_, path)| *path)
+            .collect();
+        if paths.is_empty() {
+            continue;
+        }
+        let mine = own.get(name.as_str());
+        let mut others: std::collections::BTreeSet<i32> = std::collections::BTreeSet::new();
+        let mut complete = true;
+        let mut known = true;
+        for path in paths {
+            match members.get(path) {
+                Some(m) => {
+                    complete &= m.complete;
+                    others.extend(
+                        m.pids
+                            .iter()
+                            .filter(|pid| !mine.is_some_and(|s| s.contains(pid)))
+                            .copied(),
+                    );
+                }
+                None => known = false,
+            }
+        }
+        g.cgroup_other_processes = known.then_some(others.len() as u64);
+        g.cgroup_members_complete = known && complete;
     }
     out
 }
@@ -296,6 +384,9 @@ pub struct Snapshot {
     pub exporter: ExporterFigures,
     /// Whether the per-process series are shown (`--per-process`).
     pub per_process: bool,
+    /// The processes of each memory cgroup the matched processes are in (and the groups
+    /// below it), by the cgroup's path.
+    pub cgroup_members: BTreeMap<String, Members>,
 }
 
 #[cfg(test)]
@@ -349,7 +440,51 @@ pub(crate) mod tests {
             memory_limit_bytes: Some(512 << 20),
             cgroup_working_set: Some(("/pod/web".into(), 300 << 20)),
             probe: None,
+            jemalloc_arenas: None,
         }
+    }
+
+    /// jemalloc's arenas: the probe's count first, then MALLOC_CONF's narenas, then its
+    /// default of 4 per CPU it sees; a pitfall at twice the 4 per CPU of the quota.
+    #[test]
+    fn jemalloc_arenas_and_their_pitfall() {
+        let env = vec![(
+            "MALLOC_CONF".to_string(),
+            "background_thread:true,narenas:3".to_string(),
+        )];
+        let probe = ProbeFigures {
+            arenas: Some(9),
+            ..Default::default()
+        };
+        assert_eq!(
+            jemalloc_arenas(Some(&probe), &env, 2),
+            JemallocArenas {
+                count: 9,
+                source: JemallocArenasSource::Probe
+            }
+        );
+        assert_eq!(jemalloc_arenas(None, &env, 2).count, 3);
+        let default = jemalloc_arenas(None, &[], 2);
+        assert_eq!(
+            (default.count, default.source),
+            (8, JemallocArenasSource::Default)
+        );
+        let mut p = process(20, "flink");
+        p.allocator = Some(AllocatorLabel {
+            name: "jemalloc",
+            how: HowLabel::Preloaded,
+        });
+        p.arenas = None;
+        p.jemalloc_arenas = Some(default);
+        // 8 arenas for 2 CPUs under a quota of 0.5: 4 warranted, twice that made.
+        assert!(p.pitfall());
+        p.cpu_quota_cpus = Some(2.0);
+        assert!(!p.pitfall());
+        p.cpu_quota_cpus = Some(0.5);
+        p.jemalloc_arenas = Some(jemalloc_arenas(None, &env, 2));
+        assert!(!p.pitfall(), "narenas:3 is within the quota's");
+        let g = group(&[p], &BTreeMap::new());
+        assert_eq!(g["flink"].jemalloc_arenas, Some(3));
     }
 
     #[test]
@@ -369,6 +504,7 @@ pub(crate) mod tests {
         a.probe = Some(ProbeFigures {
             live_bytes: Some(10),
             held_bytes: Some(20),
+            arenas: None,
         });
         let mut c = process(12, "sidekiq");
         c.cgroup_working_set = Some(("/pod/jobs".into(), 40 << 20));
@@ -379,9 +515,32 @@ pub(crate) mod tests {
         };
         let mut e = process(14, "sidekiq");
         e.cgroup_working_set = Some(("/pod/other".into(), 2 << 20));
-        let g = group(&[a, b, c, d, e]);
+        let members = |pids: &[i32], complete: bool| Members {
+            pids: pids.to_vec(),
+            complete,
+        };
+        // The puma pod holds puma only; the jobs pod a shell besides its sidekiqs.
+        let all: BTreeMap<String, Members> = [
+            ("/pod/web".to_string(), members(&[10, 11], true)),
+            ("/pod/jobs".to_string(), members(&[1, 12, 13], true)),
+            ("/pod/other".to_string(), members(&[14], true)),
+        ]
+        .into_iter()
+        .collect();
+        let g = group(&[a, b, c, d, e], &all);
         assert_eq!(g["puma"].cgroup_working_set_bytes, Some(300 << 20));
         assert_eq!(g["sidekiq"].cgroup_working_set_bytes, Some(42 << 20));
+        assert_eq!(
+            (g["puma"].cgroup_other_processes, g["puma"].cgroup_shared()),
+            (Some(0), Some(false))
+        );
+        assert_eq!(
+            (
+                g["sidekiq"].cgroup_other_processes,
+                g["sidekiq"].cgroup_shared()
+            ),
+            (Some(1), Some(true))
+        );
         let puma = &g["puma"];
         assert_eq!(puma.processes, 2);
         assert_eq!(puma.rss_bytes, 200 << 20);
@@ -401,6 +560,43 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn groups_sharing_one_cgroup_are_each_marked() {
+        // A host that is not a pod per group: both groups in the session's cgroup.
+        let mut a = process(10, "canary");
+        a.cgroup_working_set = Some(("/user.slice".into(), 1200 << 20));
+        let mut b = process(20, "stable");
+        b.cgroup_working_set = Some(("/user.slice".into(), 1200 << 20));
+        let all: BTreeMap<String, Members> = [(
+            "/user.slice".to_string(),
+            Members {
+                pids: vec![10, 20],
+                complete: true,
+            },
+        )]
+        .into_iter()
+        .collect();
+        let g = group(&[a.clone(), b], &all);
+        for name in ["canary", "stable"] {
+            assert_eq!(g[name].cgroup_working_set_bytes, Some(1200 << 20));
+            assert_eq!(g[name].cgroup_other_processes, Some(1), "{name}");
+            assert_eq!(g[name].cgroup_shared(), Some(true), "{name}");
+        }
+        // Alone in it, but the walk below it was cut short: not shown to be its own.
+        let cut: BTreeMap<String, Members> = [(
+            "/user.slice".to_string(),
+            Members {
+                pids: vec![10],
+                complete: false,
+            },
+        )]
+        .into_iter()
+        .collect();
+        let g = group(&[a], &cut);
+        assert_eq!(g["canary"].cgroup_other_processes, Some(0));
+        assert_eq!(g["canary"].cgroup_shared(), Some(true));
+    }
+
+    #[test]
     fn jemalloc_has_no_glibc_arenas_nor_pitfall() {
         let mut p = process(1, "java");
         p.allocator = Some(AllocatorLabel {
@@ -408,8 +604,10 @@ pub(crate) mod tests {
             how: HowLabel::Preloaded,
         });
         assert!(!p.pitfall());
-        let g = group(&[p]);
+        let g = group(&[p], &BTreeMap::new());
         assert_eq!(g["java"].glibc_arenas, None);
+        // Its cgroup's members unread: not shown to be its own.
+        assert_eq!(g["java"].cgroup_shared(), Some(true));
         assert_eq!(g["java"].pitfall_processes, 0);
     }
 }

@@ -46,6 +46,13 @@ struct ProcessAllocatorLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ProcessJemallocLabels {
+    group: String,
+    pid: String,
+    source: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReasonLabel {
     reason: String,
 }
@@ -86,10 +93,13 @@ struct Groups {
     arena_limit: Family<GroupLabel, IntGauge>,
     estimated: Family<GroupLabel, IntGauge>,
     pitfall: Family<GroupLabel, IntGauge>,
+    jemalloc_arenas: Family<GroupLabel, IntGauge>,
     quota: Family<GroupLabel, RealGauge>,
     visible: Family<GroupLabel, IntGauge>,
     mem_limit: Family<GroupLabel, IntGauge>,
     working_set: Family<GroupLabel, IntGauge>,
+    shared: Family<GroupLabel, IntGauge>,
+    others: Family<GroupLabel, IntGauge>,
     allocator: Family<GroupAllocatorLabels, IntGauge>,
     allocator_processes: Family<GroupAllocatorLabels, IntGauge>,
     probed: Family<GroupLabel, IntGauge>,
@@ -111,11 +121,14 @@ impl Groups {
             arenas: family(reg, "memtrial_group_glibc_arenas", "glibc malloc arenas summed over the group's glibc processes (heap headers read through /proc/PID/mem, or estimated from the maps), cached."),
             arena_limit: family(reg, "memtrial_group_glibc_arena_limit", "The highest glibc arena limit among the group's glibc processes (MALLOC_ARENA_MAX, glibc.malloc.arena_max, else 8 x online CPUs)."),
             estimated: family(reg, "memtrial_group_glibc_arenas_estimated_processes", "glibc processes whose arena count is estimated from the maps (/proc/PID/mem refused): an upper bound."),
-            pitfall: family(reg, "memtrial_group_arena_pitfall", "1 when a glibc process of the group has an arena limit at least 2 x 8 x ceil(CPU quota): glibc sized its arenas from the host's CPUs, not the quota."),
+            pitfall: family(reg, "memtrial_group_arena_pitfall", "1 when a process of the group has arenas sized for the host's CPUs, not its CPU quota: a glibc arena limit at least 2 x 8 x ceil(quota), or jemalloc arenas at least 2 x 4 x ceil(quota) (try MALLOC_CONF=narenas:4 x ceil(quota))."),
+            jemalloc_arenas: family(reg, "memtrial_group_jemalloc_arenas", "jemalloc arenas summed over the group's jemalloc processes: arenas.narenas from memtrial's probe where it is preloaded, else narenas of MALLOC_CONF, else jemalloc's default of 4 per CPU in the affinity mask."),
             quota: family(reg, "memtrial_group_cpu_quota_cpus", "The smallest cgroup CPU quota among the group's processes, in CPUs (absent: no quota)."),
             visible: family(reg, "memtrial_group_visible_cpus", "CPUs the processes see (online CPUs): what glibc sizes its arena limit from."),
             mem_limit: family(reg, "memtrial_group_memory_limit_bytes", "The smallest cgroup memory limit among the group's processes (absent: no limit)."),
-            working_set: family(reg, "memtrial_group_cgroup_working_set_bytes", "The working set of the memory cgroups the group's processes are in (usage less inactive page cache, what the kubelet evicts on), each cgroup counted once; it includes any other process in those cgroups."),
+            working_set: family(reg, "memtrial_group_cgroup_working_set_bytes", "The working set of the memory cgroups the group's processes are in (usage less inactive page cache, what the kubelet evicts on), each cgroup counted once; it includes any other process in those cgroups: the group's own only where memtrial_group_cgroup_shared is 0."),
+            shared: family(reg, "memtrial_group_cgroup_shared", "1 when the group's memory cgroups (or the groups below them) also hold processes outside the group, or could not all be read: its memtrial_group_cgroup_working_set_bytes is then not the group's own (judge will not compare groups on it); 0 when they hold only the group's processes."),
+            others: family(reg, "memtrial_group_cgroup_other_processes", "Processes in the group's memory cgroups (and the groups below them) that are not the group's: another group's, or unmatched; a lower bound when memtrial_group_cgroup_shared is 1 for want of reading them all."),
             allocator: family(reg, "memtrial_group_allocator_info", "An allocator answering malloc in the group's processes and how it got there (default, preloaded, linked, executable, static, several); value 1."),
             allocator_processes: family(reg, "memtrial_group_allocator_processes", "Processes of the group per allocator and how it got there."),
             probed: family(reg, "memtrial_group_probed_processes", "Processes carrying memtrial's allocator probe that reported."),
@@ -136,6 +149,7 @@ struct Processes {
     arenas: Family<ProcessLabels, IntGauge>,
     arena_limit: Family<ProcessLabels, IntGauge>,
     pitfall: Family<ProcessLabels, IntGauge>,
+    jemalloc_arenas: Family<ProcessJemallocLabels, IntGauge>,
     allocator: Family<ProcessAllocatorLabels, IntGauge>,
     live: Family<ProcessLabels, IntGauge>,
     held: Family<ProcessLabels, IntGauge>,
@@ -174,7 +188,12 @@ impl Processes {
             pitfall: family(
                 reg,
                 "memtrial_process_arena_pitfall",
-                "1 when the process's glibc arena limit is at least 2 x 8 x ceil(CPU quota).",
+                "1 when the process's glibc arena limit is at least 2 x 8 x ceil(CPU quota), or its jemalloc arenas at least 2 x 4 x ceil(CPU quota).",
+            ),
+            jemalloc_arenas: family(
+                reg,
+                "memtrial_process_jemalloc_arenas",
+                "jemalloc arenas of one process; source: probe (arenas.narenas), setting (MALLOC_CONF narenas) or default (4 x CPUs in the affinity mask).",
             ),
             allocator: family(
                 reg,
@@ -199,7 +218,7 @@ impl Processes {
 pub(crate) fn encode(s: &Snapshot) -> Result<String, std::fmt::Error> {
     let mut reg = Registry::default();
     let g = Groups::register(&mut reg);
-    for (name, f) in group(&s.processes) {
+    for (name, f) in group(&s.processes, &s.cgroup_members) {
         let l = GroupLabel {
             group: name.clone(),
         };
@@ -222,6 +241,9 @@ pub(crate) fn encode(s: &Snapshot) -> Result<String, std::fmt::Error> {
         g.pitfall
             .get_or_create(&l)
             .set(u64::from(f.pitfall_processes > 0));
+        if let Some(a) = f.jemalloc_arenas {
+            g.jemalloc_arenas.get_or_create(&l).set(a);
+        }
         if let Some(q) = f.cpu_quota_cpus {
             g.quota.get_or_create(&l).set(q);
         }
@@ -231,6 +253,12 @@ pub(crate) fn encode(s: &Snapshot) -> Result<String, std::fmt::Error> {
         }
         if let Some(w) = f.cgroup_working_set_bytes {
             g.working_set.get_or_create(&l).set(w);
+        }
+        if let Some(shared) = f.cgroup_shared() {
+            g.shared.get_or_create(&l).set(u64::from(shared));
+        }
+        if let Some(n) = f.cgroup_other_processes {
+            g.others.get_or_create(&l).set(n);
         }
         for (a, n) in &f.allocators {
             let labels = GroupAllocatorLabels {
@@ -273,6 +301,15 @@ pub(crate) fn encode(s: &Snapshot) -> Result<String, std::fmt::Error> {
                 p.arena_limit.get_or_create(&l).set(a.limit);
             }
             p.pitfall.get_or_create(&l).set(u64::from(f.pitfall()));
+            if let Some(je) = f.jemalloc_arenas {
+                p.jemalloc_arenas
+                    .get_or_create(&ProcessJemallocLabels {
+                        group: f.group.clone(),
+                        pid: l.pid.clone(),
+                        source: je.source.as_str().into(),
+                    })
+                    .set(je.count);
+            }
             if let Some(a) = f.allocator {
                 p.allocator
                     .get_or_create(&ProcessAllocatorLabels {
@@ -461,14 +498,16 @@ mod tests {
             cpu_quota_cpus: Some(1.0),
             visible_cpus: 2,
             memory_limit_bytes: Some(1 << 30),
-            cgroup_working_set: None,
+            cgroup_working_set: Some(("/pod/web".into(), 400 << 20)),
             probe: None,
+            jemalloc_arenas: None,
         };
         let worker = ProcessFigures {
             pid: 101,
             probe: Some(ProbeFigures {
                 live_bytes: Some(90 << 20),
                 held_bytes: Some(150 << 20),
+                arenas: None,
             }),
             ..base.clone()
         };
@@ -485,9 +524,19 @@ mod tests {
                 how: HowLabel::Preloaded,
             }),
             arenas: None,
+            jemalloc_arenas: Some(crate::exporter::figures::JemallocArenas {
+                count: 8,
+                source: crate::exporter::figures::JemallocArenasSource::Default,
+            }),
             cpu_quota_cpus: None,
             memory_limit_bytes: None,
+            // On a host: its cgroup holds a shell and a cron daemon too.
+            cgroup_working_set: Some(("/system.slice/app.service".into(), 2 << 30)),
             ..base.clone()
+        };
+        let members = |pids: &[i32]| crate::linux::container::Members {
+            pids: pids.to_vec(),
+            complete: true,
         };
         Snapshot {
             processes: vec![base, worker, java],
@@ -502,6 +551,15 @@ mod tests {
                 max_age_seconds: 30.0,
             },
             per_process,
+            cgroup_members: [
+                ("/pod/web".to_string(), members(&[100, 101])),
+                (
+                    "/system.slice/app.service".to_string(),
+                    members(&[200, 310, 311]),
+                ),
+            ]
+            .into_iter()
+            .collect(),
         }
     }
 

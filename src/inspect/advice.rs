@@ -113,7 +113,7 @@ impl CpuView {
         let (affinity, jemalloc_default) = (self.affinity, self.jemalloc_default);
         format!(
             "jemalloc's default is 4 arenas per CPU in the affinity mask: 4 × {affinity} = {jemalloc_default} here, also blind to the quota (set MALLOC_CONF=narenas:{} with it)",
-            (q.ceil() as u64).max(1)
+            crate::linux::allocator::jemalloc_arenas_for(q)
         )
     }
 }
@@ -201,31 +201,53 @@ fn glibc_arena_advice(ins: &Inspection, cpus: &CpuView, out: &mut Vec<Advice>) {
 
 /// jemalloc: a default arena count from the affinity mask above the CPU quota.
 fn jemalloc_arena_advice(ins: &Inspection, cpus: &CpuView, out: &mut Vec<Advice>) {
-    let (quota, affinity, jemalloc_default) = (&cpus.quota, cpus.affinity, cpus.jemalloc_default);
-    if let (Some(a), Some((q, path))) = (&ins.allocator, &quota) {
-        let narenas_set = a
-            .settings
-            .iter()
-            .any(|(k, v)| (k == "MALLOC_CONF" || k == "JE_MALLOC_CONF") && v.contains("narenas"));
-        if a.name == "jemalloc" && !narenas_set && q.cpus < f64::from(affinity) {
-            out.push(Advice {
-                kind: AdviceKind::JemallocArenasAboveCpuQuota,
-                message: format!(
-                    "jemalloc makes {jemalloc_default} arenas by default (4 × {affinity} CPUs in the affinity mask) but the quota is {} → set MALLOC_CONF=narenas:{}; try `{}` to measure it",
-                    fmt_cpus(q.cpus),
-                    (q.cpus.ceil() as u64).max(1),
-                    try_line(ins)
-                ),
-                evidence: vec![
-                    format!(
-                        "cgroup {path}: CPU quota {} µs per {} µs = {:.2} CPU",
-                        q.quota_us, q.period_us, q.cpus
-                    ),
-                    format!("{affinity} CPUs in the affinity mask; no narenas in MALLOC_CONF"),
-                ],
-            });
-        }
+    let (quota, affinity) = (&cpus.quota, cpus.affinity);
+    let (Some(j), Some((q, path))) = (&ins.jemalloc_arenas, &quota) else {
+        return;
+    };
+    use crate::linux::allocator::JemallocArenasSource as S;
+    if j.source == S::Setting {
+        return;
     }
+    let Some(warranted) = crate::linux::allocator::jemalloc_arena_pitfall(j.count, Some(q.cpus))
+    else {
+        return;
+    };
+    let counted = match j.source {
+        S::Probe => format!(
+            "{} arenas (arenas.narenas, read by memtrial's probe in the process)",
+            j.count
+        ),
+        _ => format!(
+            "{} arenas by default (4 × {affinity} CPUs in the affinity mask)",
+            j.count
+        ),
+    };
+    out.push(Advice {
+        kind: AdviceKind::JemallocArenasAboveCpuQuota,
+        message: format!(
+            "jemalloc makes {counted}, sized for the host, but the quota is {} → set MALLOC_CONF=narenas:{warranted} (its own 4 per CPU, on the quota); try `{}` to measure it",
+            fmt_cpus(q.cpus),
+            try_line_with(ins, &format!("--variant 'jemalloc-narenas{warranted}=preload:jemalloc MALLOC_CONF=narenas:{warranted}'"))
+        ),
+        evidence: vec![
+            format!(
+                "cgroup {path}: CPU quota {} µs per {} µs = {:.2} CPU",
+                q.quota_us, q.period_us, q.cpus
+            ),
+            format!("{affinity} CPUs in the affinity mask; no narenas in MALLOC_CONF"),
+        ],
+    });
+}
+
+/// `memtrial run VARIANTS -- COMMAND` with the process's own command line.
+fn try_line_with(ins: &Inspection, variants: &str) -> String {
+    let command = if ins.process.cmdline.is_empty() {
+        "COMMAND".to_string()
+    } else {
+        shell_words::join(&ins.process.cmdline)
+    };
+    format!("memtrial run {variants} -- {command}")
 }
 
 /// A preloaded allocator that does not answer malloc.
@@ -426,6 +448,10 @@ mod tests {
             tree: None,
             advice: vec![],
             watch: None,
+            thp: None,
+            trimmable: None,
+            jemalloc_arenas: None,
+            trimmed: None,
         }
     }
 
@@ -576,7 +602,7 @@ mod tests {
             a[0].evidence[2]
         );
         assert!(
-            a[0].evidence[3].contains("4 × 64 = 256") && a[0].evidence[3].contains("narenas:8"),
+            a[0].evidence[3].contains("4 × 64 = 256") && a[0].evidence[3].contains("narenas:32"),
             "{}",
             a[0].evidence[3]
         );
@@ -587,11 +613,24 @@ mod tests {
         let mut i = base();
         i.glibc_arenas = None;
         i.allocator.as_mut().unwrap().name = "jemalloc".into();
+        i.jemalloc_arenas = Some(crate::linux::allocator::jemalloc_arenas(None, &[], 2));
         with_quota(&mut i, 0.5);
         let a = advise(&i);
         assert_eq!(kinds(&i), [AdviceKind::JemallocArenasAboveCpuQuota]);
-        assert!(a[0].message.contains("jemalloc makes 8 arenas by default (4 × 2 CPUs in the affinity mask) but the quota is 0.5 → set MALLOC_CONF=narenas:1"), "{}", a[0].message);
-        i.allocator.as_mut().unwrap().settings = vec![("MALLOC_CONF".into(), "narenas:1".into())];
+        assert!(a[0].message.contains("jemalloc makes 8 arenas by default (4 × 2 CPUs in the affinity mask), sized for the host, but the quota is 0.5 → set MALLOC_CONF=narenas:4"), "{}", a[0].message);
+        assert!(a[0].message.contains("--variant 'jemalloc-narenas4=preload:jemalloc MALLOC_CONF=narenas:4' -- /usr/bin/app --serve"), "{}", a[0].message);
+        // The probe's own count, where it is preloaded.
+        i.jemalloc_arenas = Some(crate::linux::allocator::jemalloc_arenas(Some(8), &[], 2));
+        assert!(advise(&i)[0]
+            .message
+            .contains("8 arenas (arenas.narenas, read by memtrial's probe"));
+        // A quota that warrants them: no advice.
+        with_quota(&mut i, 2.0);
+        assert!(advise(&i).is_empty());
+        with_quota(&mut i, 0.5);
+        let conf = vec![("MALLOC_CONF".into(), "narenas:1".into())];
+        i.allocator.as_mut().unwrap().settings = conf.clone();
+        i.jemalloc_arenas = Some(crate::linux::allocator::jemalloc_arenas(None, &conf, 2));
         assert!(advise(&i).is_empty());
     }
 
@@ -600,6 +639,7 @@ mod tests {
         let mut i = base();
         i.glibc_arenas.as_mut().unwrap().count = 16;
         i.allocator.as_mut().unwrap().name = "jemalloc".into();
+        i.jemalloc_arenas = Some(crate::linux::allocator::jemalloc_arenas(None, &[], 2));
         with_quota(&mut i, 0.5);
         // jemalloc's own arenas, never glibc's.
         assert_eq!(kinds(&i), [AdviceKind::JemallocArenasAboveCpuQuota]);

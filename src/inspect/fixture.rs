@@ -113,6 +113,25 @@ pub fn inspection() -> Inspection {
             samples,
             trend: trend::trend(&series, &TrendRules::default()),
         }),
+        thp: Some(super::ThpSeen {
+            host: crate::linux::thp::ThpMode {
+                enabled: "madvise".into(),
+                defrag: "madvise".into(),
+            },
+            enabled_for_process: Some(true),
+            anon_huge_bytes: Some(0),
+        }),
+        trimmable: Some(crate::linux::glibc_heap::Trimmable {
+            bytes: 41 << 20,
+            top_bytes: 1 << 20,
+            free_chunks: 1_234,
+            free_bytes: 44 << 20,
+            heaps: 5,
+            chunks: 250_000,
+            complete: true,
+        }),
+        jemalloc_arenas: None,
+        trimmed: None,
     };
     ins.advice = advice::advise(&ins);
     ins

@@ -168,6 +168,26 @@ pub(crate) fn gather(pid: i32) -> Result<Inspection, InspectError> {
     last_look(&mut p, stat.starttime_ticks);
 
     let runtimes = runtime_hints(&libs, exe_link.as_deref(), &cmdline, exe_facts.as_ref());
+    let thp = crate::linux::thp::host_mode().map(|host| ThpSeen {
+        host,
+        enabled_for_process: status.thp_enabled,
+        anon_huge_bytes: rollup.as_ref().map(|r| r.anon_huge),
+    });
+    let trimmable = trimmable_of(&mut p, allocator.as_ref(), &maps, &heap_ranges);
+    let jemalloc_arenas = allocator
+        .as_ref()
+        .filter(|a| a.name.starts_with("jemalloc"))
+        .map(|_| {
+            let visible = container
+                .as_ref()
+                .and_then(|c| c.cpus_allowed_count)
+                .unwrap_or(online_cpus);
+            crate::linux::allocator::jemalloc_arenas(
+                probe_arenas(pid, &env, &status),
+                &env,
+                visible,
+            )
+        });
     let access = access_of(&p, &status_text);
     let mut ins = Inspection {
         schema_version: SCHEMA_VERSION,
@@ -199,9 +219,170 @@ pub(crate) fn gather(pid: i32) -> Result<Inspection, InspectError> {
         tree: None,
         advice: Vec::new(),
         watch: None,
+        thp,
+        trimmable,
+        jemalloc_arenas,
+        trimmed: None,
     };
     ins.advice = advice::advise(&ins);
     Ok(ins)
+}
+
+/// What `malloc_trim(0)` could give back from a glibc process now (a walk over its heaps
+/// through `/proc/PID/mem` and `pagemap`); `None` for another allocator, or when the walk
+/// cannot be made (said in `missing`).
+fn trimmable_of(
+    p: &mut Partial,
+    allocator: Option<&Allocator>,
+    maps: &[Mapping],
+    heap_ranges: &[(u64, u64)],
+) -> Option<crate::linux::glibc_heap::Trimmable> {
+    if p.gone || !allocator.is_some_and(|a| a.is_glibc()) {
+        return None;
+    }
+    let starts: Vec<u64> = heap_ranges.iter().map(|(s, _)| *s).collect();
+    match crate::linux::glibc_heap::trimmable(p.pid, maps, &starts, proc::page_size()) {
+        Ok(t) => Some(t),
+        Err(e) => {
+            p.missing.push(format!("what a trim could return: {e}"));
+            None
+        }
+    }
+}
+
+/// Asks memtrial's probe library in process `pid` to call `malloc_trim(0)` now: the library
+/// must be preloaded with `MEMTRIAL_TRIM_DIR` (its trimming thread then looks for a request
+/// once a second); memtrial never trims a process from outside. Makes
+/// `<dir>/<pid>.request` beneath the process's root (no link followed, a directory of the
+/// process's owner or root) and waits for the call's line in `<dir>/<pid>`: a request not
+/// taken within 5 s is removed again.
+fn ask_trim(pid: i32) -> Result<Trimmed, String> {
+    let status = proc::read_status(pid).map_err(|e| e.to_string())?;
+    let env = proc::read_environ(pid).map_err(|e| e.to_string())?;
+    let Some(dir) = env
+        .iter()
+        .find(|(k, _)| k == "MEMTRIAL_TRIM_DIR")
+        .map(|(_, v)| v.clone())
+        .filter(|d| !d.is_empty())
+    else {
+        return Err(format!(
+            "process {pid} does not carry memtrial's probe library with MEMTRIAL_TRIM_DIR; \
+             memtrial never trims a process from outside: start it with \
+             LD_PRELOAD=<memtrial probe-library --out …> MEMTRIAL_TRIM_DIR=DIR (its thread \
+             trims when asked), or measure trimming as a variant: memtrial run --variant \
+             'trim10s=trim:10s' …"
+        ));
+    };
+    let rel = std::path::Path::new(&dir)
+        .strip_prefix("/")
+        .map_err(|_| format!("MEMTRIAL_TRIM_DIR={dir} is not an absolute path"))?
+        .to_path_buf();
+    let own = status.ns_pid.unwrap_or(pid).to_string();
+    let root = std::path::PathBuf::from(format!("/proc/{pid}/root"));
+    let account = rel.join(&own);
+    let lines = || -> Vec<String> {
+        crate::linux::safe_file::open_beneath(&root, &account, &status.uids)
+            .ok()
+            .and_then(|f| crate::linux::safe_file::read_head_and_tail(&f, 1024, 64 << 10).ok())
+            .map(|(head, tail, cut)| {
+                // The header from the head; the calls from the tail (its first line partial
+                // when the file is longer than the tail).
+                let head = String::from_utf8_lossy(&head);
+                let mut out: Vec<String> = head.lines().take(1).map(String::from).collect();
+                let tail = String::from_utf8_lossy(&tail);
+                out.extend(
+                    tail.lines()
+                        .skip(usize::from(cut))
+                        .filter(|l| !l.starts_with('#'))
+                        .map(String::from),
+                );
+                out
+            })
+            .unwrap_or_default()
+    };
+    let before = lines();
+    if let Some(h) = before
+        .first()
+        .filter(|h| h.starts_with("# memtrial-trim 1 "))
+    {
+        if h.split(' ').nth(4).is_none_or(|a| a != "glibc") {
+            return Err(format!(
+                "malloc_trim is glibc's, and the probe library found another allocator answering malloc ({h})"
+            ));
+        }
+    }
+    let calls = |ls: &[String]| ls.iter().filter(|l| !l.starts_with('#')).count();
+    let seen = calls(&before);
+    let request = crate::linux::safe_file::create_new_beneath(
+        &root,
+        &rel.join(format!("{own}.request")),
+        &status.uids,
+    )
+    .map_err(|e| format!("cannot ask: {e}"))?;
+    // The library looks once a second: a request still there after 5 s is not heard (and is
+    // taken back, so that nothing trims later); one taken is a call under way, which may
+    // take long on a large heap (up to 2 minutes are waited for its line).
+    let asked = std::time::Instant::now();
+    let mut taken: Option<std::time::Instant> = None;
+    loop {
+        let now = lines();
+        if calls(&now) > seen {
+            let last = now
+                .iter()
+                .rfind(|l| !l.starts_with('#'))
+                .cloned()
+                .unwrap_or_default();
+            let (before, after, cpu_ns, wall_ns, released) =
+                crate::probe::trim::parse_trim_line(&last)
+                    .ok_or_else(|| format!("the probe library wrote {last:?}"))?;
+            return Ok(Trimmed {
+                resident_before_bytes: before,
+                resident_after_bytes: after,
+                cpu_ns,
+                wall_ns,
+                released,
+            });
+        }
+        if taken.is_none() && !request.exists() {
+            taken = Some(std::time::Instant::now());
+        }
+        match taken {
+            None if asked.elapsed() > Duration::from_secs(5) => {
+                let _ = request.remove();
+                return Err(format!(
+                    "no answer within 5 s: the probe library in process {pid} did not take the request (is its \
+                     trimming thread running? it needs MEMTRIAL_TRIM_DIR={dir} when the process starts); \
+                     the request was taken back, nothing was trimmed"
+                ));
+            }
+            Some(t) if t.elapsed() > Duration::from_secs(120) => {
+                return Err(format!(
+                    "the probe library in process {pid} took the request but wrote no call's line \
+                     in {dir}/{own} within 2 minutes"
+                ));
+            }
+            _ => {}
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// jemalloc's own arena count from memtrial's probe in the process, where it is preloaded:
+/// the latest line of `<MEMTRIAL_PROBE_DIR>/<its PID in its namespace>`, read through its
+/// root as a regular file of its owner (never a link or a FIFO).
+fn probe_arenas(pid: i32, env: &[(String, String)], status: &proc::Status) -> Option<u64> {
+    let dir = env
+        .iter()
+        .find(|(k, _)| k == "MEMTRIAL_PROBE_DIR")
+        .map(|(_, v)| v.as_str())?;
+    let rel = std::path::Path::new(dir)
+        .strip_prefix("/")
+        .ok()?
+        .join(status.ns_pid.unwrap_or(pid).to_string());
+    let root = std::path::PathBuf::from(format!("/proc/{pid}/root"));
+    let file = crate::linux::safe_file::open_beneath(&root, &rel, &status.uids).ok()?;
+    let (head, tail, cut) = crate::linux::safe_file::read_head_and_tail(&file, 1024, 8192).ok()?;
+    crate::probe::allocator::latest_of(&head, &tail, cut)?.arenas
 }
 
 /// The host's CPUs and memory.
@@ -444,6 +625,8 @@ pub struct Options {
     pub interval: Duration,
     /// Sum over the process and its descendants.
     pub tree: bool,
+    /// Ask memtrial's probe library in the process to call `malloc_trim(0)` now.
+    pub trim: bool,
 }
 
 /// Runs `memtrial inspect --top N`: the processes holding the most memory.
@@ -460,6 +643,13 @@ pub fn run(
     stop: &AtomicBool,
 ) -> Result<Inspection, InspectError> {
     let mut ins = gather(opts.pid)?;
+    if opts.trim {
+        note(&format!(
+            "asking PID {}'s probe library to call malloc_trim(0)…",
+            opts.pid
+        ));
+        ins.trimmed = Some(ask_trim(opts.pid).map_err(InspectError::Trim)?);
+    }
     if opts.tree {
         match procs::tree(opts.pid) {
             Ok(t) => ins.tree = Some(t),

@@ -29,6 +29,8 @@ pub enum InspectError {
     KernelThread { pid: i32, comm: String },
     #[error(transparent)]
     Proc(ProcError),
+    #[error("--trim: {0}")]
+    Trim(String),
 }
 /// A runtime recognised in the process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -205,4 +207,42 @@ pub struct Inspection {
     pub tree: Option<procs::Tree>,
     pub advice: Vec<Advice>,
     pub watch: Option<Watch>,
+    /// Transparent huge pages: the host's mode, whether the process may use them, and its
+    /// memory in them (`None`: the kernel has no THP).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thp: Option<ThpSeen>,
+    /// glibc processes: what `malloc_trim(0)` could give back now, from a walk over its
+    /// heaps (nothing is trimmed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trimmable: Option<crate::linux::glibc_heap::Trimmable>,
+    /// jemalloc processes: its arenas and where the count comes from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jemalloc_arenas: Option<crate::linux::allocator::JemallocArenas>,
+    /// `--trim`: what the `malloc_trim(0)` memtrial's probe library made when asked did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trimmed: Option<Trimmed>,
+}
+
+/// One `malloc_trim(0)` call asked of a process (`inspect --trim`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Trimmed {
+    /// Its resident bytes just before and just after the call.
+    pub resident_before_bytes: u64,
+    pub resident_after_bytes: u64,
+    /// CPU time inside `malloc_trim`, and the call's wall time, in ns.
+    pub cpu_ns: u64,
+    pub wall_ns: u64,
+    /// glibc said it released memory.
+    pub released: bool,
+}
+
+/// Transparent huge pages in one process.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ThpSeen {
+    /// The host's `enabled` and `defrag`.
+    pub host: crate::linux::thp::ThpMode,
+    /// `THP_enabled` of its status (`false`: turned off for it with `prctl`).
+    pub enabled_for_process: Option<bool>,
+    /// `AnonHugePages` of its `smaps_rollup`.
+    pub anon_huge_bytes: Option<u64>,
 }

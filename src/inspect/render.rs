@@ -300,6 +300,7 @@ fn render_screen(ins: &Inspection, color: bool) -> String {
     screen_mappings(&mut o, ins);
     screen_allocator(&mut o, ins, color);
     screen_arenas(&mut o, ins, color);
+    screen_knobs(&mut o, ins, color);
     screen_cgroup(&mut o, ins, color);
     screen_watch(&mut o, ins, color);
     screen_advice(&mut o, ins, color);
@@ -527,6 +528,72 @@ fn screen_arenas(o: &mut String, ins: &Inspection, color: bool) {
             ar.limit,
             ar.threads
         );
+    }
+}
+
+/// The screen's lines on huge pages, what a trim could return, and jemalloc's arenas.
+fn screen_knobs(o: &mut String, ins: &Inspection, color: bool) {
+    let h = |s: &str| bold(s, color);
+    if let Some(t) = &ins.thp {
+        let share = match (t.anon_huge_bytes, ins.memory.rss_bytes) {
+            (Some(huge), rss) if rss > 0 => format!(
+                " · {} of {} resident in huge pages (AnonHugePages)",
+                b(huge),
+                b(rss)
+            ),
+            _ => String::new(),
+        };
+        let own = match t.enabled_for_process {
+            Some(false) => " · THP off for the process (THP_enabled: 0)",
+            _ => "",
+        };
+        let _ = writeln!(
+            o,
+            "{} host THP {}{share}{own}",
+            h("Huge pages"),
+            esc(&t.host.describe())
+        );
+    }
+    if let Some(t) = &ins.trimmable {
+        let _ = writeln!(
+            o,
+            "{}       malloc_trim(0) could give back {} now{}: the resident whole pages of {} free chunks ({}), {} of it at the main heap's top; {}",
+            h("Trim"),
+            b(t.bytes),
+            if t.complete { "" } else { " or more (a heap changed while walked)" },
+            crate::units::format_count(t.free_chunks),
+            b(t.free_bytes),
+            b(t.top_bytes),
+            if ins.trimmed.is_some() {
+                "read before the call below"
+            } else {
+                "nothing was trimmed"
+            }
+        );
+    }
+    if let Some(t) = &ins.trimmed {
+        let _ = writeln!(
+            o,
+            "{}    malloc_trim(0) asked of the probe library: resident {} → {} ({} returned), {} of CPU inside it, the call took {}",
+            h("Trimmed"),
+            b(t.resident_before_bytes),
+            b(t.resident_after_bytes),
+            b(t.resident_before_bytes.saturating_sub(t.resident_after_bytes)),
+            crate::units::format_seconds(t.cpu_ns as f64 / 1e9),
+            crate::units::format_seconds(t.wall_ns as f64 / 1e9)
+        );
+    }
+    if let Some(j) = &ins.jemalloc_arenas {
+        use crate::linux::allocator::JemallocArenasSource as S;
+        let from = match j.source {
+            S::Probe => "arenas.narenas, from memtrial's probe in the process".to_string(),
+            S::Setting => "narenas of its MALLOC_CONF".to_string(),
+            S::Default => {
+                "jemalloc's default, 4 per CPU in its affinity mask: not read from the process"
+                    .to_string()
+            }
+        };
+        let _ = writeln!(o, "{} {} jemalloc arenas ({from})", h("jemalloc"), j.count);
     }
 }
 

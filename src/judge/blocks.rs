@@ -69,12 +69,13 @@ impl Cells {
     }
 }
 
-/// A pod's name: its labels but the metric's name.
+/// A pod's name: its labels but the metric's name, each label's name and value escaped
+/// (a name is shown as text, whatever a server sent).
 pub fn pod_name(s: &Series) -> String {
     s.labels
         .iter()
         .filter(|(k, _)| k.as_str() != "__name__")
-        .map(|(k, v)| format!("{k}={v:?}"))
+        .map(|(k, v)| crate::escape::terminal(&format!("{k}={v:?}")))
         .collect::<Vec<_>>()
         .join(",")
 }
@@ -91,9 +92,22 @@ pub fn warm_from(first: f64, start: f64, step: f64, warmup: f64) -> f64 {
     }
 }
 
+/// The index of the first point kept of a series (sorted by time) whose warm-up ends at
+/// `from`: the first at or after `from` whose value is not the one held from before `from`.
+/// Prometheus repeats a sample at every step until the next one: a target that refreshes
+/// its figures every 15 s, like the kubelet's cAdvisor, would otherwise carry a value read
+/// while the container was starting (a few MiB) past its warm-up.
+pub fn warm_start(points: &[(f64, f64)], from: f64) -> usize {
+    let i = points.partition_point(|p| p.0 < from);
+    let Some(&(_, held)) = i.checked_sub(1).map(|j| &points[j]) else {
+        return i;
+    };
+    i + points[i..].iter().take_while(|p| p.1 == held).count()
+}
+
 /// The series of one group cut into `n` blocks of `block` seconds from `start`. A series
 /// that begins later than one `step` into the window started there (a rollout, a restart):
-/// its first `warmup` seconds are left out.
+/// its first `warmup` seconds are left out, and the value it held then ([`warm_start`]).
 pub fn cells(series: &[Series], start: f64, block: f64, n: usize, step: f64, warmup: f64) -> Cells {
     let mut out = Cells {
         pods: Vec::new(),
@@ -110,7 +124,7 @@ pub fn cells(series: &[Series], start: f64, block: f64, n: usize, step: f64, war
             out.warmed += 1;
         }
         let mut per: Vec<Vec<f64>> = vec![Vec::new(); n];
-        for &(t, v) in s.points.iter().filter(|(t, _)| *t >= from) {
+        for &(t, v) in &s.points[warm_start(&s.points, from)..] {
             let b = ((t - start) / block).floor();
             if b >= 0.0 && (b as usize) < n {
                 per[b as usize].push(v);
@@ -241,5 +255,45 @@ mod tests {
         assert_eq!(c.warmed, 1);
         assert_eq!(c.cells[1], vec![None, None, None, Some(2.0)]);
         assert_eq!(c.cells[0], vec![Some(1.0); 4]);
+    }
+
+    /// cAdvisor refreshes a container's figures every ~15 s while Prometheus's steps are 1 s:
+    /// the value read as the container started is repeated past a 6 s warm-up, and stays
+    /// out until the next sample.
+    #[test]
+    fn a_value_held_from_the_warm_up_stays_out() {
+        let points: Vec<(f64, f64)> = (10..70)
+            .map(|t| {
+                (
+                    f64::from(t),
+                    if t < 25 {
+                        2.0
+                    } else if t < 40 {
+                        300.0
+                    } else {
+                        400.0
+                    },
+                )
+            })
+            .collect();
+        assert_eq!(points[warm_start(&points, 16.0)], (25.0, 300.0));
+        assert_eq!(warm_start(&points, f64::NEG_INFINITY), 0);
+        assert_eq!(points[warm_start(&points, 30.0)], (40.0, 400.0));
+        assert_eq!(warm_start(&points, 80.0), points.len());
+        let s = vec![series("new", points)];
+        let c = cells(&s, 0.0, 10.0, 7, 1.0, 6.0);
+        assert_eq!(c.warmed, 1);
+        assert_eq!(
+            c.cells[0],
+            vec![
+                None,
+                None,
+                Some(300.0),
+                Some(300.0),
+                Some(400.0),
+                Some(400.0),
+                Some(400.0)
+            ]
+        );
     }
 }

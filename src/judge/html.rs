@@ -2,12 +2,13 @@
 //! style of a trial's report — the recommendation first, the table of groups with ratios
 //! and intervals, leak or fragmentation, a chart of each group's memory per time block,
 //! the notes and how it was measured. No scripts, no fetches; every string from
-//! Prometheus or the user goes through maud's escaping.
+//! Prometheus or the user goes through maud's escaping, and no control or bidirectional
+//! character is left raw in the page.
 
 use maud::{html, Markup, PreEscaped, DOCTYPE};
 
 use super::{GroupResult, Judgement};
-use crate::report::charts::{css_color, named_lines};
+use crate::report::charts::{css_color, named_lines, Named, NamedChart, Picture};
 use crate::report::html::STYLE;
 use crate::units::{format_bytes, format_seconds};
 
@@ -50,34 +51,47 @@ fn time_unit(seconds: f64) -> (f64, &'static str) {
 
 /// Each group's memory per block, on one axis from each window's start (a window before and
 /// one after a rollout lie over each other).
-fn chart(j: &Judgement) -> Option<String> {
+fn chart(j: &Judgement) -> Option<Picture> {
     let longest = j.groups.iter().map(|g| g.per_block.len()).max()? as f64 * j.block_seconds;
     let (unit, x_desc) = time_unit(longest);
     let bytes = j.metric.ends_with("_bytes");
     let scale = if bytes { 1048576.0 } else { 1.0 };
-    let series: Vec<(String, Vec<(f64, f64)>)> = j
+    // One point per block with data; a block without any breaks the line (a line joins
+    // neighbours at most 1.5 blocks apart).
+    let span = j.block_seconds / unit;
+    let short = match unit {
+        u if u >= 86400.0 => "d",
+        u if u >= 3600.0 => "h",
+        u if u >= 60.0 => "min",
+        _ => "s",
+    };
+    let series: Vec<Named> = j
         .groups
         .iter()
-        .map(|g| {
-            let pts = g
+        .map(|g| Named {
+            name: g.name.clone(),
+            points: g
                 .per_block
                 .iter()
                 .enumerate()
-                .filter_map(|(k, v)| {
-                    v.map(|v| ((k as f64 + 0.5) * j.block_seconds / unit, v / scale))
-                })
-                .collect();
-            (g.name.clone(), pts)
+                .filter_map(|(k, v)| v.map(|v| ((k as f64 + 0.5) * span, v / scale, 1.5 * span)))
+                .collect(),
         })
         .collect();
+    let title = format!(
+        "{}: each group's median over its pods, per block of {}",
+        j.metric,
+        format_seconds(j.block_seconds)
+    );
     named_lines(
-        &format!(
-            "{}: each group's median over its pods, per block of {}",
-            j.metric,
-            format_seconds(j.block_seconds)
-        ),
-        x_desc,
-        if bytes { "MiB" } else { "" },
+        &NamedChart {
+            title: &title,
+            x_desc,
+            y_desc: if bytes { "MiB" } else { "" },
+            what: "each group's median per block",
+            limit: "one block",
+            format: &|x| format!("{x:.1} {short}"),
+        },
         &series,
     )
 }
@@ -119,6 +133,12 @@ pub fn render(j: &Judgement) -> String {
                     (j.metric) " from Prometheus " code { (j.prometheus) }
                     "; step " (j.step_seconds) " s; blocks of " (format_seconds(j.block_seconds))
                     "; warm-up " (format_seconds(j.warmup_seconds))
+                }
+                p.small {
+                    "Metric: " code { (j.metric) } ", " (j.metric_why) "."
+                    @for k in &j.skipped_metrics {
+                        br; "Not " code { (k.metric) } ": " (k.why) "."
+                    }
                 }
                 div class=(if keep { "verdict none" } else { "verdict" }) {
                     "Recommendation: " (j.recommendation)
@@ -172,9 +192,9 @@ pub fn render(j: &Judgement) -> String {
                         }
                     }
                 }
-                @if let Some(svg) = chart(j) {
+                @if let Some(picture) = chart(j) {
                     h2 { "Over time" }
-                    figure { (PreEscaped(svg)) }
+                    (picture)
                 }
                 @if !j.notes.is_empty() {
                     h2 { "Notes" }
@@ -185,7 +205,7 @@ pub fn render(j: &Judgement) -> String {
                     "Per pod, the median of each block of " (format_seconds(j.block_seconds))
                     "; a pod that started in the window loses its first "
                     (format_seconds(j.warmup_seconds))
-                    "; a group's figure is the median of its pods' blocks; a ratio's 95% interval \
+                    " and the value it held then (until its next sample); a group's figure is the median of its pods' blocks; a ratio's 95% interval \
                      comes from 2,000 bootstrap resamples drawing pods with replacement and runs \
                      of neighbouring blocks, the same blocks for groups over the same window. \
                      Leak or fragmentation is judged per pod by a local run's rules on the \
@@ -194,15 +214,23 @@ pub fn render(j: &Judgement) -> String {
             }
         }
     };
-    page.into_string()
+    // Controls and bidirectional characters from a server's labels shown as escapes, as
+    // in a trial's report: none reaches a terminal the page is printed on.
+    crate::escape::visible_controls(&page.into_string()).into_owned()
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::judge::why::GroupWhy;
+    use crate::judge::Skipped;
 
-    fn group(name: &str, selector: &str, median: f64, ratio: Option<f64>) -> GroupResult {
+    pub(crate) fn group(
+        name: &str,
+        selector: &str,
+        median: f64,
+        ratio: Option<f64>,
+    ) -> GroupResult {
         GroupResult {
             name: name.into(),
             selector: selector.into(),
@@ -240,6 +268,11 @@ mod tests {
         let j = Judgement {
             prometheus: "http://127.0.0.1:9090".into(),
             metric: "container_memory_working_set_bytes".into(),
+            metric_why: "named with --metric".into(),
+            skipped_metrics: vec![Skipped {
+                metric: "memtrial_group_cgroup_working_set_bytes".into(),
+                why: "base's memory cgroups also hold <i>processes</i>".into(),
+            }],
             step_seconds: 87,
             block_seconds: 3600.0,
             warmup_seconds: 3600.0,
@@ -254,9 +287,40 @@ mod tests {
         assert!(!page.contains("<script>x"), "{page}");
         assert!(page.contains("&lt;script&gt;x"));
         assert!(page.contains("a &lt;b&gt;note"));
+        assert!(page.contains(
+            "Metric: <code>container_memory_working_set_bytes</code>, named with --metric."
+        ));
+        assert!(page.contains("also hold &lt;i&gt;processes"));
         assert!(page.contains("<svg"));
         assert!(page.contains("hours since the window"));
         let rec = page.find("Recommendation: jemalloc").unwrap();
         assert!(rec < page.find("<table").unwrap());
+    }
+
+    /// A block of a group without data breaks its line, said under the chart.
+    #[test]
+    fn a_block_without_data_breaks_the_line() {
+        let mut base = group("base", "app=\"base\"", 2e9, None);
+        for k in 9..12 {
+            base.per_block[k] = None;
+        }
+        let j = Judgement {
+            prometheus: "http://127.0.0.1:9090".into(),
+            metric: "container_memory_working_set_bytes".into(),
+            step_seconds: 87,
+            block_seconds: 3600.0,
+            warmup_seconds: 3600.0,
+            groups: vec![base, group("jemalloc", "app=\"je\"", 1e9, Some(0.5))],
+            recommendation: "jemalloc: 0.50×".into(),
+            notes: vec![],
+            metric_why: String::new(),
+            skipped_metrics: vec![],
+        };
+        let page = render(&j);
+        assert!(
+            page.contains("each group&#39;s median per block: the line breaks at every gap longer than one block: 1 in 2 series, the longest 4.0 h (base, from 8.5 h to 12.5 h).")
+                || page.contains("each group's median per block: the line breaks at every gap longer than one block: 1 in 2 series, the longest 4.0 h (base, from 8.5 h to 12.5 h)."),
+            "{page}"
+        );
     }
 }

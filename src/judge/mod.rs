@@ -17,7 +17,7 @@ pub mod why;
 use serde::Serialize;
 
 use blocks::{Cells, MIN_BLOCKS};
-use prom::{Prometheus, MAX_POINTS};
+use prom::{Prometheus, Values, MAX_POINTS};
 
 /// The memory metrics tried in order when none is named.
 pub const METRICS: &[&str] = &[
@@ -27,6 +27,15 @@ pub const METRICS: &[&str] = &[
     "memtrial_group_resident_bytes",
     "process_resident_memory_bytes",
 ];
+
+/// The exporter's mark of a group whose cgroup figures are not its own (its memory
+/// cgroups hold other processes, or could not all be read), and how many others they hold.
+const CGROUP_SHARED: &str = "memtrial_group_cgroup_shared";
+const CGROUP_OTHERS: &str = "memtrial_group_cgroup_other_processes";
+
+/// The exporter's metrics that are a cgroup's figure, not the group's processes' own: each
+/// group's series is its own only where [`CGROUP_SHARED`] says so.
+const CGROUP_METRICS: &[&str] = &["memtrial_group_cgroup_working_set_bytes"];
 
 /// The other memory figures shown beside each primary metric, where they are exported for
 /// the baseline: cAdvisor's RSS beside its working set, memtrial's PSS beside its RSS, and
@@ -135,10 +144,24 @@ pub const WEEK: f64 = 7.0 * 86400.0;
 const RESTARTS: &str = "kube_pod_container_status_restarts_total";
 const TERMINATED: &str = "kube_pod_container_status_last_terminated_reason";
 
+/// A memory metric left out because its series do not belong to each group.
+#[derive(Debug, Clone, Serialize)]
+pub struct Skipped {
+    pub metric: String,
+    pub why: String,
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct Judgement {
     pub prometheus: String,
     pub metric: String,
+    /// Why this metric: named, or the first of [`METRICS`] with the baseline's series whose
+    /// series belong to each group.
+    pub metric_why: String,
+    /// Metrics passed over (the primary ones before it, and the other memory metrics),
+    /// each with why.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub skipped_metrics: Vec<Skipped>,
     pub step_seconds: u64,
     pub block_seconds: f64,
     pub warmup_seconds: f64,
@@ -250,25 +273,145 @@ fn query(metric: &str, g: &Group) -> String {
     format!("{metric}{{{}}}", g.selector.trim())
 }
 
-/// The named metric, or the first of [`METRICS`] that has the baseline's series.
+/// What a metric's values are: bytes of memory when its name says so (Prometheus's
+/// naming rule: the unit is the name's suffix), refused when impossible.
+fn values_of(metric: &str) -> Values {
+    if metric.ends_with("_bytes") {
+        Values::Bytes
+    } else {
+        Values::Any
+    }
+}
+
+/// Why `metric` cannot compare the groups: its series are not each group's own. Two ways
+/// to know: the exporter marks a group whose cgroup holds other processes
+/// ([`CGROUP_SHARED`], for [`CGROUP_METRICS`]); and two groups over overlapping windows
+/// whose selectors pick the same series. `None` when each group's series are its own.
+fn shared_between(
+    prom: &Prometheus,
+    spec: &JudgeSpec,
+    metric: &str,
+    step: u64,
+    progress: &mut dyn FnMut(&str),
+) -> Result<Option<String>, String> {
+    let mut ask = |q: String, g: &Group| -> Result<Vec<prom::Series>, String> {
+        progress(&format!("{}: {q}", g.name));
+        prom.query_range(&q, g.start, g.end, step)
+            .map_err(|e| e.to_string())
+    };
+    if CGROUP_METRICS.contains(&metric) {
+        for g in &spec.groups {
+            let marks = ask(query(CGROUP_SHARED, g), g)?;
+            if marks.iter().all(|s| s.points.is_empty()) {
+                return Ok(Some(format!(
+                    "the exporter does not say whether {}'s cgroups hold only its processes \
+                     ({CGROUP_SHARED} has no series: an exporter older than this memtrial)",
+                    g.name
+                )));
+            }
+            if marks.iter().any(|s| s.points.iter().any(|p| p.1 >= 1.0)) {
+                let most = ask(query(CGROUP_OTHERS, g), g)?
+                    .iter()
+                    .flat_map(|s| s.points.iter().map(|p| p.1))
+                    .fold(0.0f64, f64::max);
+                let others = if most >= 1.0 {
+                    format!(" (up to {most:.0} other process(es))")
+                } else {
+                    " (its members could not all be read)".to_string()
+                };
+                return Ok(Some(format!(
+                    "{}'s memory cgroups also hold processes outside the group{others}, as the \
+                     exporter marks them ({CGROUP_SHARED} = 1): a cgroup's figure there is not \
+                     the group's own, and groups sharing one cgroup all get the same",
+                    g.name
+                )));
+            }
+        }
+    }
+    let mut picked: Vec<std::collections::BTreeSet<String>> = Vec::new();
+    for g in &spec.groups {
+        picked.push(
+            ask(query(metric, g), g)?
+                .iter()
+                .filter(|s| !s.points.is_empty())
+                .map(blocks::pod_name)
+                .collect(),
+        );
+    }
+    for (i, a) in spec.groups.iter().enumerate() {
+        for (j, b) in spec.groups.iter().enumerate().skip(i + 1) {
+            let overlap = a.start < b.end && b.start < a.end;
+            if let Some(same) = picked[i]
+                .intersection(&picked[j])
+                .next()
+                .filter(|_| overlap)
+            {
+                return Ok(Some(format!(
+                    "{} and {} select the same series ({{{same}}}) over the same time",
+                    a.name, b.name
+                )));
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// The metric to judge on and why, with the metrics passed over: the named one (refused
+/// when its series are shared between the groups), or the first of [`METRICS`] that has
+/// the baseline's series and whose series belong to each group.
 fn find_metric(
     prom: &Prometheus,
     spec: &JudgeSpec,
     step: u64,
     progress: &mut dyn FnMut(&str),
-) -> Result<String, String> {
+) -> Result<(String, String, Vec<Skipped>), String> {
     if let Some(m) = &spec.metric {
-        return Ok(m.clone());
+        if let Some(why) = shared_between(prom, spec, m, step, progress)? {
+            return Err(format!(
+                "--metric {m}: its series are not each group's own ({why}); name a metric that \
+                 belongs to each group, e.g. memtrial_group_resident_bytes (the group's own \
+                 processes) or memtrial_process_resident_bytes (--per-process)"
+            ));
+        }
+        return Ok((m.clone(), "named with --metric".into(), Vec::new()));
     }
     let base = &spec.groups[0];
+    let mut skipped = Vec::new();
     for m in METRICS {
         progress(&format!("looking for {m} of the baseline"));
         let s = prom
-            .query_range(&query(m, base), base.start, base.end, step)
+            .query_values(&query(m, base), (base.start, base.end, step), values_of(m))
             .map_err(|e| e.to_string())?;
-        if s.iter().any(|s| !s.points.is_empty()) {
-            return Ok(m.to_string());
+        if !s.iter().any(|s| !s.points.is_empty()) {
+            continue;
         }
+        if let Some(why) = shared_between(prom, spec, m, step, progress)? {
+            skipped.push(Skipped {
+                metric: m.to_string(),
+                why,
+            });
+            continue;
+        }
+        let why = if skipped.is_empty() {
+            format!(
+                "the first memory metric memtrial knows with series for {{{}}}",
+                base.selector.trim()
+            )
+        } else {
+            format!(
+                "the first memory metric memtrial knows with series for {{{}}} that belong to each group ({} passed over: see why)",
+                base.selector.trim(),
+                skipped.iter().map(|k| k.metric.as_str()).collect::<Vec<_>>().join(", ")
+            )
+        };
+        return Ok((m.to_string(), why, skipped));
+    }
+    if let Some(k) = skipped.first() {
+        return Err(format!(
+            "no memory metric memtrial knows belongs to each group: {} was passed over because \
+             {}; run the exporter with --per-process, or name a metric with --metric",
+            k.metric, k.why
+        ));
     }
     Err(format!(
         "the baseline's selector {{{}}} matches no series of any memory metric memtrial knows \
@@ -294,7 +437,7 @@ fn memory_cells(
         let q = query(metric, g);
         progress(&format!("{}: {q}", g.name));
         let series = prom
-            .query_range(&q, g.start, g.end, step)
+            .query_values(&q, (g.start, g.end, step), values_of(metric))
             .map_err(|e| e.to_string())?;
         if required && series.iter().all(|s| s.points.is_empty()) {
             return Err(format!(
@@ -305,24 +448,32 @@ fn memory_cells(
             ));
         }
         let n = block_count(g, block);
-        out.push(blocks::cells(
-            &series,
-            g.start,
-            block,
-            n,
-            step as f64,
-            warmup,
-        ));
+        let cells = blocks::cells(&series, g.start, block, n, step as f64, warmup);
+        if required && values_of(metric) == Values::Bytes && cells.figure() == Some(0.0) {
+            return Err(format!(
+                "{}: {q} is 0 bytes (the median of its {} samples in {}, Prometheus {}): no \
+                 process runs in nothing, and no ratio can be taken against it; check that the \
+                 selector matches the workload's containers or processes (not a pause \
+                 container or an empty cgroup)",
+                g.name,
+                cells.samples,
+                window_text(g),
+                prom.url()
+            ));
+        }
+        out.push(cells);
     }
     Ok(out)
 }
 
-/// Each group's other memory metrics ([`ALSO`]) that the baseline's selector has series of.
+/// Each group's other memory metrics ([`ALSO`]) that the baseline's selector has series of
+/// and whose series belong to each group (those that do not are added to `skipped`).
 fn also_cells(
     prom: &Prometheus,
     spec: &JudgeSpec,
     metric: &str,
     blocking: (u64, f64, f64),
+    skipped: &mut Vec<Skipped>,
     progress: &mut dyn FnMut(&str),
 ) -> Result<Vec<Vec<(String, Cells)>>, String> {
     let others = ALSO
@@ -333,6 +484,15 @@ fn also_cells(
     for other in others {
         let per = memory_cells(prom, spec, other, false, blocking, progress)?;
         if per[0].figure().is_none() {
+            continue;
+        }
+        if let Some(why) = shared_between(prom, spec, other, blocking.0, progress)? {
+            if !skipped.iter().any(|k| k.metric == *other) {
+                skipped.push(Skipped {
+                    metric: other.to_string(),
+                    why,
+                });
+            }
             continue;
         }
         for (k, c) in per.into_iter().enumerate() {
@@ -481,13 +641,20 @@ pub fn judge(spec: &JudgeSpec, progress: &mut dyn FnMut(&str)) -> Result<Judgeme
     }
     let (step, block) = step_and_block(spec)?;
     let warmup = spec.warmup.unwrap_or(block);
-    let metric = find_metric(&prom, spec, step, progress)?;
+    let (metric, metric_why, mut skipped_metrics) = find_metric(&prom, spec, step, progress)?;
     let cells = memory_cells(&prom, spec, &metric, true, (step, block, warmup), progress)?;
     let beside = match &spec.latency {
         Some(l) => latency_cells(&prom, spec, l, block, progress)?,
         None => Vec::new(),
     };
-    let also = also_cells(&prom, spec, &metric, (step, block, warmup), progress)?;
+    let also = also_cells(
+        &prom,
+        spec,
+        &metric,
+        (step, block, warmup),
+        &mut skipped_metrics,
+        progress,
+    )?;
     let mut groups = Vec::new();
     for (i, (g, c)) in spec.groups.iter().zip(&cells).enumerate() {
         let paired = paired(spec, g);
@@ -543,16 +710,54 @@ pub fn judge(spec: &JudgeSpec, progress: &mut dyn FnMut(&str)) -> Result<Judgeme
             arena_pitfall,
         });
     }
+    same_traffic_leaks(spec, &mut groups);
     Ok(Judgement {
         recommendation: recommendation(&metric, &groups),
         prometheus: prom.url().to_string(),
         metric,
+        metric_why,
+        skipped_metrics,
         step_seconds: step,
         block_seconds: block,
         warmup_seconds: warmup,
         notes: notes(spec, &groups),
         groups,
     })
+}
+
+/// The rule a local run and a soak apply across variants, over the groups that share the
+/// baseline's window (the same traffic at the same hours): a group whose pods' live bytes
+/// all grow while another's all stay flat is not called a leak — the program's live data
+/// is the same, so the allocator's count is the suspect.
+fn same_traffic_leaks(spec: &JudgeSpec, groups: &mut [GroupResult]) {
+    let base = &spec.groups[0];
+    let same: Vec<bool> = spec
+        .groups
+        .iter()
+        .map(|g| g.start == base.start && g.end == base.end)
+        .collect();
+    let moves: Vec<(&str, Option<bool>)> = groups
+        .iter()
+        .zip(&same)
+        .map(|(g, same)| {
+            let grows = match g.why.verdict.as_str() {
+                "leak" => Some(true),
+                "plateau" | "fragmentation" => Some(false),
+                _ => None,
+            };
+            (g.name.as_str(), grows.filter(|_| *same))
+        })
+        .collect();
+    let flats = crate::analysis::why::flat_beside(&moves);
+    for (g, flat) in groups.iter_mut().zip(flats) {
+        let Some(flat) = flat else { continue };
+        g.why.says = crate::analysis::why::departs_sentence(
+            &flat,
+            crate::analysis::why::departure_cause(&g.name, true),
+            &g.why.says,
+        );
+        g.why.verdict = crate::analysis::why::ALLOCATOR_DEPARTS.into();
+    }
 }
 
 /// The leanest variant whose memory is significantly lower than the baseline's and whose
@@ -670,9 +875,13 @@ fn kube_state(
 pub fn text(j: &Judgement) -> String {
     use crate::units::{format_bytes, format_seconds};
     let bytes = j.metric.ends_with("_bytes");
-    let mut out = format!(
+    let mut out = format!("metric: {}, {}\n", j.metric, j.metric_why);
+    for k in &j.skipped_metrics {
+        out.push_str(&format!("not {}: {}\n", k.metric, k.why));
+    }
+    out += &format!(
         "memory from {} (Prometheus {}; step {} s; per pod, the median of each block of {}; a \
-         pod that started in the window loses its first {}; the group's figure is the median \
+         pod that started in the window loses its first {} and the value it held then; the group's figure is the median \
          of its pods' blocks; intervals from a bootstrap over pods and runs of neighbouring \
          blocks)\n\n",
         j.metric,
@@ -763,12 +972,72 @@ pub fn text(j: &Judgement) -> String {
     for n in &j.notes {
         out.push_str(&format!("note: {n}\n"));
     }
-    out
+    // Each line as text on a terminal, whatever a server's labels held (what came from
+    // outside was escaped where it entered; this keeps any line from driving a terminal).
+    out.split_inclusive('\n')
+        .map(|l| match l.strip_suffix('\n') {
+            Some(l) => format!("{}\n", crate::escape::terminal(l)),
+            None => crate::escape::terminal(l),
+        })
+        .collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_leaking_group_beside_a_flat_one_on_the_same_traffic_is_not_a_leak() {
+        let spec = |after: f64| JudgeSpec {
+            prometheus: String::new(),
+            groups: vec![
+                Group {
+                    name: "glibc".into(),
+                    selector: "v=\"glibc\"".into(),
+                    start: 0.0,
+                    end: 3600.0,
+                },
+                Group {
+                    name: "arena2".into(),
+                    selector: "v=\"arena2\"".into(),
+                    start: after,
+                    end: after + 3600.0,
+                },
+            ],
+            metric: None,
+            block: None,
+            warmup: None,
+            align_week: false,
+            latency: None,
+        };
+        let groups = || {
+            let mut g = vec![
+                html::tests::group("glibc", "v=\"glibc\"", 2e8, None),
+                html::tests::group("arena2", "v=\"arena2\"", 1e8, Some(0.5)),
+            ];
+            g[0].why.verdict = "leak".into();
+            g[0].why.says = "leak in 3 of 3 pod(s)".into();
+            g[1].why.verdict = "plateau".into();
+            g
+        };
+        let mut same = groups();
+        same_traffic_leaks(&spec(0.0), &mut same);
+        assert_eq!(same[0].why.verdict, "allocator_departs");
+        assert!(
+            same[0]
+                .why
+                .says
+                .starts_with("not a leak: live bytes grow here but stay flat under arena2"),
+            "{}",
+            same[0].why.says
+        );
+        assert!(same[0].why.says.ends_with("was: leak in 3 of 3 pod(s)"));
+        assert_eq!(same[1].why.verdict, "plateau");
+        // A window before and one after a rollout saw other traffic: the leak stands.
+        let mut apart = groups();
+        same_traffic_leaks(&spec(7200.0), &mut apart);
+        assert_eq!(apart[0].why.verdict, "leak");
+    }
 
     #[test]
     fn latency_histograms_are_named_with_their_own_matchers() {

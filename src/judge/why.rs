@@ -12,10 +12,10 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::blocks::{pod_name, warm_from};
-use super::prom::{Prometheus, Series};
+use super::blocks::{pod_name, warm_from, warm_start};
+use super::prom::{Prometheus, Series, Values};
 use super::Group;
-use crate::analysis::why::{steady_why, Why};
+use crate::analysis::why::{steady_why, Judged, Why};
 
 /// The exporter's series a verdict is read from: per process (`--per-process`: each
 /// process a pod, as for the memory) or per group (each exporter's group a pod).
@@ -94,7 +94,7 @@ fn trimmed(s: &Series, g: &Group, step: f64, warmup: f64) -> Vec<(f64, f64)> {
         return Vec::new();
     };
     let from = warm_from(first, g.start, step, warmup);
-    s.points.iter().copied().filter(|p| p.0 >= from).collect()
+    s.points[warm_start(&s.points, from)..].to_vec()
 }
 
 /// Each pod's points whose sample is new: where the sample's own time (`stamps`, the
@@ -169,7 +169,7 @@ pub fn group_why(
         let why = steady_why(&l, h.as_deref(), &r, seconds);
         pods.push(PodWhy {
             pod: name,
-            says: why.sentence(),
+            says: why.sentence_for(Judged::Fleet),
             why,
         });
     }
@@ -289,8 +289,14 @@ pub fn query(
     let sel = g.selector.trim();
     let mut ask = |q: String| -> Result<Vec<Series>, String> {
         progress(&format!("{}: {q}", g.name));
+        // The probe's live, held and resident series are bytes: an impossible value is
+        // refused, naming its series.
+        let values = match q.split_once('{') {
+            Some((m, _)) if m.ends_with("_bytes") => Values::Bytes,
+            _ => Values::Any,
+        };
         let s = prom
-            .query_range(&q, g.start, g.end, step)
+            .query_values(&q, (g.start, g.end, step), values)
             .map_err(|e| e.to_string())?;
         Ok(s.into_iter().filter(|s| !s.points.is_empty()).collect())
     };

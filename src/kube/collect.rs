@@ -24,6 +24,8 @@ use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ConfigMap, ContainerStatus, Pod as K8sPod, PodStatus};
 use serde_json::Value;
 
 use super::render::{MAX_SLOTS, PLAN_KEY};
@@ -173,6 +175,29 @@ impl Phase {
     }
 }
 
+/// Why a pod that has not finished is not running, as Kubernetes says it: a container
+/// waiting (`ErrImagePull` and its message), or the pod not scheduled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Waiting {
+    /// `container NAME: REASON: MESSAGE`, or `not scheduled: REASON: MESSAGE`.
+    pub said: String,
+    /// A reason that waiting does not cure (an image that cannot be pulled or found, a
+    /// container that cannot be created): the index will not finish without a change.
+    pub stuck: bool,
+}
+
+/// Waiting reasons the kubelet does not get over by itself: the image cannot be had, or
+/// the container cannot be made from the pod's spec.
+const STUCK_REASONS: &[&str] = &[
+    "ErrImagePull",
+    "ImagePullBackOff",
+    "ErrImageNeverPull",
+    "InvalidImageName",
+    "CreateContainerConfigError",
+    "CreateContainerError",
+    "RunContainerError",
+];
+
 /// One pod of the Job.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Pod {
@@ -185,6 +210,8 @@ pub struct Pod {
     pub reason: Option<String>,
     /// The node Kubernetes scheduled it on (`spec.nodeName`), when it says.
     pub node: Option<String>,
+    /// Why it is not running yet, when it is pending and Kubernetes says.
+    pub waiting: Option<Waiting>,
 }
 
 fn answer_err(command: &str, reason: impl Into<String>) -> CollectError {
@@ -198,22 +225,28 @@ fn answer_err(command: &str, reason: impl Into<String>) -> CollectError {
 #[cfg(test)]
 pub(crate) fn parse_completions(json: &str) -> Result<u32, CollectError> {
     let cmd = "kubectl get job -o json";
-    let v: Value = serde_json::from_str(json).map_err(|e| answer_err(cmd, e.to_string()))?;
-    completions_of(&v)
+    let job: Job = serde_json::from_str(json).map_err(|e| answer_err(cmd, e.to_string()))?;
+    completions_of(&job)
 }
 
-fn completions_of(v: &Value) -> Result<u32, CollectError> {
+fn completions_of(job: &Job) -> Result<u32, CollectError> {
     let cmd = "kubectl get job -o json";
-    if v["spec"]["completionMode"] != "Indexed" {
+    let spec = job
+        .spec
+        .as_ref()
+        .ok_or_else(|| answer_err(cmd, "the Job has no spec"))?;
+    if spec.completion_mode.as_deref() != Some("Indexed") {
         return Err(answer_err(
             cmd,
             "the Job is not an Indexed Job (was it rendered by memtrial kube?)",
         ));
     }
-    let c = v["spec"]["completions"]
-        .as_u64()
+    let c = spec
+        .completions
         .ok_or_else(|| answer_err(cmd, "the Job has no spec.completions"))?;
-    if c > u64::from(MAX_SLOTS) {
+    let c = u32::try_from(c)
+        .map_err(|_| answer_err(cmd, format!("spec.completions is {c}, below 0")))?;
+    if c > MAX_SLOTS {
         return Err(answer_err(
             cmd,
             format!(
@@ -222,49 +255,128 @@ fn completions_of(v: &Value) -> Result<u32, CollectError> {
             ),
         ));
     }
-    u32::try_from(c).map_err(|_| answer_err(cmd, "spec.completions is out of range"))
+    Ok(c)
 }
 
-/// The pods of `kubectl get pods -o json`; pods without a completion index are left out.
-pub(crate) fn parse_pods(json: &str) -> Result<Vec<Pod>, CollectError> {
-    let cmd = "kubectl get pods -o json";
-    let v: Value = serde_json::from_str(json).map_err(|e| answer_err(cmd, e.to_string()))?;
-    let items = v["items"]
-        .as_array()
-        .ok_or_else(|| answer_err(cmd, "no items list"))?;
-    let mut pods = Vec::new();
-    for p in items {
-        let meta = &p["metadata"];
-        let Some(name) = meta["name"].as_str() else {
-            continue;
-        };
-        let index = [&meta["annotations"][INDEX_KEY], &meta["labels"][INDEX_KEY]]
-            .into_iter()
-            .find_map(|v| v.as_str()?.parse::<u32>().ok());
-        let Some(index) = index else { continue };
-        let reason = p["status"]["containerStatuses"]
-            .as_array()
+/// Whether the Job controller gave up on the Job (its `Failed` condition is true: the
+/// backoff limit was reached, or its deadline passed): its unfinished indexes stay so.
+fn job_failed(job: &Job) -> Option<String> {
+    let c = job
+        .status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "Failed" && c.status == "True")?;
+    Some(
+        [c.reason.as_deref(), c.message.as_deref()]
             .into_iter()
             .flatten()
-            .find_map(|c| {
-                let t = &c["state"]["terminated"];
-                let r = t["reason"].as_str()?;
-                Some(match t["exitCode"].as_i64() {
-                    Some(code) => format!("{r}, exit {code}"),
-                    None => r.to_string(),
+            .collect::<Vec<_>>()
+            .join(": "),
+    )
+}
+
+/// The list `kubectl get pods -o json` answers (its `kind` is `List`: only the items are
+/// read, each as a `v1` Pod).
+#[derive(serde::Deserialize)]
+struct Items {
+    items: Vec<Value>,
+}
+
+/// The pods of `kubectl get pods -o json`; items that are not pods, and pods without a
+/// completion index, are left out.
+pub(crate) fn parse_pods(json: &str) -> Result<Vec<Pod>, CollectError> {
+    let cmd = "kubectl get pods -o json";
+    let list: Items = serde_json::from_str(json).map_err(|e| answer_err(cmd, e.to_string()))?;
+    Ok(list
+        .items
+        .into_iter()
+        .filter_map(|item| pod_of(serde_json::from_value::<K8sPod>(item).ok()?))
+        .collect())
+}
+
+/// One pod of the Job, when it has a name and a completion index.
+fn pod_of(p: K8sPod) -> Option<Pod> {
+    let meta = &p.metadata;
+    let name = meta.name.clone()?;
+    let index = [meta.annotations.as_ref(), meta.labels.as_ref()]
+        .into_iter()
+        .flatten()
+        .find_map(|m| m.get(INDEX_KEY)?.parse::<u32>().ok())?;
+    let status = p.status.as_ref();
+    let containers = |s: &PodStatus| -> Vec<ContainerStatus> {
+        // Init containers first: a pod waits on them before its other containers.
+        [&s.init_container_statuses, &s.container_statuses]
+            .into_iter()
+            .flatten()
+            .flatten()
+            .cloned()
+            .collect()
+    };
+    let statuses = status.map(containers).unwrap_or_default();
+    let reason = status
+        .and_then(|s| s.container_statuses.as_ref())
+        .into_iter()
+        .flatten()
+        .find_map(|c| {
+            let t = c.state.as_ref()?.terminated.as_ref()?;
+            let r = t.reason.as_deref()?;
+            Some(format!("{r}, exit {}", t.exit_code))
+        })
+        .or_else(|| status.and_then(|s| s.reason.clone()));
+    let phase = Phase::parse(status.and_then(|s| s.phase.as_deref()).unwrap_or(""));
+    let waiting = (phase == Phase::Pending)
+        .then(|| {
+            let container = statuses.iter().find_map(|c| {
+                let w = c.state.as_ref()?.waiting.as_ref()?;
+                let r = w.reason.as_deref()?;
+                // Merely starting (`PodInitializing`, `ContainerCreating`) is no reason.
+                (!matches!(r, "PodInitializing" | "ContainerCreating")).then(|| Waiting {
+                    said: with_message(&format!("container {}: {r}", c.name), &w.message),
+                    stuck: STUCK_REASONS.contains(&r),
                 })
-            })
-            .or_else(|| p["status"]["reason"].as_str().map(str::to_string));
-        pods.push(Pod {
-            name: name.to_string(),
-            index,
-            phase: Phase::parse(p["status"]["phase"].as_str().unwrap_or("")),
-            created: meta["creationTimestamp"].as_str().unwrap_or("").to_string(),
-            reason,
-            node: p["spec"]["nodeName"].as_str().map(str::to_string),
-        });
+            });
+            let unscheduled = || {
+                let c = status?
+                    .conditions
+                    .as_ref()?
+                    .iter()
+                    .find(|c| c.type_ == "PodScheduled" && c.status == "False")?;
+                Some(Waiting {
+                    said: with_message(
+                        &format!(
+                            "not scheduled: {}",
+                            c.reason.as_deref().unwrap_or("no reason given")
+                        ),
+                        &c.message,
+                    ),
+                    stuck: false,
+                })
+            };
+            container.or_else(unscheduled)
+        })
+        .flatten();
+    Some(Pod {
+        name,
+        index,
+        phase,
+        created: meta
+            .creation_timestamp
+            .as_ref()
+            .map(|t| t.0.to_string())
+            .unwrap_or_default(),
+        reason,
+        node: p.spec.as_ref().and_then(|s| s.node_name.clone()),
+        waiting,
+    })
+}
+
+fn with_message(what: &str, message: &Option<String>) -> String {
+    match message.as_deref().filter(|m| !m.is_empty()) {
+        Some(m) => format!("{what}: {m}"),
+        None => what.to_string(),
     }
-    Ok(pods)
 }
 
 /// What the Job says its pods run: its plan (from its ConfigMap) and its seed.
@@ -284,16 +396,20 @@ pub(crate) struct JobPlan {
 /// seed every pod got (the Job's `--seed`, or the plan's).
 pub(crate) fn job_plan(
     name: &str,
-    job: &Value,
-    config_map: &Value,
+    job: &Job,
+    config_map: &ConfigMap,
 ) -> Result<JobPlan, CollectError> {
     let cmd = "kubectl get configmap -o json";
-    let text = config_map["data"][PLAN_KEY].as_str().ok_or_else(|| {
-        answer_err(
-            cmd,
-            format!("the ConfigMap {name}-plan has no data.{PLAN_KEY}"),
-        )
-    })?;
+    let text = config_map
+        .data
+        .as_ref()
+        .and_then(|d| d.get(PLAN_KEY))
+        .ok_or_else(|| {
+            answer_err(
+                cmd,
+                format!("the ConfigMap {name}-plan has no data.{PLAN_KEY}"),
+            )
+        })?;
     let input = crate::plan::parse_plan_text(text).map_err(|m| {
         answer_err(
             cmd,
@@ -302,13 +418,16 @@ pub(crate) fn job_plan(
     })?;
     let (variants, _) = super::render::plan_slots(&input)
         .map_err(|e| answer_err(cmd, format!("the Job's plan (ConfigMap {name}-plan): {e}")))?;
-    let args: Vec<&str> = job["spec"]["template"]["spec"]["containers"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|c| c["name"] == "workload")
-        .flat_map(|c| c["args"].as_array().into_iter().flatten())
-        .filter_map(Value::as_str)
+    let args: Vec<&str> = job
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .map(|p| p.containers.as_slice())
+        .unwrap_or_default()
+        .iter()
+        .filter(|c| c.name == "workload")
+        .flat_map(|c| c.args.iter().flatten())
+        .map(String::as_str)
         .collect();
     let job_seed = args
         .windows(2)
@@ -463,8 +582,12 @@ pub enum IndexOutcome {
     LogFailed { pod: String, said: String },
     /// Every pod of the index failed.
     Failed { pods: Vec<(String, Option<String>)> },
-    /// A pod is still pending or running.
-    Unfinished { pod: String, phase: Phase },
+    /// A pod is still pending or running; why it waits, when Kubernetes says.
+    Unfinished {
+        pod: String,
+        phase: Phase,
+        waiting: Option<Waiting>,
+    },
     /// No pod of the index exists (not started yet, or deleted).
     Missing,
 }
@@ -510,8 +633,11 @@ fn run_status(record: &Value) -> String {
         .join(", ")
 }
 
-/// The answer of a `kubectl get … -o json`, as JSON.
-fn get_json(kubectl: &dyn Kubectl, args: &[String]) -> Result<Value, CollectError> {
+/// The answer of a `kubectl get … -o json`, as `T` (a typed Kubernetes object).
+fn get_json<T: serde::de::DeserializeOwned>(
+    kubectl: &dyn Kubectl,
+    args: &[String],
+) -> Result<T, CollectError> {
     let text = kubectl.run(args, MAX_ANSWER_BYTES)?;
     serde_json::from_str(&text)
         .map_err(|e| answer_err(&format!("kubectl {}", args.join(" ")), e.to_string()))
@@ -525,15 +651,107 @@ struct Candidate {
     fingerprint: String,
 }
 
+fn words(a: &[&str]) -> Vec<String> {
+    a.iter().map(|x| x.to_string()).collect()
+}
+
+/// The Job and its pods as kubectl says now (no pod's log is read).
+#[derive(Debug, Clone)]
+pub struct JobState {
+    job: Job,
+    pub completions: u32,
+    /// Why the Job controller gave up on the Job, when it did: its unfinished indexes
+    /// will stay so.
+    pub failed: Option<String>,
+    /// Each index's pods, the one that decides first: succeeded, then running, pending,
+    /// failed, the latest of a phase first (a retried index has several).
+    by_index: BTreeMap<u32, Vec<Pod>>,
+}
+
+/// Where the indexes of a Job stand, without reading any log.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Progress {
+    pub succeeded: u32,
+    pub failed: u32,
+    pub running: u32,
+    /// Pending pods that may yet start (scheduling, pulling, creating).
+    pub pending: u32,
+    /// No pod yet (the Job has not started it).
+    pub missing: u32,
+    /// Pending pods that will not start by themselves: (index, pod, why).
+    pub stuck: Vec<(u32, String, String)>,
+}
+
+impl Progress {
+    /// Nothing is left that may still finish: every index succeeded, failed or is stuck
+    /// (or the Job controller gave up).
+    pub fn settled(&self) -> bool {
+        self.running + self.pending + self.missing == 0
+    }
+}
+
+/// The Job `name` and its pods, through kubectl (`get job`, `get pods -l job-name=NAME`).
+pub fn job_state(kubectl: &dyn Kubectl, name: &str) -> Result<JobState, CollectError> {
+    let job: Job = get_json(kubectl, &words(&["get", "job", "-o", "json", "--", name]))?;
+    let completions = completions_of(&job)?;
+    let selector = format!("job-name={name}");
+    let pods = parse_pods(&kubectl.run(
+        &words(&["get", "pods", "-l", &selector, "-o", "json"]),
+        MAX_ANSWER_BYTES,
+    )?)?;
+    let mut by_index: BTreeMap<u32, Vec<Pod>> = BTreeMap::new();
+    for p in pods.into_iter().filter(|p| p.index < completions) {
+        by_index.entry(p.index).or_default().push(p);
+    }
+    for pods in by_index.values_mut() {
+        pods.sort_by(|a, b| a.phase.cmp(&b.phase).then(b.created.cmp(&a.created)));
+    }
+    Ok(JobState {
+        failed: job_failed(&job),
+        job,
+        completions,
+        by_index,
+    })
+}
+
+impl JobState {
+    fn pods(&self, index: u32) -> &[Pod] {
+        self.by_index.get(&index).map_or(&[], Vec::as_slice)
+    }
+
+    /// Where each index stands.
+    pub fn progress(&self) -> Progress {
+        let mut p = Progress::default();
+        for index in 0..self.completions {
+            match self.pods(index).first() {
+                None => p.missing += 1,
+                Some(pod) => match (pod.phase, &pod.waiting) {
+                    (Phase::Succeeded, _) => p.succeeded += 1,
+                    (Phase::Running, _) => p.running += 1,
+                    (Phase::Pending, Some(w)) if w.stuck => {
+                        p.stuck.push((index, pod.name.clone(), w.said.clone()))
+                    }
+                    (Phase::Pending, _) => p.pending += 1,
+                    _ => p.failed += 1,
+                },
+            }
+        }
+        if self.failed.is_some() {
+            // The Job controller starts nothing more.
+            p.failed += p.running + p.pending + p.missing;
+            (p.running, p.pending, p.missing) = (0, 0, 0);
+        }
+        p
+    }
+}
+
 /// Gathers the Job `name`'s records into `out` (one `NAME-INDEX.json` per index). `name`
 /// must be a DNS-1123 label (the caller checks it).
 pub fn collect(kubectl: &dyn Kubectl, name: &str, out: &Path) -> Result<Collected, CollectError> {
-    let s = |a: &[&str]| a.iter().map(|x| x.to_string()).collect::<Vec<_>>();
-    let job = get_json(kubectl, &s(&["get", "job", "-o", "json", "--", name]))?;
-    let completions = completions_of(&job)?;
-    let config_map = get_json(
+    let state = job_state(kubectl, name)?;
+    let config_map: ConfigMap = get_json(
         kubectl,
-        &s(&[
+        &words(&[
             "get",
             "configmap",
             "-o",
@@ -542,22 +760,12 @@ pub fn collect(kubectl: &dyn Kubectl, name: &str, out: &Path) -> Result<Collecte
             &format!("{name}-plan"),
         ]),
     )?;
-    let plan = job_plan(name, &job, &config_map)?;
-    let selector = format!("job-name={name}");
-    let pods = parse_pods(&kubectl.run(
-        &s(&["get", "pods", "-l", &selector, "-o", "json"]),
-        MAX_ANSWER_BYTES,
-    )?)?;
-    let mut by_index: BTreeMap<u32, Vec<Pod>> = BTreeMap::new();
-    for p in pods.into_iter().filter(|p| p.index < completions) {
-        by_index.entry(p.index).or_default().push(p);
-    }
+    let plan = job_plan(name, &state.job, &config_map)?;
+    let completions = state.completions;
     let mut indexes = Vec::new();
     let mut candidates = Vec::new();
     for index in 0..completions {
-        let mut pods = by_index.remove(&index).unwrap_or_default();
-        // The latest pod of a phase first: a retried index has several.
-        pods.sort_by(|a, b| a.phase.cmp(&b.phase).then(b.created.cmp(&a.created)));
+        let pods = state.pods(index);
         let outcome = match pods.first() {
             None => IndexOutcome::Missing,
             Some(p) if p.phase == Phase::Succeeded => match pod_record(kubectl, p, &plan) {
@@ -571,6 +779,7 @@ pub fn collect(kubectl: &dyn Kubectl, name: &str, out: &Path) -> Result<Collecte
                 IndexOutcome::Unfinished {
                     pod: p.name.clone(),
                     phase: p.phase,
+                    waiting: p.waiting.clone(),
                 }
             }
             Some(_) => IndexOutcome::Failed {
@@ -847,8 +1056,8 @@ mod tests {
         // of the workload container, bounded.
         let asked = fake.asked.borrow();
         assert_eq!(asked[0], ["get", "job", "-o", "json", "--", "t"]);
-        assert_eq!(asked[1], ["get", "configmap", "-o", "json", "--", "t-plan"]);
-        assert_eq!(asked[2], ["get", "pods", "-l", "job-name=t", "-o", "json"]);
+        assert_eq!(asked[1], ["get", "pods", "-l", "job-name=t", "-o", "json"]);
+        assert_eq!(asked[2], ["get", "configmap", "-o", "json", "--", "t-plan"]);
         assert_eq!(
             asked[3],
             [
@@ -982,10 +1191,11 @@ mod tests {
             created: String::new(),
             reason: None,
             node: Some(node.into()),
+            waiting: None,
         };
         let job = job_plan(
             "t",
-            &serde_json::json!({}),
+            &Job::default(),
             &serde_json::from_str(
                 &fake
                     .run(&["get".into(), "configmap".into()], 1 << 20)
@@ -1006,14 +1216,16 @@ mod tests {
 
     #[test]
     fn a_job_of_too_many_completions_and_a_log_too_big_are_refused() {
+        // Beyond Kubernetes' own int32: not a Job's answer.
         let e =
             parse_completions(r#"{"spec":{"completionMode":"Indexed","completions":4294967295}}"#)
                 .unwrap_err()
                 .to_string();
-        assert!(
-            e.contains("4294967295") && e.contains("at most 100000"),
-            "{e}"
-        );
+        assert!(e.contains("4294967295"), "{e}");
+        let e = parse_completions(r#"{"spec":{"completionMode":"Indexed","completions":100001}}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("100001") && e.contains("at most 100000"), "{e}");
         let big = "x".repeat(MAX_LOG_BYTES + 1);
         let fake = fake(
             1,
@@ -1062,6 +1274,108 @@ mod tests {
         assert!(parse_pods(r#"{"items":[1, {"metadata":{}}]}"#)
             .unwrap()
             .is_empty());
+    }
+
+    /// A pending pod says why it waits, init containers first; image and container errors
+    /// are what waiting does not cure; merely starting is no reason.
+    #[test]
+    fn a_pending_pod_says_why_and_whether_it_will_start() {
+        let pending = |init: Value, main: Value, conditions: Value| {
+            serde_json::json!({
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "t-0-x", "annotations": {INDEX_KEY: "0"}},
+                "status": {"phase": "Pending", "initContainerStatuses": [init],
+                           "containerStatuses": [main], "conditions": conditions}
+            })
+        };
+        let waiting = |name: &str, reason: &str, message: &str| {
+            serde_json::json!({"name": name, "image": "i", "imageID": "", "ready": false,
+                "restartCount": 0, "state": {"waiting": {"reason": reason, "message": message}}})
+        };
+        let list = |p: Value| serde_json::json!({"kind": "List", "items": [p]}).to_string();
+        let pods = parse_pods(&list(pending(
+            waiting(
+                "memtrial-install",
+                "ErrImagePull",
+                "failed to pull \"x\": not found",
+            ),
+            waiting("workload", "PodInitializing", ""),
+            serde_json::json!([]),
+        )))
+        .unwrap();
+        let w = pods[0].waiting.clone().unwrap();
+        assert_eq!(
+            w.said,
+            "container memtrial-install: ErrImagePull: failed to pull \"x\": not found"
+        );
+        assert!(w.stuck);
+        // Starting: no reason; not scheduled: the scheduler's words, not stuck.
+        let pods = parse_pods(&list(pending(
+            waiting("memtrial-install", "PodInitializing", ""),
+            waiting("workload", "ContainerCreating", ""),
+            serde_json::json!([{"type": "PodScheduled", "status": "False",
+                "reason": "Unschedulable", "message": "0/1 nodes are available: 1 Insufficient cpu."}]),
+        )))
+        .unwrap();
+        let w = pods[0].waiting.clone().unwrap();
+        assert_eq!(
+            w.said,
+            "not scheduled: Unschedulable: 0/1 nodes are available: 1 Insufficient cpu."
+        );
+        assert!(!w.stuck);
+        let pods = parse_pods(&list(pending(
+            waiting("memtrial-install", "PodInitializing", ""),
+            waiting("workload", "ContainerCreating", ""),
+            serde_json::json!([]),
+        )))
+        .unwrap();
+        assert_eq!(pods[0].waiting, None);
+        // A running pod's waiting state is not read (a restarting container is no reason).
+        let mut running = pending(
+            waiting("memtrial-install", "ErrImagePull", ""),
+            waiting("workload", "ErrImagePull", ""),
+            serde_json::json!([]),
+        );
+        running["status"]["phase"] = "Running".into();
+        assert_eq!(parse_pods(&list(running)).unwrap()[0].waiting, None);
+    }
+
+    #[test]
+    fn progress_counts_each_index_once_and_a_failed_job_settles() {
+        let at = |m: u32| format!("2026-01-01T00:0{m}:00Z");
+        let mut stuck = pod("t-2-a", 2, "Pending", &at(1));
+        stuck["status"]["containerStatuses"][0]["state"] =
+            serde_json::json!({"waiting": {"reason": "ImagePullBackOff"}});
+        let pods = vec![
+            pod("t-0-a", 0, "Failed", &at(0)),
+            pod("t-0-b", 0, "Succeeded", &at(1)),
+            pod("t-1-a", 1, "Running", &at(0)),
+            stuck,
+            pod("t-3-a", 3, "Failed", &at(0)),
+        ];
+        let f = fake(5, pods, vec![]);
+        let state = job_state(&f, "t").unwrap();
+        let p = state.progress();
+        assert_eq!(
+            (p.succeeded, p.running, p.pending, p.failed, p.missing),
+            (1, 1, 0, 1, 1)
+        );
+        assert_eq!(p.stuck.len(), 1);
+        assert_eq!(p.stuck[0].0, 2);
+        assert!(p.stuck[0].2.contains("ImagePullBackOff"), "{:?}", p.stuck);
+        assert!(!p.settled());
+        // The Job controller gave up: nothing more will run.
+        let mut f = f;
+        let mut job: Value = serde_json::from_str(&f.job).unwrap();
+        job["status"] = serde_json::json!({"conditions": [{"type": "Failed", "status": "True",
+            "reason": "BackoffLimitExceeded", "message": "Job has reached the specified backoff limit"}]});
+        f.job = job.to_string();
+        let state = job_state(&f, "t").unwrap();
+        assert_eq!(
+            state.failed.as_deref(),
+            Some("BackoffLimitExceeded: Job has reached the specified backoff limit")
+        );
+        assert!(state.progress().settled());
     }
 
     /// Hostile text for pod logs and names: line breaks of every kind, controls, the

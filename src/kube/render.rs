@@ -62,6 +62,25 @@ pub enum Seed {
     Chosen(u64),
 }
 
+/// A container's `imagePullPolicy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PullPolicy {
+    Always,
+    IfNotPresent,
+    Never,
+}
+
+impl PullPolicy {
+    /// The value Kubernetes takes.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PullPolicy::Always => "Always",
+            PullPolicy::IfNotPresent => "IfNotPresent",
+            PullPolicy::Never => "Never",
+        }
+    }
+}
+
 /// What the Job is made from, validated.
 #[derive(Debug, Clone, PartialEq)]
 pub struct KubeJob {
@@ -79,6 +98,8 @@ pub struct KubeJob {
     /// Memory, as a Kubernetes quantity in binary units (`8Gi`).
     pub memory: Quantity,
     pub parallelism: u32,
+    /// Both containers' `imagePullPolicy`; `None` leaves Kubernetes' default.
+    pub pull_policy: Option<PullPolicy>,
 }
 
 /// `--cpu`: CPUs (`8`, `0.5`) or millicores (`500m`), as `--cpus` allows: 0.01 to 4096.
@@ -273,6 +294,7 @@ fn install_container(k: &KubeJob, resources: ResourceRequirements) -> Container 
         // (init containers run first, so they add nothing to the pod's requests).
         resources: Some(resources),
         volume_mounts: Some(vec![mount("memtrial", MEMTRIAL_DIR, false)]),
+        image_pull_policy: k.pull_policy.map(|p| p.as_str().to_string()),
         ..Default::default()
     }
 }
@@ -321,6 +343,7 @@ fn workload_container(k: &KubeJob, resources: ResourceRequirements) -> Container
             mount("memtrial", MEMTRIAL_DIR, false),
             mount("plan", PLAN_DIR, true),
         ]),
+        image_pull_policy: k.pull_policy.map(|p| p.as_str().to_string()),
         ..Default::default()
     }
 }
@@ -408,11 +431,8 @@ pub fn render(k: &KubeJob) -> Result<String, RenderError> {
             k.slots,
             k.variants.join(", ")
         ),
-        format!(
-            "kubectl apply -f THIS && kubectl wait --for=condition=complete job/{} --timeout=24h",
-            k.name
-        ),
-        format!("memtrial kube collect {}", k.name),
+        "kubectl apply -f THIS".to_string(),
+        format!("memtrial kube collect {} --wait 24h", k.name),
     ]
     .iter()
     .map(|l| format!("# {}\n", escape::yaml_comment(l)))

@@ -260,6 +260,134 @@ pub(crate) fn preload_over_linked(preloaded: &str, linked: &[LinkedAllocator]) -
     })
 }
 
+/// jemalloc's arenas in one process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct JemallocArenas {
+    pub count: u64,
+    /// How the count is known.
+    pub source: JemallocArenasSource,
+}
+
+/// Where a jemalloc process's arena count comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JemallocArenasSource {
+    /// jemalloc's own `arenas.narenas`, from memtrial's probe in the process.
+    Probe,
+    /// `narenas:N` in its `MALLOC_CONF`.
+    Setting,
+    /// jemalloc's default: 4 per CPU it sees (its affinity mask).
+    Default,
+}
+
+impl JemallocArenasSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JemallocArenasSource::Probe => "probe",
+            JemallocArenasSource::Setting => "setting",
+            JemallocArenasSource::Default => "default",
+        }
+    }
+}
+
+/// The arenas of a jemalloc process: the count memtrial's probe read in it (`probe`), else
+/// its `MALLOC_CONF`'s `narenas`, else jemalloc's default for the CPUs it sees.
+pub(crate) fn jemalloc_arenas(
+    probe: Option<u64>,
+    env: &[(String, String)],
+    visible_cpus: u32,
+) -> JemallocArenas {
+    if let Some(n) = probe {
+        return JemallocArenas {
+            count: n,
+            source: JemallocArenasSource::Probe,
+        };
+    }
+    let set = env
+        .iter()
+        .filter(|(k, _)| k == "MALLOC_CONF" || k == "JE_MALLOC_CONF")
+        .flat_map(|(_, v)| v.split(','))
+        .filter_map(|o| o.strip_prefix("narenas:")?.parse::<u64>().ok())
+        .next_back();
+    match set {
+        Some(n) => JemallocArenas {
+            count: n,
+            source: JemallocArenasSource::Setting,
+        },
+        None => JemallocArenas {
+            count: 4 * u64::from(visible_cpus.max(1)),
+            source: JemallocArenasSource::Default,
+        },
+    }
+}
+
+/// The arenas jemalloc would make if it sized them for a CPU quota of `quota` CPUs: its
+/// own rule (4 per CPU) on the quota rounded up, at least 4.
+pub(crate) fn jemalloc_arenas_for(quota: f64) -> u64 {
+    if !quota.is_finite() || quota <= 0.0 {
+        return 4;
+    }
+    4 * (quota.ceil() as u64).max(1)
+}
+
+/// jemalloc's arena pitfall: `narenas` (4 per CPU it sees: the host's, or the affinity
+/// mask's) at least twice what the CPUs the process may use warrant ([`jemalloc_arenas_for`]
+/// the quota, or the cpuset's CPUs). Without a quota or cpuset below the CPUs it sees,
+/// there is none.
+pub(crate) fn jemalloc_arena_pitfall(narenas: u64, usable_cpus: Option<f64>) -> Option<u64> {
+    let q = usable_cpus.filter(|q| q.is_finite() && *q > 0.0)?;
+    let warranted = jemalloc_arenas_for(q);
+    (narenas >= 2 * warranted).then_some(warranted)
+}
+
+/// The start of the experiment note that names each preloaded allocator library by its
+/// content ([`library_facts_note`]); `memtrial gate --against` compares two hosts' notes.
+pub const LIBRARY_FACTS: &str = "allocator libraries (by content, to compare hosts): ";
+
+/// The largest library file hashed (a shared library is a few MiB at most).
+const MAX_LIBRARY_BYTES: u64 = 256 << 20;
+
+/// Each library's path and `sha256:` of its content (the first 16 hex digits); a file
+/// that cannot be read is named with why.
+pub fn library_facts(paths: &[std::path::PathBuf]) -> Vec<(String, String)> {
+    use std::io::Read;
+    let mut out: Vec<(String, String)> = Vec::new();
+    for p in paths {
+        let shown = p.display().to_string();
+        if out.iter().any(|(q, _)| *q == shown) {
+            continue;
+        }
+        let mut bytes = Vec::new();
+        let read =
+            std::fs::File::open(p).and_then(|f| f.take(MAX_LIBRARY_BYTES).read_to_end(&mut bytes));
+        let fact = match read {
+            Ok(_) => format!("sha256:{}", &crate::units::sha256_hex(&bytes)[..16]),
+            Err(e) => format!("unreadable ({e})"),
+        };
+        out.push((shown, fact));
+    }
+    out
+}
+
+/// The note recording [`library_facts`]: `LIBRARY_FACTS` then `PATH = FACT` joined by `; `.
+pub fn library_facts_note(facts: &[(String, String)]) -> String {
+    let list: Vec<String> = facts.iter().map(|(p, f)| format!("{p} = {f}")).collect();
+    format!("{LIBRARY_FACTS}{}", list.join("; "))
+}
+
+/// The libraries named by a [`library_facts_note`] among `notes`, path to fact.
+pub fn library_facts_of(notes: &[String]) -> std::collections::BTreeMap<String, String> {
+    notes
+        .iter()
+        .filter_map(|n| n.strip_prefix(LIBRARY_FACTS))
+        .flat_map(|rest| rest.split("; "))
+        .filter_map(|item| {
+            let (p, f) = item.rsplit_once(" = ")?;
+            Some((p.to_string(), f.to_string()))
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod detect_tests {
     use super::*;

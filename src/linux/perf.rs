@@ -151,6 +151,7 @@ mod tests {
     fn a_busy_child_is_sampled_from_its_first_instruction() {
         // This test process forks a child that spins; the events attached to the child
         // before it runs see its samples (root, or paranoid ≤ 2 for user space).
+        // SAFETY: geteuid takes nothing and cannot fail.
         if paranoid().is_none_or(|p| p > 2) && unsafe { libc::geteuid() } != 0 {
             return;
         }

@@ -220,6 +220,10 @@ pub struct Status {
     /// The PID in the process's own PID namespace (the last field of `NSpid`): what the
     /// process itself calls `getpid()`. `None` when the line is missing or malformed.
     pub ns_pid: Option<i32>,
+    /// `THP_enabled` (kernel 5.0+): `Some(false)` when transparent huge pages are off for
+    /// the process (`prctl(PR_SET_THP_DISABLE)`, inherited across fork and exec); `None`
+    /// when the kernel does not say.
+    pub thp_enabled: Option<bool>,
 }
 
 fn kb_value(value: &str) -> Option<u64> {
@@ -273,7 +277,14 @@ pub fn parse_status(text: &str) -> Result<Status, ProcError> {
                     .last()
                     .and_then(|v| v.parse().ok())
             }
+            "THP_enabled" => s.thp_enabled = value.parse::<u8>().ok().map(|v| v != 0),
             _ => {}
+        }
+        // The kernel writes the process's name, state, ids and memory before its signals,
+        // which `Threads` opens: the 20-odd lines after it (signals, capabilities, CPUs,
+        // context switches) hold nothing read here, and are half of what a tick would parse.
+        if key == "Threads" {
+            break;
         }
     }
     if !saw_name {
@@ -314,6 +325,8 @@ pub struct SmapsRollup {
     pub uss: u64,
     pub swap: u64,
     pub swap_pss: u64,
+    /// Anonymous memory in transparent huge pages (`AnonHugePages`).
+    pub anon_huge: u64,
 }
 
 /// Parses the text of `/proc/PID/smaps_rollup`.
@@ -340,6 +353,7 @@ pub fn parse_smaps_rollup(text: &str) -> Result<SmapsRollup, ProcError> {
             "Private_Clean" | "Private_Dirty" | "Private_Hugetlb" => r.uss += v,
             "Swap" => r.swap = v,
             "SwapPss" => r.swap_pss = v,
+            "AnonHugePages" => r.anon_huge = v,
             _ => {}
         }
     }
@@ -361,18 +375,30 @@ pub(crate) fn read_smaps_rollup(pid: i32) -> Result<SmapsRollup, ProcError> {
 }
 
 /// Splits the NUL-separated text of `/proc/PID/environ` into `KEY=VALUE` pairs.
+///
+/// glibc's loader splits `GLIBC_TUNABLES` in place as it parses it (each `:` becomes a
+/// NUL; seen on 2.36), so the environment holds its first tunable as the value and each
+/// further one as an entry of its own right after it (`glibc.malloc.top_pad=0`): those are
+/// joined back into the value it was given.
 pub fn parse_environ(bytes: &[u8]) -> Vec<(String, String)> {
-    bytes
-        .split(|b| *b == 0)
-        .filter(|e| !e.is_empty())
-        .map(|e| {
-            let s = String::from_utf8_lossy(e);
-            match s.split_once('=') {
-                Some((k, v)) => (k.to_string(), v.to_string()),
-                None => (s.to_string(), String::new()),
+    let mut out: Vec<(String, String)> = Vec::new();
+    for e in bytes.split(|b| *b == 0).filter(|e| !e.is_empty()) {
+        let s = String::from_utf8_lossy(e);
+        let (k, v) = match s.split_once('=') {
+            Some((k, v)) => (k.to_string(), v.to_string()),
+            None => (s.to_string(), String::new()),
+        };
+        match out.last_mut() {
+            Some((last, value)) if last == "GLIBC_TUNABLES" && k.starts_with("glibc.") => {
+                value.push(':');
+                value.push_str(&k);
+                value.push('=');
+                value.push_str(&v);
             }
-        })
-        .collect()
+            _ => out.push((k, v)),
+        }
+    }
+    out
 }
 
 /// Reads `/proc/{pid}/environ` (the process's *initial* environment).
@@ -670,4 +696,33 @@ mod tests {
             let _ = parse_environ(text.as_bytes());
         }
     }
+}
+
+/// What this process (all its threads, not its children) has used so far, from
+/// `getrusage(RUSAGE_SELF)`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SelfUsage {
+    /// User and system CPU time, seconds.
+    pub cpu_seconds: f64,
+    /// The kernel's high-water mark of this process's RSS, bytes: `VmHWM` of
+    /// `/proc/self/status` (this image's own; `ru_maxrss` keeps the parent's at the fork,
+    /// across exec, so a large parent's would be taken for memtrial's), else `ru_maxrss`.
+    pub max_rss_bytes: u64,
+}
+
+/// This process's own CPU and peak RSS; `None` if the kernel refuses (it does not).
+pub fn self_usage() -> Option<SelfUsage> {
+    // SAFETY: getrusage writes one rusage into the zeroed struct it is given.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: RUSAGE_SELF and a valid pointer.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
+        return None;
+    }
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    Some(SelfUsage {
+        cpu_seconds: secs(ru.ru_utime) + secs(ru.ru_stime),
+        max_rss_bytes: read_status(std::process::id() as i32)
+            .map(|st| st.vm_hwm)
+            .unwrap_or(ru.ru_maxrss.max(0) as u64 * 1024),
+    })
 }

@@ -92,6 +92,10 @@ pub struct MapStats {
     pub pss: u64,
     pub private: u64,
     pub swap: u64,
+    /// Anonymous memory in transparent huge pages (`AnonHugePages`).
+    pub anon_huge: u64,
+    /// The range was marked `madvise(MADV_HUGEPAGE)` (`hg` in `VmFlags`).
+    pub huge_advised: bool,
 }
 
 /// Errors parsing smaps.
@@ -115,6 +119,12 @@ pub fn parse_smaps(text: &str) -> Result<Vec<(Mapping, MapStats)>, SmapsError> {
             let Some((_, stats)) = out.last_mut() else {
                 return Err(SmapsError::Orphan { line: i + 1 });
             };
+            if key == "VmFlags" {
+                stats.huge_advised = line[first.len()..]
+                    .split_ascii_whitespace()
+                    .any(|f| f == "hg");
+                continue;
+            }
             let mut rest = line[first.len()..].split_ascii_whitespace();
             let (Some(n), Some("kB")) = (rest.next(), rest.next()) else {
                 continue; // VmFlags, THPeligible, ProtectionKey: not sizes
@@ -126,6 +136,7 @@ pub fn parse_smaps(text: &str) -> Result<Vec<(Mapping, MapStats)>, SmapsError> {
                 "Pss" => stats.pss = b,
                 "Private_Clean" | "Private_Dirty" | "Private_Hugetlb" => stats.private += b,
                 "Swap" => stats.swap = b,
+                "AnonHugePages" => stats.anon_huge = b,
                 _ => {}
             }
         } else {
@@ -334,6 +345,17 @@ pub struct Regions {
     /// Resident bytes of file mappings per file, largest first (at most [`FILES`]).
     #[serde(default)]
     pub files: Vec<FileRss>,
+    /// Of the resident bytes, those in transparent huge pages (`AnonHugePages`), by kind;
+    /// kinds with none left out (absent from reads made before it was recorded).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub anon_huge_by_kind: BTreeMap<Kind, u64>,
+}
+
+impl Regions {
+    /// Resident bytes in transparent huge pages, every kind summed.
+    pub fn anon_huge_bytes(&self) -> u64 {
+        self.anon_huge_by_kind.values().sum()
+    }
 }
 
 /// One mapping's extent and resident bytes.
@@ -365,6 +387,9 @@ impl Regions {
             self.rss_bytes += s.rss;
             if s.rss > 0 {
                 *self.by_kind.entry(*k).or_default() += s.rss;
+            }
+            if s.anon_huge > 0 {
+                *self.anon_huge_by_kind.entry(*k).or_default() += s.anon_huge;
             }
             if *k == Kind::ExecAnon {
                 let r = Region {
@@ -623,7 +648,9 @@ mod tests {
                 rss: 4096,
                 pss: 4096,
                 private: 4096,
-                swap: 0
+                swap: 0,
+                anon_huge: 0,
+                huge_advised: false,
             }
         );
         let heap = s
@@ -697,6 +724,30 @@ mod tests {
         let kinds = classify(&maps, &[]);
         assert_eq!(kinds[0], Kind::OtherAnon);
         assert_eq!(kinds[2], Kind::OtherAnon, "a 64 MiB ---p is no guard");
+    }
+
+    #[test]
+    fn huge_pages_and_their_advice_are_read_per_mapping() {
+        let text = "7f4b3aff1000-7f4b3eff2000 rw-p 00000000 00:00 0 \n\
+                    Rss:               65000 kB\n\
+                    AnonHugePages:     63488 kB\n\
+                    THPeligible:    1\n\
+                    VmFlags: rd wr mr mw me ac hg \n\
+                    7f4b40000000-7f4b40001000 rw-p 00000000 00:00 0 \n\
+                    Rss:                   4 kB\n\
+                    AnonHugePages:         0 kB\n\
+                    VmFlags: rd wr mr mw me ac \n";
+        let s = parse_smaps(text).unwrap();
+        assert_eq!(s[0].1.anon_huge, 63488 * 1024);
+        assert!(s[0].1.huge_advised);
+        assert!(!s[1].1.huge_advised);
+        let mut r = Regions::default();
+        r.add_process(&s);
+        assert_eq!(r.anon_huge_bytes(), 63488 * 1024);
+        assert_eq!(
+            r.anon_huge_by_kind.get(&Kind::OtherAnon),
+            Some(&(63488 * 1024))
+        );
     }
 
     #[test]

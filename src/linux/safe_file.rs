@@ -116,8 +116,14 @@ pub(crate) fn open_regular_beneath(root: &Path, rel: &Path) -> Result<File, Safe
     open_checked(root, rel, None)
 }
 
-/// [`open_beneath`] with the owner checked only when `owners` is given.
-fn open_checked(root: &Path, rel: &Path, owners: Option<&[u32]>) -> Result<File, SafeFileError> {
+/// The directory that holds `rel` beneath `root`, each directory on the way opened with
+/// `open` (`O_PATH` to open a file in it, `O_RDONLY` to stat and create in it) without
+/// following a link; with the path as shown in errors and the file's own name.
+fn parent_beneath(
+    root: &Path,
+    rel: &Path,
+    open: libc::c_int,
+) -> Result<(PathBuf, OwnedFd, CString), SafeFileError> {
     let shown = root.join(rel);
     let mut names = Vec::new();
     for c in rel.components() {
@@ -137,10 +143,16 @@ fn open_checked(root: &Path, rel: &Path, owners: Option<&[u32]>) -> Result<File,
         dir = openat(
             Some(&dir),
             n,
-            libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW,
+            open | libc::O_DIRECTORY | libc::O_NOFOLLOW,
             &shown,
         )?;
     }
+    Ok((shown, dir, file_name))
+}
+
+/// [`open_beneath`] with the owner checked only when `owners` is given.
+fn open_checked(root: &Path, rel: &Path, owners: Option<&[u32]>) -> Result<File, SafeFileError> {
+    let (shown, dir, file_name) = parent_beneath(root, rel, libc::O_PATH)?;
     let fd = openat(
         Some(&dir),
         &file_name,
@@ -168,6 +180,95 @@ fn open_checked(root: &Path, rel: &Path, owners: Option<&[u32]>) -> Result<File,
         }
     }
     Ok(file)
+}
+
+/// A file [`create_new_beneath`] made: its directory held open, so that whether it is still
+/// there, and its removal, never go through a path again.
+#[derive(Debug)]
+pub(crate) struct MadeBeneath {
+    dir: File,
+    name: CString,
+}
+
+impl MadeBeneath {
+    /// The name is still there in its directory (a link is not followed).
+    pub(crate) fn exists(&self) -> bool {
+        // SAFETY: libc::stat is plain data; all zeroes is a valid value.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: a directory descriptor we own, a NUL-terminated name, a stat to fill.
+        unsafe {
+            libc::fstatat(
+                self.dir.as_raw_fd(),
+                self.name.as_ptr(),
+                &mut st,
+                libc::AT_SYMLINK_NOFOLLOW,
+            ) == 0
+        }
+    }
+
+    /// Removes the name from its directory (whatever now lies there under it; gone is fine).
+    pub(crate) fn remove(&self) -> io::Result<()> {
+        // SAFETY: a directory descriptor we own and a NUL-terminated name.
+        if unsafe { libc::unlinkat(self.dir.as_raw_fd(), self.name.as_ptr(), 0) } == 0 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() == io::ErrorKind::NotFound {
+            Ok(())
+        } else {
+            Err(e)
+        }
+    }
+}
+
+/// Creates the new file `rel` beneath `root` (`/proc/PID/root`: a directory another process
+/// controls), empty, mode 0600: every directory on the way opened without following a link,
+/// the last one owned by root or one of `owners`, and the file made with `O_EXCL |
+/// O_NOFOLLOW` (nothing already there, a link included, is opened or replaced).
+pub(crate) fn create_new_beneath(
+    root: &Path,
+    rel: &Path,
+    owners: &[u32],
+) -> Result<MadeBeneath, SafeFileError> {
+    let (shown, dir, file_name) = parent_beneath(root, rel, libc::O_RDONLY)?;
+    let dir_file = File::from(dir);
+    let meta = dir_file.metadata().map_err(|source| SafeFileError::Io {
+        path: shown.clone(),
+        source,
+    })?;
+    if meta.uid() != 0 && !owners.contains(&meta.uid()) {
+        return Err(SafeFileError::Owner {
+            path: shown,
+            uid: meta.uid(),
+            allowed: owners.to_vec(),
+        });
+    }
+    // SAFETY: a NUL-terminated name and a directory descriptor we own; O_CREAT with a mode.
+    let fd = unsafe {
+        libc::openat(
+            dir_file.as_raw_fd(),
+            file_name.as_ptr(),
+            libc::O_WRONLY
+                | libc::O_CREAT
+                | libc::O_EXCL
+                | libc::O_NOFOLLOW
+                | libc::O_NONBLOCK
+                | libc::O_CLOEXEC,
+            0o600 as libc::c_uint,
+        )
+    };
+    if fd < 0 {
+        return Err(SafeFileError::Io {
+            path: shown,
+            source: io::Error::last_os_error(),
+        });
+    }
+    // SAFETY: `fd` was just returned by openat and is owned by nobody else; closed here.
+    drop(unsafe { OwnedFd::from_raw_fd(fd) });
+    Ok(MadeBeneath {
+        dir: dir_file,
+        name: file_name,
+    })
 }
 
 /// At most `head` bytes from the start of `file` and at most `tail` bytes from its end
@@ -261,6 +362,44 @@ fn read_opened(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_new_file_is_made_beneath_a_root_and_never_through_a_link() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
+        std::fs::create_dir(root.join("d")).unwrap();
+        // SAFETY: geteuid takes nothing and cannot fail.
+        let me = unsafe { libc::geteuid() };
+        let made = create_new_beneath(root, Path::new("d/x.request"), &[me]).unwrap();
+        assert!(root.join("d/x.request").is_file());
+        assert!(made.exists());
+        // Already there: not replaced.
+        assert!(create_new_beneath(root, Path::new("d/x.request"), &[me]).is_err());
+        // Removed through the directory held open, even once the path leads elsewhere.
+        std::fs::rename(root.join("d"), root.join("moved")).unwrap();
+        std::fs::create_dir(root.join("d")).unwrap();
+        std::fs::write(root.join("d/x.request"), b"").unwrap();
+        made.remove().unwrap();
+        assert!(!made.exists());
+        assert!(!root.join("moved/x.request").exists());
+        assert!(root.join("d/x.request").exists());
+        made.remove().unwrap();
+        // A link, as the file or on the way: refused.
+        std::os::unix::fs::symlink("/etc/passwd", root.join("d/l")).unwrap();
+        assert!(create_new_beneath(root, Path::new("d/l"), &[me]).is_err());
+        std::os::unix::fs::symlink(root.join("d"), root.join("via")).unwrap();
+        assert!(matches!(
+            create_new_beneath(root, Path::new("via/y"), &[me]),
+            Err(SafeFileError::NotPlain { .. })
+        ));
+        assert!(create_new_beneath(root, Path::new("../y"), &[me]).is_err());
+        if me != 0 {
+            assert!(matches!(
+                create_new_beneath(root, Path::new("d/z"), &[me + 1]),
+                Err(SafeFileError::Owner { .. })
+            ));
+        }
+    }
     use std::os::unix::fs::symlink;
 
     fn mkfifo(p: &Path) {

@@ -8,7 +8,7 @@
 //! `libc6-dbg`, Fedora's `glibc-debuginfo`). Its `FILE` symbol `malloc.c` is followed by
 //! that file's local functions; with the entry points, they are the allocator.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use goblin::elf::program_header::PT_LOAD;
 use goblin::elf::sym::{STB_LOCAL, STT_FILE, STT_FUNC, STT_GNU_IFUNC};
@@ -57,6 +57,17 @@ const MAX_SPAN: u64 = 1 << 20;
 pub struct Segments(Vec<(u64, u64, u64)>);
 
 impl Segments {
+    /// The loadable segments of an ELF file.
+    pub(crate) fn of(elf: &Elf) -> Segments {
+        Segments(
+            elf.program_headers
+                .iter()
+                .filter(|p| p.p_type == PT_LOAD)
+                .map(|p| (p.p_offset, p.p_vaddr, p.p_filesz))
+                .collect(),
+        )
+    }
+
     /// The symbol address of the byte at `offset` in the file, if a segment maps it.
     pub fn address_of(&self, offset: u64) -> Option<u64> {
         self.0
@@ -92,12 +103,22 @@ pub fn build_id(elf: &Elf, bytes: &[u8]) -> Option<String> {
         .map(|n| n.desc.iter().map(|b| format!("{b:02x}")).collect())
 }
 
-/// Where a distribution keeps the full symbols of a file with build ID `id`.
+/// Where full symbol tables are looked up: `MEMTRIAL_DEBUG_DIR` when set (a debuginfod
+/// cache laid out the same way, or a copy of another machine's), else the distributions'
+/// `/usr/lib/debug`.
+pub const DEBUG_DIR_ENV: &str = "MEMTRIAL_DEBUG_DIR";
+
+/// Where a distribution keeps the full symbols of a file with build ID `id`
+/// (`<debug dir>/.build-id/xx/yyyy.debug`).
 pub fn debug_file(id: &str) -> Option<PathBuf> {
     if id.len() < 3 || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
         return None;
     }
-    let p = Path::new("/usr/lib/debug/.build-id")
+    let dir = std::env::var_os(DEBUG_DIR_ENV)
+        .filter(|d| !d.is_empty())
+        .map_or_else(|| PathBuf::from("/usr/lib/debug"), PathBuf::from);
+    let p = dir
+        .join(".build-id")
         .join(&id[..2])
         .join(format!("{}.debug", &id[2..]));
     p.is_file().then_some(p)
@@ -107,13 +128,7 @@ pub fn debug_file(id: &str) -> Option<PathBuf> {
 /// messages), from its full symbol table; the error says what is missing.
 pub fn glibc_malloc_code(libc: &[u8], path: &str) -> Result<MallocCode, String> {
     let elf = Elf::parse(libc).map_err(|e| format!("{path} is not an ELF file: {e}"))?;
-    let segments = Segments(
-        elf.program_headers
-            .iter()
-            .filter(|p| p.p_type == PT_LOAD)
-            .map(|p| (p.p_offset, p.p_vaddr, p.p_filesz))
-            .collect(),
-    );
+    let segments = Segments::of(&elf);
     // The library's own table first (an unstripped libc), then the separate one.
     if let Some(ranges) = malloc_ranges(&elf) {
         return Ok(MallocCode {

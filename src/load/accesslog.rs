@@ -4,7 +4,10 @@
 //! Offsets are relative to the first parsed entry. Log timestamps have one-second
 //! resolution, so the entries of one second are spread evenly over that second; entries
 //! logged out of order (servers log at completion) never move the clock backwards.
-//! Lines that cannot be parsed are counted, never fatal.
+//! Lines that cannot be parsed are counted, never fatal. A line dated in the future (more
+//! than a day ahead of this machine's clock) is no record of a request that happened: it is
+//! skipped and counted, since the clock it would move forward would hold every later line
+//! back by as long (one line dated 9999 stalled a replay for ~8,000 years).
 
 use std::time::Duration;
 
@@ -20,24 +23,55 @@ pub struct ReplayLog {
     pub skipped_methods: usize,
     /// Up to five (1-based line number, reason) examples of unparseable lines.
     pub examples: Vec<(usize, String)>,
+    /// Entries dated more than [`FUTURE_SLACK_SECONDS`] after the clock at reading: skipped.
+    pub future: usize,
+    /// The first of them: (1-based line number, its timestamp as written).
+    pub future_example: Option<(usize, String)>,
+    /// The longest time between two consecutive entries (log time), with the 1-based line
+    /// numbers of the entries on either side: a replay at the log's pace sends nothing for
+    /// that long.
+    pub longest_gap: Option<(Duration, usize, usize)>,
 }
+
+/// How far ahead of this machine's clock a log line may be dated (clocks differ, a log's
+/// time zone may be written wrong) before it counts as dated in the future.
+pub const FUTURE_SLACK_SECONDS: i64 = 86_400;
 
 /// Methods replayed unless others are asked for: the ones without side effects.
 pub(crate) const DEFAULT_METHODS: [Method; 2] = [Method::Get, Method::Head];
 
-/// Parses an access log, keeping entries whose method is in `methods`.
+/// Parses an access log, keeping entries whose method is in `methods` and skipping those
+/// dated in the future of this machine's clock.
 pub fn parse_access_log(text: &str, methods: &[Method]) -> ReplayLog {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+    parse_access_log_at(text, methods, now)
+}
+
+/// [`parse_access_log`] with the clock's time (seconds since the Unix epoch) given.
+pub fn parse_access_log_at(text: &str, methods: &[Method], now: i64) -> ReplayLog {
     let mut log = ReplayLog::default();
-    // (second since epoch, request) in log order
-    let mut parsed: Vec<(i64, Request)> = Vec::new();
+    // (second since epoch, request, 1-based line number) in log order
+    let mut parsed: Vec<(i64, Request, usize)> = Vec::new();
     for (i, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
             continue;
         }
         match parse_line(line) {
+            Ok((t, _)) if t > now.saturating_add(FUTURE_SLACK_SECONDS) => {
+                log.future += 1;
+                if log.future_example.is_none() {
+                    let stamp = line
+                        .split_once('[')
+                        .and_then(|(_, r)| r.split_once(']'))
+                        .map_or("", |(d, _)| d);
+                    log.future_example = Some((i + 1, stamp.to_string()));
+                }
+            }
             Ok((t, req)) => {
                 if methods.contains(&req.method) {
-                    parsed.push((t, req));
+                    parsed.push((t, req, i + 1));
                 } else {
                     log.skipped_methods += 1;
                 }
@@ -56,10 +90,22 @@ pub fn parse_access_log(text: &str, methods: &[Method]) -> ReplayLog {
     // Clamp to a non-decreasing clock, then spread each second's entries over it.
     let mut secs: Vec<i64> = Vec::with_capacity(parsed.len());
     let mut prev = first;
-    for (t, _) in &parsed {
+    for (t, _, _) in &parsed {
         prev = prev.max(*t);
         secs.push(prev - first);
     }
+    log.longest_gap = secs
+        .windows(2)
+        .enumerate()
+        .max_by_key(|(_, w)| w[1] - w[0])
+        .filter(|(_, w)| w[1] > w[0])
+        .map(|(k, w)| {
+            (
+                Duration::from_secs((w[1] - w[0]).unsigned_abs()),
+                parsed[k].2,
+                parsed[k + 1].2,
+            )
+        });
     let mut offsets = Vec::with_capacity(secs.len());
     let mut i = 0;
     while i < secs.len() {
@@ -288,6 +334,39 @@ this line is not a log entry at all
             "the Apache documentation's example"
         );
         assert_eq!(parse_time("01/Jan/1970:01:00:00 +0100"), Ok(0));
+    }
+
+    /// One line dated 9999 among 30 of 2024: it is skipped and said, the others keep
+    /// their one-second pace (before, every line after it waited ~8,000 years).
+    #[test]
+    fn a_line_dated_in_the_future_is_skipped_and_counted() {
+        let text: String = (0..30)
+            .map(|i| {
+                let year = if i == 10 { 9999 } else { 2024 };
+                format!(
+                    "1.2.3.4 - - [12/Mar/{year}:10:00:{i:02} +0000] \"GET /x{i} HTTP/1.1\" 200 5\n"
+                )
+            })
+            .collect();
+        let now = parse_time("01/Jan/2025:00:00:00 +0000").unwrap();
+        let log = parse_access_log_at(&text, &DEFAULT_METHODS, now);
+        assert_eq!(log.entries.len(), 29);
+        assert_eq!(log.future, 1);
+        assert_eq!(
+            log.future_example,
+            Some((11, "12/Mar/9999:10:00:10 +0000".into()))
+        );
+        let last = log.entries.last().unwrap().0;
+        assert_eq!(last, Duration::from_secs(29));
+        assert_eq!(log.longest_gap, Some((Duration::from_secs(2), 10, 12)));
+        // A day of slack: a line a few hours ahead (a clock or time zone set wrong) is kept.
+        let skewed = format!(
+            "1.2.3.4 - - [31/Dec/2024:23:00:00 -0500] \"GET /late HTTP/1.1\" 200 5\n{text}"
+        );
+        assert_eq!(
+            parse_access_log_at(&skewed, &DEFAULT_METHODS, now).future,
+            1
+        );
     }
 
     #[test]

@@ -105,7 +105,10 @@ pub enum LoadError {
 /// Failures kept apart by kind.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct Errors {
-    /// Connection attempts refused, unreachable, or not established within the timeout.
+    /// Requests that found no connection: refused, unreachable, or not established within
+    /// the timeout. One per request, not per attempt: in an open loop each request due
+    /// while no connection could be made; in a closed loop each failed attempt (the
+    /// connection's next request).
     pub connect: u64,
     /// Requests without a complete response within the timeout.
     pub timeout: u64,

@@ -2,6 +2,7 @@
 //! replayed; read once and shared by every run.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -64,16 +65,36 @@ pub fn read_source(
                     note += &format!(" (e.g. line {line}: {why})");
                 }
             }
+            let future = log.future_example.as_ref().map(|(line, stamp)| {
+                format!(
+                    "{} line(s) dated in the future skipped (more than a day ahead of this machine's clock, e.g. line {line}: [{stamp}]): a replay keeps the log's pace, and such a line would hold back every line after it",
+                    log.future
+                )
+            });
+            if let Some(f) = &future {
+                note += &format!("; {f}");
+            }
+            if let (Some((gap, a, b)), Some(speed)) = (log.longest_gap, speed) {
+                let wait = gap.as_secs_f64() / speed;
+                if wait >= 60.0 {
+                    note += &format!(
+                        "; the log is silent for {} between lines {a} and {b}: at --speed {speed} nothing is sent for {}",
+                        humantime::format_duration(gap),
+                        humantime::format_duration(Duration::from_secs(wait as u64))
+                    );
+                }
+            }
             notes.push(note);
             if log.entries.is_empty() {
                 let first = log
                     .examples
                     .first()
                     .map(|(line, why)| format!("; line {line}: {why}"))
+                    .or(future.map(|f| format!("; {f}")))
                     .unwrap_or_default();
                 return Err(format!(
-                    "no replayable requests ({} unparseable line(s), {} with other methods){first}",
-                    log.unparseable, log.skipped_methods
+                    "no replayable requests ({} unparseable line(s), {} with other methods, {} dated in the future){first}",
+                    log.unparseable, log.skipped_methods, log.future
                 ));
             }
             Source::Replay {

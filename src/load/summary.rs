@@ -92,7 +92,13 @@ pub fn render(header: &str, r: &LoadResult) -> String {
             100.0 * super::SATURATION
         );
     }
-    if let Some(t) = r.target_rate {
+    if r.requests == 0 && r.errors.connect > 0 {
+        let _ = writeln!(
+            o,
+            "warning: no request got a connection: the server refused them or did not accept them within --timeout ({} connect error(s), one per request)",
+            thousands(r.errors.connect)
+        );
+    } else if let Some(t) = r.target_rate {
         if r.achieved_rate < 0.95 * t {
             let _ = writeln!(
                 o,

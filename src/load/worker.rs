@@ -224,8 +224,8 @@ impl Timer {
         if fd < 0 {
             return Err(io::Error::last_os_error());
         }
-        // SAFETY: fd is a fresh descriptor nobody else owns.
         Ok(Timer {
+            // SAFETY: fd is a fresh descriptor nobody else owns.
             fd: unsafe { OwnedFd::from_raw_fd(fd) },
             armed_for: None,
         })
@@ -487,12 +487,34 @@ impl Worker<'_> {
         }
     }
 
+    /// A connection attempt failed. Errors count requests, not attempts (a dead server
+    /// is tried again every [`CONNECT_BACKOFF`]): in a closed loop the connection's next
+    /// request is due at once, so it failed; in an open loop every request due by now fails
+    /// when no connection is up to take it, one connect error each, and is not sent later.
     fn connect_failed(&mut self, c: usize, now: Instant) {
-        self.stats.failure(now, Failure::Connect);
         let conn = &mut self.conns[c];
         conn.stream = None;
         conn.st = St::Down;
         conn.retry_at = now + CONNECT_BACKOFF;
+        if !self.open {
+            self.stats.failure(now, Failure::Connect);
+            return;
+        }
+        if self
+            .conns
+            .iter()
+            .any(|c| matches!(c.st, St::Idle | St::Writing | St::Reading))
+        {
+            // A connection is up: the due requests wait for it.
+            return;
+        }
+        while let Some(at) = self.plan.intended(self.global(self.next)) {
+            if at > now {
+                break;
+            }
+            self.next += 1;
+            self.stats.failure(now, Failure::Connect);
+        }
     }
 
     /// A request failed: count it, drop the connection, connect again at once.

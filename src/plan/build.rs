@@ -78,6 +78,13 @@ pub fn build_plan(mut input: PlanInput, ctx: &PlanContext) -> Result<BuiltPlan, 
     )?;
 
     notes.extend(preloads_over_linked(&chosen, &program));
+    notes.extend(knob_notes(
+        &chosen,
+        &program,
+        &limits,
+        ctx.online_cpus,
+        crate::linux::thp::host_mode().as_ref(),
+    ));
 
     let seed = input.seed.unwrap_or_else(random_seed);
     let plan = Plan {
@@ -502,11 +509,15 @@ pub(super) fn build_limits(input: &PlanInput, ctx: &PlanContext) -> Result<Limit
         l.cpuset = Some(s.trim().to_string());
     }
     if let Some(p) = input.limits.pids_limit {
-        if p == 0 {
+        if p < settings::PIDS_LIMIT.0 {
             return Err(PlanError::BadValue {
                 flag: "--pids-limit",
-                value: "0".into(),
-                reason: "at least 1 (the workload itself is a process)".into(),
+                value: p.to_string(),
+                reason: format!(
+                    "at least {}: memtrial's spawner, which starts the workload inside the \
+                     run's cgroup, is one process there and the workload another",
+                    settings::PIDS_LIMIT.0
+                ),
             });
         }
         l.pids_max = Some(settings::count("--pids-limit", p, settings::PIDS_LIMIT)?);

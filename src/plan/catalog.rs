@@ -116,6 +116,9 @@ pub enum CatalogKind {
     ArenaMax(u32),
     /// A preloaded allocator library.
     Preload(LibAllocator),
+    /// Knobs (and perhaps a preload), as the words of a variant spec: built like a custom
+    /// variant of that spec.
+    Knobs(&'static str),
 }
 
 /// One entry of the built-in catalog.
@@ -124,39 +127,83 @@ pub struct CatalogEntry {
     pub name: &'static str,
     pub kind: CatalogKind,
     pub description: &'static str,
+    /// What it needs on the machine.
+    pub needs: &'static str,
+    /// Run when no variants are named (the knobs run only when named).
+    pub by_default: bool,
 }
 
 /// The built-in variants, in display order. The first is the default baseline.
-pub const CATALOG: [CatalogEntry; 6] = [
+pub const CATALOG: [CatalogEntry; 10] = [
     CatalogEntry {
         name: "glibc",
         kind: CatalogKind::Glibc,
         description: "glibc malloc as it is (default baseline)",
+        needs: "nothing",
+        by_default: true,
     },
     CatalogEntry {
         name: "arena1",
         kind: CatalogKind::ArenaMax(1),
         description: "glibc malloc with MALLOC_ARENA_MAX=1",
+        needs: "glibc",
+        by_default: true,
     },
     CatalogEntry {
         name: "arena2",
         kind: CatalogKind::ArenaMax(2),
         description: "glibc malloc with MALLOC_ARENA_MAX=2",
+        needs: "glibc",
+        by_default: true,
     },
     CatalogEntry {
         name: "jemalloc",
         kind: CatalogKind::Preload(LibAllocator::Jemalloc),
         description: "jemalloc by LD_PRELOAD",
+        needs: "libjemalloc",
+        by_default: true,
     },
     CatalogEntry {
         name: "tcmalloc",
         kind: CatalogKind::Preload(LibAllocator::Tcmalloc),
         description: "gperftools tcmalloc by LD_PRELOAD",
+        needs: "libtcmalloc",
+        by_default: true,
     },
     CatalogEntry {
         name: "mimalloc",
         kind: CatalogKind::Preload(LibAllocator::Mimalloc),
         description: "mimalloc by LD_PRELOAD",
+        needs: "libmimalloc",
+        by_default: true,
+    },
+    CatalogEntry {
+        name: "nothp",
+        kind: CatalogKind::Knobs("thp:off"),
+        description: "glibc malloc, THP off for the process (thp:off)",
+        needs: "a kernel with THP; 5.0+ to verify",
+        by_default: false,
+    },
+    CatalogEntry {
+        name: "glibc-thp",
+        kind: CatalogKind::Knobs("thp:heap"),
+        description: "glibc malloc, huge pages for its heaps (thp:heap)",
+        needs: "glibc 2.35+, THP madvise; libc6-dbg to verify",
+        by_default: false,
+    },
+    CatalogEntry {
+        name: "jemalloc-thp",
+        kind: CatalogKind::Knobs("preload:jemalloc thp:heap"),
+        description: "jemalloc, huge pages for its heap (thp:heap)",
+        needs: "libjemalloc 5.1+, THP madvise or always",
+        by_default: false,
+    },
+    CatalogEntry {
+        name: "trim",
+        kind: CatalogKind::Knobs("trim:1s"),
+        description: "glibc malloc, malloc_trim(0) every second (trim:1s)",
+        needs: "glibc malloc, a dynamic program",
+        by_default: false,
     },
 ];
 

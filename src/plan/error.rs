@@ -23,7 +23,7 @@ pub enum PlanError {
         path: String,
         reason: String,
     },
-    #[error("bad variant definition '{spec}': {reason}. Expected NAME=SPEC where SPEC is space-separated KEY=VALUE settings, preload:LIB and/or one program:PATH or command:'…', e.g. 'je=preload:jemalloc MALLOC_CONF=narenas:2'")]
+    #[error("bad variant definition '{spec}': {reason}. Expected NAME=SPEC where SPEC is space-separated KEY=VALUE settings, preload:LIB and/or one program:PATH or command:'…', and knobs thp:off, thp:heap, tunable:NAME=VALUE, trim:DURATION, e.g. 'je=preload:jemalloc MALLOC_CONF=narenas:2'")]
     BadVariantSpec { spec: String, reason: String },
     #[error("variant '{variant}' sets {key} twice; give each environment key once (in its spec or its env table), or runs would not get what the variant says")]
     DuplicateEnvKey { variant: String, key: String },

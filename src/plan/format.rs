@@ -107,6 +107,23 @@ struct VariantFile {
     preload: Option<String>,
     program: Option<String>,
     command: Option<CommandField>,
+    /// `thp = "off"` or `"heap"`: the spec's `thp:`.
+    thp: Option<String>,
+    /// `trim = "10s"`: the spec's `trim:`.
+    trim: Option<String>,
+    /// `tunables = { trim_threshold = "128K", tcache_count = 0 }`: the spec's `tunable:`s.
+    #[serde(default)]
+    tunables: BTreeMap<String, TunableValue>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(
+    untagged,
+    expecting = "a tunable's value must be a whole number (131072) or a string (\"128K\")"
+)]
+enum TunableValue {
+    Int(u64),
+    Text(String),
 }
 
 /// Reads a TOML plan file into a [`PlanInput`]. Syntax errors name the line and column.
@@ -184,6 +201,19 @@ pub fn parse_plan_text(text: &str) -> Result<PlanInput, String> {
                 .to_string());
             }
             parts.push(shell_words::quote(&format!("{k}={val}")).into_owned());
+        }
+        if let Some(t) = v.thp {
+            parts.push(shell_words::quote(&format!("thp:{t}")).into_owned());
+        }
+        for (k, val) in v.tunables {
+            let val = match val {
+                TunableValue::Int(i) => i.to_string(),
+                TunableValue::Text(t) => t,
+            };
+            parts.push(shell_words::quote(&format!("tunable:{k}={val}")).into_owned());
+        }
+        if let Some(t) = v.trim {
+            parts.push(shell_words::quote(&format!("trim:{t}")).into_owned());
         }
         if let Some(s) = v.spec {
             parts.push(s);

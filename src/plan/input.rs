@@ -49,8 +49,8 @@ pub struct LimitsInput {
     /// instances all get the same set.
     #[arg(long, value_name = "LIST")]
     pub cpuset: Option<String>,
-    /// Most processes and threads a run (a soak: an instance) may have at once, 1 to
-    /// 4194304.
+    /// Most processes and threads a run (a soak: an instance) may have at once, memtrial's
+    /// spawner included, 2 to 4194304.
     #[arg(long, value_name = "N")]
     pub pids_limit: Option<u64>,
 }

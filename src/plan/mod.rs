@@ -19,6 +19,7 @@ mod check;
 mod error;
 mod format;
 mod input;
+mod knobs;
 mod model;
 mod spec;
 mod variants;
@@ -28,8 +29,11 @@ pub(crate) use check::*;
 pub use error::*;
 pub use format::*;
 pub use input::*;
+pub(crate) use knobs::*;
+pub use knobs::{trim_text, HeapThp, Knobs, Tunable};
 pub use model::*;
 pub use spec::*;
+pub use variants::catalog_variant_here;
 pub(crate) use variants::*;
 
 #[cfg(test)]
@@ -291,7 +295,7 @@ mod tests {
             ),
             (
                 |i| i.limits.pids_limit = Some(u64::MAX),
-                "--pids-limit 18446744073709551615: must be from 1 to 4194304",
+                "--pids-limit 18446744073709551615: must be from 2 to 4194304",
             ),
             (|i| i.seed = Some(u64::MAX), "--seed"),
             (
@@ -616,6 +620,7 @@ env = { RUBYOPT = "--yjit" }
             preload_spec: Some("jemalloc".into()),
             origin: VariantOrigin::Catalog,
             program: None,
+            knobs: Default::default(),
         };
         let env = v.workload_env(Some("/other.so"));
         assert_eq!(env[1].1, "/lib/libjemalloc.so.2 /other.so");
@@ -746,6 +751,55 @@ command = ["sh", "-c", "echo 'hi there'"]
             parse_plan_text("command = \"true\"\n[[variant]]\nname = \"a\"\nprograms = \"x\"\n")
                 .unwrap_err();
         assert!(e.contains("programs"), "{e}");
+    }
+
+    /// Knobs come from spec words and plan keys alike, merge into the environment the
+    /// workload gets, describe themselves, and change the fingerprint only where present.
+    #[test]
+    fn knobs_from_specs_and_plan_files() {
+        let v = parse("t=GLIBC_TUNABLES=glibc.malloc.arena_max=2 tunable:trim_threshold=128K thp:off trim:10s")
+            .unwrap();
+        assert!(v.knobs.thp_off);
+        assert_eq!(v.knobs.trim_ms, Some(10_000));
+        assert_eq!(
+            v.settings(),
+            vec![(
+                "GLIBC_TUNABLES".to_string(),
+                "glibc.malloc.arena_max=2:glibc.malloc.trim_threshold=131072".to_string()
+            )]
+        );
+        assert_eq!(
+            v.describe(),
+            "GLIBC_TUNABLES=glibc.malloc.arena_max=2 thp:off tunable:trim_threshold=131072 trim:10s"
+        );
+        let text = r#"command = "true"
+[[variant]]
+name = "k"
+thp = "off"
+trim = "10s"
+tunables = { trim_threshold = "128K", tcache_count = 0 }
+"#;
+        let i = parse_plan_text(text).unwrap();
+        let k = parse(&i.custom[0]).unwrap();
+        assert_eq!(k.knobs.tunables.len(), 2);
+        assert_eq!((k.knobs.thp_off, k.knobs.trim_ms), (true, Some(10_000)));
+        let e = parse_plan_text(
+            "command = \"true\"\n[[variant]]\nname = \"a\"\ntunables = { top_pad = [1] }\n",
+        )
+        .unwrap_err();
+        assert!(e.contains("whole number"), "{e}");
+        let e = parse("bad=thp:sometimes").unwrap_err().to_string();
+        assert!(e.contains("thp: takes off"), "{e}");
+        // Stored and read back the same; a plan without knobs keeps its JSON (and so its
+        // fingerprint) as before.
+        let json = serde_json::to_string(&k).unwrap();
+        assert_eq!(serde_json::from_str::<Variant>(&json).unwrap(), k);
+        let plain = parse("a=X=1").unwrap();
+        assert!(!serde_json::to_string(&plain).unwrap().contains("knobs"));
+        let mut p = crate::report::fixture::experiment().plan;
+        let f = p.fingerprint();
+        p.variants[1].knobs.thp_off = true;
+        assert_ne!(p.fingerprint(), f);
     }
 
     #[test]

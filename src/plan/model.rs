@@ -18,6 +18,10 @@ pub struct Variant {
     /// before variants could replace the program (which keeps their fingerprint).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub program: Option<VariantProgram>,
+    /// Huge pages, glibc tunables, trimming (`thp:`, `tunable:`, `trim:`). Absent from plans
+    /// stored before variants had knobs (which keeps their fingerprint).
+    #[serde(default, skip_serializing_if = "Knobs::is_empty")]
+    pub knobs: Knobs,
 }
 
 /// What a variant runs instead of the plan's program.
@@ -65,7 +69,7 @@ impl Variant {
     /// The environment the workload gets on top of memtrial's own: the settings and `LD_PRELOAD`.
     /// An existing `LD_PRELOAD` of the user is kept after the variant's library.
     pub(crate) fn workload_env(&self, inherited_preload: Option<&str>) -> Vec<(String, String)> {
-        let mut env = self.env.clone();
+        let mut env = self.settings();
         if let Some(p) = &self.preload {
             let mut value = p.display().to_string();
             if let Some(old) = inherited_preload.filter(|s| !s.is_empty()) {
@@ -78,6 +82,13 @@ impl Variant {
         env
     }
 
+    /// The environment settings the workload gets from this variant (no `LD_PRELOAD`): its
+    /// own, with its knobs' merged in (tunables into `GLIBC_TUNABLES`, jemalloc's
+    /// `thp:always` into `MALLOC_CONF`). What a production deployment sets too.
+    pub fn settings(&self) -> Vec<(String, String)> {
+        self.knobs.merged_env(&self.env)
+    }
+
     /// A one-line description: `MALLOC_ARENA_MAX=2`, `preload jemalloc`, or `unchanged`.
     pub fn describe(&self) -> String {
         let mut parts: Vec<String> = Vec::new();
@@ -88,6 +99,7 @@ impl Variant {
             parts.push(format!("preload:{p}"));
         }
         parts.extend(self.env.iter().map(|(k, v)| format!("{k}={v}")));
+        parts.extend(self.knobs.words());
         if parts.is_empty() {
             "unchanged".to_string()
         } else {
@@ -339,6 +351,9 @@ struct ComparableVariant<'a> {
     /// `program:SPEC` or the replacing command's words.
     program: Option<String>,
     command: Option<&'a [String]>,
+    /// Absent without knobs, so that plans without them keep their fingerprint.
+    #[serde(skip_serializing_if = "Knobs::is_empty")]
+    knobs: &'a Knobs,
 }
 
 impl Plan {
@@ -370,6 +385,7 @@ impl Plan {
                         Some(VariantProgram::Command { argv, .. }) => Some(argv),
                         _ => None,
                     },
+                    knobs: &v.knobs,
                 })
                 .collect(),
             limits: &self.limits,

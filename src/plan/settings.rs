@@ -22,45 +22,46 @@ const HOUR: u64 = 3600;
 const DAY: u64 = 24 * HOUR;
 
 /// `--runs`: measured runs per variant.
-pub(crate) const RUNS: (u32, u32) = (1, 10_000);
+pub const RUNS: (u32, u32) = (1, 10_000);
 /// `--warmup`: warm-up runs per variant.
-pub(crate) const WARMUP: (u32, u32) = (0, 10_000);
+pub const WARMUP: (u32, u32) = (0, 10_000);
 /// `--interval`: the memory sampling interval.
 pub const INTERVAL: DurationRange = DurationRange::new(millis(10), secs(HOUR));
 /// `--probe-interval`: how often the probes inside the workload report.
-pub(crate) const PROBE_INTERVAL: DurationRange = DurationRange::new(millis(10), secs(HOUR));
+pub const PROBE_INTERVAL: DurationRange = DurationRange::new(millis(10), secs(HOUR));
 /// `--timeout`: the longest a run may take.
-pub(crate) const TIMEOUT: DurationRange = DurationRange::new(millis(1), secs(7 * DAY));
+pub const TIMEOUT: DurationRange = DurationRange::new(millis(1), secs(7 * DAY));
 /// `--memory-limit`, bytes: below 4 MiB programs cannot even start; 64 TiB is far above
 /// any machine's memory.
 pub const MEMORY_LIMIT: (u64, u64) = (4 << 20, 64 << 40);
 /// `--cpus`: CPU quota in CPUs.
-pub(crate) const CPUS: (f64, f64) = (0.01, 4096.0);
+pub const CPUS: (f64, f64) = (0.01, 4096.0);
 /// `--pids-limit`: the kernel's own maximum PID count is 4,194,304.
-pub(crate) const PIDS_LIMIT: (u64, u64) = (1, 4_194_304);
+/// At least 2: the spawner (in the run's group) and the workload.
+pub const PIDS_LIMIT: (u64, u64) = (2, 4_194_304);
 /// `--seed`: kept exact in JSON (53 bits).
 pub const SEED: (u64, u64) = (0, (1 << 53) - 1);
 
 /// `--ready-timeout`.
-pub(crate) const READY_TIMEOUT: DurationRange = DurationRange::new(millis(1), secs(HOUR));
+pub const READY_TIMEOUT: DurationRange = DurationRange::new(millis(1), secs(HOUR));
 /// `--warmup-duration` (load before measuring).
 pub const LOAD_WARMUP: DurationRange = DurationRange::up_to(secs(DAY));
 /// `--duration` (measured load).
-pub(crate) const LOAD_DURATION: DurationRange = DurationRange::new(millis(1), secs(DAY));
+pub const LOAD_DURATION: DurationRange = DurationRange::new(millis(1), secs(DAY));
 /// `--duration` of a service or worker trial (without `--url`): how long it runs.
-pub(crate) const SERVICE_DURATION: DurationRange = DurationRange::new(millis(1), secs(7 * DAY));
+pub const SERVICE_DURATION: DurationRange = DurationRange::new(millis(1), secs(7 * DAY));
 /// `--cooldown`.
-pub(crate) const COOLDOWN: DurationRange = DurationRange::up_to(secs(DAY));
+pub const COOLDOWN: DurationRange = DurationRange::up_to(secs(DAY));
 /// `--request-timeout` / `load --timeout`.
-pub(crate) const REQUEST_TIMEOUT: DurationRange = DurationRange::new(millis(1), secs(HOUR));
+pub const REQUEST_TIMEOUT: DurationRange = DurationRange::new(millis(1), secs(HOUR));
 /// `--connections`.
-pub(crate) const CONNECTIONS: (usize, usize) = (1, 100_000);
+pub const CONNECTIONS: (usize, usize) = (1, 100_000);
 /// `--load-threads` / `load --threads` (and at most one per connection).
-pub(crate) const LOAD_THREADS: (usize, usize) = (1, 1024);
+pub const LOAD_THREADS: (usize, usize) = (1, 1024);
 /// `--rate`, requests per second.
-pub(crate) const RATE: (f64, f64) = (0.001, 10_000_000.0);
+pub const RATE: (f64, f64) = (0.001, 10_000_000.0);
 /// `--speed`, the replay's pace factor.
-pub(crate) const SPEED: (f64, f64) = (0.001, 1_000_000.0);
+pub const SPEED: (f64, f64) = (0.001, 1_000_000.0);
 
 /// `inspect --top`.
 pub const INSPECT_TOP: (usize, usize) = (1, 100_000);
@@ -80,6 +81,9 @@ pub const JUDGE_BLOCK: DurationRange = DurationRange::new(secs(1), secs(30 * DAY
 /// `judge --warmup`.
 pub const JUDGE_WARMUP: DurationRange = DurationRange::up_to(secs(30 * DAY));
 
+/// `kube collect --wait`: how long to wait for the Job's pods to finish.
+pub const KUBE_COLLECT_WAIT: DurationRange = DurationRange::up_to(secs(30 * DAY));
+
 /// `workload fragment --threads`.
 pub const FRAGMENT_THREADS: (usize, usize) = (1, 1024);
 /// `workload fragment --seconds`.
@@ -90,6 +94,14 @@ pub const FRAGMENT_ITERATIONS: (u64, u64) = (1, 1_000_000_000_000);
 pub const FRAGMENT_SIZE: (u64, u64) = (1, 1 << 30);
 /// `workload fragment --live`: short-lived objects per thread.
 pub const FRAGMENT_LIVE: (usize, usize) = (1, 10_000_000);
+
+/// `workload fragment --survivors`: the fraction of objects kept alive until the end.
+pub const FRAGMENT_SURVIVORS: (f64, f64) = (0.0, 1.0);
+/// `run --max-runs` (with `--until-decided`): with fewer than 3 runs of each, nothing is
+/// decided.
+pub const MAX_RUNS: (u32, u32) = (3, 10_000);
+/// `kube --parallelism`: pods of the Job at once.
+pub const KUBE_PARALLELISM: (u32, u32) = (1, 10_000);
 
 /// `memtrial soak --duration` / `--max-duration`.
 pub const SOAK_DURATION: DurationRange = DurationRange::new(secs(10), secs(7 * DAY));

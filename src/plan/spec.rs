@@ -24,8 +24,11 @@ pub fn parse_custom_variant(spec: &str, ctx: &PlanContext) -> Result<Variant, Pl
     let mut preload = None;
     let mut preload_spec = None;
     let mut program: Option<VariantProgram> = None;
+    let mut knob_words = Vec::new();
     for w in words {
-        if let Some(p) = w.strip_prefix("program:") {
+        if let Some(k) = knob_word(&w) {
+            knob_words.push(k.map_err(|why| bad(&why))?);
+        } else if let Some(p) = w.strip_prefix("program:") {
             program = Some(variant_program(
                 name,
                 program,
@@ -97,10 +100,17 @@ pub fn parse_custom_variant(spec: &str, ctx: &PlanContext) -> Result<Variant, Pl
             env.push((k.to_string(), v.to_string()));
         } else {
             return Err(bad(&format!(
-                "'{w}' is neither KEY=VALUE, preload:LIB, program:PATH nor command:'…'"
+                "'{w}' is neither KEY=VALUE, preload:LIB, program:PATH, command:'…', \
+                 thp:off|heap, tunable:NAME=VALUE nor trim:DURATION"
             )));
         }
     }
+    let knobs = if knob_words.is_empty() {
+        Knobs::default()
+    } else {
+        let pre = preload_spec.as_deref().zip(preload.as_deref());
+        resolve_knobs(knob_words, &env, pre, &KnobHost::detect()).map_err(|why| bad(&why))?
+    };
     Ok(Variant {
         name: name.to_string(),
         env,
@@ -108,6 +118,7 @@ pub fn parse_custom_variant(spec: &str, ctx: &PlanContext) -> Result<Variant, Pl
         preload_spec,
         origin: VariantOrigin::Custom,
         program,
+        knobs,
     })
 }
 

@@ -140,7 +140,7 @@ pub(super) fn choose_variants(
         Some(names) => names.to_vec(),
         None if !custom.is_empty() => Vec::new(),
         None => {
-            for entry in catalog::CATALOG.iter() {
+            for entry in catalog::CATALOG.iter().filter(|e| e.by_default) {
                 match catalog_variant(entry.name, ctx, false)? {
                     Some(v) => installed.push(v),
                     None => {
@@ -192,6 +192,11 @@ pub(super) fn choose_variants(
     Ok(chosen)
 }
 
+/// A catalog variant as it would run here, or why it cannot (for `memtrial variants`).
+pub fn catalog_variant_here(name: &str, ctx: &PlanContext) -> Result<Variant, PlanError> {
+    catalog_variant(name, ctx, true).map(|v| v.expect("required"))
+}
+
 /// A catalog variant; `Ok(None)` when its library is missing and it was not required.
 pub(super) fn catalog_variant(
     name: &str,
@@ -203,6 +208,21 @@ pub(super) fn catalog_variant(
         known: catalog_names().join(", "),
     })?;
     let (env, preload, preload_spec) = match entry.kind {
+        CatalogKind::Knobs(spec) => {
+            // Built as a custom variant of its spec, with the same checks.
+            return match parse_custom_variant(&format!("{name}={spec}"), ctx) {
+                Ok(v) => Ok(Some(Variant {
+                    origin: VariantOrigin::Catalog,
+                    ..v
+                })),
+                Err(PlanError::LibraryMissing { .. }) if !required => Ok(None),
+                Err(PlanError::BadVariantSpec { reason, .. }) => Err(PlanError::BadVariantSpec {
+                    spec: format!("{name} (built in: {spec})"),
+                    reason,
+                }),
+                Err(e) => Err(e),
+            };
+        }
         CatalogKind::Glibc => (vec![], None, None),
         CatalogKind::ArenaMax(n) => (
             vec![("MALLOC_ARENA_MAX".to_string(), n.to_string())],
@@ -228,5 +248,6 @@ pub(super) fn catalog_variant(
         preload_spec,
         origin: VariantOrigin::Catalog,
         program: None,
+        knobs: Knobs::default(),
     }))
 }

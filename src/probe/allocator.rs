@@ -22,13 +22,18 @@ pub const NAME: &str = crate::record::inside::ALLOCATOR_PROBE;
 const SHIM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libmemtrial-probe.so"));
 
 /// Which probe library runs inside the workload, for the experiment's notes: its size and
-/// the start of its SHA-256, so records of two memtrial builds can be told apart.
+/// the start of its SHA-256, so records of two memtrial builds can be told apart — or,
+/// when it could not be written where the loader reads it, that it is in no workload, and
+/// why (each run's record says so too).
 pub fn library_note() -> String {
-    format!(
-        "allocator probe: memtrial's embedded libmemtrial-probe.so ({} KiB, SHA-256 {})",
-        SHIM.len().div_ceil(1024),
-        &crate::units::sha256_hex(SHIM)[..16]
-    )
+    match shim_path() {
+        Ok(_) => format!(
+            "allocator probe: memtrial's embedded libmemtrial-probe.so ({} KiB, SHA-256 {})",
+            SHIM.len().div_ceil(1024),
+            &crate::units::sha256_hex(SHIM)[..16]
+        ),
+        Err(e) => format!("allocator probe: in no workload: {e}"),
+    }
 }
 
 /// The embedded library as [`write_library`] wrote it.
@@ -96,7 +101,9 @@ impl ProcessReports for ProcessFile {
             self.allocator = allocator;
             self.library = library;
             self.exit_next = false;
-        } else if let Some((ns, l)) = parse_timed(line).filter(|(_, l)| *l != Line::default()) {
+        } else if let Some((ns, l)) =
+            parse_timed(line).filter(|(_, l)| Line { rss: None, ..*l } != Line::default())
+        {
             // A line with no figure at all (an allocator not yet initialised) says nothing.
             self.latest = Some(l);
             self.exited = std::mem::take(&mut self.exit_next);
@@ -127,10 +134,13 @@ struct Line {
     metadata: Option<u64>,
     arenas: Option<u64>,
     thread_cache: Option<u64>,
+    /// The process's resident bytes when the sample was taken (a trailing field that
+    /// libraries of older releases do not write).
+    rss: Option<u64>,
 }
 
-/// Parses one figures line (`<ns> <live> <held> … <thread cache>`, tab-separated, `-`
-/// for a figure the allocator does not offer). `None` for anything malformed.
+/// Parses one figures line (`<ns> <live> <held> … <thread cache> [<rss>]`, tab-separated,
+/// `-` for a figure the allocator does not offer). `None` for anything malformed.
 #[cfg(test)]
 fn parse_line(line: &str) -> Option<Line> {
     parse_timed(line).map(|(_, l)| l)
@@ -156,8 +166,14 @@ fn parse_timed(line: &str) -> Option<(u64, Line)> {
         metadata: v()?,
         arenas: v()?,
         thread_cache: v()?,
+        rss: None,
     };
-    f.next().is_none().then_some((ns, line))
+    let rss = match f.next() {
+        None => None,
+        Some("-") => None,
+        Some(s) => Some(s.parse().ok()?),
+    };
+    f.next().is_none().then_some((ns, Line { rss, ..line }))
 }
 
 /// Parses a header (`# memtrial-probe 1 <pid> <allocator> <library…>`).
@@ -188,6 +204,7 @@ fn sum(lines: &[Line], t_seconds: f64) -> AllocatorPoint {
         metadata_bytes: add(lines, |l| l.metadata),
         arenas: add(lines, |l| l.arenas),
         thread_cache_bytes: add(lines, |l| l.thread_cache),
+        rss_bytes: add(lines, |l| l.rss),
     }
 }
 
@@ -222,9 +239,7 @@ impl AllocatorProbe {
         // The holes' directory: the library writes its accounts of free memory only where
         // it exists.
         let reports = ReportDir::create(dir).and_then(|r| {
-            let holes = r.dir().join(super::holes::DIR);
-            std::fs::create_dir_all(&holes)
-                .map_err(|e| format!("cannot create {}: {e}", holes.display()))?;
+            super::reports::fresh_dir(&r.dir().join(super::holes::DIR))?;
             Ok(r)
         });
         AllocatorProbe {
@@ -344,7 +359,7 @@ fn at_peak(series: &[AllocatorPoint], at_exit: &[bool]) -> Option<AllocatorPoint
 
 /// `CLOCK_MONOTONIC` now, in ns: the clock the library stamps its lines with (and the one
 /// `Instant` reads on Linux).
-fn monotonic_ns() -> i128 {
+pub(crate) fn monotonic_ns() -> i128 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
@@ -363,6 +378,8 @@ pub(crate) struct LatestReport {
     pub live_bytes: Option<u64>,
     /// Bytes the allocator holds from the OS for it.
     pub held_bytes: Option<u64>,
+    /// Its arenas (jemalloc's `arenas.narenas`), where it counts them.
+    pub arenas: Option<u64>,
 }
 
 /// At most this much of a report file's end is read: the latest lines are there.
@@ -412,6 +429,7 @@ pub(crate) fn latest_of(head: &[u8], tail: &[u8], cut: bool) -> Option<LatestRep
         },
         live_bytes: latest.live,
         held_bytes: latest.held,
+        arenas: latest.arenas,
     })
 }
 
@@ -633,7 +651,16 @@ mod tests {
         assert_eq!(l.mapped, Some(0));
         assert!(parse_line("123\t100").is_none());
         assert!(parse_line("x\t1\t2\t3\t4\t5\t6\t7\t8\t9").is_none());
-        assert!(parse_line("1\t1\t2\t3\t4\t5\t6\t7\t8\t9\t10").is_none());
+        // The resident bytes at the sample, a trailing field older libraries do not write.
+        assert_eq!(l.rss, None);
+        let l = parse_line("1\t1\t2\t3\t4\t5\t6\t7\t8\t9\t10").unwrap();
+        assert_eq!((l.thread_cache, l.rss), (Some(9), Some(10)));
+        assert_eq!(
+            parse_line("1\t1\t2\t3\t4\t5\t6\t7\t8\t9\t-").unwrap().rss,
+            None
+        );
+        assert!(parse_line("1\t1\t2\t3\t4\t5\t6\t7\t8\t9\t10\t11").is_none());
+        assert!(parse_line("1\t1\t2\t3\t4\t5\t6\t7\t8\t9\tx").is_none());
         assert!(parse_line("1\t-1\t2\t3\t4\t5\t6\t7\t8\t9").is_none());
     }
 

@@ -20,12 +20,14 @@ pub mod cpu;
 pub mod files;
 mod holes;
 pub mod jvm;
+mod knobs;
 pub mod pss;
 pub mod regions;
 pub mod reports;
 pub mod requires;
 pub mod ruby;
 pub mod tree;
+pub mod trim;
 pub mod verify;
 
 use std::time::Duration;
@@ -41,6 +43,7 @@ pub use regions::RegionsProbe;
 pub use requires::RequireProbe;
 pub use ruby::RubyProbe;
 pub use tree::{Helpers, Member, Membership, TreeProbe};
+pub use trim::TrimProbe;
 pub use verify::Verifier;
 
 /// Why a tick happens.
@@ -172,5 +175,6 @@ impl ProbeSet {
         for p in self.others {
             p.finish(end, record);
         }
+        pss::thp_with_regions(record);
     }
 }

@@ -80,6 +80,9 @@ struct Sums {
     pss: u64,
     /// `Private_Clean` + `Private_Dirty`.
     uss: u64,
+    /// `AnonHugePages`: anonymous memory in transparent huge pages, and `Rss` beside it.
+    anon_huge: u64,
+    rss: u64,
 }
 
 /// Reads `smaps_rollup` of `pids` and sums them (on the probe's own thread).
@@ -94,6 +97,8 @@ fn read_sums(pids: Vec<i32>) -> PssResult {
                 sums = sums.map(|x| Sums {
                     pss: x.pss + r.pss,
                     uss: x.uss + r.uss,
+                    anon_huge: x.anon_huge + r.anon_huge,
+                    rss: x.rss + r.rss,
                 });
             }
             Err(ProcError::Gone { .. }) => {}
@@ -202,7 +207,40 @@ impl Probe for PssProbe {
         }
         record.peak_pss_bytes = record.samples.iter().filter_map(|s| s.pss_bytes).max();
         record.peak_uss_bytes = peak_uss;
+        record.inside.thp = thp_view(self.readings.values().flatten());
     }
+}
+
+/// The run's memory in huge pages as the `smaps` read nearest its peak saw it, where that is
+/// more than the PSS reads saw (a short run gets few of those).
+pub(crate) fn thp_with_regions(record: &mut RunRecord) {
+    let Some(r) = record.regions.as_ref() else {
+        return;
+    };
+    let (huge, rss) = (r.regions.anon_huge_bytes(), r.regions.rss_bytes);
+    if let Some(t) = record.inside.thp.as_mut() {
+        if t.peak_anon_huge_bytes.is_none_or(|p| huge > p) {
+            t.peak_anon_huge_bytes = Some(huge);
+            t.rss_at_peak_anon_huge_bytes = Some(rss);
+        }
+    }
+}
+
+/// Transparent huge pages in the run: the host's mode, and the read with the most
+/// anonymous memory in huge pages (`AnonHugePages`) with the resident bytes beside it.
+fn thp_view<'a>(reads: impl Iterator<Item = &'a Sums>) -> Option<crate::record::ThpView> {
+    let reads: Vec<&Sums> = reads.collect();
+    let host = crate::linux::thp::host_mode();
+    if host.is_none() && reads.is_empty() {
+        return None;
+    }
+    let most = reads.iter().max_by_key(|s| (s.anon_huge, s.rss));
+    Some(crate::record::ThpView {
+        host,
+        peak_anon_huge_bytes: most.map(|s| s.anon_huge),
+        rss_at_peak_anon_huge_bytes: most.map(|s| s.rss),
+        reads: reads.len() as u32,
+    })
 }
 
 #[cfg(test)]
@@ -310,6 +348,7 @@ mod tests {
             preload_spec: None,
             origin: crate::plan::VariantOrigin::Custom,
             program: None,
+            knobs: Default::default(),
         };
         let mut verifier = crate::probe::Verifier::new(&variant);
         let mut pss = PssProbe::with_fraction(1.0);

@@ -1,22 +1,35 @@
 //! Where a run's resident memory is, by kind of mapping: every live process's `smaps`
-//! read on a thread of its own at new highs of the tree's RSS, within a CPU budget, and
-//! the read that found the most resident bytes kept.
+//! read on a thread of its own at new highs of the tree's RSS, and the read that found the
+//! most resident bytes kept.
 //!
-//! A full `smaps` costs more than `smaps_rollup` (every mapping is printed: a process with
-//! 2,000 mappings takes tens of milliseconds), so it is read only when the tree's RSS has
-//! grown past the last read by [`NEW_HIGH`] and its growth has paused (the sample is no
-//! higher than the one before: where a peak is) or it has doubled since (a run that grows
-//! until it ends), and while the reads so far stay within [`REGIONS_CPU_FRACTION`] of a core
-//! plus a burst at the start. Between highs it is also read every [`PERIOD`] within the
-//! same budget, so that every read, kept as a series, shows the kinds over the whole run.
+//! A full `smaps` walks the page tables and prints every mapping (a 600 MiB process of 16
+//! glibc arenas: ~15 ms of CPU), so it is read:
+//! - at each **rung**: the tree's RSS [`RUNG`] (5%, and 1 MiB) past every read asked for so
+//!   far, whatever the budget says, while a read costs under [`RUNG_MAX_COST`]. The last
+//!   read then lies within 5% of the highest RSS sampled, however the run grows — until it
+//!   ends, in steps, or to a plateau. Their cost is bounded by the growth, not the run's
+//!   length: a read's cost grows with the memory it walks, so the rungs of a run that grows
+//!   to its peak cost about 21 reads at the peak (1 + 1/1.05 + 1/1.05² …);
+//! - at the **top** of a step: 2% past the last read where growth pauses (the sample is no
+//!   higher than the one before), within [`REGIONS_CPU_FRACTION`] of a core plus a burst
+//!   at the start;
+//! - every [`PERIOD`] between highs within half that budget, and no more often than the
+//!   last read's cost allows at [`PERIODIC_CPU_FRACTION`] of a core, so that every read,
+//!   kept as a series, shows the kinds over the whole run (a process of 1000 threads, whose
+//!   read costs ~18 ms, is read about every 36 s while it holds still, not every 5 s).
+//!
+//! Costs are the reading thread's CPU time: on a busy machine a read's wall time is many
+//! times its CPU time (a 15 ms read took 100–500 ms here while 16 threads faulted pages in),
+//! and a budget of wall time starved the reads near the peak.
 
 use std::time::{Duration, Instant};
 
 use super::background::Background;
 use super::pss::PssBudget;
 use super::{Probe, RunEnd, Tick, TickKind};
+use crate::linux::maps::Mapping;
 use crate::linux::proc::{self, ProcError};
-use crate::linux::regions::{parse_smaps, Regions};
+use crate::linux::regions::{parse_smaps, MapStats, Regions};
 use crate::record::{RegionsPoint, RegionsRead, RunRecord};
 
 /// Share of one core the `smaps` reads may use over a run (plus the start's burst).
@@ -25,13 +38,29 @@ pub(crate) const REGIONS_CPU_FRACTION: f64 = 0.005;
 /// CPU time the reads may take at the start of a run on top of the fraction.
 pub(crate) const REGIONS_START_BURST: Duration = Duration::from_millis(40);
 
-/// Growth of the tree's RSS since the last read that makes a new high worth a read:
-/// 10%, and at least 1 MiB.
-pub(crate) const NEW_HIGH: f64 = 0.10;
-const NEW_HIGH_MIN: u64 = 1 << 20;
+/// Growth of the tree's RSS past every read so far that makes a rung: a read whatever the
+/// budget says (and at least [`STEP_MIN`]).
+pub(crate) const RUNG: f64 = 0.05;
+/// Growth past the last read that makes a pause at the top of a step worth a read, within
+/// the budget (and at least [`STEP_MIN`]).
+pub(crate) const TOP: f64 = 0.02;
+const STEP_MIN: u64 = 1 << 20;
+
+/// A read dearer than this (CPU time) takes its rungs within the budget too.
+pub(crate) const RUNG_MAX_COST: Duration = Duration::from_millis(50);
 
 /// Between new highs, a read at most this often (within the budget): the kinds over time.
 pub(crate) const PERIOD: f64 = 5.0;
+
+/// Share of one core the reads between highs may take, judged by the last read's cost: a
+/// process holding still costs memtrial no more than this for its series (0.05%: below the
+/// ~0.08% a sampler's bare wake-up costs at 100 ms on this kind of machine).
+pub(crate) const PERIODIC_CPU_FRACTION: f64 = 0.0005;
+
+/// Seconds from one read between highs to the next after a read of `last_cost`.
+fn periodic_gap(last_cost: Duration) -> f64 {
+    PERIOD.max(last_cost.as_secs_f64() / PERIODIC_CPU_FRACTION)
+}
 
 /// The most reads kept in a run's series: beyond, every other one is dropped (the read
 /// with the most resident bytes is kept apart).
@@ -39,6 +68,9 @@ pub const SERIES_MAX: usize = 240;
 
 struct Request {
     t_seconds: f64,
+    /// When it was asked for: the read's own moment is `t_seconds` plus the wait for the
+    /// reading thread (on a busy machine, up to hundreds of milliseconds).
+    asked: Instant,
     tree_rss_bytes: u64,
     pids: Vec<i32>,
 }
@@ -51,16 +83,35 @@ struct Reading {
     regions: Option<Read>,
 }
 
-/// Reads and classifies `smaps` for a request (on the probe's own thread).
+/// Reads and classifies `smaps` for a request (on the probe's own thread); its cost is the
+/// thread's CPU time.
 fn reading(request: Request) -> Reading {
     let started = Instant::now();
+    let cpu = thread_cpu();
     let regions = read(&request.pids);
     Reading {
         request,
         started,
-        cost: started.elapsed(),
+        cost: thread_cpu().saturating_sub(cpu),
         regions,
     }
+}
+
+/// The calling thread's CPU time.
+fn thread_cpu() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec, which `ts` is.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    if rc != 0 {
+        return Duration::ZERO;
+    }
+    Duration::new(
+        ts.tv_sec.max(0) as u64,
+        ts.tv_nsec.clamp(0, 999_999_999) as u32,
+    )
 }
 
 /// What one read found.
@@ -97,13 +148,32 @@ fn read(pids: &[i32]) -> Option<Read> {
         }
         // After: a process that exited since counts as it was before.
         let after = proc::read_status(pid).map_or(vm_rss, |s| s.vm_rss);
-        r.regions.add_process(&parse_smaps(&text).ok()?);
+        r.regions
+            .add_process(&without_repeats(parse_smaps(&text).ok()?));
         r.status_rss_bytes += vm_rss;
         r.status_rss_after_bytes += after;
         r.processes += 1;
     }
     r.regions.finish();
     (r.processes > 0).then_some(r)
+}
+
+/// `smaps` comes a page of text at a time, and the kernel lets go of the process's memory
+/// map between pages, then goes on from the mapping it stopped at: where that mapping has
+/// since merged with the one before it (an arena's read-write part grown into its reserved
+/// tail, a heap grown into its neighbour), the merged mapping is printed again from its
+/// start, over what was already printed (seen: a 253 MiB process read as 502 MiB while it
+/// grew). Mappings come in address order, so an overlap is such a repeat: the later print,
+/// the newer state, is kept.
+fn without_repeats(smaps: Vec<(Mapping, MapStats)>) -> Vec<(Mapping, MapStats)> {
+    let mut out: Vec<(Mapping, MapStats)> = Vec::with_capacity(smaps.len());
+    for (m, s) in smaps {
+        while out.last().is_some_and(|(p, _)| p.end > m.start) {
+            out.pop();
+        }
+        out.push((m, s));
+    }
+    out
 }
 
 /// Keeps the `smaps` read with the most resident bytes (see the module's doc).
@@ -118,8 +188,14 @@ pub struct RegionsProbe {
     series: Vec<RegionsPoint>,
     /// When the last read was asked for (seconds since the start).
     asked_at_t: f64,
+    /// The read in flight is a rung's (its cost stays out of the budget).
+    rung_in_flight: bool,
+    /// The CPU time of the last read.
+    last_cost: Duration,
     reads: u32,
+    /// CPU time of every read, and of the reads within the budget.
     time: Duration,
+    budgeted: Duration,
 }
 
 impl RegionsProbe {
@@ -134,15 +210,25 @@ impl RegionsProbe {
             best: None,
             series: Vec::new(),
             asked_at_t: 0.0,
+            rung_in_flight: false,
+            last_cost: Duration::ZERO,
             reads: 0,
             time: Duration::ZERO,
+            budgeted: Duration::ZERO,
         }
     }
 
     fn take(&mut self, r: Reading) {
         self.reads += 1;
         self.time += r.cost;
-        self.budget.spent(r.started, r.cost);
+        self.last_cost = r.cost;
+        // A rung's read comes on top of the budget.
+        let rung = std::mem::take(&mut self.rung_in_flight);
+        self.budget
+            .spent(r.started, if rung { Duration::ZERO } else { r.cost });
+        if !rung {
+            self.budgeted += r.cost;
+        }
         let Some(read) = r.regions else {
             return;
         };
@@ -153,8 +239,12 @@ impl RegionsProbe {
                 i % 2 == 1
             });
         }
+        let t_seconds = r.request.t_seconds
+            + r.started
+                .saturating_duration_since(r.request.asked)
+                .as_secs_f64();
         self.series.push(RegionsPoint {
-            t_seconds: r.request.t_seconds,
+            t_seconds,
             by_kind: read.regions.by_kind.clone(),
         });
         if self
@@ -166,7 +256,7 @@ impl RegionsProbe {
         }
         let regions = read.regions;
         self.best = Some(RegionsRead {
-            t_seconds: r.request.t_seconds,
+            t_seconds,
             tree_rss_bytes: r.request.tree_rss_bytes,
             status_rss_bytes: read.status_rss_bytes,
             status_rss_after_bytes: read.status_rss_after_bytes,
@@ -195,23 +285,26 @@ impl Probe for RegionsProbe {
         }
         let live: Vec<&super::Member> = tick.members.iter().filter(|m| m.state != 'Z').collect();
         let rss: u64 = live.iter().map(|m| m.rss_bytes).sum();
-        let threshold = self
-            .asked_at_rss
-            .saturating_add(((self.asked_at_rss as f64 * NEW_HIGH) as u64).max(NEW_HIGH_MIN));
+        let past = |share: f64| {
+            self.asked_at_rss
+                .saturating_add(((self.asked_at_rss as f64 * share) as u64).max(STEP_MIN))
+        };
         let paused = rss <= self.prev_rss;
         self.prev_rss = rss;
-        let high = self.asked_at_rss == 0
-            || (rss >= threshold && (paused || rss >= self.asked_at_rss.saturating_mul(2)));
-        // A read between highs only while the reads so far used under half the budget: the
-        // other half stays for the peak.
-        let periodic = tick.t_seconds >= self.asked_at_t + PERIOD
-            && self.time.as_secs_f64() < 0.5 * REGIONS_CPU_FRACTION * tick.t_seconds;
-        let due = high || periodic;
-        if live.is_empty() || !due || self.reader.busy() || !self.budget.due(Instant::now()) {
+        let rung = self.asked_at_rss == 0 || (rss >= past(RUNG) && self.last_cost <= RUNG_MAX_COST);
+        let top = rss >= past(TOP) && paused;
+        // A read between highs only while the reads within the budget used under half of
+        // it: the other half stays for the tops.
+        let periodic = tick.t_seconds >= self.asked_at_t + periodic_gap(self.last_cost)
+            && self.budgeted.as_secs_f64() < 0.5 * REGIONS_CPU_FRACTION * tick.t_seconds;
+        let budgeted = (top || periodic) && self.budget.due(Instant::now());
+        if live.is_empty() || !(rung || budgeted) || self.reader.busy() {
             return;
         }
+        let high = rung || top;
         let request = Request {
             t_seconds: tick.t_seconds,
+            asked: Instant::now(),
             tree_rss_bytes: rss,
             pids: live.iter().map(|m| m.pid).collect(),
         };
@@ -219,8 +312,9 @@ impl Probe for RegionsProbe {
             // A periodic read leaves the last high where it was: the pause at the peak
             // still gets its read.
             if high {
-                self.asked_at_rss = rss;
+                self.asked_at_rss = self.asked_at_rss.max(rss);
             }
+            self.rung_in_flight = rung;
             self.asked_at_t = tick.t_seconds;
         }
     }
@@ -247,6 +341,15 @@ mod tests {
 
     /// This test process read as a run's only member: the kinds sum to the `smaps` total,
     /// which lies near the process's own RSS, and its 4 threads' stacks are found.
+    /// A cheap read keeps the 5 s period; a dear one stretches it to hold 0.05% of a core.
+    #[test]
+    fn reads_between_highs_are_paced_by_their_cost() {
+        assert_eq!(periodic_gap(Duration::from_millis(1)), PERIOD);
+        assert_eq!(periodic_gap(Duration::ZERO), PERIOD);
+        let gap = periodic_gap(Duration::from_millis(18));
+        assert!((gap - 36.0).abs() < 1e-9, "{gap}");
+    }
+
     #[test]
     fn a_live_process_is_read_by_kind() {
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -273,5 +376,28 @@ mod tests {
         assert!(!regions.files.is_empty() && regions.files.len() <= 8);
         // A process that does not exist is left out, not a failure.
         assert!(read(&[i32::MAX]).is_none());
+    }
+
+    /// A mapping printed again after it merged with its neighbour between two pages of
+    /// `smaps` counts once, as its later print says.
+    #[test]
+    fn a_mapping_printed_twice_counts_once() {
+        let text = "\
+7f0000000000-7f0000100000 rw-p 00000000 00:00 0 \n\
+Rss:                1024 kB\n\
+7f0000100000-7f0004000000 ---p 00000000 00:00 0 \n\
+Rss:                   0 kB\n\
+7f0000000000-7f0000200000 rw-p 00000000 00:00 0 \n\
+Rss:                2048 kB\n\
+7f0000200000-7f0004000000 ---p 00000000 00:00 0 \n\
+Rss:                   0 kB\n\
+7f1000000000-7f1000001000 r--p 00000000 00:00 0 \n\
+Rss:                   4 kB\n";
+        let maps = without_repeats(parse_smaps(text).unwrap());
+        assert_eq!(maps.len(), 3, "{maps:?}");
+        assert_eq!(
+            maps.iter().map(|(_, s)| s.rss).sum::<u64>(),
+            (2048 + 4) << 10
+        );
     }
 }

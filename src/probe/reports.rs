@@ -38,10 +38,10 @@ pub(crate) struct ReportDir<S> {
 const MAX_READ: u64 = 4 << 20;
 
 impl<S: ProcessReports> ReportDir<S> {
-    /// The reports in `dir`, created here; the error says why it could not be.
+    /// The reports in `dir`, created here, without any a run before this one left there;
+    /// the error says why it could not be.
     pub fn create(dir: PathBuf) -> Result<ReportDir<S>, String> {
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        fresh_dir(&dir)?;
         Ok(ReportDir {
             dir,
             files: BTreeMap::new(),
@@ -134,6 +134,33 @@ impl<S: ProcessReports> ReportDir<S> {
     pub(crate) fn states(&self) -> impl Iterator<Item = &S> {
         self.files.values().map(|e| &e.state)
     }
+}
+
+/// Makes `dir` (and its parents) if missing and removes the report files in it: regular
+/// files named by a number, as the probes inside a workload write them. The directory of a
+/// run can hold some already: an earlier attempt of the same run (a crashed run resumed),
+/// or the run of the same number in an experiment of a database since deleted, whose logs
+/// stayed beside the new one. Read as this run's, their processes (whose pids the run's
+/// own may even reuse) would be counted in its figures. Nothing else is touched.
+pub(crate) fn fresh_dir(dir: &Path) -> Result<(), String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let entries =
+        std::fs::read_dir(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
+    for e in entries.flatten() {
+        let numbered = e
+            .file_name()
+            .to_str()
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+        if numbered && e.file_type().is_ok_and(|t| t.is_file()) {
+            std::fs::remove_file(e.path()).map_err(|err| {
+                format!(
+                    "cannot remove {}, left by an earlier run: {err}",
+                    e.path().display()
+                )
+            })?;
+        }
+    }
+    Ok(())
 }
 
 /// At the end of a run: reads the last reports (a batch job's exit lines) and returns the
@@ -234,6 +261,31 @@ mod tests {
         std::io::Write::write_all(&mut f, b"o\n").unwrap();
         r.read_new();
         assert_eq!(r.take_point(&pids).unwrap()[0].0.as_deref(), Some("two"));
+    }
+
+    #[test]
+    fn a_run_starts_without_the_reports_an_earlier_one_left() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path().join("d");
+        std::fs::create_dir_all(d.join("sub")).unwrap();
+        for name in ["7", "123", "7.tmp", "notes"] {
+            std::fs::write(d.join(name), "# header\nold\n").unwrap();
+        }
+        std::os::unix::fs::symlink(d.join("notes"), d.join("9")).unwrap();
+        let mut r: ReportDir<Last> = ReportDir::create(d.clone()).unwrap();
+        let mut left: Vec<String> = std::fs::read_dir(&d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        // The numbered regular files went; the rest (a link too) stayed.
+        assert_eq!(left, ["7.tmp", "9", "notes", "sub"]);
+        r.read_new();
+        assert!(
+            r.take_point(&[7, 123].into()).is_none(),
+            "nothing reported yet"
+        );
+        assert_eq!(r.final_pids(), BTreeSet::new());
     }
 
     #[test]

@@ -129,11 +129,10 @@ pub struct RequireProbe {
 }
 
 impl RequireProbe {
-    /// A probe whose processes write into `dir` (created here).
+    /// A probe whose processes write into `dir` (created here, without the trees a run
+    /// before this one left there).
     pub fn new(dir: PathBuf) -> RequireProbe {
-        let dir = std::fs::create_dir_all(&dir)
-            .map(|_| dir.clone())
-            .map_err(|e| format!("cannot create {}: {e}", dir.display()));
+        let dir = super::reports::fresh_dir(&dir).map(|_| dir);
         RequireProbe { dir }
     }
 }

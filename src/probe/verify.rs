@@ -25,6 +25,8 @@ enum Check {
     Pending,
     Effective(String),
     NotEffective(String),
+    /// Set, but a knob of it cannot be verified: what was seen, and why not.
+    NotVerifiable(String),
 }
 
 #[derive(Debug, Clone)]
@@ -59,6 +61,12 @@ pub struct Verifier {
     notes: Vec<String>,
     /// Whether the loader had finished in the process checked last.
     loader_done: bool,
+    /// The variant's knobs (huge pages, tunables), checked inside each process.
+    knobs: super::knobs::KnobChecker,
+    /// Why the knobs of a process could not be decided yet, the last time.
+    knob_pending: Option<String>,
+    /// The first CPython process seen, with its `PYTHONMALLOC`.
+    python: Option<crate::record::PythonView>,
 }
 
 /// The executable a variant's processes must run.
@@ -121,7 +129,7 @@ impl Verifier {
     pub fn new(variant: &Variant) -> Self {
         Verifier {
             preload: variant.preload.clone(),
-            env: variant.env.clone(),
+            env: variant.settings(),
             checked: HashMap::new(),
             elf_cache: HashMap::new(),
             needed_cache: HashMap::new(),
@@ -130,6 +138,9 @@ impl Verifier {
             root_generation: None,
             notes: Vec::new(),
             loader_done: false,
+            knobs: super::knobs::KnobChecker::new(&variant.knobs),
+            knob_pending: None,
+            python: None,
         }
     }
 
@@ -169,6 +180,9 @@ impl Verifier {
             let is_root = self.root == Some((m.pid, m.starttime_ticks));
             let root_first = is_root && self.root_generation.is_none_or(|g| g == m.exec_generation);
             self.loader_done = false;
+            if self.python.is_none() {
+                self.python = python_of(m.pid);
+            }
             let (check, allocator) = match self.check_process(m.pid, root_first) {
                 Ok(r) => r,
                 Err(ProcError::Gone { .. }) => continue,
@@ -286,9 +300,9 @@ impl Verifier {
             },
         };
         for (k, v) in &self.env {
-            match env.iter().find(|(ek, _)| ek == k) {
-                Some((_, ev)) if ev == v => reasons_ok.push(format!("{k}={v} in environ")),
-                Some((_, ev)) => {
+            match environ_value(&env, k) {
+                Some(ev) if ev == *v => reasons_ok.push(format!("{k}={v} in environ")),
+                Some(ev) => {
                     return Ok(Some(Check::NotEffective(format!(
                         "{k}={ev} in its environment, not {v}"
                     ))))
@@ -397,6 +411,24 @@ impl Verifier {
                 }
             }
         }
+        if self.knobs.any() && !loader_done {
+            return Ok((Check::Pending, allocator));
+        }
+        use super::knobs::KnobVerdict;
+        match self.knobs.check(pid, &allocator)? {
+            KnobVerdict::None => {}
+            KnobVerdict::Pending(why) => {
+                self.knob_pending = Some(why);
+                return Ok((Check::Pending, allocator));
+            }
+            KnobVerdict::Took(what) => reasons_ok.extend(what),
+            KnobVerdict::NotEffective(why) => return Ok((Check::NotEffective(why), allocator)),
+            KnobVerdict::NotVerifiable(what, why) => {
+                reasons_ok.extend(what);
+                reasons_ok.push(format!("set, not verifiable: {why}"));
+                return Ok((Check::NotVerifiable(reasons_ok.join(", ")), allocator));
+            }
+        }
         Ok((Check::Effective(reasons_ok.join(", ")), allocator))
     }
 
@@ -432,7 +464,10 @@ impl Verifier {
             .max_by_key(|c| c.peak_rss)
             .map(|c| c.allocator.clone())
             .unwrap_or_else(|| "unknown (exited before it could be inspected)".into());
-        let nothing = self.preload.is_none() && self.env.is_empty() && self.program.is_none();
+        let nothing = self.preload.is_none()
+            && self.env.is_empty()
+            && self.program.is_none()
+            && !self.knobs.any();
         if let Some((key, c)) = self
             .checked
             .iter()
@@ -443,6 +478,20 @@ impl Verifier {
             };
             return (
                 Verification::NotEffective,
+                format!("pid {} ({}): {why}", key.0, c.comm),
+                allocator,
+            );
+        }
+        if let Some((key, c)) = self
+            .checked
+            .iter()
+            .find(|(_, c)| matches!(c.check, Check::NotVerifiable(_)))
+        {
+            let Check::NotVerifiable(why) = &c.check else {
+                unreachable!()
+            };
+            return (
+                Verification::SetNotVerifiable,
                 format!("pid {} ({}): {why}", key.0, c.comm),
                 allocator,
             );
@@ -463,11 +512,18 @@ impl Verifier {
             })
             .collect();
         if effective.is_empty() {
-            (
-                Verification::Unverified,
-                "no process lived long enough to be checked".into(),
-                allocator,
-            )
+            match &self.knob_pending {
+                Some(why) => (
+                    Verification::SetNotVerifiable,
+                    format!("set, not verifiable: {why}"),
+                    allocator,
+                ),
+                None => (
+                    Verification::Unverified,
+                    "no process lived long enough to be checked".into(),
+                    allocator,
+                ),
+            }
         } else {
             // Several processes (a forking server's master and workers, each worker a
             // master restarted): say how many carry it, then the first three checks (a
@@ -501,6 +557,7 @@ impl Probe for Verifier {
         record.verification = verification;
         record.verification_detail = detail;
         record.allocator_detected = allocator;
+        record.inside.python = self.python;
     }
 
     /// A probe may extend a setting of the variant (`RUBYOPT=--yjit` gains the Ruby
@@ -512,6 +569,32 @@ impl Probe for Verifier {
             }
         }
     }
+}
+
+/// The value of `key` in a process's environment (`GLIBC_TUNABLES` as it was given: see
+/// [`proc::parse_environ`]).
+fn environ_value(env: &[(String, String)], key: &str) -> Option<String> {
+    env.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone())
+}
+
+/// The process, when it runs CPython (an executable named `python…`), with the
+/// `PYTHONMALLOC` of its environment; `None` for anything else or before its exec.
+fn python_of(pid: i32) -> Option<crate::record::PythonView> {
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok()?;
+    let exe = exe.to_string_lossy().into_owned();
+    let name = file_name(exe.trim_end_matches(" (deleted)"));
+    let rest = name.strip_prefix("python")?;
+    if !rest
+        .chars()
+        .all(|c| c.is_ascii_digit() || c == '.' || c == 'd' || c == 'm')
+    {
+        return None;
+    }
+    let env = proc::read_environ(pid).ok().filter(|e| !e.is_empty())?;
+    Some(crate::record::PythonView {
+        executable: exe,
+        pythonmalloc: environ_value(&env, "PYTHONMALLOC"),
+    })
 }
 
 /// The guess a "not mapped" verdict carries when nothing better is known.
@@ -558,16 +641,28 @@ fn empty_environment(pid: i32) -> EmptyEnvironment {
         return EmptyEnvironment::Exiting;
     }
     // The kernel records the argument bounds just before the environment's: arguments
-    // first, then the environment again.
+    // first, then the environment again. While it writes the environment's pointers the
+    // environment's bounds are equal (it reads empty) and the arguments' are set: a
+    // process preempted there (a loaded machine: one in the suite's exec storm) reads so
+    // for as long as it waits for a CPU. So the environment is read again over a few
+    // milliseconds before "started with none" is concluded.
     let args = proc::read_proc_file(pid, "cmdline").unwrap_or_default();
     if args.is_empty() {
         return EmptyEnvironment::MidExec;
     }
-    match proc::read_environ(pid) {
-        Ok(env) if env.is_empty() => EmptyEnvironment::StartedWithNone,
-        Ok(_) => EmptyEnvironment::MidExec,
-        Err(_) => EmptyEnvironment::Exiting,
+    for wait_ms in [0, 1, 2, 4, 8, 16] {
+        std::thread::sleep(std::time::Duration::from_millis(wait_ms));
+        match proc::read_environ(pid) {
+            // Gone meanwhile: an exiting process reads empty too.
+            Ok(env) if env.is_empty() && !has_address_space(pid) => {
+                return EmptyEnvironment::Exiting
+            }
+            Ok(env) if env.is_empty() => {}
+            Ok(_) => return EmptyEnvironment::MidExec,
+            Err(_) => return EmptyEnvironment::Exiting,
+        }
     }
+    EmptyEnvironment::StartedWithNone
 }
 
 /// A process that is exiting (or a zombie) has released its memory: `statm` reads zeros.
@@ -605,6 +700,21 @@ fn same_file(a: &Path, b: &Path) -> bool {
 #[cfg(test)]
 mod loader_tests {
     use super::*;
+
+    #[test]
+    fn glibc_tunables_split_by_the_loader_are_joined_back() {
+        // /proc/PID/environ of `GLIBC_TUNABLES=glibc.malloc.trim_threshold=65536:glibc.malloc.top_pad=0 sl`
+        // on glibc 2.36.
+        let env = crate::linux::proc::parse_environ(
+            b"PATH=/bin\0GLIBC_TUNABLES=glibc.malloc.trim_threshold=65536\0glibc.malloc.top_pad=0\0HOME=/root\0",
+        );
+        assert_eq!(
+            environ_value(&env, "GLIBC_TUNABLES").as_deref(),
+            Some("glibc.malloc.trim_threshold=65536:glibc.malloc.top_pad=0")
+        );
+        assert_eq!(environ_value(&env, "HOME").as_deref(), Some("/root"));
+        assert_eq!(environ_value(&env, "NOPE"), None);
+    }
 
     #[test]
     fn a_refused_preload_is_explained_by_the_loader_once() {

@@ -47,6 +47,7 @@ pub(crate) fn with_optional_parts(mut r: RunRecord) -> RunRecord {
                 path: "/usr/lib/libruby.so.3.1".into(),
                 rss_bytes: 30 << 20,
             }],
+            anon_huge_by_kind: [(Kind::ExecAnon, 4 << 20)].into(),
         },
         series: vec![
             crate::record::RegionsPoint {
@@ -58,6 +59,34 @@ pub(crate) fn with_optional_parts(mut r: RunRecord) -> RunRecord {
                 by_kind: [(Kind::ExecAnon, 256 << 20), (Kind::FileCode, 40 << 20)].into(),
             },
         ],
+    });
+    r.inside.trim = Some(crate::record::TrimView {
+        interval_ms: 1000,
+        processes: 1,
+        trims: 2,
+        released: 2,
+        returned_bytes: 180 << 20,
+        largest_bytes: 180 << 20,
+        cpu_seconds: 0.03,
+        longest_seconds: 0.05,
+        series: vec![crate::record::TrimPoint {
+            t_seconds: 1.0,
+            returned_bytes: 180 << 20,
+            cpu_seconds: 0.03,
+        }],
+    });
+    r.inside.thp = Some(crate::record::ThpView {
+        host: Some(crate::linux::thp::ThpMode {
+            enabled: "madvise".into(),
+            defrag: "madvise".into(),
+        }),
+        peak_anon_huge_bytes: Some(62 << 20),
+        rss_at_peak_anon_huge_bytes: Some(64 << 20),
+        reads: 3,
+    });
+    r.inside.python = Some(crate::record::PythonView {
+        executable: "/usr/bin/python3.11".into(),
+        pythonmalloc: Some("malloc".into()),
     });
     r
 }
@@ -75,6 +104,7 @@ pub(crate) fn plan() -> crate::plan::Plan {
             preload_spec: None,
             origin: crate::plan::VariantOrigin::Catalog,
             program: None,
+            knobs: Default::default(),
         }],
         baseline: "glibc".into(),
         runs: 1,

@@ -25,6 +25,101 @@ pub struct InsideView {
     /// The CPU probe's samples, when it was on and attached.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu: Option<CpuView>,
+    /// A trimming variant's trims (`trim:DURATION`), as the probe library made them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trim: Option<TrimView>,
+    /// Transparent huge pages in the run: the host's mode and the share of the workload's
+    /// memory in huge pages (kernel figures, recorded for every run, probes or not).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thp: Option<ThpView>,
+    /// The workload's CPython, when a process of the run was one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub python: Option<PythonView>,
+}
+
+/// A CPython process of the run: its interpreter and its allocator setting.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct PythonView {
+    /// The executable (`/usr/bin/python3.11`).
+    pub executable: String,
+    /// `PYTHONMALLOC` in its environment (absent: unset, pymalloc on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pythonmalloc: Option<String>,
+}
+
+impl PythonView {
+    /// pymalloc serves small objects (up to 512 bytes) from arenas of its own, apart from
+    /// `malloc`: unless `PYTHONMALLOC` names `malloc` (or 3.13's `mimalloc`).
+    pub fn pymalloc(&self) -> bool {
+        !self
+            .pythonmalloc
+            .as_deref()
+            .is_some_and(|v| v.starts_with("malloc") || v.starts_with("mimalloc"))
+    }
+
+    /// `PYTHONMALLOC=malloc`, or `pymalloc on (PYTHONMALLOC unset)`.
+    pub fn setting(&self) -> String {
+        match &self.pythonmalloc {
+            Some(v) => format!("PYTHONMALLOC={v}"),
+            None => "pymalloc on (PYTHONMALLOC unset)".into(),
+        }
+    }
+}
+
+/// What a trimming variant's `malloc_trim(0)` calls did, summed over the run's processes.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct TrimView {
+    /// The schedule: one call every this many milliseconds in each process.
+    pub interval_ms: u64,
+    /// Processes whose trimming thread ran on glibc.
+    pub processes: u32,
+    /// Calls made.
+    pub trims: u64,
+    /// Calls where glibc said it released memory.
+    pub released: u64,
+    /// Resident bytes that fell across the calls (`/proc/self/statm` just before and after
+    /// each; other threads' work meanwhile included), summed over the calls.
+    pub returned_bytes: u64,
+    /// The most one call returned.
+    pub largest_bytes: u64,
+    /// CPU time the trimming threads spent inside `malloc_trim`, summed.
+    pub cpu_seconds: f64,
+    /// The longest call, wall time (the program's threads wait on the arena locks).
+    pub longest_seconds: f64,
+    /// Each call: when (seconds since the workload started) and what it returned; at most
+    /// [`TrimView::SERIES_MAX`] (beyond, every other one is dropped).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub series: Vec<TrimPoint>,
+}
+
+impl TrimView {
+    pub const SERIES_MAX: usize = 512;
+}
+
+/// One `malloc_trim(0)` call.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct TrimPoint {
+    pub t_seconds: f64,
+    pub returned_bytes: u64,
+    pub cpu_seconds: f64,
+}
+
+/// Transparent huge pages in one run.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct ThpView {
+    /// The host's `enabled` and `defrag` settings when the run ended (absent when the
+    /// kernel has no THP).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<crate::linux::thp::ThpMode>,
+    /// The most anonymous memory in huge pages (`AnonHugePages`, summed over the tree) at a
+    /// PSS read (`smaps_rollup`) or at the `smaps` read nearest the peak, and the tree's RSS
+    /// at that read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_anon_huge_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rss_at_peak_anon_huge_bytes: Option<u64>,
+    /// PSS reads made.
+    pub reads: u32,
 }
 
 /// Where the workload's CPU time went, from timer samples of all its threads (perf's
@@ -130,6 +225,10 @@ impl InsideView {
             && self.runtimes.is_empty()
             && self.absent.is_empty()
             && self.requires.is_none()
+            && self.cpu.is_none()
+            && self.trim.is_none()
+            && self.thp.is_none()
+            && self.python.is_none()
     }
 
     /// The runtime view of that name (`ruby`, `jvm`).
@@ -275,6 +374,11 @@ pub struct AllocatorPoint {
     pub metadata_bytes: Option<u64>,
     pub arenas: Option<u64>,
     pub thread_cache_bytes: Option<u64>,
+    /// The processes' resident bytes (`/proc/self/statm`) as the probe read them when it
+    /// took the sample, summed: where the sample lies against the run's peak. Absent in
+    /// records of older releases.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rss_bytes: Option<u64>,
 }
 
 impl AllocatorPoint {

@@ -19,8 +19,8 @@ use crate::linux::host::HostInfo;
 use crate::plan::Plan;
 pub use inside::{
     Absence, AllocatorPoint, AllocatorView, ArenaHoles, CpuPlace, CpuView, FigureUnit, HoleClass,
-    HolePart, Holes, InsideView, RequireNode, RequireTree, RuntimeFigure, RuntimeSeries,
-    RuntimeView,
+    HolePart, Holes, InsideView, PythonView, RequireNode, RequireTree, RuntimeFigure,
+    RuntimeSeries, RuntimeView, ThpView, TrimPoint, TrimView,
 };
 pub use load::LoadFigures;
 
@@ -52,6 +52,10 @@ pub enum Verification {
     NotEffective,
     /// No process lived long enough to be checked.
     Unverified,
+    /// The variant was set (its environment, its preload) but a knob of it cannot be
+    /// verified inside the process (say, glibc's settings without its full symbol table):
+    /// never reported as verified.
+    SetNotVerifiable,
 }
 
 impl Verification {
@@ -61,6 +65,7 @@ impl Verification {
             Verification::NothingToVerify => "nothing_to_verify",
             Verification::NotEffective => "not_effective",
             Verification::Unverified => "unverified",
+            Verification::SetNotVerifiable => "set_not_verifiable",
         }
     }
 
@@ -70,6 +75,7 @@ impl Verification {
             Verification::NothingToVerify,
             Verification::NotEffective,
             Verification::Unverified,
+            Verification::SetNotVerifiable,
         ]
         .into_iter()
         .find(|v| v.as_str() == s)
@@ -223,7 +229,8 @@ pub struct RegionsRead {
     pub status_rss_after_bytes: u64,
     /// Processes read.
     pub processes: u32,
-    /// Reads made during the run, and the time they took in all.
+    /// Reads made during the run, and the CPU time they took in all (records of older
+    /// releases: their wall time).
     pub reads: u32,
     pub read_seconds: f64,
     #[serde(flatten)]
@@ -232,6 +239,15 @@ pub struct RegionsRead {
     /// [`crate::probe::regions::SERIES_MAX`]: beyond, every other one is dropped).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub series: Vec<RegionsPoint>,
+}
+
+impl RegionsRead {
+    /// The tree's resident bytes when it was read: the sample that asked for it, or the
+    /// processes' `VmRSS` just before their `smaps` where that is higher (the read came
+    /// after the tick that asked for it).
+    pub fn rss_at_read(&self) -> u64 {
+        self.tree_rss_bytes.max(self.status_rss_bytes)
+    }
 }
 
 /// One `smaps` read: resident bytes by kind at a moment.

@@ -57,6 +57,9 @@ pub enum SoakStatus {
     Done,
     /// Stopped by the user (SIGINT, SIGTERM): its windows so far stand.
     Interrupted,
+    /// Could not go on: its instances did not start, every instance went down, or
+    /// memtrial failed (the stop reason says which); its windows so far stand.
+    Failed,
 }
 
 impl SoakStatus {
@@ -65,6 +68,7 @@ impl SoakStatus {
             SoakStatus::Running => "running",
             SoakStatus::Done => "done",
             SoakStatus::Interrupted => "interrupted",
+            SoakStatus::Failed => "failed",
         }
     }
 
@@ -73,6 +77,7 @@ impl SoakStatus {
             "running" => Some(SoakStatus::Running),
             "done" => Some(SoakStatus::Done),
             "interrupted" => Some(SoakStatus::Interrupted),
+            "failed" => Some(SoakStatus::Failed),
             _ => None,
         }
     }
@@ -91,6 +96,8 @@ pub struct SoakHead {
     pub stop_reason: Option<String>,
     /// The memtrial that last ran it still runs (same boot, PID and start time).
     pub owner_alive: bool,
+    /// That memtrial's PID, while it runs the soak.
+    pub owner_pid: Option<i64>,
 }
 
 /// One start of the instances: from `from_t` to `to_t` (soak seconds). Before a segment
@@ -173,6 +180,27 @@ pub struct SoakEvent {
     pub t: f64,
     pub variant: Option<String>,
     pub text: String,
+}
+
+impl SoakEvent {
+    /// `variant`'s instance went down at `t` (`why`: how it ended). Its text is read back
+    /// by [`SoakEvent::down_why`].
+    pub fn down(t: f64, variant: &str, why: &str) -> SoakEvent {
+        SoakEvent {
+            t,
+            variant: Some(variant.to_string()),
+            text: format!("the {variant} instance is down: {why}"),
+        }
+    }
+
+    /// How the instance ended, when this event is its going down.
+    pub fn down_why(&self) -> Option<&str> {
+        let v = self.variant.as_deref()?;
+        self.text
+            .strip_prefix("the ")?
+            .strip_prefix(v)?
+            .strip_prefix(" instance is down: ")
+    }
 }
 
 /// How the series is thinned as it ages: points younger than `keep_seconds` stay at this

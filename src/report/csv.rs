@@ -3,10 +3,10 @@
 use super::{escape, ExportError, Exporter, Report};
 use crate::analysis::Figure;
 use crate::record::evidence::Standing;
-use crate::record::Experiment;
+use crate::record::{Experiment, RunRecord};
 
 /// The column names, in order.
-pub(crate) const COLUMNS: [&str; 36] = [
+pub(crate) const COLUMNS: [&str; 37] = [
     "experiment_id",
     "variant",
     "block",
@@ -37,6 +37,7 @@ pub(crate) const COLUMNS: [&str; 36] = [
     "live_at_peak_bytes",
     "held_at_peak_bytes",
     "held_over_live",
+    "peak_live_bytes",
     "why",
     "why_detail",
     "peak_uss_bytes",
@@ -90,7 +91,6 @@ pub fn render(e: &Experiment) -> String {
 
 fn runs_csv(e: &Experiment) -> Result<Vec<u8>, csv::Error> {
     let mut w = csv::Writer::from_writer(Vec::new());
-    let opt = |v: Option<String>| v.unwrap_or_default();
     // A worker's driver figures: one column each, `driver_<name>`, after the fixed ones.
     let names: std::collections::BTreeSet<&str> = e
         .runs
@@ -106,106 +106,130 @@ fn runs_csv(e: &Experiment) -> Result<Vec<u8>, csv::Error> {
             .chain(names.iter().map(|n| format!("driver_{n}"))),
     )?;
     for (i, r) in e.runs.iter().enumerate() {
-        let al = r.inside.allocator.as_ref();
-        // The allocator's figures at the memory peak, as analysis chooses them.
-        let at = crate::analysis::evidence::at_peak_point(r);
-        let why = crate::analysis::why::run_why(r);
-        // A figure below its rule in this run is left empty; `absent` says why.
-        let stands = |f: Figure| crate::analysis::evidence::stands(f, r);
-        let shown = |f: Figure, v: String| if stands(f) { v } else { String::new() };
-        // What each shown sampled figure rests on, in the same words as the other formats.
-        let coverage: Vec<String> = Figure::ALL
-            .iter()
-            .filter_map(|f| {
-                let e = crate::analysis::evidence::of(*f, r)?;
-                let c = e.coverage.as_ref().filter(|_| e.standing.stands())?;
-                let mut w = format!(
-                    "{}: {}, {} samples over {:.0}% of the run",
-                    f.key(),
-                    e.source.words(),
-                    c.samples,
-                    c.share() * 100.0
-                );
-                if c.brackets_peak == Some(true) {
-                    w.push_str(", at the memory peak");
-                }
-                Some(w)
-            })
-            .collect();
-        let absent: Vec<String> = Figure::ALL
-            .iter()
-            .filter_map(|f| match crate::analysis::evidence::of(*f, r)?.standing {
-                Standing::Absent { reason, remedy } => {
-                    Some(format!("{}: {reason}; {remedy} would give it", f.key()))
-                }
-                Standing::Stands => None,
-            })
-            .collect();
         let driver = names.iter().map(|n| {
-            opt(r
-                .driver
+            r.driver
                 .as_ref()
                 .and_then(|d| d.figures.get(*n))
-                .map(|f| f.value.to_string()))
+                .map(|f| f.value.to_string())
+                .unwrap_or_default()
         });
-        let fixed = [
-            e.id.to_string(),
-            r.variant.clone(),
-            r.block.to_string(),
-            r.warmup.to_string(),
-            r.started_at.clone(),
-            r.status.as_str().to_string(),
-            opt(r.exit_code.map(|v| v.to_string())),
-            opt(r.signal.map(|v| v.to_string())),
-            r.verification.as_str().to_string(),
-            r.allocator_detected.clone(),
-            format!("{:.6}", r.wall_seconds),
-            format!("{:.6}", r.cpu_user_seconds),
-            format!("{:.6}", r.cpu_sys_seconds),
-            r.peak_rss_bytes.to_string(),
-            r.peak_rss_source.as_str().to_string(),
-            shown(Figure::MeanRssBytes, r.mean_rss_bytes.to_string()),
-            shown(Figure::FinalRssBytes, r.final_rss_bytes.to_string()),
-            shown(
-                Figure::PeakPssBytes,
-                opt(r.peak_pss_bytes.map(|v| v.to_string())),
-            ),
-            r.peak_vsz_bytes.to_string(),
-            r.threads_peak.to_string(),
-            r.minor_faults.to_string(),
-            r.major_faults.to_string(),
-            r.processes_seen.to_string(),
-            r.samples.len().to_string(),
-            opt(r.message.clone()),
-            r.stderr_path.display().to_string(),
-            opt(al.map(|a| a.answered.clone())),
-            shown(
-                Figure::LiveAtPeakBytes,
-                opt(at.and_then(|p| p.live_bytes).map(|v| v.to_string())),
-            ),
-            shown(
-                Figure::HeldAtPeakBytes,
-                opt(at.and_then(|p| p.held_bytes).map(|v| v.to_string())),
-            ),
-            shown(
-                Figure::HeldOverLive,
-                opt(at
-                    .and_then(|p| p.fragmentation())
-                    .map(|v| format!("{v:.4}"))),
-            ),
-            why.name().to_string(),
-            why.sentence(),
-            shown(
-                Figure::PeakUssBytes,
-                opt(r.peak_uss_bytes.map(|v| v.to_string())),
-            ),
-            coverage.join(" | "),
-            absent.join(" | "),
-            e.host_of(i).hostname.clone(),
-        ];
-        row(&mut w, fixed.into_iter().chain(driver))?;
+        row(&mut w, run_cells(e, i, r).into_iter().chain(driver))?;
     }
     finish(w)
+}
+
+/// What each shown sampled figure of run `r` rests on, in the same words as the other
+/// formats: "live_at_peak_bytes: …, 40 samples over 98% of the run, at the memory peak | …".
+fn coverage_cell(r: &RunRecord) -> String {
+    let words: Vec<String> = Figure::ALL
+        .iter()
+        .filter_map(|f| {
+            let e = crate::analysis::evidence::of(*f, r)?;
+            let c = e.coverage.as_ref().filter(|_| e.standing.stands())?;
+            let mut w = format!(
+                "{}: {}, {} samples over {:.0}% of the run",
+                f.key(),
+                e.source.words(),
+                c.samples,
+                c.share() * 100.0
+            );
+            if c.brackets_peak == Some(true) {
+                w.push_str(", at the memory peak");
+            }
+            Some(w)
+        })
+        .collect();
+    words.join(" | ")
+}
+
+/// Why each figure left empty in run `r` is, and what would give it.
+fn absent_cell(r: &RunRecord) -> String {
+    let words: Vec<String> = Figure::ALL
+        .iter()
+        .filter_map(|f| match crate::analysis::evidence::of(*f, r)?.standing {
+            Standing::Absent { reason, remedy } => {
+                Some(format!("{}: {reason}; {remedy} would give it", f.key()))
+            }
+            Standing::Stands => None,
+        })
+        .collect();
+    words.join(" | ")
+}
+
+/// The fixed columns ([`COLUMNS`]) of run `r`, the `i`th of experiment `e`.
+fn run_cells(e: &Experiment, i: usize, r: &RunRecord) -> Vec<String> {
+    let opt = |v: Option<String>| v.unwrap_or_default();
+    let al = r.inside.allocator.as_ref();
+    // The allocator's figures at the memory peak, as analysis chooses them.
+    let at = crate::analysis::evidence::at_peak_point(r);
+    let why = crate::analysis::why::run_why(r);
+    // A figure below its rule in this run is left empty; `absent` says why.
+    let shown = |f: Figure, v: String| {
+        if crate::analysis::evidence::stands(f, r) {
+            v
+        } else {
+            String::new()
+        }
+    };
+    vec![
+        e.id.to_string(),
+        r.variant.clone(),
+        r.block.to_string(),
+        r.warmup.to_string(),
+        r.started_at.clone(),
+        r.status.as_str().to_string(),
+        opt(r.exit_code.map(|v| v.to_string())),
+        opt(r.signal.map(|v| v.to_string())),
+        r.verification.as_str().to_string(),
+        r.allocator_detected.clone(),
+        format!("{:.6}", r.wall_seconds),
+        format!("{:.6}", r.cpu_user_seconds),
+        format!("{:.6}", r.cpu_sys_seconds),
+        r.peak_rss_bytes.to_string(),
+        r.peak_rss_source.as_str().to_string(),
+        shown(Figure::MeanRssBytes, r.mean_rss_bytes.to_string()),
+        shown(Figure::FinalRssBytes, r.final_rss_bytes.to_string()),
+        shown(
+            Figure::PeakPssBytes,
+            opt(r.peak_pss_bytes.map(|v| v.to_string())),
+        ),
+        r.peak_vsz_bytes.to_string(),
+        r.threads_peak.to_string(),
+        r.minor_faults.to_string(),
+        r.major_faults.to_string(),
+        r.processes_seen.to_string(),
+        r.samples.len().to_string(),
+        opt(r.message.clone()),
+        r.stderr_path.display().to_string(),
+        opt(al.map(|a| a.answered.clone())),
+        shown(
+            Figure::LiveAtPeakBytes,
+            opt(at.and_then(|p| p.live_bytes).map(|v| v.to_string())),
+        ),
+        shown(
+            Figure::HeldAtPeakBytes,
+            opt(at.and_then(|p| p.held_bytes).map(|v| v.to_string())),
+        ),
+        shown(
+            Figure::HeldOverLive,
+            opt(at
+                .and_then(|p| p.fragmentation())
+                .map(|v| format!("{v:.4}"))),
+        ),
+        shown(
+            Figure::PeakLiveBytes,
+            opt(al.and_then(|a| a.peak_live_bytes).map(|v| v.to_string())),
+        ),
+        why.name().to_string(),
+        why.sentence(),
+        shown(
+            Figure::PeakUssBytes,
+            opt(r.peak_uss_bytes.map(|v| v.to_string())),
+        ),
+        coverage_cell(r),
+        absent_cell(r),
+        e.host_of(i).hostname.clone(),
+    ]
 }
 
 /// Every sample of every run, one row each.

@@ -8,7 +8,7 @@ use crate::record::{Experiment, Holes, RunRecord};
 use crate::units::format_bytes;
 
 /// The heading of the lines, in every format.
-pub(crate) const HOLES_HEADING: &str = "the allocator's free memory (its own account: glibc's malloc_info, jemalloc's size classes and pages, tcmalloc's free lists; taken by the probe at each process's highest resident memory where its growth paused, within 0.1% of a core)";
+pub(crate) const HOLES_HEADING: &str = "the allocator's free memory (its own account: glibc's malloc_info, jemalloc's size classes and pages, tcmalloc's free lists; taken by the probe at each 5% rise of each process's resident memory, and where its growth paused)";
 
 /// An account counts for a run's peak when the resident bytes it was taken at are at least
 /// this share of the run's peak RSS (as the smaps reads).
@@ -158,7 +158,7 @@ pub(crate) fn hole_lines(e: &Experiment, a: &Analysis) -> Vec<String> {
                 })
                 .unwrap_or((0, 0));
             out.push(format!(
-                "{}: no account near a peak (the nearest at {} of a {} peak): the probe takes one where resident memory stops growing, within its CPU budget",
+                "{}: no account near a peak (the nearest at {} of a {} peak): the probe takes one at each 5% rise of resident memory while an account is cheap, and where growth pauses within its CPU budget",
                 s.name,
                 format_bytes(at as f64),
                 format_bytes(peak as f64)
@@ -209,7 +209,7 @@ fn prefixed_word(prefix: &str, value: &str) -> String {
 
 /// A variant's own words (preload, settings, program or command), less the settings
 /// `replaced` names, as its spec holds them.
-fn own_words(v: &Variant, replaced: &str) -> Vec<String> {
+pub(super) fn own_words(v: &Variant, replaced: &str) -> Vec<String> {
     let mut words: Vec<String> = preload_word(v).into_iter().collect();
     words.extend(
         v.env
@@ -226,11 +226,24 @@ fn own_words(v: &Variant, replaced: &str) -> Vec<String> {
         }
         None => {}
     }
+    // A knob's key: `tunable:NAME`, `thp:`, `trim:`.
+    let key = |w: &str| match w.split_once('=') {
+        Some((k, _)) => k.to_string(),
+        None => w
+            .split_once(':')
+            .map_or(w.to_string(), |(k, _)| format!("{k}:")),
+    };
+    words.extend(
+        v.knobs
+            .words()
+            .into_iter()
+            .filter(|w| key(w) != key(replaced)),
+    );
     words
 }
 
 /// `NAME-SUFFIX`, the name shortened to keep within a variant name's 64 characters.
-fn derived_name(name: &str, suffix: &str) -> String {
+pub(super) fn derived_name(name: &str, suffix: &str) -> String {
     let room = 64usize.saturating_sub(suffix.len() + 1);
     let short: String = name.chars().take(room).collect();
     format!("{short}-{suffix}")
@@ -292,19 +305,30 @@ fn next_for_holes(e: &Experiment, v: &Variant, h: &Holes) -> Vec<String> {
     match h.allocator.as_str() {
         "glibc" => {
             let top = part(h, "top of heaps");
-            if worth(top) && !has_env(v, "MALLOC_TRIM_THRESHOLD_") {
+            let has_tunable = |t: &str| v.knobs.tunables.iter().any(|x| x.name == t);
+            if worth(top) && !has_env(v, "MALLOC_TRIM_THRESHOLD_") && !has_tunable("trim_threshold")
+            {
                 out.push(format!(
                     "next: in {name}, glibc keeps {} free at the tops of its heaps ({} of resident); glibc gives a top back only above its trim threshold, which grows to twice the largest mapped block freed (up to 64 MiB): a fixed small one returns it (and keeps blocks over 128 KiB in mappings of their own): memtrial run {} …",
                     format_bytes(top as f64),
                     share(top, resident),
-                    variant_arg("trim", "MALLOC_TRIM_THRESHOLD_=131072")
+                    variant_arg("trim128k", "tunable:trim_threshold=128K")
                 ));
             }
             let free = h.free_bytes.unwrap_or(0);
+            let trims = e.plan.variants.iter().any(|x| x.knobs.trim_ms.is_some());
+            if worth(free) && !trims && v.preload.is_none() {
+                out.push(format!(
+                    "next: in {name}, glibc holds {} ({} of resident) in free chunks between live ones; malloc_trim(0) gives their whole free pages back to the system without another allocator (at a CPU cost the run measures): memtrial run {} …",
+                    format_bytes(free as f64),
+                    share(free, resident),
+                    variant_arg("trim10s", "trim:10s")
+                ));
+            }
             let tried = e.plan.variants.iter().any(|v| v.preload.is_some());
             if free as f64 >= HOLES_SHARE * resident as f64 && !tried && v.preload.is_none() {
                 out.push(format!(
-                    "next: in {name}, glibc holds {} ({} of resident) in free chunks between live ones, which it cannot give back; whether an allocator that keeps blocks of one size together leaves fewer is one experiment away: memtrial run {others} …",
+                    "next: in {name}, glibc holds {} ({} of resident) in free chunks between live ones, which it does not give back by itself; whether an allocator that keeps blocks of one size together leaves fewer is one experiment away: memtrial run {others} …",
                     format_bytes(free as f64),
                     share(free, resident)
                 ));
@@ -372,7 +396,7 @@ mod tests {
         let words = shell_words::split(arg).unwrap();
         assert_eq!(
             words,
-            ["arena2-trim=MALLOC_ARENA_MAX=2 MALLOC_TRIM_THRESHOLD_=131072"]
+            ["arena2-trim128k=MALLOC_ARENA_MAX=2 tunable:trim_threshold=128K"]
         );
     }
 
@@ -388,6 +412,7 @@ mod tests {
                 argv: vec!["ruby".into(), "--yjit".into(), "job.rb".into()],
                 path: "/usr/bin/ruby".into(),
             }),
+            knobs: Default::default(),
         };
         let words = own_words(&v, "MALLOC_CONF=x");
         let spec = format!("{}={}", derived_name(&v.name, "decay"), words.join(" "));
@@ -410,6 +435,7 @@ mod tests {
         for v in e.plan.variants.iter_mut() {
             v.env.push(("MALLOC_TRIM_THRESHOLD_".into(), "0".into()));
             v.env.push(("MALLOC_CONF".into(), "narenas:1".into()));
+            v.knobs.trim_ms = Some(10_000);
         }
         let a = analyse(&e);
         let lines = hole_lines(&e, &a);

@@ -1,13 +1,13 @@
 //! Property tests: hostile strings from outside (a record's variant names, command,
 //! environment, messages, hostnames, notes) through every renderer. Whatever they hold,
 //! the table and the recommendation show no control or bidirectional character raw, the
-//! Markdown and HTML neither (nor markup of the input's making), the CSV starts no
+//! Markdown, HTML and CSV neither (nor markup of the input's making), the CSV starts no
 //! formula, and the JSON carries each string back exactly. 12 cases: each renders the
 //! HTML's charts, slow in a debug build; `PROPTEST_CASES` does not apply here.
 
 use proptest::prelude::*;
 
-use super::{escape, fixture, hosts, text, ExportType, Report};
+use super::{escape, fixture, hosts, text, ExportType, Layout, Report};
 use crate::analysis::analyse;
 use crate::analysis::recommend::recommend;
 use crate::record::Experiment;
@@ -118,12 +118,13 @@ proptest! {
             String::from_utf8(t.serialize(&report).expect("renders")).expect("UTF-8")
         };
 
-        shown_safely("the table", &out(ExportType::Table { color: false }))?;
+        shown_safely("the table", &out(ExportType::Table { color: false, layout: Layout::Detail }))?;
+        shown_safely("the answer", &out(ExportType::Table { color: false, layout: Layout::Answer }))?;
         shown_safely("the recommendation", &text::recommendation(&report))?;
         shown_safely(
             "the table by host",
             &String::from_utf8_lossy(
-                &hosts::serialize(ExportType::Table { color: false }, &report).expect("renders"),
+                &hosts::serialize(ExportType::Table { color: false, layout: Layout::Detail }, &report).expect("renders"),
             ),
         )?;
 
@@ -137,6 +138,7 @@ proptest! {
 
         for format in [ExportType::Csv, ExportType::SamplesCsv] {
             let csv = out(format);
+            shown_safely("the CSV", &csv)?;
             let mut rdr = ::csv::ReaderBuilder::new().has_headers(false).from_reader(csv.as_bytes());
             for row in rdr.records() {
                 let row = row.expect("the CSV parses back");

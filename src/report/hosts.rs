@@ -90,7 +90,8 @@ pub fn serialize(
 ) -> Result<Vec<u8>, super::ExportError> {
     use super::ExportType;
     Ok(match format {
-        ExportType::Table { color } => render(report.experiment, color).into_bytes(),
+        // Per host, every section: `--by host` is already the detail.
+        ExportType::Table { color, .. } => render(report.experiment, color).into_bytes(),
         ExportType::Markdown => render_markdown(report.experiment).into_bytes(),
         ExportType::Json => super::json::render_by_host(report.experiment)?,
         ExportType::Csv | ExportType::SamplesCsv | ExportType::Html => format.serialize(report)?,

@@ -27,8 +27,32 @@ figure { margin: 12px 0; } figure svg { max-width: 100%; height: auto; }
 @media print { body { max-width: none; } h2 { page-break-after: avoid; } figure, table { page-break-inside: avoid; } }
 "#;
 
+/// The experiment report's own rules over [`STYLE`] (shared with soak's and judge's pages):
+/// nothing scrolls sideways at 1280 px — preformatted text and long words wrap, the figures
+/// tables are split narrow enough — and the answer's story and links.
+const REPORT_STYLE: &str = r#"
+pre { white-space: pre-wrap; overflow-wrap: anywhere; overflow-x: visible; } code { overflow-wrap: anywhere; }
+td { overflow-wrap: break-word; } table.figures { width: auto; min-width: 60%; } table.figures td.l { white-space: normal; }
+.story { font-size: 1.05em; margin: 10px 0; } nav.more { margin: 10px 0 0; font-size: 0.92em; color: #555; } nav.more a { margin-right: 12px; }
+"#;
+
 fn value(f: Figure, v: f64) -> String {
     super::format_value(f, v)
+}
+
+/// A chart in the page: the picture, and under it what it leaves out (where its series
+/// have no samples).
+impl maud::Render for charts::Picture {
+    fn render(&self) -> Markup {
+        html! {
+            figure.chart {
+                (PreEscaped(&self.svg))
+                @if !self.notes.is_empty() {
+                    figcaption.small { @for n in &self.notes { (n) " " } }
+                }
+            }
+        }
+    }
 }
 
 fn cell(s: &VariantSummary, f: Figure) -> Markup {
@@ -42,7 +66,7 @@ fn cell(s: &VariantSummary, f: Figure) -> Markup {
             br;
             span.small { "[" (value(f, est.ci95[0])) ", " (value(f, est.ci95[1])) "]" }
             br;
-            @if s.is_baseline {
+            @if s.is_baseline && f.compared() {
                 span.ns { "baseline" }
             } @else if let Some(r) = ratio {
                 @let better = if f.higher_is_better() { r.value > 1.0 } else { r.value < 1.0 };
@@ -66,16 +90,9 @@ fn tradeoffs(rec: &Recommendation) -> &[String] {
 fn verdict_block(rec: &Recommendation) -> Markup {
     let pick = matches!(rec.verdict, Verdict::Pick { .. });
     html! {
-        div class=(if pick { "verdict" } else { "verdict none" }) { (rec.headline()) }
+        div.verdict.none[!pick] { (rec.headline()) }
         @if !tradeoffs(rec).is_empty() {
             ul { @for t in tradeoffs(rec) { li { (t) } } }
-        }
-        p.small {
-            "Pareto front (" (rec.axes()) ", variants whose runs all succeeded): "
-            @if rec.pareto_front.is_empty() { "none" } @else { (rec.pareto_front.join(", ")) }
-            @if !rec.excluded.is_empty() {
-                br; "Left out: " (rec.excluded.join("; "))
-            }
         }
     }
 }
@@ -90,6 +107,11 @@ impl<'a> super::Exporter<super::Report<'a>> for HtmlExporter {
 }
 
 /// Renders the report. `recommendation` comes from [`crate::analysis::recommend::recommend`].
+///
+/// The answer first: the verdict, the baseline's story, one picture of every variant's
+/// memory against the program's floor and the key figures; then, below, the sections that
+/// explain it (leak or fragmentation, memory over time, where it is, inside the workload,
+/// load, runs), every figure, and every detail.
 pub fn render(e: &Experiment, a: &Analysis, rec: &Recommendation) -> String {
     let rss_chart = charts::memory_over_time(e, a, Series::Rss);
     let pss_chart = charts::memory_over_time(e, a, Series::Pss);
@@ -106,7 +128,6 @@ pub fn render(e: &Experiment, a: &Analysis, rec: &Recommendation) -> String {
         "Wall time of each run (s); bar = median",
     );
     let has_cgroup = e.runs.iter().any(|r| r.cgroup.is_some());
-    let columns = super::columns(a);
     let apply = match &rec.verdict {
         Verdict::Pick { variant, .. } => {
             how_to_apply(&e.plan, variant).map(|h| (variant.clone(), h))
@@ -123,18 +144,40 @@ pub fn render(e: &Experiment, a: &Analysis, rec: &Recommendation) -> String {
                 .into(),
         );
     }
+    let why = why_section(e, a);
+    let inside = inside_section(e, a);
+    let load = load_section(e, a);
+    let mut more: Vec<(&str, &str)> = Vec::new();
+    if apply.is_some() {
+        more.push(("apply", "how to apply it"));
+    }
+    if !why.0.is_empty() {
+        more.push((
+            "why",
+            "why: leak or fragmentation, the allocator's free memory",
+        ));
+    }
+    more.push(("memory", "memory over time"));
+    if !inside.0.is_empty() {
+        more.push(("inside", "where the memory is, inside the workload"));
+    }
+    if !load.0.is_empty() {
+        more.push(("load", "load"));
+    }
+    more.extend([("figures", "every figure"), ("details", "runs and details")]);
     let markup = html! {
         (DOCTYPE)
         html lang="en" {
             (head(e))
             body {
-                (title_and_verdict(e, a, rec))
-                (figures_section(e, a, &columns, has_cgroup))
-                (memory_section(&rss_chart, &pss_chart))
-                (inside_section(e, a))
-                (load_section(e, a))
-                (distribution_section(&peak_chart, &wall_chart))
+                (answer_section(e, a, rec, &more))
                 (apply_section(&apply))
+                (why)
+                (memory_section(&rss_chart, &pss_chart))
+                (inside)
+                (load)
+                (distribution_section(&peak_chart, &wall_chart))
+                (figures_section(a, rec, has_cgroup))
                 (details_table(e))
                 (variants_table(e))
                 (runs_table(e))
@@ -154,13 +197,22 @@ fn head(e: &Experiment) -> Markup {
             meta charset="utf-8";
             meta name="viewport" content="width=device-width, initial-scale=1";
             title { "memtrial experiment " (e.id) }
-            style { (PreEscaped(STYLE)) }
+            style { (PreEscaped(STYLE)) (PreEscaped(REPORT_STYLE)) }
         }
     }
 }
 
-/// The page title, the command and plan line, the verdict and the memory trends.
-fn title_and_verdict(e: &Experiment, a: &Analysis, rec: &Recommendation) -> Markup {
+/// The top of the page: the title, the command and plan line, the verdict and its
+/// trade-offs, the baseline's story, the overview picture, the key figures, and links to
+/// the rest.
+fn answer_section(
+    e: &Experiment,
+    a: &Analysis,
+    rec: &Recommendation,
+    more: &[(&str, &str)],
+) -> Markup {
+    let columns = super::answer::key_columns(a, rec);
+    let driver = super::driver_columns(a);
     html! {
         h1 { "memtrial experiment " (e.id) }
         p.sub { code { (shell_words::join(&e.plan.command)) } }
@@ -168,19 +220,77 @@ fn title_and_verdict(e: &Experiment, a: &Analysis, rec: &Recommendation) -> Mark
             (e.plan.runs) " measured run(s) per variant, " (e.plan.warmup) " warm-up · baseline " b { (a.baseline) }
             " · started " (e.created_at) " · " (e.status.as_str())
         }
-        h2 { "Verdict" }
         (verdict_block(rec))
-        @let trends = super::table::why_lines(e, a);
+        @if let Some(m) = super::knobs::measured_as(e, rec) { p.small { (m) } }
+        @if let Some(story) = super::table::story_line(a) {
+            p.story { (story) }
+        }
+        @let problems = super::table::problem_lines(e, a);
+        @if !problems.is_empty() {
+            p.flag { "Not every run counted:" }
+            ul { @for p in &problems { li { (p) } } }
+        }
+        @if let Some(p) = super::overview::overview(e, a, rec) {
+            div #overview { (p) }
+        }
+        table.figures.key {
+            tr {
+                th.l { "variant" } th { "runs ok" }
+                @for (_, h) in &columns { th { (h) } }
+                @for n in &driver { th { (n) } }
+            }
+            @for (i, s) in a.variants.iter().enumerate() {
+                tr {
+                    td.l { span.swatch style=(format!("background:{}", charts::css_color(i))) {} (s.name) }
+                    td {
+                        (s.runs_ok) "/" (s.runs_total)
+                        @if !s.clean() { " " span.flag title="not every run finished ok and verified" { "!" } }
+                    }
+                    @for (f, _) in &columns { (cell(s, *f)) }
+                    @for n in &driver { (driver_cell(s, n)) }
+                }
+            }
+        }
+        p.small {
+            "Median over the runs that finished ok, its 95% bootstrap interval, and the ratio to the baseline's median with its 95% interval. "
+            "* = significant: the interval excludes 1 and both sides have at least 3 ok runs."
+        }
+        nav.more {
+            "Below: "
+            @for (id, words) in more { a href=(format!("#{id}")) { (words) } }
+        }
+    }
+}
+
+/// "Why": the lines that explain the figures — leak or fragmentation, where the memory is,
+/// what each require cost, the allocator's free memory, where the CPU went. Empty when
+/// none applies.
+fn why_section(e: &Experiment, a: &Analysis) -> Markup {
+    let trends = super::table::why_lines(e, a);
+    let regions = super::regions::region_lines(e, a);
+    let requires = super::requires::require_report(e, a);
+    let holes = super::holes::hole_lines(e, a);
+    let knobs = super::knobs::knob_lines(e, a);
+    let cpu = super::cpu::cpu_lines(e, a);
+    if trends.is_empty()
+        && knobs.is_empty()
+        && regions.is_empty()
+        && requires.variants.is_empty()
+        && holes.is_empty()
+        && cpu.is_empty()
+    {
+        return html! {};
+    }
+    html! {
+        h2 #why { "Why" }
         @if !trends.is_empty() {
             p { (super::table::WHY_HEADING) ":" }
             ul { @for t in &trends { li { (t) } } }
         }
-        @let regions = super::regions::region_lines(e, a);
         @if !regions.is_empty() {
             p { (super::regions::REGIONS_HEADING) ":" }
             ul { @for t in &regions { li { (t) } } }
         }
-        @let requires = super::requires::require_report(e, a);
         @if !requires.variants.is_empty() {
             p { (super::requires::requires_heading(e)) ":" }
             @for v in &requires.variants {
@@ -191,12 +301,14 @@ fn title_and_verdict(e: &Experiment, a: &Analysis, rec: &Recommendation) -> Mark
                 @for t in &requires.against { li { (t) } }
             }
         }
-        @let holes = super::holes::hole_lines(e, a);
         @if !holes.is_empty() {
             p { (super::holes::HOLES_HEADING) ":" }
             ul { @for t in &holes { li { (t) } } }
         }
-        @let cpu = super::cpu::cpu_lines(e, a);
+        @if !knobs.is_empty() {
+            p { (super::knobs::KNOBS_HEADING) ":" }
+            ul { @for t in &knobs { li { (t) } } }
+        }
         @if !cpu.is_empty() {
             p { (super::cpu::cpu_heading(e)) ":" }
             ul { @for t in &cpu { li { (t) } } }
@@ -204,40 +316,109 @@ fn title_and_verdict(e: &Experiment, a: &Analysis, rec: &Recommendation) -> Mark
     }
 }
 
-/// The "Figures" section: the per-variant table, its legend, and runs not counted.
-fn figures_section(
-    e: &Experiment,
-    a: &Analysis,
-    columns: &[(Figure, &str)],
-    has_cgroup: bool,
-) -> Markup {
+/// The groups of the full figures table, each narrow enough for the page: memory, speed,
+/// the allocator's view, the run's cgroup, the driver's figures.
+fn figure_groups(a: &Analysis) -> Vec<(&'static str, Vec<(Figure, &'static str)>)> {
+    let columns = super::columns(a);
+    let pick = |fs: &[Figure]| -> Vec<(Figure, &'static str)> {
+        columns
+            .iter()
+            .filter(|(f, _)| fs.contains(f))
+            .copied()
+            .collect()
+    };
+    let groups = [
+        (
+            "Memory",
+            pick(&[
+                Figure::PeakRssBytes,
+                Figure::PeakPssBytes,
+                Figure::PeakUssBytes,
+                Figure::MeanRssBytes,
+            ]),
+        ),
+        (
+            "Speed",
+            pick(&[
+                Figure::WallSeconds,
+                Figure::CpuSeconds,
+                Figure::ThroughputRps,
+                Figure::LatencyP50Ms,
+                Figure::LatencyP95Ms,
+                Figure::LatencyP99Ms,
+            ]),
+        ),
+        (
+            "The allocator's view: the program's floor, and retention at the RSS peak",
+            pick(&[
+                Figure::PeakLiveBytes,
+                Figure::PeakOverFloor,
+                Figure::LiveAtPeakBytes,
+                Figure::HeldAtPeakBytes,
+                Figure::HeldOverLive,
+            ]),
+        ),
+    ];
+    groups.into_iter().filter(|(_, c)| !c.is_empty()).collect()
+}
+
+/// The "Every figure" section: the per-variant tables by group, their legend, what the
+/// sampled figures rest on, and the Pareto front.
+fn figures_section(a: &Analysis, rec: &Recommendation, has_cgroup: bool) -> Markup {
     let driver = super::driver_columns(a);
-    html! {
-        h2 { "Figures" }
-        div.scroll { table.figures {
-            tr {
-                th.l { "variant" } th { "runs ok" } th.l { "allocator" }
-                @for (_, h) in columns { th { (h) } }
-                @for n in &driver { th { (n) } }
-                @if has_cgroup { th { "cgroup peak" } th { "OOM kills" } }
+    let row_head = |i: usize, s: &VariantSummary| {
+        html! {
+            td.l { span.swatch style=(format!("background:{}", charts::css_color(i))) {} (s.name) }
+            td {
+                (s.runs_ok) "/" (s.runs_total)
+                @if !s.clean() { " " span.flag title="not every run finished ok and verified" { "!" } }
             }
-            @for (i, s) in a.variants.iter().enumerate() {
+        }
+    };
+    html! {
+        h2 #figures { "Every figure" }
+        @for (title, columns) in figure_groups(a) {
+            h3 { (title) }
+            table.figures {
                 tr {
-                    td.l { span.swatch style=(format!("background:{}", charts::css_color(i))) {} (s.name) }
-                    td {
-                        (s.runs_ok) "/" (s.runs_total)
-                        @if !s.clean() { " " span.flag title="not every run finished ok and verified" { "!" } }
+                    th.l { "variant" } th { "runs ok" }
+                    @if title == "Memory" { th.l { "allocator" } }
+                    @for (_, h) in &columns { th { (h) } }
+                }
+                @for (i, s) in a.variants.iter().enumerate() {
+                    tr {
+                        (row_head(i, s))
+                        @if title == "Memory" { td.l { (s.allocator_detected.as_deref().unwrap_or("—")) } }
+                        @for (f, _) in &columns { (cell(s, *f)) }
                     }
-                    td.l { (s.allocator_detected.as_deref().unwrap_or("—")) }
-                    @for (f, _) in columns { (cell(s, *f)) }
-                    @for n in &driver { (driver_cell(s, n)) }
-                    @if has_cgroup {
+                }
+            }
+        }
+        @if has_cgroup {
+            h3 { "The run's cgroup" }
+            table.figures {
+                tr { th.l { "variant" } th { "runs ok" } th { "cgroup peak" } th { "OOM kills" } }
+                @for (i, s) in a.variants.iter().enumerate() {
+                    tr {
+                        (row_head(i, s))
                         (cell(s, Figure::CgroupPeakBytes))
                         td { (s.statuses.get("oom_killed").copied().unwrap_or(0)) " of " (s.runs_total) }
                     }
                 }
             }
-        } }
+        }
+        @if !driver.is_empty() {
+            h3 { "What the driver reported" }
+            table.figures {
+                tr {
+                    th.l { "variant" } th { "runs ok" }
+                    @for n in &driver { th { (n) } }
+                }
+                @for (i, s) in a.variants.iter().enumerate() {
+                    tr { (row_head(i, s)) @for n in &driver { (driver_cell(s, n)) } }
+                }
+            }
+        }
         p.small {
             "Median over the runs that finished ok, its 95% bootstrap interval, and the ratio to the baseline's median with its 95% interval. "
             "* = significant: the interval excludes 1 and both sides have at least 3 ok runs."
@@ -250,10 +431,12 @@ fn figures_section(
             p.small { (super::EVIDENCE_HEADING) ":" }
             ul.small { @for x in &evidence { li { (x) } } }
         }
-        @let problems = super::table::problem_lines(e, a);
-        @if !problems.is_empty() {
-            p.flag { "Not every run counted:" }
-            ul { @for p in &problems { li { (p) } } }
+        p.small {
+            "Pareto front (" (rec.axes()) ", variants whose runs all succeeded): "
+            @if rec.pareto_front.is_empty() { "none" } @else { (rec.pareto_front.join(", ")) }
+            @if !rec.excluded.is_empty() {
+                br; "Left out: " (rec.excluded.join("; "))
+            }
         }
     }
 }
@@ -272,7 +455,7 @@ fn driver_cell(s: &crate::analysis::VariantSummary, name: &str) -> Markup {
             span.small {
                 @if s.is_baseline { "baseline" }
                 @else if let Some(r) = &d.ratio_to_baseline {
-                    (format!("{:.2}× [{:.2}, {:.2}]{}", r.value, r.ci95[0], r.ci95[1], if r.significant { "*" } else { "" }))
+                    (super::ratio_text(r, ""))
                 }
                 @else { "no ratio" }
             }
@@ -281,12 +464,17 @@ fn driver_cell(s: &crate::analysis::VariantSummary, name: &str) -> Markup {
 }
 
 /// The "Memory over time" section: the RSS chart and, when measured, the PSS chart.
-fn memory_section(rss_chart: &Option<String>, pss_chart: &Option<String>) -> Markup {
+fn memory_section(
+    rss_chart: &Option<charts::Picture>,
+    pss_chart: &Option<charts::Picture>,
+) -> Markup {
     html! {
-        h2 { "Memory over time" }
-        @if let Some(svg) = rss_chart { figure.chart { (PreEscaped(svg)) } } @else { p.ns { "No samples." } }
-        @if let Some(svg) = pss_chart { figure.chart { (PreEscaped(svg)) } }
-        p.small { "Every run drawn faint, each variant's median run (by mean RSS) bold, on the same axes." }
+        section #memory {
+            h2 { "Memory over time" }
+            @if let Some(p) = rss_chart { (p) } @else { p.ns { "No samples." } }
+            @if let Some(p) = pss_chart { (p) }
+            p.small { "Every run drawn faint, each variant's median run (by mean RSS) bold, on the same axes." }
+        }
     }
 }
 
@@ -322,24 +510,30 @@ fn inside_section(e: &Experiment, a: &Analysis) -> Markup {
         n.dedup();
         n
     };
+    let probed = !allocator.is_empty() || !runtimes.is_empty() || !absent.is_empty();
+    if regions.is_empty() && !probed {
+        return html! {};
+    }
     html! {
+        section #inside {
         @if !regions.is_empty() {
             h2 { "Where the memory is, over time" }
-            @for (_, svg) in &regions { figure.chart { (PreEscaped(svg)) } }
-            p.small { "Each variant's median run: every /proc/PID/smaps read memtrial made (at new highs of RSS where its growth paused, and every 5 s between, within 0.5% of a core), its resident bytes by kind of mapping stacked; the kernel's RSS sampled as a line." }
+            @for (name, p) in &regions { div id=(format!("regions-{name}")) { (p) } }
+            p.small { "Each variant's median run: every /proc/PID/smaps read memtrial made (at each 5% rise of RSS while a read is cheap, where its growth paused, and every 5 s between within a CPU budget), its resident bytes by kind of mapping stacked in a bar at the moment of the read — nothing is drawn between two reads; the kernel's RSS sampled as a line." }
         }
-        @if !allocator.is_empty() || !runtimes.is_empty() || !absent.is_empty() {
+        @if probed {
             h2 { "Inside the workload" }
-            @for (_, svg) in &allocator { figure.chart { (PreEscaped(svg)) } }
+            @for (name, p) in &allocator { div id=(format!("allocator-{name}")) { (p) } }
             @if !allocator.is_empty() {
                 p.small { "From memtrial's probe library preloaded after the variant's allocator: live = allocated and not freed; held = what the allocator holds from the system for the heap. Held far above live is fragmentation or retention, not a leak; live still growing under steady load is a leak." }
             }
-            @for (_, svg) in &runtimes { figure.chart { (PreEscaped(svg)) } }
+            @for (_, p) in &runtimes { (p) }
             @for n in &notes { p.small { (n) } }
             @if !absent.is_empty() {
                 p { "Probes without data:" }
                 ul { @for n in &absent { li { (n) } } }
             }
+        }
         }
     }
 }
@@ -348,9 +542,9 @@ fn inside_section(e: &Experiment, a: &Analysis) -> Markup {
 fn load_section(e: &Experiment, a: &Analysis) -> Markup {
     html! {
         @if a.server {
-            h2 { "Load" }
-            @if let Some(svg) = charts::load_over_time(e, a, charts::LoadSeries::Throughput) { figure.chart { (PreEscaped(svg)) } }
-            @if let Some(svg) = charts::load_over_time(e, a, charts::LoadSeries::Latency) { figure.chart { (PreEscaped(svg)) } }
+            h2 #load { "Load" }
+            @if let Some(p) = charts::load_over_time(e, a, charts::LoadSeries::Throughput) { (p) }
+            @if let Some(p) = charts::load_over_time(e, a, charts::LoadSeries::Latency) { (p) }
             @if let Some(svg) = charts::latency_percentiles(e, a) { figure.chart { (PreEscaped(svg)) } }
             p.small { "Per-second series on the same clock as the memory charts; latency from HDR histograms (in an open loop, from the intended send time)." }
         }
@@ -370,7 +564,7 @@ fn distribution_section(peak_chart: &Option<String>, wall_chart: &Option<String>
 fn apply_section(apply: &Option<(String, HowToApply)>) -> Markup {
     html! {
         @if let Some((variant, h)) = apply {
-            h2 { "How to apply " (variant) }
+            h2 #apply { "How to apply " (variant) }
             p { "Environment:" }
             pre { @for (k, v) in &h.env { (k) "=" (v) "\n" } }
             p { "Dockerfile:" }
@@ -386,7 +580,7 @@ fn apply_section(apply: &Option<(String, HowToApply)>) -> Markup {
 /// The "Details" section: host, command, sampling, seed and notes.
 fn details_table(e: &Experiment) -> Markup {
     html! {
-        h2 { "Details" }
+        h2 #details { "Details" }
         table {
             tr { th.l { "host" } td.l { (e.host.hostname) ", " (e.host.cpus) " CPUs, " (format_bytes(e.host.memory_bytes as f64)) } }
             tr { th.l { "kernel" } td.l { (e.host.kernel) } }
@@ -490,5 +684,55 @@ fn require_items(items: &[super::requires::Item]) -> Markup {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::analyse;
+    use crate::analysis::recommend::recommend;
+    use crate::report::fixture;
+
+    /// The page opens with the answer — the verdict, the baseline's story, the overview
+    /// picture, the key figures — and the sections that explain it come after; nothing in
+    /// it is laid out to scroll sideways.
+    #[test]
+    fn the_answer_opens_the_page() {
+        let e = fixture::experiment();
+        let a = analyse(&e);
+        let page = render(&e, &a, &recommend(&a));
+        let at = |needle: &str| {
+            page.find(needle)
+                .unwrap_or_else(|| panic!("{needle} is in the page"))
+        };
+        let order = [
+            r#"<div class="verdict">Use jemalloc"#,
+            r#"<p class="story">glibc peaked at "#,
+            r#"<div id="overview">"#,
+            r#"<table class="figures key">"#,
+            r##"<a href="#why">"##,
+            r#"<h2 id="apply">"#,
+            r#"<h2 id="why">"#,
+            r#"<section id="memory">"#,
+            r#"<h2 id="figures">"#,
+            r#"<h2 id="details">"#,
+        ];
+        for w in order.windows(2) {
+            assert!(at(w[0]) < at(w[1]), "{} before {}", w[0], w[1]);
+        }
+        // The key table has the key columns only; every figure is further down.
+        let key = &page[at(r#"<table class="figures key">"#)..];
+        let key = &key[..key.find("</table>").unwrap_or(key.len())];
+        assert!(key.contains("<th>peak RSS</th>") && key.contains("<th>wall time</th>"));
+        assert!(!key.contains("peak live"), "{key}");
+        assert!(
+            page.contains(">peak live</th>") && page.contains(">peak/floor</th>"),
+            "every figure is further down"
+        );
+        assert!(
+            !page.contains(r#"class="scroll""#),
+            "no box is made to scroll sideways"
+        );
     }
 }

@@ -31,6 +31,10 @@ struct Doc<'a> {
     recommendation: Recommendation,
     /// How the runs' processes coexisted (a shim's start-up helpers are not sharing).
     sharing: crate::analysis::Sharing,
+    /// The program's floor: the most it was seen to have live, what each variant's peak is
+    /// judged against (`peak_over_floor` in each summary).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    floor: Option<&'a crate::analysis::floor::Floor>,
     notes: &'a [String],
     /// `report --by host --json`: each host's summaries, against the baseline on that host.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -110,8 +114,10 @@ struct SummaryJson<'a> {
     driver_figures: &'a BTreeMap<String, crate::analysis::DriverEstimate>,
     /// What each figure rests on; a figure below its rule is here with why, and not above.
     evidence: BTreeMap<&'static str, &'a crate::analysis::FigureEvidence>,
+    /// Where this variant's peak of live bytes departs from the program's floor beyond
+    /// allocators' accounting.
     #[serde(skip_serializing_if = "Option::is_none")]
-    live_departure: Option<&'a str>,
+    floor_departure: Option<&'a str>,
 }
 
 fn summary(s: &VariantSummary) -> SummaryJson<'_> {
@@ -131,7 +137,7 @@ fn summary(s: &VariantSummary) -> SummaryJson<'_> {
         why: s.why.as_ref(),
         driver_figures: &s.driver_figures,
         evidence: s.evidence.iter().map(|(f, e)| (f.key(), e)).collect(),
-        live_departure: s.live_departure.as_deref(),
+        floor_departure: s.floor_departure.as_deref(),
     }
 }
 
@@ -248,6 +254,7 @@ fn doc<'a>(e: &'a Experiment, a: &'a Analysis) -> Doc<'a> {
         variants,
         recommendation: crate::analysis::recommend::recommend(a),
         sharing: a.sharing,
+        floor: a.floor.as_ref(),
         notes: &e.notes,
         by_host: None,
     }

@@ -1,7 +1,7 @@
 //! A compact Markdown summary, fit for a pull-request comment.
 
 use crate::analysis::recommend::{how_to_apply, Recommendation, Verdict};
-use crate::analysis::Analysis;
+use crate::analysis::{Analysis, Figure};
 use crate::record::Experiment;
 
 use super::escape::{markdown_code, markdown_code_block, markdown_text as md, shell_line};
@@ -30,13 +30,12 @@ fn cell(v: &str, baseline: bool, ratio: Option<&crate::analysis::Ratio>) -> Stri
     }
 }
 
-/// The figures table: a row per variant, the fixed columns then the driver's.
-fn table(a: &Analysis) -> String {
+/// A figures table: a row per variant, `columns` then the driver's.
+fn table(a: &Analysis, columns: &[(Figure, &str)]) -> String {
     let mut out = String::new();
-    let columns = super::columns(a);
     let driver = super::driver_columns(a);
     out.push_str("| variant | runs ok |");
-    for (_, h) in &columns {
+    for (_, h) in columns {
         out.push_str(&format!(" {h} |"));
     }
     for n in &driver {
@@ -53,11 +52,11 @@ fn table(a: &Analysis) -> String {
             s.runs_total,
             if s.clean() { "" } else { " ⚠" }
         ));
-        for &(f, _) in &columns {
+        for &(f, _) in columns {
             out.push_str(&match s.figures.get(&f) {
                 Some(est) => cell(
                     &super::format_value(f, est.median),
-                    s.is_baseline,
+                    s.is_baseline && f.compared(),
                     s.ratio_to_baseline.get(&f),
                 ),
                 None => format!(" {} |", super::missing_cell(s, f)),
@@ -81,6 +80,20 @@ fn table(a: &Analysis) -> String {
     out
 }
 
+/// A list under a heading, when there is anything to list.
+fn list(out: &mut String, heading: &str, lines: &[String]) {
+    if lines.is_empty() {
+        return;
+    }
+    out.push_str(&format!("\n{}:\n", md(heading)));
+    for t in lines {
+        out.push_str(&format!("- {}\n", md(t)));
+    }
+}
+
+/// The answer first, for a pull request: the recommendation and its trade-offs, the
+/// baseline's story, the key figures, runs not counted and how to apply the pick; every
+/// other figure and section folded below it (`<details>`).
 pub fn render(e: &Experiment, a: &Analysis, rec: &Recommendation) -> String {
     let mut out = String::new();
     out.push_str(&format!(
@@ -88,6 +101,9 @@ pub fn render(e: &Experiment, a: &Analysis, rec: &Recommendation) -> String {
         markdown_code(&shell_line(&e.plan.command))
     ));
     out.push_str(&format!("**{}**\n\n", md(&rec.headline())));
+    if let Some(m) = super::knobs::measured_as(e, rec) {
+        out.push_str(&format!("{}\n\n", md(&m)));
+    }
     if let Verdict::Pick { tradeoffs, .. } = &rec.verdict {
         for t in tradeoffs {
             out.push_str(&format!("- {}\n", md(t)));
@@ -96,11 +112,28 @@ pub fn render(e: &Experiment, a: &Analysis, rec: &Recommendation) -> String {
             out.push('\n');
         }
     }
-    out.push_str(&table(a));
+    if let Some(story) = super::table::story_line(a) {
+        out.push_str(&format!("{}\n\n", md(&story)));
+    }
+    out.push_str(&table(a, &super::answer::key_columns(a, rec)));
     out.push_str(&format!(
         "\nMedians of {} run(s) per variant; ratio to {} with 95% bootstrap intervals; **bold** = significant.\n",
         e.plan.runs, a.baseline
     ));
+    for p in super::table::problem_lines(e, a) {
+        out.push_str(&format!("\n⚠ {}", md(&p)));
+    }
+    if let Verdict::Pick { variant, .. } = &rec.verdict {
+        if let Some(h) = how_to_apply(&e.plan, variant) {
+            out.push_str(&format!(
+                "\n\nTo apply `{}` in a Dockerfile:\n\n{}",
+                markdown_code(variant),
+                markdown_code_block("dockerfile", &h.dockerfile)
+            ));
+        }
+    }
+    out.push_str("\n\n<details><summary>Every figure, what each rests on, leak or fragmentation, where the memory is</summary>\n\n");
+    out.push_str(&table(a, &super::columns(a)));
     if let Some(legend) = super::multi_process_legend(a) {
         out.push_str(&format!("\n{}\n", md(&legend)));
     }
@@ -113,27 +146,17 @@ pub fn render(e: &Experiment, a: &Analysis, rec: &Recommendation) -> String {
             md(&rec.pareto_front.join(", "))
         }
     ));
-    let evidence = super::evidence_lines(a);
-    if !evidence.is_empty() {
-        out.push_str(&format!("\n{}:\n", md(super::EVIDENCE_HEADING)));
-        for t in evidence {
-            out.push_str(&format!("- {}\n", md(&t)));
-        }
-    }
-    let trends = super::table::why_lines(e, a);
-    if !trends.is_empty() {
-        out.push_str(&format!("\n{}:\n", md(super::table::WHY_HEADING)));
-        for t in trends {
-            out.push_str(&format!("- {}\n", md(&t)));
-        }
-    }
-    let regions = super::regions::region_lines(e, a);
-    if !regions.is_empty() {
-        out.push_str(&format!("\n{}:\n", md(super::regions::REGIONS_HEADING)));
-        for t in regions {
-            out.push_str(&format!("- {}\n", md(&t)));
-        }
-    }
+    list(&mut out, super::EVIDENCE_HEADING, &super::evidence_lines(a));
+    list(
+        &mut out,
+        super::table::WHY_HEADING,
+        &super::table::why_lines(e, a),
+    );
+    list(
+        &mut out,
+        super::regions::REGIONS_HEADING,
+        &super::regions::region_lines(e, a),
+    );
     let requires = super::requires::require_lines(e, a);
     if !requires.is_empty() {
         out.push_str(&format!(
@@ -147,41 +170,27 @@ pub fn render(e: &Experiment, a: &Analysis, rec: &Recommendation) -> String {
         }
         out.push_str("```\n");
     }
-    let holes = super::holes::hole_lines(e, a);
-    if !holes.is_empty() {
-        out.push_str(&format!("\n{}:\n", md(super::holes::HOLES_HEADING)));
-        for t in holes {
-            out.push_str(&format!("- {}\n", md(&t)));
-        }
-    }
-    let cpu = super::cpu::cpu_lines(e, a);
-    if !cpu.is_empty() {
-        out.push_str(&format!("\n{}:\n", md(&super::cpu::cpu_heading(e))));
-        for t in cpu {
-            out.push_str(&format!("- {}\n", md(&t)));
-        }
-    }
-    let runtimes = super::table::runtime_lines(e, a);
-    if !runtimes.is_empty() {
-        out.push_str(
-            "\nRuntime figures (medians over ok runs of the last value each run reported):\n",
-        );
-        for t in runtimes {
-            out.push_str(&format!("- {}\n", md(&t)));
-        }
-    }
-    for p in super::table::problem_lines(e, a) {
-        out.push_str(&format!("\n⚠ {}", md(&p)));
-    }
-    if let Verdict::Pick { variant, .. } = &rec.verdict {
-        if let Some(h) = how_to_apply(&e.plan, variant) {
-            out.push_str(&format!(
-                "\n\nTo apply `{}` in a Dockerfile:\n\n{}",
-                markdown_code(variant),
-                markdown_code_block("dockerfile", &h.dockerfile)
-            ));
-        }
-    }
+    list(
+        &mut out,
+        super::holes::HOLES_HEADING,
+        &super::holes::hole_lines(e, a),
+    );
+    list(
+        &mut out,
+        super::knobs::KNOBS_HEADING,
+        &super::knobs::knob_lines(e, a),
+    );
+    list(
+        &mut out,
+        &super::cpu::cpu_heading(e),
+        &super::cpu::cpu_lines(e, a),
+    );
+    list(
+        &mut out,
+        "Runtime figures (medians over ok runs of the last value each run reported)",
+        &super::table::runtime_lines(e, a),
+    );
+    out.push_str("\n</details>\n");
     out.push_str(&format!(
         "\n<sub>memtrial {} · experiment {} · {} CPUs · kernel {} · glibc {}</sub>\n",
         env!("CARGO_PKG_VERSION"),

@@ -2,8 +2,10 @@
 //! chosen by one enum ([`ExportType`]); the one [`printer`] through which everything a
 //! user sees goes; and [`escape`], the quoting of untrusted text for each target.
 
+pub mod answer;
 pub mod charts;
 pub mod csv;
+pub mod gate;
 /// Escaping for terminals, shells and HTML lives at the bottom layer (analysis quotes a
 /// Dockerfile line with it); reachable here as before.
 pub use crate::escape;
@@ -13,7 +15,9 @@ pub mod hosts;
 pub mod html;
 pub mod inside_charts;
 pub mod json;
+pub(crate) mod knobs;
 pub mod markdown;
+pub(crate) mod overview;
 pub mod printer;
 pub(crate) mod regions;
 pub(crate) mod requires;
@@ -55,12 +59,23 @@ pub enum Grouping {
     ByHost,
 }
 
+/// How much of a report the terminal shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// One screen: the key figures, the baseline's story, the recommendation.
+    Answer,
+    /// Every section: each figure and what it rests on, leak or fragmentation, where the
+    /// memory is, the allocator's free memory, what to try next (`--detail`).
+    Detail,
+}
+
 /// Every format an experiment can be reported in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExportType {
-    /// The terminal table with the recommendation's headline under it.
+    /// The terminal report with the recommendation's headline under it.
     Table {
         color: bool,
+        layout: Layout,
     },
     Json,
     Csv,
@@ -84,7 +99,14 @@ impl ExportType {
 
     pub fn exporter(self) -> Box<dyn for<'a> Exporter<Report<'a>>> {
         match self {
-            ExportType::Table { color } => Box::new(table::TableExporter { color }),
+            ExportType::Table {
+                color,
+                layout: Layout::Detail,
+            } => Box::new(table::TableExporter { color }),
+            ExportType::Table {
+                color,
+                layout: Layout::Answer,
+            } => Box::new(answer::AnswerExporter { color }),
             ExportType::Json => Box::new(json::JsonExporter),
             ExportType::Csv => Box::new(csv::CsvExporter),
             ExportType::SamplesCsv => Box::new(csv::SamplesCsvExporter),
@@ -122,16 +144,19 @@ pub(crate) fn columns(a: &Analysis) -> Vec<(Figure, &'static str)> {
     } else {
         c.extend([(Figure::WallSeconds, "wall"), (Figure::CpuSeconds, "CPU")]);
     }
-    // The allocator's view, when any variant has it (shown, or absent with why).
+    // The allocator's view, when any variant has it (shown, or absent with why): the
+    // program's peak of live bytes, each variant's peak over the program's floor, and held
+    // over live at the RSS peak (retention then). Live and held at the RSS peak are in the
+    // lines under the table, the JSON and the CSV.
     let probed = |f: Figure| a.variants.iter().any(|v| v.evidence.contains_key(&f));
-    for (f, h) in [
-        (Figure::LiveAtPeakBytes, "live at peak"),
-        (Figure::HeldAtPeakBytes, "held at peak"),
-        (Figure::HeldOverLive, "held/live"),
-    ] {
-        if probed(f) {
-            c.push((f, h));
-        }
+    if probed(Figure::PeakLiveBytes) {
+        c.push((Figure::PeakLiveBytes, "peak live"));
+    }
+    if a.floor.is_some() {
+        c.push((Figure::PeakOverFloor, "peak/floor"));
+    }
+    if probed(Figure::HeldOverLive) {
+        c.push((Figure::HeldOverLive, "held/live at RSS peak"));
     }
     c
 }
@@ -204,6 +229,18 @@ pub(crate) const EVIDENCE_HEADING: &str =
 /// The text of a cell whose figure is below its rule (the evidence lines say why).
 pub(crate) const ABSENT: &str = "absent";
 
+/// A ratio to the baseline with its 95% interval, `*` when significant, else `unmarked`
+/// (a space where columns must line up): "0.41× [0.40, 0.43]*".
+pub(crate) fn ratio_text(r: &crate::analysis::Ratio, unmarked: &str) -> String {
+    format!(
+        "{:.2}× [{:.2}, {:.2}]{}",
+        r.value,
+        r.ci95[0],
+        r.ci95[1],
+        if r.significant { "*" } else { unmarked }
+    )
+}
+
 /// A table cell's text for a figure a variant does not show: "absent" when it was measured
 /// and is below its rule, "—" when it was not measured.
 pub(crate) fn missing_cell(s: &crate::analysis::VariantSummary, f: Figure) -> &'static str {
@@ -214,11 +251,13 @@ pub(crate) fn missing_cell(s: &crate::analysis::VariantSummary, f: Figure) -> &'
     }
 }
 
-fn column_label(f: Figure) -> &'static str {
+pub(crate) fn column_label(f: Figure) -> &'static str {
     match f {
         Figure::LiveAtPeakBytes => "live at peak",
         Figure::HeldAtPeakBytes => "held at peak",
-        Figure::HeldOverLive => "held/live",
+        Figure::HeldOverLive => "held/live at RSS peak",
+        Figure::PeakLiveBytes => "peak live",
+        Figure::PeakOverFloor => "peak/floor",
         Figure::FinalRssBytes => "final RSS",
         _ => crate::analysis::recommend::label(f),
     }
@@ -243,7 +282,10 @@ pub(crate) fn evidence_lines(a: &Analysis) -> Vec<String> {
             if e.exact() {
                 continue;
             }
-            let alloc = f.explains();
+            let alloc = matches!(
+                f,
+                Figure::LiveAtPeakBytes | Figure::HeldAtPeakBytes | Figure::HeldOverLive
+            );
             if alloc && allocator_said {
                 continue;
             }
@@ -301,7 +343,7 @@ pub(crate) fn format_value(f: Figure, v: f64) -> String {
         }
     } else if f == Figure::ThroughputRps {
         format!("{v:.0} req/s")
-    } else if f == Figure::HeldOverLive {
+    } else if matches!(f, Figure::HeldOverLive | Figure::PeakOverFloor) {
         format!("{v:.2}×")
     } else if matches!(f, Figure::Requests | Figure::Errors | Figure::ThreadsPeak) {
         format!("{v:.0}")
@@ -314,6 +356,8 @@ pub(crate) fn format_value(f: Figure, v: f64) -> String {
 pub(crate) mod fixture;
 #[cfg(test)]
 mod hostile;
+#[cfg(test)]
+pub(crate) mod svg_check;
 
 #[cfg(test)]
 mod snapshots {
@@ -324,6 +368,32 @@ mod snapshots {
     fn table_snapshot() {
         let e = fixture::experiment();
         insta::assert_snapshot!(table::render(&e, &analyse(&e), false));
+    }
+
+    /// The terminal's default: the key columns, the story, the recommendation.
+    #[test]
+    fn answer_snapshot() {
+        let text = with_fixture_report(|r| {
+            ExportType::Table {
+                color: false,
+                layout: Layout::Answer,
+            }
+            .serialize(r)
+            .expect("bytes")
+        });
+        insta::assert_snapshot!(String::from_utf8_lossy(&text));
+    }
+
+    /// `f` of the fixture experiment's report (its analysis and recommendation).
+    fn with_fixture_report<T>(f: impl FnOnce(&Report) -> T) -> T {
+        let e = fixture::experiment();
+        let a = analyse(&e);
+        let rec = crate::analysis::recommend::recommend(&a);
+        f(&Report {
+            experiment: &e,
+            analysis: &a,
+            recommendation: &rec,
+        })
     }
 
     #[test]
@@ -445,24 +515,31 @@ mod snapshots {
     /// Every format through the one interface gives the same bytes as its renderer.
     #[test]
     fn exporters_give_the_renderers_bytes() {
-        let e = fixture::experiment();
-        let a = analyse(&e);
-        let rec = crate::analysis::recommend::recommend(&a);
-        let r = Report {
-            experiment: &e,
-            analysis: &a,
-            recommendation: &rec,
-        };
-        let text = |t: ExportType| String::from_utf8(t.serialize(&r).unwrap()).unwrap();
+        with_fixture_report(renderers_bytes_of);
+    }
+
+    fn renderers_bytes_of(r: &Report) {
+        let (e, a, rec) = (r.experiment, r.analysis, r.recommendation);
+        let text = |t: ExportType| String::from_utf8(t.serialize(r).unwrap()).unwrap();
         assert_eq!(
-            text(ExportType::Table { color: false }),
-            format!("{}\n{}\n", table::render(&e, &a, false), rec.headline())
+            text(ExportType::Table {
+                color: false,
+                layout: Layout::Detail
+            }),
+            format!("{}\n{}\n", table::render(e, a, false), rec.headline())
         );
-        assert_eq!(text(ExportType::Json), json::render(&e, &a));
-        assert_eq!(text(ExportType::Csv), csv::render(&e));
-        assert_eq!(text(ExportType::SamplesCsv), csv::render_samples(&e));
-        assert_eq!(text(ExportType::Markdown), markdown::render(&e, &a, &rec));
-        assert_eq!(text(ExportType::Html), html::render(&e, &a, &rec));
+        assert_eq!(
+            text(ExportType::Table {
+                color: false,
+                layout: Layout::Answer
+            }),
+            format!("{}\n{}\n", answer::render(e, a, rec, false), rec.headline())
+        );
+        assert_eq!(text(ExportType::Json), json::render(e, a));
+        assert_eq!(text(ExportType::Csv), csv::render(e));
+        assert_eq!(text(ExportType::SamplesCsv), csv::render_samples(e));
+        assert_eq!(text(ExportType::Markdown), markdown::render(e, a, rec));
+        assert_eq!(text(ExportType::Html), html::render(e, a, rec));
     }
 
     /// Several processes at once: peak PSS and USS beside peak RSS in the table,

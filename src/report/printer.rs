@@ -53,20 +53,53 @@ impl OutputTarget {
         matches!(self, OutputTarget::Stdout)
     }
 
-    /// Checks a file can be written before hours of runs, not after: its directory
-    /// must exist.
+    /// Checks a file can be written before hours of runs, not after: not a directory, its
+    /// directory there and writable, and an existing file (or device) open for writing
+    /// and taking a write of nothing (which `/dev/full` and `/proc` files refuse).
     pub fn check(&self, flag: &str) -> Result<(), OutputError> {
+        use std::os::unix::ffi::OsStrExt;
         let OutputTarget::File(p) = self else {
             return Ok(());
         };
-        match p.parent().filter(|d| !d.as_os_str().is_empty()) {
-            Some(d) if !d.is_dir() => Err(OutputError::NoDirectory {
+        let cannot = |error: std::io::Error| OutputError::File {
+            flag: flag.to_string(),
+            path: p.clone(),
+            error,
+        };
+        if p.is_dir() {
+            return Err(OutputError::Directory {
                 flag: flag.to_string(),
                 path: p.clone(),
-                dir: d.to_path_buf(),
-            }),
-            _ => Ok(()),
+            });
         }
+        if p.exists() {
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(p)
+                .map_err(cannot)?;
+            // A write of no bytes: nothing changes in a file, and a device that takes no
+            // data says so now.
+            return f.write(&[]).map(drop).map_err(cannot);
+        }
+        let dir = match p.parent().filter(|d| !d.as_os_str().is_empty()) {
+            Some(d) if !d.is_dir() => {
+                return Err(OutputError::NoDirectory {
+                    flag: flag.to_string(),
+                    path: p.clone(),
+                    dir: d.to_path_buf(),
+                })
+            }
+            Some(d) => d,
+            None => Path::new("."),
+        };
+        let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
+            return Ok(());
+        };
+        // SAFETY: a valid NUL-terminated path; access only reads it.
+        if unsafe { libc::access(c.as_ptr(), libc::W_OK) } != 0 {
+            return Err(cannot(std::io::Error::last_os_error()));
+        }
+        Ok(())
     }
 }
 
@@ -79,12 +112,14 @@ pub enum OutputError {
         path: PathBuf,
         dir: PathBuf,
     },
-    #[error("{flag} {}: cannot write: {source}", path.display())]
+    #[error("{flag} {}: cannot write: {error}", path.display())]
     File {
         flag: String,
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
+    #[error("{flag} {}: is a directory; give a file's path, e.g. {flag} {}", path.display(), path.join(match flag.as_str() { "--html" => "report.html", "--csv" => "runs.csv", "--samples-csv" => "samples.csv", "--markdown" => "summary.md", _ => "out.json" }).display())]
+    Directory { flag: String, path: PathBuf },
     #[error("cannot write to standard output: {0}")]
     Stdout(std::io::Error),
 }
@@ -245,15 +280,33 @@ impl Printer {
         match target {
             OutputTarget::Stdout => Self::write(&self.stdout, bytes).map_err(OutputError::Stdout),
             OutputTarget::File(p) => {
-                std::fs::write(p, bytes).map_err(|source| OutputError::File {
+                std::fs::write(p, bytes).map_err(|error| OutputError::File {
                     flag: flag.to_string(),
                     path: p.clone(),
-                    source,
+                    error,
                 })?;
                 self.note(&format!("wrote {}", p.display()));
                 Ok(())
             }
         }
+    }
+
+    /// Appends to a file another program reads as it grows (`$GITHUB_STEP_SUMMARY`),
+    /// creating it when missing; announced as a note.
+    pub fn append_output(&self, path: &Path, bytes: &[u8], flag: &str) -> Result<(), OutputError> {
+        use std::io::Write;
+        std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(path)
+            .and_then(|mut f| f.write_all(bytes))
+            .map_err(|error| OutputError::File {
+                flag: flag.to_string(),
+                path: path.to_path_buf(),
+                error,
+            })?;
+        self.note(&format!("appended to {}", path.display()));
+        Ok(())
     }
 }
 

@@ -11,7 +11,7 @@ use crate::record::{Experiment, RunRecord};
 use crate::units::format_bytes;
 
 /// The heading of the lines, in every format.
-pub(crate) const REGIONS_HEADING: &str = "where is the memory? (resident bytes by kind of mapping, from /proc/PID/smaps read at new highs of RSS where its growth pauses, within 0.5% of a core; medians over runs read within 10% of their peak)";
+pub(crate) const REGIONS_HEADING: &str = "where is the memory? (resident bytes by kind of mapping, from /proc/PID/smaps read at each 5% rise of RSS past the last read; medians over runs read within 10% of their peak)";
 
 /// A read counts for a run's peak when the tree's RSS then was at least this share of the
 /// run's peak RSS.
@@ -50,7 +50,7 @@ struct Where {
 fn near_peak(r: &RunRecord) -> bool {
     r.regions
         .as_ref()
-        .is_some_and(|g| g.tree_rss_bytes as f64 >= NEAR_PEAK * r.peak_rss_bytes as f64)
+        .is_some_and(|g| g.rss_at_read() as f64 >= NEAR_PEAK * r.peak_rss_bytes as f64)
 }
 
 fn where_of(runs: &[&RunRecord]) -> Option<Where> {
@@ -138,13 +138,13 @@ pub(crate) fn region_lines(e: &Experiment, a: &Analysis) -> Vec<String> {
             // Read, but never near the peak: say how near the nearest came.
             let nearest = runs
                 .iter()
-                .filter_map(|r| Some((r.regions.as_ref()?.tree_rss_bytes, r.peak_rss_bytes)))
+                .filter_map(|r| Some((r.regions.as_ref()?.rss_at_read(), r.peak_rss_bytes)))
                 .max_by(|x, y| {
                     (x.0 as f64 / x.1.max(1) as f64).total_cmp(&(y.0 as f64 / y.1.max(1) as f64))
                 });
             if let Some((at, peak)) = nearest {
                 out.push(format!(
-                    "{}: no read near a peak (the nearest at {} of a {} peak): smaps is read within its CPU budget, so a run that stays near its peak longer gets one",
+                    "{}: no read near a peak (the nearest at {} of a {} peak): smaps is read at each 5% rise of RSS while one read costs under 50 ms of CPU, and within a CPU budget beyond that, so a run that stays near its peak longer gets one",
                     s.name,
                     mib(at as f64),
                     mib(peak as f64)

@@ -17,6 +17,10 @@ fn figure_cell(s: &VariantSummary, f: Figure, color: bool) -> Cell {
         return Cell::new(super::missing_cell(s, f)).set_alignment(CellAlignment::Right);
     };
     let top = value(f, est.median);
+    if !f.compared() {
+        // Taken at each variant's own moment, or the program's: no ratio (see `Figure::compared`).
+        return Cell::new(top).set_alignment(CellAlignment::Right);
+    }
     if s.is_baseline {
         return Cell::new(format!("{top}\nbaseline")).set_alignment(CellAlignment::Right);
     }
@@ -58,13 +62,7 @@ fn driver_cell(s: &VariantSummary, name: &str) -> Cell {
     ));
     let bottom = match (&d.ratio_to_baseline, s.is_baseline) {
         (_, true) => "baseline".to_string(),
-        (Some(r), false) => format!(
-            "{:.2}× [{:.2}, {:.2}]{}",
-            r.value,
-            r.ci95[0],
-            r.ci95[1],
-            if r.significant { "*" } else { " " }
-        ),
+        (Some(r), false) => super::ratio_text(r, " "),
         (None, false) => "no ratio".to_string(),
     };
     Cell::new(format!("{top}\n{bottom}")).set_alignment(CellAlignment::Right)
@@ -78,7 +76,11 @@ pub(crate) struct TableExporter {
 impl<'a> super::Exporter<super::Report<'a>> for TableExporter {
     fn serialize(&self, r: &super::Report<'a>) -> Result<Vec<u8>, super::ExportError> {
         let table = render(r.experiment, r.analysis, self.color);
-        Ok(format!("{table}\n{}\n", terminal(&r.recommendation.headline())).into_bytes())
+        let mut out = format!("{table}\n{}\n", terminal(&r.recommendation.headline()));
+        if let Some(m) = super::knobs::measured_as(r.experiment, r.recommendation) {
+            out.push_str(&format!("  {}\n", terminal(&m)));
+        }
+        Ok(out.into_bytes())
     }
 }
 
@@ -176,6 +178,15 @@ pub fn render(e: &Experiment, a: &Analysis, color: bool) -> String {
             out.push('\n');
         }
     }
+    let knobs = super::knobs::knob_lines(e, a);
+    if !knobs.is_empty() {
+        out.push_str(&format!("\n{}:\n", super::knobs::KNOBS_HEADING));
+        for t in knobs {
+            out.push_str("  ");
+            out.push_str(&terminal(&t));
+            out.push('\n');
+        }
+    }
     let cpu = super::cpu::cpu_lines(e, a);
     if !cpu.is_empty() {
         out.push_str(&format!("\n{}:\n", super::cpu::cpu_heading(e)));
@@ -224,7 +235,7 @@ pub(crate) fn why_lines(e: &Experiment, a: &Analysis) -> Vec<String> {
     out.extend(
         a.variants
             .iter()
-            .filter_map(|s| Some(format!("{}: {}", s.name, s.live_departure.as_ref()?))),
+            .filter_map(|s| Some(format!("{}: {}", s.name, s.floor_departure.as_ref()?))),
     );
     let mut seen = std::collections::BTreeSet::new();
     for r in e.runs.iter().filter(|r| !r.warmup) {
@@ -294,48 +305,11 @@ pub(crate) fn runtime_lines(e: &Experiment, a: &Analysis) -> Vec<String> {
     out
 }
 
-/// The fragmentation story in one line, when the baseline's allocator holds well above what
-/// is live at its peak: how much of its memory is not live data, and which variant holds
-/// the least over live. It quotes the figures of each variant's own line below it (the
-/// median run's verdict), so the headline and the lines never disagree; without standing
-/// allocator figures there is no story.
-fn story_line(a: &Analysis) -> Option<String> {
-    let figures = |s: &VariantSummary| {
-        let w = s.why.as_ref()?;
-        let (live, held) = (w.live_bytes?, w.held_bytes?);
-        (live > 0.0).then_some((live, held, held / live))
-    };
-    let base = a.variants.iter().find(|s| s.is_baseline)?;
-    let (live, held, ratio) = figures(base)?;
-    if ratio < crate::analysis::why::FRAGMENTED {
-        return None;
-    }
-    // Only a story when the unused bytes matter beside the footprint: 500 KiB held over
-    // 5 KiB live is 100× of nothing next to a 260 MiB peak of memory the heap never held.
-    let peak = base
-        .figures
-        .get(&Figure::PeakRssBytes)
-        .map_or(0.0, |e| e.median);
-    if held - live < crate::analysis::why::MATERIAL_SHARE * peak {
-        return None;
-    }
-    let best = a
-        .variants
-        .iter()
-        .filter(|s| !s.is_baseline)
-        .filter_map(|s| Some((s, figures(s)?.2)))
-        .min_by(|x, y| x.1.total_cmp(&y.1));
-    let mut line = format!(
-        "{} holds {ratio:.2}× what the program has live at its peak ({} for {} live: {} unused) — fragmentation/retention, not live data",
-        base.name,
-        crate::units::format_bytes(held),
-        crate::units::format_bytes(live),
-        crate::units::format_bytes((held - live).max(0.0))
-    );
-    if let Some((s, r)) = best.filter(|(_, r)| *r < ratio) {
-        line.push_str(&format!("; {} holds {r:.2}×", s.name));
-    }
-    Some(line)
+/// The batch story in one line: the baseline's peak against the program's floor (the most
+/// it was seen to have live), and the variant nearest the floor (`analysis::floor`); the
+/// same figures as the table's `peak/floor` column. Without a floor there is no story.
+pub(crate) fn story_line(a: &Analysis) -> Option<String> {
+    crate::analysis::floor::headline(a)
 }
 
 /// One line per variant whose runs did not all succeed or verify, with the reason.
@@ -410,13 +384,15 @@ mod why_tests {
             flagged[0].contains("jemalloc: the probe found glibc"),
             "{lines:?}"
         );
-        // The story first (the fixture's glibc holds 2.00× live), then one line a variant.
+        // The story first (the fixture's glibc peaks at about 3× the program's floor,
+        // jemalloc at 1.6×), then one line a variant.
         assert!(
-            lines[0].starts_with("glibc holds 2.00× what the program has live at its peak")
-                && lines[0].contains("fragmentation/retention, not live data")
-                && lines[0].ends_with("holds 1.10×"),
+            lines[0].starts_with("glibc peaked at 3.")
+                && lines[0].contains("the most the program was seen to have live")
+                && lines[0].contains("; jemalloc at 1.")
+                && !lines[0].contains("fragmentation"),
             "{lines:?}"
         );
-        assert!(lines[1].starts_with("glibc: at its peak:"), "{lines:?}");
+        assert!(lines[1].starts_with("glibc: at its RSS peak:"), "{lines:?}");
     }
 }

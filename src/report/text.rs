@@ -31,6 +31,9 @@ pub fn recommendation(r: &Report<'_>) -> String {
         super::table::shell_line(&exp.plan.command)
     );
     out.push_str(&format!("\n{}\n", terminal(&rec.headline())));
+    if let Some(m) = super::knobs::measured_as(exp, rec) {
+        out.push_str(&format!("  {}\n", terminal(&m)));
+    }
     if let Verdict::Pick {
         variant, tradeoffs, ..
     } = &rec.verdict

@@ -12,6 +12,7 @@ use crate::linux::proc;
 use crate::load::LoadSpec;
 use crate::plan::{substitute, Plan, ProbeKind, Variant};
 use crate::probe::{append_env, Membership};
+use crate::trial::logcap::Capped;
 use crate::trial::server;
 
 /// Where `{variant}` in the command, the URL or a variant's setting becomes the variant's
@@ -20,6 +21,9 @@ pub const VARIANT_PLACEHOLDER: &str = "{variant}";
 
 /// The probe's report file of each process is kept under this size: a soak runs for hours.
 const PROBE_MAX_BYTES: u64 = 64 * 1024;
+
+/// The extensions of an instance's logs beside its stem: its own output and its driver's.
+const INSTANCE_LOGS: [&str; 4] = ["stdout", "stderr", "driver.stdout", "driver.stderr"];
 
 /// A running instance.
 pub(crate) struct Instance {
@@ -42,6 +46,8 @@ pub(crate) struct Instance {
     /// Why the instance is gone, once it is.
     pub down: Option<String>,
     exit: Option<Exit>,
+    /// Its logs' bound, rewritten as head and tail when the instance goes.
+    _logs: Capped,
 }
 
 /// One sample of an instance's memory.
@@ -94,6 +100,8 @@ pub(crate) fn start(spec: &StartSpec, variant: &Variant) -> Result<Instance, Str
     if let Some(before) = plan.worker.as_ref().and_then(|w| w.before.as_ref()) {
         run_before(spec, &sub(before), &naming, &open)?;
     }
+    // Each keeps its first and last halves of --log-limit, however long the soak.
+    let logs = Capped::watch(INSTANCE_LOGS.map(&file).to_vec());
     let (env, probe_dir) = instance_env(plan, variant, &sub, &naming, &file)?;
     let (program, argv) = plan.launch_argv(variant, &sub);
     let launch = LaunchSpec {
@@ -106,6 +114,7 @@ pub(crate) fn start(spec: &StartSpec, variant: &Variant) -> Result<Instance, Str
         limits: plan.limits.clone(),
         name: spec.group.clone(),
         at_gate: None,
+        thp_off: variant.knobs.thp_off,
     };
     let mut run = match spec.backend.launch(launch).map_err(|e| e.to_string())? {
         Launch::Started(run) => run,
@@ -185,6 +194,7 @@ pub(crate) fn start(spec: &StartSpec, variant: &Variant) -> Result<Instance, Str
         pss: None,
         down: None,
         exit: None,
+        _logs: logs,
     })
 }
 
@@ -256,7 +266,7 @@ fn instance_env(
         return Ok((env, None));
     }
     let dir = file("probe");
-    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    crate::probe::reports::fresh_dir(&dir)?;
     let lib = crate::probe::allocator::shim_path()?;
     append_env(&mut env, "LD_PRELOAD", &lib.display().to_string(), ' ');
     env.push(("MEMTRIAL_PROBE_DIR".into(), dir.display().to_string()));
@@ -320,7 +330,7 @@ fn run_before(
 /// variants for hours: one that silently runs as another would waste them all.
 fn verify(pid: i32, variant: &Variant, sub: &dyn Fn(&str) -> String) -> Result<(), String> {
     let env = proc::read_environ(pid).map_err(|e| format!("cannot read its environment: {e}"))?;
-    for (k, v) in &variant.env {
+    for (k, v) in &variant.settings() {
         let want = sub(v);
         match env.iter().find(|(ek, _)| ek == k) {
             Some((_, got)) if *got == want => {}

@@ -28,7 +28,7 @@ use crate::load::{self, SecondReport};
 use crate::record::soak::{
     SoakEvent, SoakPoint, SoakSettings, SoakStatus, SoakWindow, WindowFigures,
 };
-use crate::store::{Store, StoreError};
+use crate::store::{SoakTake, Store, StoreError};
 
 pub use instance::VARIANT_PLACEHOLDER;
 
@@ -41,6 +41,11 @@ pub enum SoakError {
     Start(String),
     #[error("the load generator failed: {0}")]
     Load(String),
+    /// Another memtrial runs the soak (it took it first).
+    #[error("soak {id} is running in another memtrial (PID {pid} on this machine); `memtrial report --follow {id}` shows it as it goes")]
+    Busy { id: i64, pid: i64 },
+    #[error("soak {id} is done ({reason}); `memtrial report --soak {id}` shows it")]
+    Done { id: i64, reason: String },
 }
 
 /// What a soak's caller sees as it goes.
@@ -77,6 +82,8 @@ pub struct Ended {
     pub id: i64,
     pub status: SoakStatus,
     pub reason: String,
+    /// The variants whose instance went down while this memtrial ran the soak.
+    pub down: Vec<String>,
 }
 
 /// A new soak, or one to carry on.
@@ -212,25 +219,81 @@ pub struct Context<'a> {
     pub on_progress: &'a mut dyn FnMut(&Progress),
 }
 
-/// Runs (or carries on) a soak until its duration is over, the rule decides it, or `stop`.
+/// Runs (or carries on) a soak until its duration is over, the rule decides it, every
+/// instance is down, or `stop`. The soak is taken for this memtrial first, atomically (a
+/// soak another live memtrial runs is refused); from then on a soak that cannot go on is
+/// stored as failed, with why.
 pub fn soak(begin: Begin, cx: Context) -> Result<Ended, SoakError> {
-    let (id, settings, started_unix, segment) = match begin {
+    let (id, settings, started_unix) = match begin {
         Begin::New(settings) => {
             let now = unix_now();
             let id = cx.store.create_soak(&settings, now)?;
-            (id, *settings, now, 0)
+            (id, *settings, now)
         }
         Begin::Resume(id) => {
             let head = cx
                 .store
                 .soak_head(id)?
                 .ok_or_else(|| SoakError::Start(format!("there is no soak {id}")))?;
-            let segs = cx.store.soak_segments(id)?;
-            (id, head.settings, head.started_unix, segs.len() as u32)
+            (id, head.settings, head.started_unix)
         }
     };
     let seg_t0 = unix_now() - started_unix;
-    cx.store.start_segment(id, segment, seg_t0)?;
+    let segment = match cx.store.take_soak(id, seg_t0)? {
+        SoakTake::Taken { segment } => segment,
+        SoakTake::Busy(owner) => return Err(SoakError::Busy { id, pid: owner.pid }),
+        SoakTake::Done(reason) => return Err(SoakError::Done { id, reason }),
+        SoakTake::Missing => return Err(SoakError::Start(format!("there is no soak {id}"))),
+    };
+    let Context {
+        store,
+        backend,
+        logs,
+        stop,
+        on_progress,
+    } = cx;
+    let outcome = run_segment(
+        id,
+        &settings,
+        segment,
+        seg_t0,
+        Context {
+            store: &mut *store,
+            backend,
+            logs,
+            stop,
+            on_progress,
+        },
+    );
+    match outcome {
+        Ok(ended) => Ok(ended),
+        Err(e) if stop.load(Ordering::SeqCst) && matches!(e, SoakError::Start(_)) => {
+            let reason = format!("interrupted while its instances started ({e})");
+            store.end_soak(id, SoakStatus::Interrupted, &reason)?;
+            Ok(Ended {
+                id,
+                status: SoakStatus::Interrupted,
+                reason,
+                down: Vec::new(),
+            })
+        }
+        Err(e) => {
+            // The soak is this memtrial's: left "running", it would show as running with
+            // a dead owner. Stored as failed, with why (the error itself is the answer).
+            let _ = store.end_soak(id, SoakStatus::Failed, &e.to_string());
+            Err(e)
+        }
+    }
+}
+
+/// One start of the soak's instances (segment `segment`, from soak time `seg_t0`) to its end.
+fn run_segment(
+    id: i64,
+    settings: &SoakSettings,
+    segment: u32,
+    seg_t0: f64,
+    cx: Context,
+) -> Result<Ended, SoakError> {
     if segment > 0 {
         let last = cx
             .store
@@ -257,12 +320,30 @@ pub fn soak(begin: Begin, cx: Context) -> Result<Ended, SoakError> {
     let dir = cx.logs.join(format!("soak-{id}"));
     std::fs::create_dir_all(&dir)
         .map_err(|e| SoakError::Start(format!("cannot create {}: {e}", dir.display())))?;
-    let mut run = Running::start(id, &settings, segment, seg_t0, &dir, &cx)?;
-    let outcome = run.go(&settings, cx.store, cx.stop, cx.on_progress);
+    let mut run = Running::start(id, settings, segment, seg_t0, &dir, &cx)?;
+    for text in std::mem::take(&mut run.source_notes) {
+        let e = SoakEvent {
+            t: seg_t0,
+            variant: None,
+            text: format!("the requests: {text}"),
+        };
+        cx.store.add_soak_event(id, &e)?;
+    }
+    let outcome = run.go(settings, cx.store, cx.stop, cx.on_progress);
     run.stop_all(settings.plan.grace());
     let (status, reason) = outcome?;
     cx.store.end_soak(id, status, &reason)?;
-    Ok(Ended { id, status, reason })
+    let down = run
+        .went_down
+        .iter()
+        .map(|&i| run.variants[i].clone())
+        .collect();
+    Ok(Ended {
+        id,
+        status,
+        reason,
+        down,
+    })
 }
 
 struct Running {
@@ -275,8 +356,18 @@ struct Running {
     /// Soak time of the fan-out's first scheduled request.
     load_t0: f64,
     seconds: mpsc::Receiver<(usize, SecondReport)>,
-    load_stop: Arc<AtomicBool>,
-    loads: Vec<std::thread::JoinHandle<Result<(), String>>>,
+    /// Each instance's load stops when this is set (its own when it goes down, all at the end).
+    load_stops: Vec<Arc<AtomicBool>>,
+    /// The loads' threads, by instance.
+    loads: Vec<(usize, std::thread::JoinHandle<Result<(), String>>)>,
+    /// The instances' variants, in order.
+    variants: Vec<String>,
+    /// The instances that went down, in the order they did, with the soak time it was seen.
+    went_down: Vec<usize>,
+    down_at: Vec<Option<f64>>,
+    /// What reading the requests found (a replayed log's skipped lines, its silences):
+    /// events of each start, so the soak's result says what was sent.
+    source_notes: Vec<String>,
     accs: Vec<BTreeMap<u32, Acc>>,
     last_windows: Vec<Option<WindowFigures>>,
     prev_windows: Vec<Option<WindowFigures>>,
@@ -296,13 +387,14 @@ impl Running {
         cx: &Context,
     ) -> Result<Running, SoakError> {
         let plan = &settings.plan;
-        let source = match &plan.server {
-            Some(server) => Some(
-                load::source::read_source(&server.source, &url_path(&server.url))
-                    .map_err(SoakError::Start)?
-                    .0,
-            ),
-            None => None,
+        let (source, source_notes) = match &plan.server {
+            Some(server) => {
+                let (source, notes) =
+                    load::source::read_source(&server.source, &url_path(&server.url))
+                        .map_err(SoakError::Start)?;
+                (Some(source), notes)
+            }
+            None => (None, Vec::new()),
         };
         let interrupted = || cx.stop.load(Ordering::SeqCst);
         let mut instances = Vec::new();
@@ -335,7 +427,10 @@ impl Running {
         let begin = t0 + lead;
         let load_t0 = seg_t0 + lead.as_secs_f64();
         let (tx, rx) = mpsc::channel::<(usize, SecondReport)>();
-        let load_stop = Arc::new(AtomicBool::new(false));
+        let load_stops: Vec<Arc<AtomicBool>> = instances
+            .iter()
+            .map(|_| Arc::new(AtomicBool::new(false)))
+            .collect();
         let mut loads = Vec::new();
         for (i, inst) in instances.iter().enumerate() {
             let Some(mut spec) = inst.load.clone() else {
@@ -356,7 +451,7 @@ impl Running {
                     }
                 })
                 .map_err(|e| SoakError::Start(format!("cannot start a thread: {e}")))?;
-            let stop = Arc::clone(&load_stop);
+            let stop = Arc::clone(&load_stops[i]);
             let h = std::thread::Builder::new()
                 .name(format!("memtrial-soak-load-{i}"))
                 .spawn(move || {
@@ -373,9 +468,10 @@ impl Running {
                     .map_err(|e| e.to_string())
                 })
                 .map_err(|e| SoakError::Start(format!("cannot start a thread: {e}")))?;
-            loads.push(h);
+            loads.push((i, h));
         }
         let n = instances.len();
+        let variants = instances.iter().map(|i| i.variant.clone()).collect();
         Ok(Running {
             id,
             segment,
@@ -384,8 +480,12 @@ impl Running {
             seg_t0,
             load_t0,
             seconds: rx,
-            load_stop,
+            load_stops,
             loads,
+            variants,
+            went_down: Vec::new(),
+            down_at: vec![None; n],
+            source_notes,
             accs: (0..n).map(|_| BTreeMap::new()).collect(),
             last_windows: vec![None; n],
             prev_windows: vec![None; n],
@@ -436,8 +536,8 @@ impl Running {
                     format!("ran its duration ({})", clock(settings.duration_seconds)),
                 ));
             }
-            if let Some(h) = self.loads.iter().position(|h| h.is_finished()) {
-                let h = self.loads.remove(h);
+            if let Some(h) = self.loads.iter().position(|(_, h)| h.is_finished()) {
+                let (_, h) = self.loads.remove(h);
                 let why = match h.join() {
                     Ok(Err(e)) => e,
                     Ok(Ok(())) => "it stopped before the soak's end".into(),
@@ -449,51 +549,16 @@ impl Running {
             if pss_due {
                 next_pss += pss_every;
             }
-            let k = Self::window_of(t, settings);
-            let mut points = Vec::with_capacity(self.instances.len());
-            let mut note = None;
-            for (i, inst) in self.instances.iter_mut().enumerate() {
-                let s = inst.sample(pss_due);
-                let p = SoakPoint {
-                    t,
-                    n: 1,
-                    rss: s.rss,
-                    working_set: s.working_set,
-                    pss: s.pss,
-                    live: s.live,
-                    held: s.held,
-                };
-                let cpu = if self.accs[i].contains_key(&k) {
-                    None
-                } else {
-                    inst.cpu_seconds()
-                };
-                let acc = self.accs[i].entry(k).or_insert_with(|| Acc::new(cpu));
-                acc.add_sample(&p);
-                let mut told = Vec::new();
-                if let Some(why) = inst.driver_ended.clone().filter(|_| !inst.driver_said) {
-                    inst.driver_said = true;
-                    told.push(format!("the {} instance: {why}", inst.variant));
-                }
-                if let Some(why) = &inst.down {
-                    acc.down = true;
-                    if !self.announced_down[i] {
-                        self.announced_down[i] = true;
-                        told.push(format!("the {} instance is down: {why}", inst.variant));
-                    }
-                }
-                for text in told {
-                    let e = SoakEvent {
-                        t,
-                        variant: Some(inst.variant.clone()),
-                        text,
-                    };
-                    store.add_soak_event(self.id, &e)?;
-                    note = Some(e.text);
-                }
-                points.push((inst.variant.clone(), p));
-            }
+            let (points, mut note) = self.sample_instances(t, settings, pss_due, store)?;
+            self.stop_loads_of_down();
             self.drain(settings);
+            if self.down_at.iter().all(Option::is_some) {
+                // Nothing left to measure: a dead server is no slow machine.
+                store.add_soak_points(self.id, self.segment, t, &points, false)?;
+                self.end_loads(settings);
+                self.close_windows(settings, store, first_window, f64::INFINITY)?;
+                return Ok((SoakStatus::Failed, self.all_down(t)));
+            }
             let compact = Instant::now() >= next_compact;
             if compact {
                 next_compact += COMPACT_EVERY;
@@ -502,30 +567,8 @@ impl Running {
             let closed = self.close_windows(settings, store, first_window, t - LATE)?;
             if let Some(n) = closed.clone() {
                 note = note.or(Some(n));
-                if let Some(rule) = &settings.until_decided {
-                    let windows = store.soak_windows(self.id)?;
-                    let base = &settings.plan.baseline;
-                    let open: Vec<&str> = self
-                        .instances
-                        .iter()
-                        .map(|i| i.variant.as_str())
-                        .filter(|v| v != base)
-                        .filter(|v| {
-                            decide::decided(&windows, settings.window_seconds, v, base, rule)
-                                == decide::Standing::Open
-                        })
-                        .collect();
-                    if open.is_empty() {
-                        return Ok((
-                            SoakStatus::Done,
-                            format!(
-                                "decided at {}: every variant's memory ratio to {base} had its 95% interval wholly outside or wholly inside 1 ± {:.0}% after each of the last {} windows",
-                                clock(t),
-                                rule.margin * 100.0,
-                                rule.consecutive
-                            ),
-                        ));
-                    }
+                if let Some(why) = self.decided(t, settings, store)? {
+                    return Ok((SoakStatus::Done, why));
                 }
             }
             if Instant::now() >= next_progress || note.is_some() {
@@ -534,17 +577,116 @@ impl Running {
                 p.window_closed = closed.is_some();
                 on_progress(&p);
             }
-            next += every;
-            let now = Instant::now();
-            if next > now {
-                // Sleep in short steps so that an interrupt is seen at once.
-                while Instant::now() < next && !stop.load(Ordering::SeqCst) {
-                    std::thread::sleep((next - Instant::now()).min(Duration::from_millis(100)));
-                }
-            } else {
-                next = now;
-            }
+            next = wait_until(next + every, stop);
         }
+    }
+
+    /// Samples every instance at soak time `t` into its window's accumulator; stores the
+    /// events an instance gave (its driver ended, it went down). Returns the points and the
+    /// last event's text, for the progress line.
+    fn sample_instances(
+        &mut self,
+        t: f64,
+        settings: &SoakSettings,
+        pss_due: bool,
+        store: &mut Store,
+    ) -> Result<(Vec<Point>, Option<String>), SoakError> {
+        let k = Self::window_of(t, settings);
+        let mut points = Vec::with_capacity(self.instances.len());
+        let mut note = None;
+        for (i, inst) in self.instances.iter_mut().enumerate() {
+            let s = inst.sample(pss_due);
+            let p = SoakPoint {
+                t,
+                n: 1,
+                rss: s.rss,
+                working_set: s.working_set,
+                pss: s.pss,
+                live: s.live,
+                held: s.held,
+            };
+            let cpu = if self.accs[i].contains_key(&k) {
+                None
+            } else {
+                inst.cpu_seconds()
+            };
+            let acc = self.accs[i].entry(k).or_insert_with(|| Acc::new(cpu));
+            acc.add_sample(&p);
+            let mut told = Vec::new();
+            if let Some(why) = inst.driver_ended.clone().filter(|_| !inst.driver_said) {
+                inst.driver_said = true;
+                told.push(SoakEvent {
+                    t,
+                    variant: Some(inst.variant.clone()),
+                    text: format!("the {} instance: {why}", inst.variant),
+                });
+            }
+            if let Some(why) = &inst.down {
+                acc.down = true;
+                if !self.announced_down[i] {
+                    self.announced_down[i] = true;
+                    self.went_down.push(i);
+                    self.down_at[i] = Some(t);
+                    told.push(SoakEvent::down(t, &inst.variant, why));
+                }
+            }
+            for e in told {
+                store.add_soak_event(self.id, &e)?;
+                note = Some(e.text);
+            }
+            points.push((inst.variant.clone(), p));
+        }
+        Ok((points, note))
+    }
+
+    /// Why a soak whose every instance is down (at soak time `t`) ends: each one, when
+    /// and how.
+    fn all_down(&self, t: f64) -> String {
+        let which: Vec<String> = self
+            .went_down
+            .iter()
+            .map(|&i| {
+                format!(
+                    "{} at {} ({})",
+                    self.variants[i],
+                    clock(self.down_at[i].unwrap_or(t)),
+                    self.instances[i].down.as_deref().unwrap_or("gone")
+                )
+            })
+            .collect();
+        format!("every instance is down: {}", which.join(", "))
+    }
+
+    /// With `--until-decided`, after a window closed at soak time `t`: why the soak ends
+    /// now, when every variant's memory ratio is decided.
+    fn decided(
+        &self,
+        t: f64,
+        settings: &SoakSettings,
+        store: &mut Store,
+    ) -> Result<Option<String>, SoakError> {
+        let Some(rule) = &settings.until_decided else {
+            return Ok(None);
+        };
+        let windows = store.soak_windows(self.id)?;
+        let base = &settings.plan.baseline;
+        let open = self
+            .instances
+            .iter()
+            .map(|i| i.variant.as_str())
+            .filter(|v| v != base)
+            .any(|v| {
+                decide::decided(&windows, settings.window_seconds, v, base, rule)
+                    == decide::Standing::Open
+            });
+        Ok((!open).then(|| {
+            format!(
+                "decided at {}: every variant's memory ratio to {base} had its 95% interval wholly outside or wholly inside 1 ± {:.0}% after each of the last {} windows",
+                clock(t),
+                rule.margin * 100.0,
+                rule.consecutive
+            )
+        }))
     }
 
     /// Takes the load's finished seconds into their windows.
@@ -560,11 +702,26 @@ impl Running {
         }
     }
 
+    /// Stops the load of every instance that went down: requests to a dead server measure
+    /// nothing, and its connection errors would only pile up.
+    fn stop_loads_of_down(&mut self) {
+        let (down, up): (Vec<_>, Vec<_>) = std::mem::take(&mut self.loads)
+            .into_iter()
+            .partition(|(i, _)| self.down_at[*i].is_some());
+        self.loads = up;
+        for (i, h) in down {
+            self.load_stops[i].store(true, Ordering::SeqCst);
+            let _ = h.join();
+        }
+    }
+
     /// Stops the loads and takes their last seconds (before the last windows close).
     fn end_loads(&mut self, settings: &SoakSettings) {
         self.loads_ended = Some(self.now());
-        self.load_stop.store(true, Ordering::SeqCst);
-        for h in self.loads.drain(..) {
+        for s in &self.load_stops {
+            s.store(true, Ordering::SeqCst);
+        }
+        for (_, h) in self.loads.drain(..) {
             let _ = h.join();
         }
         // The forwarding threads pass on what the loads sent before they ended.
@@ -605,7 +762,9 @@ impl Running {
                     continue;
                 };
                 let cpu_end = inst.cpu_seconds();
-                let due = due(load_t0, inst, from, to);
+                // Nothing is due to an instance once it is down (its load is stopped).
+                let due_to = self.down_at[i].map_or(to, |d| to.min(d)).max(from);
+                let due = due(load_t0, inst, from, due_to);
                 let figures = acc.figures(cpu_end, due);
                 self.prev_windows[i] = self.last_windows[i].take();
                 self.last_windows[i] = Some(figures.clone());
@@ -623,7 +782,7 @@ impl Running {
         }
         store.add_soak_windows(self.id, &rows)?;
         for &k in &closing {
-            if let Some(e) = behind(&rows, k, self.instances.len()) {
+            if let Some(e) = behind(&rows, k, w) {
                 store.add_soak_event(self.id, &e)?;
             }
         }
@@ -676,8 +835,10 @@ impl Running {
     }
 
     fn stop_all(&mut self, grace: Duration) {
-        self.load_stop.store(true, Ordering::SeqCst);
-        for h in self.loads.drain(..) {
+        for s in &self.load_stops {
+            s.store(true, Ordering::SeqCst);
+        }
+        for (_, h) in self.loads.drain(..) {
             let _ = h.join();
         }
         for inst in self.instances.drain(..) {
@@ -698,8 +859,16 @@ const BEHIND: f64 = 0.9;
 /// An event when window `k`'s instances completed fewer requests than were due: all of
 /// them (the machine, memtrial's load included, cannot drive the rate) or some (those
 /// servers fell behind: their latency and errors say how).
-fn behind(rows: &[SoakWindow], k: u32, instances: usize) -> Option<SoakEvent> {
-    let ws: Vec<&SoakWindow> = rows.iter().filter(|w| w.index == k).collect();
+fn behind(rows: &[SoakWindow], k: u32, window_seconds: f64) -> Option<SoakEvent> {
+    // An instance that was down is not behind: it is down (an event of its own). A window
+    // too short to count (the last one, cut by the soak's end) is not judged either: the
+    // requests of its last moments are still in flight.
+    let ws: Vec<&SoakWindow> = rows
+        .iter()
+        .filter(|w| w.index == k && !w.figures.instance_down)
+        .filter(|w| w.to_t - w.from_t >= decide::MIN_WINDOW_SHARE * window_seconds)
+        .collect();
+    let instances = ws.len();
     let late: Vec<String> = ws
         .iter()
         .filter_map(|w| {
@@ -761,4 +930,80 @@ fn url_path(url: &str) -> String {
     crate::load::parse_url(&crate::plan::substitute(url, 1))
         .map(|u| u.path_and_query)
         .unwrap_or_else(|_| "/".into())
+}
+
+/// One instance's sample at a moment: its variant's name and the point.
+type Point = (String, SoakPoint);
+
+/// Waits until `next` (the next sample's moment) in short steps, so that an interrupt is
+/// seen at once; returns the moment the wait was for, or now when the loop is already late
+/// (a late sample is taken at once, not made up for).
+fn wait_until(next: Instant, stop: &AtomicBool) -> Instant {
+    let now = Instant::now();
+    if next <= now {
+        return now;
+    }
+    while Instant::now() < next && !stop.load(Ordering::SeqCst) {
+        std::thread::sleep((next - Instant::now()).min(Duration::from_millis(100)));
+    }
+    next
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn window(variant: &str, from_t: f64, to_t: f64, requests: u64, due: u64) -> SoakWindow {
+        SoakWindow {
+            variant: variant.into(),
+            index: 2,
+            segment: 0,
+            from_t,
+            to_t,
+            warm: false,
+            figures: WindowFigures {
+                requests,
+                due: Some(due),
+                ..Default::default()
+            },
+            latency: None,
+        }
+    }
+
+    /// Every instance short of its due requests in a whole window: the machine cannot drive
+    /// the rate, said once for the window.
+    #[test]
+    fn a_whole_window_short_of_its_due_requests_is_behind() {
+        let rows = [
+            window("glibc", 20.0, 30.0, 50, 100),
+            window("arena2", 20.0, 30.0, 40, 100),
+        ];
+        let e = behind(&rows, 2, 10.0).expect("behind");
+        assert!(
+            e.text.starts_with("every instance fell behind"),
+            "{}",
+            e.text
+        );
+        assert!(behind(&[window("glibc", 20.0, 30.0, 95, 100)], 2, 10.0).is_none());
+    }
+
+    /// The last window, cut short by the soak's end, still has requests in flight: it is
+    /// not judged (it once said "every instance fell behind" at the end of healthy soaks).
+    #[test]
+    fn a_window_cut_short_by_the_end_is_not_judged_behind() {
+        let rows = [
+            window("glibc", 20.0, 21.0, 5, 10),
+            window("arena2", 20.0, 21.0, 4, 10),
+        ];
+        assert!(behind(&rows, 2, 10.0).is_none());
+    }
+
+    /// A down instance is down, not behind.
+    #[test]
+    fn a_down_instance_is_not_behind() {
+        let mut dead = window("glibc", 20.0, 30.0, 0, 100);
+        dead.figures.instance_down = true;
+        let rows = [dead, window("arena2", 20.0, 30.0, 100, 100)];
+        assert!(behind(&rows, 2, 10.0).is_none());
+    }
 }

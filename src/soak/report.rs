@@ -7,7 +7,7 @@ use maud::{html, Markup, PreEscaped, DOCTYPE};
 use serde::Serialize;
 
 use super::decide::{self, compare, counted, Figure, Ratio, Standing};
-use crate::analysis::why::{steady_why, Why};
+use crate::analysis::why::{steady_why, Judged, Why};
 use crate::record::soak::{SoakEvent, SoakHead, SoakPoint, SoakStatus, SoakWindow};
 use crate::store::{Store, StoreError};
 use crate::units::format_bytes;
@@ -57,6 +57,17 @@ pub struct VariantSummary {
     /// Leak or fragmentation over the counted windows of the last start.
     pub(crate) why: Option<Why>,
     pub standing: Option<Standing>,
+    /// When its instance went down and how (once per start it went down in); its windows
+    /// from then on are left out.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub down: Vec<Down>,
+}
+
+/// An instance that went down: soak time and how it ended.
+#[derive(Debug, Clone, Serialize)]
+pub struct Down {
+    pub t: f64,
+    pub why: String,
 }
 
 /// Reads soak `id` and summarises it.
@@ -70,6 +81,7 @@ pub fn summarise(store: &Store, head: &SoakHead) -> Result<SoakSummary, StoreErr
         .map(|p| (p[0].to_t, p[1].from_t))
         .collect();
     let base = s.plan.baseline.clone();
+    let events = store.soak_events(id)?;
     let mut variants = Vec::new();
     for v in &s.plan.variants {
         let mine: Vec<&SoakWindow> = windows.iter().filter(|w| w.variant == v.name).collect();
@@ -108,8 +120,25 @@ pub fn summarise(store: &Store, head: &SoakHead) -> Result<SoakSummary, StoreErr
             errors: mine.iter().map(|w| w.figures.errors).sum(),
             why,
             standing,
+            down: events
+                .iter()
+                .filter(|e| e.variant.as_deref() == Some(v.name.as_str()))
+                .filter_map(|e| {
+                    Some(Down {
+                        t: e.t,
+                        why: e.down_why()?.to_string(),
+                    })
+                })
+                .collect(),
         });
     }
+    // Every variant saw the same requests at the same moments: live bytes that grow under
+    // one while they stay flat under another are that allocator's count, not a leak.
+    let mut whys: Vec<(&str, &mut Option<Why>)> = variants
+        .iter_mut()
+        .map(|v| (v.name.as_str(), &mut v.why))
+        .collect();
+    crate::analysis::why::across_variants(&mut whys);
     let margin = s.until_decided.unwrap_or_default().margin;
     let recommendation = recommend(&variants, &base, margin);
     Ok(SoakSummary {
@@ -127,7 +156,7 @@ pub fn summarise(store: &Store, head: &SoakHead) -> Result<SoakSummary, StoreErr
         gaps,
         variants,
         recommendation,
-        events: store.soak_events(id)?,
+        events,
         rule: s.until_decided,
     })
 }
@@ -186,7 +215,10 @@ fn recommend(variants: &[VariantSummary], base: &str, margin: f64) -> String {
                 .is_some_and(|w| w.name() == "leak");
             if let Some(w) = v.why.as_ref().filter(|_| !base_leaks) {
                 if w.name() == "leak" {
-                    s += &format!("; but its own probe says leak: {}", w.sentence());
+                    s += &format!(
+                        "; but its own probe says leak: {}",
+                        w.sentence_for(Judged::Soak)
+                    );
                 }
             }
             s
@@ -243,6 +275,21 @@ pub fn table(s: &SoakSummary) -> String {
         s.warmup_windows,
         s.baseline
     );
+    let down: Vec<String> = s
+        .variants
+        .iter()
+        .flat_map(|v| {
+            v.down
+                .iter()
+                .map(|d| format!("{} at {} ({})", v.name, super::clock(d.t), d.why))
+        })
+        .collect();
+    if !down.is_empty() {
+        out += &format!(
+            "down: {}; each one's windows from then on are left out\n",
+            down.join(", ")
+        );
+    }
     for (a, b) in &s.gaps {
         out += &format!(
             "gap: nothing measured from {} to {} (memtrial was not running)\n",
@@ -291,7 +338,12 @@ pub fn table(s: &SoakSummary) -> String {
     out.push('\n');
     for v in &s.variants {
         if let Some(w) = &v.why {
-            out += &format!("{}: {}: {}\n", v.name, w.name(), w.sentence());
+            out += &format!(
+                "{}: {}: {}\n",
+                v.name,
+                w.name(),
+                w.sentence_for(Judged::Soak)
+            );
         }
         if let Some(st) = v.standing {
             let words = match st {
@@ -310,48 +362,73 @@ pub fn table(s: &SoakSummary) -> String {
 }
 
 /// The self-contained HTML page: the table, the verdicts, and every variant's memory and
-/// p95 over the soak on one time axis. `refresh`: reload itself (a soak still running).
+/// p95 over the soak on one time axis, each line broken where its samples are missing (a
+/// restart, memtrial down). `sample_seconds`: how often each instance's memory was sampled.
+/// `refresh`: reload itself (a soak still running).
 pub fn html(
     s: &SoakSummary,
     series: &[(String, Vec<SoakPoint>)],
     windows: &[SoakWindow],
+    sample_seconds: f64,
     refresh: Option<u32>,
 ) -> String {
-    let mem: Vec<(String, Vec<(f64, f64)>)> = series
+    use crate::report::charts::{named_lines, Named, NamedChart, JOIN_INTERVALS};
+    // A point of a coarser tier stands for the `n` samples it merged: a line joins it to a
+    // neighbour at most twice that stretch away (a restart, memtrial down, breaks it).
+    let mem: Vec<Named> = series
         .iter()
-        .map(|(n, pts)| {
-            (
-                n.clone(),
-                pts.iter()
-                    .filter_map(|p| Some((p.t / 60.0, p.rss? / 1048576.0)))
-                    .collect(),
-            )
+        .map(|(n, pts)| Named {
+            name: n.clone(),
+            points: pts
+                .iter()
+                .filter_map(|p| {
+                    let reach = JOIN_INTERVALS * f64::from(p.n.max(1)) * sample_seconds / 60.0;
+                    Some((p.t / 60.0, p.rss? / 1048576.0, reach))
+                })
+                .collect(),
         })
         .collect();
-    let p95: Vec<(String, Vec<(f64, f64)>)> = s
+    // One point per window: a window without a p95 breaks the line.
+    let p95: Vec<Named> = s
         .variants
         .iter()
-        .map(|v| {
-            (
-                v.name.clone(),
-                windows
-                    .iter()
-                    .filter(|w| w.variant == v.name)
-                    .filter_map(|w| Some((w.to_t / 60.0, w.figures.p95_ms?)))
-                    .collect(),
-            )
+        .map(|v| Named {
+            name: v.name.clone(),
+            points: windows
+                .iter()
+                .filter(|w| w.variant == v.name)
+                .filter_map(|w| {
+                    let reach = 1.5 * s.window_seconds / 60.0;
+                    Some((w.to_t / 60.0, w.figures.p95_ms?, reach))
+                })
+                .collect(),
         })
         .collect();
-    let mem_chart = crate::report::charts::named_lines(
-        "Resident memory of each variant (sum over its processes)",
-        "minutes into the soak",
-        "MiB",
+    let minutes = |x: f64| super::clock(x * 60.0);
+    let mem_what = format!(
+        "resident memory, sampled every {} (older stretches as means over 10 s, then 1 min)",
+        crate::units::format_seconds(sample_seconds)
+    );
+    let mem_chart = named_lines(
+        &NamedChart {
+            title: "Resident memory of each variant (sum over its processes)",
+            x_desc: "minutes into the soak",
+            y_desc: "MiB",
+            what: &mem_what,
+            limit: "twice the stretch a point stands for",
+            format: &minutes,
+        },
         &mem,
     );
-    let p95_chart = crate::report::charts::named_lines(
-        "p95 latency per window",
-        "minutes into the soak (window end)",
-        "ms",
+    let p95_chart = named_lines(
+        &NamedChart {
+            title: "p95 latency per window",
+            x_desc: "minutes into the soak (window end)",
+            y_desc: "ms",
+            what: "p95 latency, one point per window",
+            limit: "one window",
+            format: &minutes,
+        },
         &p95,
     );
     let page: Markup = html! {
@@ -368,11 +445,16 @@ pub fn html(
                 p.recommendation { strong { "Recommendation: " } (s.recommendation) }
                 p { (s.stop_reason.clone().unwrap_or_default()) }
                 pre { (table(s)) }
+                @for v in &s.variants {
+                    @for d in &v.down {
+                        p.warn { "Down: the " (v.name) " instance at " (super::clock(d.t)) " (" (d.why) "); its windows from then on are left out, and its lines end there." }
+                    }
+                }
                 @for (a, b) in &s.gaps {
                     p.warn { "Gap: nothing measured from " (super::clock(*a)) " to " (super::clock(*b)) "; the instances were restarted, so the lines start again from a fresh process." }
                 }
-                @if let Some(c) = &mem_chart { div.chart { (PreEscaped(c)) } }
-                @if let Some(c) = &p95_chart { div.chart { (PreEscaped(c)) } }
+                @if let Some(c) = &mem_chart { (c) }
+                @if let Some(c) = &p95_chart { (c) }
             }
         }
     };

@@ -11,9 +11,11 @@ mod write;
 
 use claims::set_owner;
 pub use claims::{Claim, Origin, Owner};
+pub use soak::SoakTake;
 use write::{host_id, insert_experiment, insert_run, Made};
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use rusqlite::Connection;
 
@@ -47,6 +49,104 @@ pub enum StoreError {
     },
     #[error("database {}: the run cannot be stored: its record does not serialise ({reason})", path.display())]
     Unwritable { path: PathBuf, reason: String },
+    #[error("database {} is a directory: give --db a file's path, e.g. --db {}", path.display(), path.join("memtrial.db").display())]
+    Directory { path: PathBuf },
+    #[error("database {} is not a regular file (a device, a pipe or a socket): memtrial keeps its store in a file of its own; give --db a file's path, e.g. --db memtrial.db", path.display())]
+    NotAFile { path: PathBuf },
+    #[error("{} is not an SQLite database (it begins with {began}): memtrial leaves it untouched; give --db a memtrial database, or the path of a new file", path.display())]
+    NotSqlite { path: PathBuf, began: String },
+    #[error("{} is another program's SQLite database ({what}), not memtrial's: memtrial leaves it untouched; give --db a memtrial database, or the path of a new file", path.display())]
+    Foreign { path: PathBuf, what: String },
+}
+
+/// SQLite's `application_id` of a memtrial database ("memt"): set in every database
+/// memtrial makes or upgrades, so that a file is told memtrial's (or not) before anything
+/// is written to it.
+pub(crate) const APPLICATION_ID: i32 = 0x6d65_6d74;
+
+/// What a database file holds, read before anything is written to it.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum Holds {
+    /// No table yet (a new or empty file).
+    Nothing,
+    /// memtrial's, at this schema version.
+    Memtrial(i64),
+    /// Another program's: what tells it.
+    Foreign(String),
+}
+
+/// The tables every memtrial database has had since schema 1, with columns only memtrial's
+/// has: how a database made before [`APPLICATION_ID`] is told memtrial's.
+const OWN_TABLES: [(&str, &[&str]); 3] = [
+    (
+        "experiments",
+        &["command_json", "plan_json", "host_json", "runs_planned"],
+    ),
+    (
+        "runs",
+        &["experiment_id", "peak_rss_bytes", "peak_rss_source"],
+    ),
+    ("samples", &["run_id", "rss_bytes", "vsz_bytes"]),
+];
+
+/// What the database on `conn` holds (only reads).
+pub(super) fn holds(conn: &Connection) -> rusqlite::Result<Holds> {
+    let app: i32 = conn.query_row("PRAGMA application_id", [], |r| r.get(0))?;
+    let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    let mut stmt = conn.prepare(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name",
+    )?;
+    let tables: Vec<String> = stmt
+        .query_map([], |r| r.get(0))?
+        .collect::<rusqlite::Result<_>>()?;
+    if app == APPLICATION_ID {
+        return Ok(Holds::Memtrial(version));
+    }
+    if app != 0 {
+        return Ok(Holds::Foreign(format!("its application_id is {app:#x}")));
+    }
+    if tables.is_empty() && version == 0 {
+        return Ok(Holds::Nothing);
+    }
+    let mut own = version > 0;
+    for (table, columns) in OWN_TABLES {
+        if !own {
+            break;
+        }
+        let mut stmt = conn.prepare("SELECT name FROM pragma_table_info(?1)")?;
+        let have: Vec<String> = stmt
+            .query_map([table], |r| r.get(0))?
+            .collect::<rusqlite::Result<_>>()?;
+        own = columns.iter().all(|c| have.iter().any(|h| h == c));
+    }
+    if own {
+        return Ok(Holds::Memtrial(version));
+    }
+    let mut shown: Vec<String> = tables
+        .iter()
+        .take(5)
+        .map(|t| crate::escape::terminal(t))
+        .collect();
+    if tables.len() > 5 {
+        shown.push(format!("… {} tables in all", tables.len()));
+    }
+    Ok(Holds::Foreign(if shown.is_empty() {
+        format!("its user_version is {version}")
+    } else {
+        format!("tables {}", shown.join(", "))
+    }))
+}
+
+/// How a database is opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Opening {
+    /// For writing, made when missing (`run`, `import`, `soak`).
+    Write,
+    /// For writing, an existing one (`run --resume`).
+    WriteExisting,
+    /// For reading only (`list`, `report`, `recommend`): nothing is written, no journal
+    /// made, an older schema upgraded in a copy in memory, never in the file.
+    Read,
 }
 
 pub struct Store {
@@ -58,6 +158,14 @@ pub struct Store {
 /// (it already says what the code means), else the code's description.
 pub(super) fn sqlite_message(e: &rusqlite::Error) -> String {
     match e {
+        rusqlite::Error::SqliteFailure(code, _)
+            if code.code == rusqlite::ErrorCode::NotADatabase =>
+        {
+            "file is not a database: it is damaged, or not an SQLite database this memtrial \
+             reads; memtrial leaves it untouched: give --db a memtrial database, or the path \
+             of a new file"
+                .to_string()
+        }
         rusqlite::Error::SqliteFailure(code, Some(msg)) => {
             // SQLite appends the path to "unable to open database file"; the path is
             // already said.
@@ -89,6 +197,28 @@ pub(super) fn immediate(conn: &mut Connection) -> rusqlite::Result<rusqlite::Tra
     conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
 }
 
+/// The first bytes of every SQLite database file.
+const SQLITE_MAGIC: &[u8; 16] = b"SQLite format 3\0";
+
+/// A non-empty file that does not start as an SQLite database does is refused before
+/// SQLite opens it (its answer, "file is not a database", names neither file nor remedy).
+fn check_header(path: &Path) -> Result<(), StoreError> {
+    use std::io::Read;
+    let mut head = Vec::with_capacity(32);
+    if let Ok(f) = std::fs::File::open(path) {
+        let _ = f.take(32).read_to_end(&mut head);
+    }
+    if head.starts_with(SQLITE_MAGIC) {
+        return Ok(());
+    }
+    let n = head.len();
+    let began = String::from_utf8_lossy(&head[..n]).into_owned();
+    Err(StoreError::NotSqlite {
+        path: path.to_path_buf(),
+        began: crate::escape::terminal(&format!("{began:?}")),
+    })
+}
+
 /// How long a writer waits for another's write lock before giving up.
 pub(super) const BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
@@ -110,41 +240,82 @@ pub(super) fn now() -> String {
 }
 
 impl Store {
-    /// Opens (creating if needed) the database for writing.
+    /// Opens (creating if needed) the database for writing. A file that is not memtrial's
+    /// database is refused untouched.
     pub fn open(path: &Path) -> Result<Store, StoreError> {
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            if !dir.is_dir() {
-                return Err(StoreError::NoDirectory {
-                    path: path.to_path_buf(),
-                    dir: dir.to_path_buf(),
-                });
-            }
-        }
-        let conn = Connection::open(path).map_err(sqlite_err(path))?;
-        let store = Store {
-            conn,
-            path: path.to_path_buf(),
-        };
-        store.migrate()?;
-        Ok(store)
+        Self::open_as(path, Opening::Write)
     }
 
-    /// Opens an existing database; a missing file is an error, not a new database.
+    /// Opens an existing database for writing; a missing file is an error, not a new
+    /// database.
     pub fn open_existing(path: &Path) -> Result<Store, StoreError> {
+        Self::open_as(path, Opening::WriteExisting)
+    }
+
+    /// Opens an existing database for reading only: the file is never written (no
+    /// schema step, no journal); a database of an older memtrial is upgraded in a copy in
+    /// memory, and the next command that writes upgrades the file.
+    pub fn open_read(path: &Path) -> Result<Store, StoreError> {
+        Self::open_as(path, Opening::Read)
+    }
+
+    fn open_as(path: &Path, how: Opening) -> Result<Store, StoreError> {
+        let p = || path.to_path_buf();
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             if !dir.is_dir() {
                 return Err(StoreError::NoDirectory {
-                    path: path.to_path_buf(),
+                    path: p(),
                     dir: dir.to_path_buf(),
                 });
             }
         }
-        if !path.exists() {
-            return Err(StoreError::Missing {
-                path: path.to_path_buf(),
+        match std::fs::metadata(path) {
+            Ok(m) if m.is_dir() => return Err(StoreError::Directory { path: p() }),
+            Ok(m) if !m.is_file() => return Err(StoreError::NotAFile { path: p() }),
+            Ok(m) if m.len() > 0 => check_header(path)?,
+            Ok(_) => {}
+            Err(_) if how == Opening::Write => {}
+            Err(_) => return Err(StoreError::Missing { path: p() }),
+        }
+        let flags = match how {
+            Opening::Read => {
+                rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY
+                    | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX
+            }
+            Opening::Write | Opening::WriteExisting => {
+                rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE
+                    | rusqlite::OpenFlags::SQLITE_OPEN_CREATE
+                    | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX
+            }
+        };
+        let conn = Connection::open_with_flags(path, flags).map_err(sqlite_err(path))?;
+        conn.busy_timeout(BUSY_TIMEOUT).map_err(sqlite_err(path))?;
+        let version = match holds(&conn).map_err(sqlite_err(path))? {
+            Holds::Foreign(what) => return Err(StoreError::Foreign { path: p(), what }),
+            Holds::Nothing => 0,
+            Holds::Memtrial(v) => v,
+        };
+        if version > SCHEMA_VERSION {
+            return Err(StoreError::NewerSchema {
+                path: p(),
+                found: version,
             });
         }
-        Self::open(path)
+        let conn = match how {
+            Opening::Read if version < SCHEMA_VERSION => {
+                let mut copy = Connection::open_in_memory().map_err(sqlite_err(path))?;
+                rusqlite::backup::Backup::new(&conn, &mut copy)
+                    .and_then(|b| b.run_to_completion(256, Duration::ZERO, None))
+                    .map_err(sqlite_err(path))?;
+                copy
+            }
+            _ => conn,
+        };
+        let store = Store { conn, path: p() };
+        if how != Opening::Read || version < SCHEMA_VERSION {
+            store.migrate()?;
+        }
+        Ok(store)
     }
 
     pub fn path(&self) -> &Path {
@@ -323,13 +494,100 @@ mod tests {
         let path = dir.path().join("m.db");
         {
             let c = Connection::open(&path).unwrap();
-            c.execute_batch("PRAGMA user_version = 99;").unwrap();
+            c.execute_batch(&format!(
+                "PRAGMA user_version = 99; PRAGMA application_id = {APPLICATION_ID};"
+            ))
+            .unwrap();
         }
-        let e = Store::open(&path).err().unwrap();
+        for e in [
+            Store::open(&path).err().unwrap(),
+            Store::open_read(&path).err().unwrap(),
+        ] {
+            assert!(
+                matches!(e, StoreError::NewerSchema { found: 99, .. }),
+                "{e}"
+            );
+        }
+        // Without memtrial's mark, a version alone does not make a file memtrial's.
+        let other = dir.path().join("other.db");
+        Connection::open(&other)
+            .unwrap()
+            .execute_batch("PRAGMA user_version = 99;")
+            .unwrap();
+        let e = Store::open(&other).err().unwrap();
+        assert!(matches!(e, StoreError::Foreign { .. }), "{e}");
+    }
+
+    /// Another program's database, an empty file, a file that is not SQLite, a directory
+    /// and a device: only what memtrial can own is opened, and a refused file is left as it
+    /// was, byte for byte.
+    #[test]
+    fn only_memtrial_databases_are_opened() {
+        let dir = tempfile::tempdir().unwrap();
+        let app = dir.path().join("app.db");
+        Connection::open(&app)
+            .unwrap()
+            .execute_batch(
+                "CREATE TABLE runs (id INTEGER PRIMARY KEY, name TEXT); CREATE TABLE users (id INTEGER);
+                 PRAGMA user_version = 3;",
+            )
+            .unwrap();
+        let before = std::fs::read(&app).unwrap();
+        for e in [
+            Store::open(&app).err().unwrap(),
+            Store::open_existing(&app).err().unwrap(),
+            Store::open_read(&app).err().unwrap(),
+        ] {
+            let text = e.to_string();
+            assert!(matches!(e, StoreError::Foreign { .. }), "{text}");
+            assert!(text.contains("tables runs, users"), "{text}");
+            assert_eq!(text.lines().count(), 1, "{text}");
+        }
+        assert_eq!(std::fs::read(&app).unwrap(), before);
+        let json = dir.path().join("r.json");
+        std::fs::write(&json, "{\"schema_version\": 4}").unwrap();
+        let e = Store::open_read(&json).err().unwrap();
         assert!(
-            matches!(e, StoreError::NewerSchema { found: 99, .. }),
+            e.to_string().contains(
+                "is not an SQLite database (it begins with \"{\\\"schema_version\\\": 4}\")"
+            ),
             "{e}"
         );
+        let e = Store::open(dir.path()).err().unwrap();
+        assert!(matches!(e, StoreError::Directory { .. }), "{e}");
+        let e = Store::open(Path::new("/dev/null")).err().unwrap();
+        assert!(matches!(e, StoreError::NotAFile { .. }), "{e}");
+        // An empty file is a new database.
+        let empty = dir.path().join("empty.db");
+        std::fs::write(&empty, "").unwrap();
+        takes_a_new_run(&mut Store::open(&empty).unwrap());
+        assert_current(&Store::open_read(&empty).unwrap());
+    }
+
+    /// A read of an older memtrial database leaves the file as it was and still reads it.
+    #[test]
+    fn reading_an_older_database_leaves_it_as_it_was() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("v7.db");
+        let c = old_database(&path, SCHEMA, 7);
+        let id = insert_old_experiment(&c, &HostInfo::detect());
+        insert_old_run(&c, id, 0, "ok", ["", ""]);
+        drop(c);
+        let before = std::fs::read(&path).unwrap();
+        let s = Store::open_read(&path).unwrap();
+        assert_current(&s);
+        assert_eq!(s.list().unwrap().len(), 1);
+        assert_eq!(s.load(id).unwrap().runs.len(), 1);
+        drop(s);
+        assert_eq!(std::fs::read(&path).unwrap(), before);
+        assert!(!dir.path().join("v7.db-journal").exists());
+        // A command that writes upgrades it and marks it memtrial's.
+        let s = Store::open(&path).unwrap();
+        let app: i32 = s
+            .conn
+            .query_row("PRAGMA application_id", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(app, APPLICATION_ID);
     }
 
     #[test]
@@ -628,12 +886,15 @@ mod tests {
     #[test]
     fn sqlite_errors_are_told_once() {
         let dir = tempfile::tempdir().unwrap();
-        // A directory where the database file should be: SQLite cannot open it.
+        // SQLite's header and then garbage: SQLite cannot read it.
         let path = dir.path().join("db");
-        std::fs::create_dir(&path).unwrap();
+        let mut bytes = SQLITE_MAGIC.to_vec();
+        bytes.extend([0xffu8; 4080]);
+        std::fs::write(&path, bytes).unwrap();
         let e = Store::open(&path).err().unwrap();
         let text = format!("{:#}", anyhow::Error::from(e));
-        assert_eq!(text.matches("unable to open").count(), 1, "{text}");
-        assert_eq!(text.matches("db").count(), 1, "{text}");
+        assert_eq!(text.matches("not a database").count(), 1, "{text}");
+        assert_eq!(text.matches("/db").count(), 1, "{text}");
+        assert!(text.contains("memtrial leaves it untouched"), "{text}");
     }
 }

@@ -170,6 +170,9 @@ impl Store {
     /// Brings the schema up to [`SCHEMA_VERSION`]. The version is read under the write
     /// lock (`BEGIN IMMEDIATE`), so memtrials opening one new or old database at once
     /// create or migrate it once: the others wait, then find it done.
+    /// Brings the database up to [`SCHEMA_VERSION`] (a new one: the whole schema) and
+    /// marks it memtrial's ([`APPLICATION_ID`]). Only for a database [`holds`] has found
+    /// memtrial's or empty.
     pub(super) fn migrate(&self) -> Result<(), StoreError> {
         self.conn
             .busy_timeout(BUSY_TIMEOUT)
@@ -186,17 +189,41 @@ impl Store {
                 found: version,
             });
         }
-        if version == SCHEMA_VERSION {
+        let marked = || -> Result<bool, StoreError> {
+            self.conn
+                .query_row("PRAGMA application_id", [], |r| r.get::<_, i32>(0))
+                .map(|a| a == APPLICATION_ID)
+                .map_err(|e| self.err(e))
+        };
+        if version == SCHEMA_VERSION && marked()? {
             return Ok(());
         }
         self.conn
             .execute_batch("BEGIN IMMEDIATE;")
             .map_err(|e| self.err(e))?;
         // An error leaves the transaction open: dropping the connection rolls it back.
+        // Another memtrial may have made or upgraded it meanwhile: what it holds is read
+        // again under the lock.
+        match holds(&self.conn).map_err(|e| self.err(e))? {
+            Holds::Foreign(what) => {
+                return Err(StoreError::Foreign {
+                    path: self.path.clone(),
+                    what,
+                })
+            }
+            Holds::Nothing | Holds::Memtrial(_) => {}
+        }
         let version = read_version()?;
+        let mark = format!("PRAGMA application_id = {APPLICATION_ID};");
+        if version == SCHEMA_VERSION {
+            self.conn
+                .execute_batch(&format!("{mark} COMMIT;"))
+                .map_err(|e| self.err(e))?;
+            return Ok(());
+        }
         if version == 0 {
             let batch = format!(
-                "{SCHEMA} {V8_STEP} {V9_STEP} {V10_STEP} {V11_STEP} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
+                "{SCHEMA} {V8_STEP} {V9_STEP} {V10_STEP} {V11_STEP} {mark} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
             );
             self.conn.execute_batch(&batch).map_err(|e| self.err(e))?;
             return Ok(());
@@ -247,7 +274,9 @@ impl Store {
             }
         }
         self.conn
-            .execute_batch(&format!("PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"))
+            .execute_batch(&format!(
+                "{mark} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
+            ))
             .map_err(|e| self.err(e))?;
         Ok(())
     }

@@ -63,6 +63,19 @@ CREATE TABLE soak_events (
 );
 ";
 
+/// What [`Store::take_soak`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SoakTake {
+    /// This process runs the soak now; the index of the segment it opened.
+    Taken { segment: u32 },
+    /// Another memtrial that still runs has it.
+    Busy(Owner),
+    /// It is done (why it stopped).
+    Done(String),
+    /// There is no such soak.
+    Missing,
+}
+
 fn serialise<T: serde::Serialize>(store: &Store, v: &T) -> Result<String, StoreError> {
     serde_json::to_string(v).map_err(|e| StoreError::Unwritable {
         path: store.path.clone(),
@@ -91,22 +104,62 @@ impl Store {
         Ok(id)
     }
 
-    /// Makes this process the soak's owner again and opens segment `seg` at `from_t`.
-    pub fn start_segment(&mut self, soak: i64, seg: u32, from_t: f64) -> Result<(), StoreError> {
+    /// Takes soak `soak` for this process, atomically (one write transaction, as a run
+    /// slot is claimed): a soak another live memtrial runs is [`SoakTake::Busy`], a done one
+    /// [`SoakTake::Done`]; otherwise this process becomes its owner and opens its next
+    /// segment at `from_t`. Two memtrials resuming one soak at once: one takes it, the
+    /// other is told who has it.
+    pub fn take_soak(&mut self, soak: i64, from_t: f64) -> Result<SoakTake, StoreError> {
         let me = Owner::me();
         let path = self.path.clone();
         let tx = immediate(&mut self.conn).map_err(|e| sql(&path, e))?;
+        let row = tx
+            .query_row(
+                "SELECT status, stop_reason, owner_pid, owner_start, owner_boot FROM soaks WHERE id = ?1",
+                params![soak],
+                |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        r.get::<_, Option<String>>(1)?,
+                        r.get::<_, Option<i64>>(2)?,
+                        r.get::<_, Option<i64>>(3)?,
+                        r.get::<_, Option<String>>(4)?,
+                    ))
+                },
+            )
+            .optional()
+            .map_err(|e| sql(&path, e))?;
+        let Some((status, reason, pid, start, boot)) = row else {
+            return Ok(SoakTake::Missing);
+        };
+        if status == SoakStatus::Done.as_str() {
+            return Ok(SoakTake::Done(reason.unwrap_or_default()));
+        }
+        if let (Some(pid), Some(start), Some(boot)) = (pid, start, boot) {
+            let owner = Owner { pid, start, boot };
+            if status == SoakStatus::Running.as_str() && owner != me && owner.alive() {
+                return Ok(SoakTake::Busy(owner));
+            }
+        }
         tx.execute(
             "UPDATE soaks SET status = 'running', stop_reason = NULL, owner_pid = ?2, owner_start = ?3, owner_boot = ?4 WHERE id = ?1",
             params![soak, me.pid, me.start, me.boot],
         )
         .map_err(|e| sql(&path, e))?;
+        let segment: u32 = tx
+            .query_row(
+                "SELECT coalesce(max(seg) + 1, 0) FROM soak_segments WHERE soak_id = ?1",
+                params![soak],
+                |r| r.get(0),
+            )
+            .map_err(|e| sql(&path, e))?;
         tx.execute(
-            "INSERT OR REPLACE INTO soak_segments (soak_id, seg, from_t, to_t) VALUES (?1, ?2, ?3, ?3)",
-            params![soak, seg, from_t],
+            "INSERT INTO soak_segments (soak_id, seg, from_t, to_t) VALUES (?1, ?2, ?3, ?3)",
+            params![soak, segment, from_t],
         )
         .map_err(|e| sql(&path, e))?;
-        tx.commit().map_err(|e| sql(&path, e))
+        tx.commit().map_err(|e| sql(&path, e))?;
+        Ok(SoakTake::Taken { segment })
     }
 
     /// One sampling round: every variant's point at tier 0, and the segment's end moved
@@ -247,6 +300,7 @@ impl Store {
             started_unix,
             stop_reason,
             owner_alive,
+            owner_pid: pid.filter(|_| owner_alive),
         }))
     }
 
@@ -432,6 +486,54 @@ mod tests {
         }
     }
 
+    /// A soak whose owner still runs (here PID 1, this boot) is not taken by another
+    /// memtrial; once its owner is gone (another start time: a reused PID) it is, with the
+    /// next segment; a done soak never.
+    #[test]
+    fn a_soak_is_taken_by_one_memtrial_at_a_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(&dir.path().join("s.db")).unwrap();
+        let id = store.create_soak(&settings(), 0.0).unwrap();
+        assert_eq!(
+            store.take_soak(id, 0.0).unwrap(),
+            SoakTake::Taken { segment: 0 }
+        );
+        let init = crate::linux::proc::read_stat(1).unwrap().starttime_ticks as i64;
+        let other = Owner {
+            pid: 1,
+            start: init,
+            boot: Owner::me().boot,
+        };
+        let own = |store: &Store, start: i64| {
+            store
+                .conn
+                .execute(
+                    "UPDATE soaks SET owner_pid = 1, owner_start = ?2, owner_boot = ?3 WHERE id = ?1",
+                    params![id, start, other.boot],
+                )
+                .unwrap();
+        };
+        own(&store, init);
+        assert_eq!(
+            store.take_soak(id, 5.0).unwrap(),
+            SoakTake::Busy(other.clone())
+        );
+        own(&store, init + 1);
+        assert_eq!(
+            store.take_soak(id, 9.0).unwrap(),
+            SoakTake::Taken { segment: 1 }
+        );
+        assert_eq!(store.soak_segments(id).unwrap().len(), 2);
+        store
+            .end_soak(id, SoakStatus::Done, "ran its duration")
+            .unwrap();
+        assert_eq!(
+            store.take_soak(id, 20.0).unwrap(),
+            SoakTake::Done("ran its duration".into())
+        );
+        assert_eq!(store.take_soak(id + 1, 0.0).unwrap(), SoakTake::Missing);
+    }
+
     /// A day of five variants sampled every second, on a synthetic clock, compacted as the
     /// soak compacts (once a minute): the tiers hold what they promise and the database
     /// stays far under 30 MB.
@@ -447,7 +549,10 @@ mod tests {
             .execute_batch("PRAGMA synchronous = OFF; PRAGMA journal_mode = MEMORY;")
             .unwrap();
         let id = store.create_soak(&settings(), 0.0).unwrap();
-        store.start_segment(id, 0, 0.0).unwrap();
+        assert_eq!(
+            store.take_soak(id, 0.0).unwrap(),
+            SoakTake::Taken { segment: 0 }
+        );
         let variants: Vec<String> = (0..5).map(|i| format!("v{i}")).collect();
         let day = 86_400u32;
         for s in 1..=day {

@@ -258,7 +258,19 @@ impl Store {
             path: self.path.clone(),
             reason: e.to_string(),
         })?;
-        let identity = import::run_identity(&value, host);
+        let fingerprint: Option<String> = tx
+            .query_row(
+                "SELECT fingerprint FROM experiments WHERE id = ?1",
+                [experiment],
+                |r| r.get(0),
+            )
+            .map_err(err)?;
+        let identity = import::run_identity(
+            &value,
+            host,
+            fingerprint.as_deref().unwrap_or(""),
+            &r.variant,
+        );
         let h = host_id(&tx, host).map_err(err)?;
         let run_id = insert_run(&tx, experiment, seq, r, h, &identity).map_err(err)?;
         // The slot is stored: its claim ends with it.
@@ -281,6 +293,28 @@ impl Store {
             .execute(
                 "INSERT INTO events (experiment_id, at, kind, message) VALUES (?1, ?2, ?3, ?4)",
                 params![experiment, now(), kind, message],
+            )
+            .map_err(|e| self.err(e))?;
+        Ok(())
+    }
+
+    /// Stores `plan` (the experiment's own, with more measured runs per variant) and the
+    /// runs its schedule now plans: `--until-decided` adding a block. The fingerprint does
+    /// not change (the number of runs is not part of it).
+    pub(crate) fn extend_experiment(
+        &mut self,
+        experiment: i64,
+        plan: &Plan,
+        runs_planned: usize,
+    ) -> Result<(), StoreError> {
+        let plan_json = serde_json::to_string(plan).map_err(|e| StoreError::Unwritable {
+            path: self.path.clone(),
+            reason: e.to_string(),
+        })?;
+        self.conn
+            .execute(
+                "UPDATE experiments SET plan_json = ?2, runs_planned = ?3 WHERE id = ?1",
+                params![experiment, plan_json, runs_planned as i64],
             )
             .map_err(|e| self.err(e))?;
         Ok(())

@@ -6,8 +6,10 @@
 pub mod clock;
 pub mod drive;
 mod isolation;
+pub mod logcap;
 pub mod server;
 pub mod status;
+pub(crate) mod thrash;
 pub mod worker;
 
 use std::fs::File;
@@ -20,7 +22,7 @@ use crate::plan::{Plan, ProbeKind, Variant};
 use crate::probe::{
     AllocatorProbe, Probe, ProbeSet, PssProbe, RunEnd, TickKind, TreeProbe, Verifier,
 };
-use crate::record::RunRecord;
+use crate::record::{RunRecord, RunStatus};
 use drive::Driver;
 use status::{EndedBy, Facts};
 
@@ -46,6 +48,17 @@ pub enum TrialError {
     #[error("cannot start the --before command with /bin/sh: {0}")]
     Before(std::io::Error),
 }
+
+/// The extensions of a run's logs beside its `log_stem`: the workload's, its `--before`
+/// hook's and its `--driver`'s output.
+const LOGS: [&str; 6] = [
+    "stdout",
+    "stderr",
+    "before.stdout",
+    "before.stderr",
+    "driver.stdout",
+    "driver.stderr",
+];
 
 /// What one trial is.
 pub(crate) struct TrialSpec<'a> {
@@ -104,6 +117,10 @@ pub(crate) fn default_probes(
             ProbeKind::Cpu => probes.push(Box::new(crate::probe::CpuProbe::new())),
         }
     }
+    // A trimming variant's trims, after the verifier: their account completes its verdict.
+    if let Some(ms) = variant.knobs.trim_ms {
+        probes.push(Box::new(crate::probe::TrimProbe::new(dir.join("trim"), ms)));
+    }
     probes
 }
 
@@ -147,6 +164,13 @@ pub(crate) fn run_trial(
     let mut record = RunRecord::skeleton(&spec.variant.name, spec.block, spec.warmup, started_at);
     let mut probes = probes;
     let (launch, port) = prepare(spec, &mut record, &mut probes)?;
+    // Each of the run's logs keeps its first and last halves of --log-limit (on disk while
+    // it runs, and rewritten with what was left out said between them when it ends).
+    let logs = logcap::Capped::watch(
+        LOGS.iter()
+            .map(|ext| spec.log_stem.with_extension(ext))
+            .collect(),
+    );
     // The processes memtrial starts for this run (hook, driver, jcmd): never the workload's.
     let helpers = crate::probe::Helpers::default();
     if let Some(before) = plan.worker.as_ref().and_then(|w| w.before.as_ref()) {
@@ -202,8 +226,12 @@ pub(crate) fn run_trial(
     };
     probes.finish(&end, &mut record);
     explain_refused_preload(spec.variant, &mut record);
+    // OOM kills counted outside a cgroup of the run's own (a container's), read before
+    // the handle goes.
+    let oom_outside = run.oom_kills();
     // The run's cgroup goes with the handle, after the probes read it.
     drop(run);
+    drop(logs);
     record.wall_seconds = exit.map_or(t0.elapsed(), |e| e.at - t0).as_secs_f64();
     if let Some(e) = exit {
         record.exit_code = match e.kind {
@@ -224,13 +252,19 @@ pub(crate) fn run_trial(
     record.load = done.load;
     record.driver = done.driver;
     let driven = done.outcome;
-    let (status, message) = status::decide(&Facts {
+    let in_cgroup = record.cgroup.as_ref().map_or(0, |c| c.oom_kills);
+    let (status, mut message) = status::decide(&Facts {
         ended_by,
         exit: exit_kind,
-        oom_kills: record.cgroup.as_ref().map_or(0, |c| c.oom_kills),
+        oom_kills: in_cgroup.max(oom_outside.as_ref().map_or(0, |(n, _)| *n)),
         verification: record.verification,
         driver: driven,
     });
+    if let (RunStatus::OomKilled, Some((n, counted_by))) = (status, &oom_outside) {
+        if *n > in_cgroup {
+            message = message.map(|m| format!("{m} (counted by {counted_by})"));
+        }
+    }
     record.status = status;
     record.message = match (message, late.note()) {
         (Some(m), Some(n)) => Some(format!("{m}; {n}")),
@@ -394,6 +428,7 @@ fn prepare(
         limits: plan.limits.clone(),
         name: crate::linux::cgroup::run_group_name(spec.seq),
         at_gate: at_gate(probes),
+        thp_off: spec.variant.knobs.thp_off,
     };
     Ok((launch, port))
 }
@@ -428,6 +463,16 @@ fn watch(
     let (mut early_i, mut next_sample) = (0, Duration::ZERO);
     let mut gap = Duration::ZERO;
     let mut ended_by = None;
+    let thrash = run
+        .memory_group()
+        .and_then(|(dir, v)| thrash::ThrashWatch::new(&dir, v))
+        .map(|w| thrash::ThrashGuard::start(w, t0, run.pid()));
+    let stuck = || {
+        thrash
+            .as_ref()
+            .and_then(|g| g.stuck())
+            .map(EndedBy::Thrashing)
+    };
     loop {
         late.look(t0);
         let now = t0.elapsed();
@@ -437,6 +482,9 @@ fn watch(
                 elapsed: now,
                 rss_bytes,
             });
+            if let Some(g) = &thrash {
+                g.members(probes.members().iter().map(|m| m.pid));
+            }
             while next_sample <= now {
                 gap = sample_gap(gap, now, plan.interval());
                 next_sample += gap;
@@ -450,6 +498,8 @@ fn watch(
                 Some(EndedBy::Interrupt)
             } else if driver.finished() {
                 Some(EndedBy::Driver)
+            } else if let Some(t) = stuck() {
+                Some(t)
             } else {
                 match plan.timeout().filter(|t| now >= *t) {
                     // The workload ended while memtrial was late (stopped or starved): its
@@ -490,7 +540,8 @@ fn watch(
         let waited = run.wait_exit(wait);
         late.look(t0);
         match waited {
-            Waited::Exited(e) => return (Some(e), ended_by),
+            // The guard's kill, when it found the run stuck, is the end it reports.
+            Waited::Exited(e) => return (Some(e), ended_by.or_else(stuck)),
             Waited::Running => {}
             Waited::Lost => return (None, ended_by),
         }

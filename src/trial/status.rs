@@ -15,6 +15,8 @@ pub(crate) enum EndedBy {
     Timeout(Duration),
     /// The driver's measured phase was over (a server after its load and cool-down).
     Driver,
+    /// The run was stuck at its memory limit without an OOM kill ([`super::thrash`]).
+    Thrashing(super::thrash::Thrashing),
 }
 
 /// What the driver made of the run.
@@ -60,6 +62,9 @@ pub(crate) fn decide(f: &Facts) -> (RunStatus, Option<String>) {
                 "OOM-killed: the kernel killed {n} process(es) at the memory limit"
             )),
         );
+    }
+    if let Some(EndedBy::Thrashing(t)) = f.ended_by {
+        return (RunStatus::Failed, Some(t.message()));
     }
     if let Some(EndedBy::Timeout(limit)) = f.ended_by {
         return (
@@ -118,6 +123,36 @@ mod tests {
             verification: Verification::Verified,
             driver: DriverOutcome::None,
         }
+    }
+
+    #[test]
+    fn a_run_stuck_at_its_limit_failed_unless_the_kernel_killed_too() {
+        let t = crate::trial::thrash::Thrashing {
+            millis: 11_000,
+            usage_bytes: 95 << 20,
+            limit_bytes: 96 << 20,
+            cpu_millis: 6_900,
+            system_permille: 998,
+            major_faults: 2333,
+            usage_file: "memory.usage_in_bytes",
+        };
+        let f = Facts {
+            ended_by: Some(EndedBy::Thrashing(t)),
+            exit: Some(ExitKind::Signal(9)),
+            ..facts()
+        };
+        let (status, message) = decide(&f);
+        assert_eq!(status, RunStatus::Failed);
+        let m = message.unwrap_or_default();
+        assert!(
+            m.starts_with("stuck at the memory limit, stopped by memtrial: for 11 s")
+                && m.contains("95.0 MiB or more of its 96.0 MiB limit (memory.usage_in_bytes)")
+                && m.contains("100% of their 6.9 s of CPU in the kernel, with 2333 major"),
+            "{m}"
+        );
+        // An OOM kill the kernel counted explains the end first.
+        let f = Facts { oom_kills: 1, ..f };
+        assert_eq!(decide(&f).0, RunStatus::OomKilled);
     }
 
     #[test]

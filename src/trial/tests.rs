@@ -151,6 +151,33 @@ fn an_oom_kill_is_recorded_as_such() {
     assert!(r.message.unwrap().starts_with("OOM-killed"));
 }
 
+/// In a container there is no cgroup of the run's own: the container's count, read at
+/// launch and at the end, decides, and the message says where it was counted.
+#[test]
+fn an_oom_kill_counted_by_the_container_is_recorded_as_such() {
+    let b = FakeBackend::new(Script {
+        exit: ExitKind::Signal(libc::SIGKILL),
+        oom_outside: Some((1, "the container's memory.oom_control".into())),
+        ..Script::default()
+    });
+    let r = trial(&b, &plan(), vec![], false);
+    assert_eq!(r.status, RunStatus::OomKilled);
+    assert_eq!(r.cgroup, None);
+    let m = r.message.unwrap();
+    assert!(
+        m.starts_with("OOM-killed") && m.contains("counted by the container's memory.oom_control"),
+        "{m}"
+    );
+    // No kill counted during the run: a SIGKILL is a failure, not an OOM kill.
+    let b = FakeBackend::new(Script {
+        exit: ExitKind::Signal(libc::SIGKILL),
+        oom_outside: Some((0, "the container's memory.oom_control".into())),
+        ..Script::default()
+    });
+    let r = trial(&b, &plan(), vec![], false);
+    assert_eq!(r.status, RunStatus::Failed);
+}
+
 #[test]
 fn a_variant_that_did_not_take_effect_voids_the_run() {
     let b = FakeBackend::new(Script::default());

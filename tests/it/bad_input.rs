@@ -135,7 +135,7 @@ fn pids_limit_u64_max_is_refused_before_any_run() {
     refused(
         &[],
         &["run", "--pids-limit", "18446744073709551615", "--", "true"],
-        &["--pids-limit 18446744073709551615: must be from 1 to 4194304"],
+        &["--pids-limit 18446744073709551615: must be from 2 to 4194304"],
     );
 }
 
@@ -392,4 +392,45 @@ fn soft_fd_limit_is_raised_for_connections_when_the_hard_limit_allows() {
     );
     let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(doc["result"]["errors"]["connect"], 0, "{doc}");
+}
+
+/// A flag that does not apply with `--resume` (the resumed experiment or soak runs its
+/// stored plan) is refused by name before anything is opened, never parsed and ignored
+/// (issue 38, item 14).
+#[test]
+fn flags_that_do_not_apply_with_resume_are_refused_by_name() {
+    let said = refused(
+        &[],
+        &["run", "--resume", "--connections", "8", "--cooldown", "5s"],
+        &["--connections", "--cooldown", "do not apply with --resume"],
+    );
+    assert!(!said.contains("no database"), "{said}");
+    refused(
+        &[],
+        &["soak", "--resume", "--rate", "500", "--driver", "X"],
+        &["--rate", "--driver", "do not apply with --resume"],
+    );
+    refused(
+        &[],
+        &["run", "--resume", "1", "--runs", "3", "--", "/bin/true"],
+        &["--runs", "COMMAND (after --)", "do not apply with --resume"],
+    );
+    // What applies (where the results go) still does: the resume goes on to the store.
+    refused(
+        &[],
+        &["run", "--resume", "--json", "out.json", "--quiet"],
+        &["no database at memtrial.db"],
+    );
+}
+
+/// Issue 38, item 12: `--pids-limit 1` leaves no room for the workload beside memtrial's
+/// spawner in the run's cgroup: refused up front, saying so (before: every run failed with
+/// a bare "Resource temporarily unavailable" from the spawner's fork).
+#[test]
+fn a_pids_limit_without_room_for_the_workload_is_refused_saying_why() {
+    refused(
+        &[],
+        &["run", "--pids-limit", "1", "--", "true"],
+        &["--pids-limit 1", "at least 2: memtrial's spawner"],
+    );
 }

@@ -108,6 +108,7 @@ fn cache_server_answers_keep_alive_requests_and_stops_on_sigterm() {
     let (head, _) = read_response(&mut bad);
     assert!(head.starts_with("HTTP/1.1 400 "), "{head}");
 
+    // SAFETY: a signal to our own child, not yet waited for.
     unsafe {
         libc::kill(server.0.id() as i32, libc::SIGTERM);
     }

@@ -148,6 +148,18 @@ $M --db k2.db run --runs 1 --variants glibc -- true > k2.out 2>&1
 echo next-exit=$?
 echo orphans-after=$(pgrep -cf '^sleep 300$')
 echo left=$(ls /sys/fs/cgroup/memtrial | grep -c -- '-')
+$M --db h.db run --runs 1 --variants glibc --no-probes --json host.json -- sleep 4 > host.out 2>&1 &
+H=$!
+i=0
+while [ $i -lt 100 ] && [ $(ls /sys/fs/cgroup/memtrial | grep -c -- -) -lt 1 ]; do sleep 0.1; i=$((i+1)); done
+unshare --pid --fork --mount-proc $M --db in.db run --runs 1 --variants glibc --no-probes --json inner.json -- sleep 3 > inner.out 2>&1 &
+I=$!
+i=0
+while [ $i -lt 100 ] && [ $(ls /sys/fs/cgroup/memtrial | grep -c -- -) -lt 2 ]; do sleep 0.1; i=$((i+1)); done
+$M --db h2.db run --runs 1 --variants glibc --no-probes -- true > h2.out 2>&1
+wait $H; echo pidns-host-exit=$?
+wait $I; echo pidns-inner-exit=$?
+echo pidns-left=$(ls /sys/fs/cgroup/memtrial | grep -c -- '-')
 mkdir /sys/fs/cgroup/ctr
 NS="echo \$\$ > /sys/fs/cgroup/ctr/cgroup.procs; exec unshare --cgroup --mount sh -c 'umount /sys/fs/cgroup && mount -t cgroup2 none /sys/fs/cgroup &&"
 LIMITED="--runs 1 --variants glibc --memory-limit 64M --json ns.json -- python3 -c \"x = bytearray(200 << 20)\""
@@ -234,6 +246,23 @@ echo ns-left=$(ls /sys/fs/cgroup/ctr/memtrial | grep -c -- -)
     );
     assert_eq!(said("orphans-after"), "0", "{stdout}");
     assert_eq!(said("left"), "0", "{stdout}");
+
+    // Two PID namespaces, one cgroup tree: a memtrial in a PID namespace of its own
+    // (`unshare --pid`, as in a container that shares the host's cgroups) starts while one
+    // on the host runs, and another starts on the host while both run. cgroup.kill needs no
+    // PIDs, so a memtrial that judged a group's owner by the PID in its name killed the
+    // other side's run; the owner is the lock on the group, and both runs end ok.
+    for (key, file, out) in [
+        ("pidns-host-exit", "host.json", "host.out"),
+        ("pidns-inner-exit", "inner.json", "inner.out"),
+    ] {
+        assert_eq!(said(key), "0", "{}", text(d, out));
+        let doc = record(d, file);
+        assert_eq!(first_run(&doc, "glibc").status, RunStatus::Ok, "{file}");
+    }
+    let h2 = text(d, "h2.out");
+    assert!(!h2.contains("removed a cgroup"), "{h2}");
+    assert_eq!(said("pidns-left"), "0", "{stdout}");
 
     // Root in a container with a cgroup namespace of its own (Docker's default on v2): the
     // tree's root there holds the container's processes and cannot give controllers to

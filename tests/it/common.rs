@@ -96,10 +96,11 @@ pub fn run_with(runs: u32, variants: &str, more: &[&str], command: &[&str]) -> R
 }
 
 /// The arguments of [`run_with`], for tests that start memtrial their own way (as another
-/// user, under a watchdog, to stop it midway).
+/// user, under a watchdog, to stop it midway). With `--detail`: tests read every section
+/// of the report (the default, one screen, has tests of its own in reports.rs).
 pub fn run_args(runs: u32, variants: &str, more: &[&str], command: &[&str]) -> Vec<String> {
     let runs = runs.to_string();
-    let mut args = vec!["run", "--runs", &runs, "--variants", variants];
+    let mut args = vec!["run", "--detail", "--runs", &runs, "--variants", variants];
     args.extend_from_slice(more);
     args.push("--");
     args.extend_from_slice(command);
@@ -335,6 +336,10 @@ pub fn fragment_cmd() -> Vec<String> {
 #[path = "../../src/testing.rs"]
 mod testing;
 pub use testing::require;
+
+/// Reading an SVG chart back: its lines in the units of its time axis.
+#[path = "../../src/report/svg_check.rs"]
+pub mod svg_check;
 
 fn runs(cmd: &str) -> bool {
     Command::new(cmd)

@@ -12,13 +12,13 @@ fn f64_of(v: &Value) -> Option<f64> {
     v.as_f64()
 }
 
-/// The fragmentation headline's ratio, if the text has one ("X holds N× what the program
-/// has live at its peak").
+/// The headline's ratio of the baseline's peak to the program's floor, if the text has one
+/// ("X peaked at N× the most the program was seen to have live").
 fn headline_ratio(text: &str) -> Option<f64> {
     let line = text
         .lines()
-        .find(|l| l.contains("what the program has live at its peak"))?;
-    let after = line.split(" holds ").nth(1)?;
+        .find(|l| l.contains("the most the program was seen to have live"))?;
+    let after = line.split(" peaked at ").nth(1)?;
     after.split('×').next()?.trim().parse().ok()
 }
 
@@ -85,8 +85,9 @@ fn a_one_second_eight_thread_job_shows_no_allocator_figure_beyond_its_samples() 
         }
     }
     for (what, text) in [("table", &table), ("markdown", &md)] {
+        // 128 MiB live at once and little else: the peak is near the program's floor.
         if let Some(q) = headline_ratio(text) {
-            assert!(q < 2.0, "{what}: a fragmentation headline of {q}×: {text}");
+            assert!(q < 2.0, "{what}: a peak of {q}× the floor: {text}");
         }
         assert!(
             !text.contains("fragmentation/retention, not live data"),
@@ -125,6 +126,8 @@ fn shim_run(cmd: &[&str]) -> Run {
         "glibc",
         "--json",
         "out.json",
+        // The sharing legend is among the sections the default answer leaves to --detail.
+        "--detail",
         "--",
     ];
     args.extend_from_slice(cmd);
@@ -384,35 +387,52 @@ fn a_short_run_leaves_the_allocator_probe_out_of_the_next_one() {
 #[test]
 #[ignore = "measures: needs the short runs under 10 ms; runs alone in the second pass of scripts/test.sh"]
 fn a_run_long_enough_for_a_sample_brings_the_allocator_probe_back() {
-    // Short the first time (no flag yet: one shell, the flag made by its own redirection,
-    // no other program started — `touch` made the first run 13 ms once, past the 10 ms
-    // that leaves the probe out), 300 ms from then on.
+    // Every third run is short (one shell that counts its runs in a file with builtins
+    // only, no other program started — `touch` made a run 13 ms once, past the 10 ms that
+    // leaves the probe out), the others 300 ms. A short run can still come out over 10 ms
+    // on a loaded machine (one did in CI, right after the cgroup v2 VM's tests): three
+    // chances, and the rule is held to every run either way.
     let dir = tempfile::tempdir().unwrap();
-    let flag = dir.path().join("flag");
+    let count = dir.path().join("count");
     let cmd = format!(
-        "if [ -e {f} ]; then exec sleep 0.3; fi; : > {f}",
-        f = flag.display()
+        "n=0; [ -e {f} ] && read n < {f}; echo $((n + 1)) > {f}; \
+         [ $((n % 3)) = 0 ] || exec sleep 0.3",
+        f = count.display()
     );
-    let r = run_json(3, "glibc", &[], &["sh", "-c", &cmd]);
+    let r = run_json(9, "glibc", &[], &["sh", "-c", &cmd]);
     assert_eq!(r.code(), 0, "{}", r.explain());
     let doc = r.json();
     let mut runs = typed_runs(&doc, "glibc");
     runs.sort_by_key(|r| r.block);
-    // The first run was short: the second goes without the probe; it lasted 300 ms, so
-    // the third has it again, with samples.
-    assert_eq!(check_left_out_rule(&runs), 1, "{runs:?}");
+    let lengths: Vec<String> = runs
+        .iter()
+        .map(|r| format!("{:.1} ms", r.wall_seconds * 1e3))
+        .collect();
+    check_left_out_rule(&runs);
+    // A short run (the first of each three) leaves the probe out of the next, which lasts
+    // 300 ms, so the one after has it again, with samples.
+    let chains = (0..runs.len() - 2)
+        .step_by(3)
+        .filter(|&i| runs[i].wall_seconds < 0.010 && runs[i].inside.allocator.is_none())
+        .inspect(|&i| {
+            assert!(
+                allocator_absence(&runs[i + 1]).starts_with("left out"),
+                "{:?}",
+                runs[i + 1]
+            );
+            assert!(
+                runs[i + 2]
+                    .inside
+                    .allocator
+                    .as_ref()
+                    .is_some_and(|a| !a.series.is_empty()),
+                "{:?}",
+                runs[i + 2]
+            );
+        })
+        .count();
     assert!(
-        allocator_absence(&runs[1]).starts_with("left out"),
-        "{:?}",
-        runs[1]
-    );
-    assert!(
-        runs[2]
-            .inside
-            .allocator
-            .as_ref()
-            .is_some_and(|a| !a.series.is_empty()),
-        "{:?}",
-        runs[2]
+        chains >= 1,
+        "no run of the three meant to be short ended under 10 ms: {lengths:?}"
     );
 }

@@ -110,10 +110,23 @@ fn a_batch_job_gets_its_state_at_the_peak_not_a_leak_verdict() {
     let doc = r.json();
     let why = why(&doc, "glibc");
     assert_eq!(why["verdict"], "at_peak", "{why}");
+    // Held over live at the RSS peak is retention at the moment chosen there: RSS holds its
+    // peak both before the frees (64 MiB live, 1×) and after (32 MiB live, 2×), and the
+    // moment of the most held and then the most live is taken, so that held/live never
+    // overstates what the allocator kept (issue 36): between 1× and the 2× the job made.
     let ratio = median(&doc, "glibc", "held_over_live").as_f64().unwrap();
-    assert!((1.8..2.2).contains(&ratio), "held/live {ratio}, made 2.0");
     assert!(
-        r.stdout().contains("at its peak:") && r.stdout().contains("held by the allocator"),
+        (0.95..2.2).contains(&ratio),
+        "held/live {ratio}, made 1.0 then 2.0"
+    );
+    let floor = median(&doc, "glibc", "peak_live_bytes").as_f64().unwrap();
+    // The highest of the probe's samples: a lower bound, a sample may miss the very top.
+    assert!(
+        (0.85 * 64.0 * MIB..=64.0 * MIB * 1.02).contains(&floor),
+        "the program's peak of live bytes {floor}, made 64 MiB"
+    );
+    assert!(
+        r.stdout().contains("at its RSS peak:") && r.stdout().contains("held by the allocator"),
         "{}",
         r.stdout()
     );
@@ -158,7 +171,7 @@ fn a_fragmented_heap_under_steady_load_is_fragmentation_not_a_leak() {
     if !need_python3() {
         return;
     }
-    // 20 MiB under 5 s of load, sampled every 250 ms: glibc's mallinfo2 walks every free
+    // 20 MiB under 15 s of load, sampled every 250 ms: glibc's mallinfo2 walks every free
     // chunk (about 0.35 ms for these 2,600). The dense start-up sampling spends most of the
     // probe's burst (30 ms), after which its budget (0.15% of a core) allows a few samples
     // a second: enough in the later half of the window, where the slope is fitted. With
@@ -168,10 +181,16 @@ fn a_fragmented_heap_under_steady_load_is_fragmentation_not_a_leak() {
     // How many samples the budget leaves for the later half varies with how expensive the
     // server's heap is to walk at that moment (seen: 1 of 3 runs starved in a row on this
     // 2-core machine): a run whose budget ran out is "too short", never a leak, and the
-    // test tries again, at most three times.
+    // test tries again, at most three times. With 5 s of load (2026-11-28, a quiet machine)
+    // every try starved: the budget grows with the run's length (about 4 samples a second
+    // at ~0.35 ms each once the burst is spent), and the later half of 5 s got 0-1 of the
+    // 3 needed; 15 s leaves it tens. In CI (2026-11-28) 15 s still starved 3 tries in a
+    // row (2-3 in the later half): the probe's watch between samples (statm, the wake,
+    // ~0.1% of a core) counted in the samples' 0.15%. It no longer does: 14-17 samples in
+    // the later 7 s of this server's load, against 5-6 before (the two shims side by side).
     let mut tries = Vec::new();
     let doc = loop {
-        let r = loaded_server(&["fragment", "20"], "250ms", "5s");
+        let r = loaded_server(&["fragment", "20"], "250ms", "15s");
         assert_eq!(r.code(), 0, "{}", r.explain());
         let doc = r.json();
         let verdict = why(&doc, "glibc").clone();
@@ -215,39 +234,58 @@ fn a_server_that_keeps_memory_for_three_seconds_is_too_short_to_call_a_leak() {
 }
 
 #[test]
-#[ignore = "measures: 130 s of load; runs alone in the second pass of scripts/test.sh"]
+#[ignore = "measures: 4-6 min of load; runs alone in the second pass of scripts/test.sh"]
 fn a_server_that_keeps_memory_per_request_is_a_leak() {
+    // The live bytes of this Python server stay correlated over 6-8 s (its GC's cycles:
+    // 6 s on this machine, 8 s in CI on 2026-11-28), a block is three times that, and a
+    // leak verdict needs 6 blocks in the later half of the steady window: 130 s gave 3 here
+    // and 250 s gave 5 in CI ("too short to tell: … run 1 more minute"), which is the rule
+    // working, not a leak missed. So the test does what that sentence asks a user to do:
+    // a run that is too short to tell is run again for as much longer as it says, at most
+    // twice, and must then be called a leak. Never anything but a leak or too short.
     if !need_python3() {
         return;
     }
     let script = server_py();
-    let r = run_with(
-        1,
-        "glibc",
-        &[
-            "--probe-interval",
-            "500ms",
-            "--json",
-            "out.json",
-            "--url",
-            "http://127.0.0.1:{port}/hello",
-            "--duration",
-            "130s",
-            "--cooldown",
-            "200ms",
-            "--connections",
-            "2",
-            "--rate",
-            "50",
-            "--ready-timeout",
-            "20s",
-        ],
-        &["python3", &script, "{port}", "leak"],
-    );
-    assert_eq!(r.code(), 0, "{}", r.explain());
-    let doc = r.json();
-    let why = &variant(&doc, "glibc")["summary"]["why"];
-    assert_eq!(why["verdict"], "leak", "{why}");
+    let mut seconds = 280u64;
+    let mut tries = Vec::new();
+    let why = loop {
+        let duration = format!("{seconds}s");
+        let r = run_with(
+            1,
+            "glibc",
+            &[
+                "--probe-interval",
+                "500ms",
+                "--json",
+                "out.json",
+                "--url",
+                "http://127.0.0.1:{port}/hello",
+                "--duration",
+                &duration,
+                "--cooldown",
+                "200ms",
+                "--connections",
+                "2",
+                "--rate",
+                "50",
+                "--ready-timeout",
+                "20s",
+            ],
+            &["python3", &script, "{port}", "leak"],
+        );
+        assert_eq!(r.code(), 0, "{}", r.explain());
+        let doc = r.json();
+        let why = variant(&doc, "glibc")["summary"]["why"].clone();
+        if why["verdict"] == "leak" || tries.len() == 2 {
+            break why;
+        }
+        assert_eq!(why["verdict"], "too_short", "{why}; before: {tries:?}");
+        let sentence = why["sentence"].as_str().unwrap_or_default();
+        seconds += more_seconds(sentence).unwrap_or_else(|| panic!("no 'run N more' in {why}"));
+        tries.push(why);
+    };
+    assert_eq!(why["verdict"], "leak", "{why}; before: {tries:?}");
     assert!(
         why["sentence"]
             .as_str()
@@ -255,6 +293,15 @@ fn a_server_that_keeps_memory_per_request_is_a_leak() {
             .contains("live bytes grow"),
         "{why}"
     );
+}
+
+/// The seconds a "too short" sentence asks for: "run 1 more minute", "run at least 3 more
+/// minutes".
+fn more_seconds(sentence: &str) -> Option<u64> {
+    let rest = sentence.split("run ").last()?;
+    let rest = rest.strip_prefix("at least ").unwrap_or(rest);
+    let minutes: u64 = rest.split(' ').next()?.parse().ok()?;
+    rest.contains(" more minute").then_some(minutes * 60)
 }
 
 #[test]
@@ -272,8 +319,15 @@ fn no_probes_means_the_kernels_counters_only() {
     assert_eq!(r.code(), 0, "{}", r.explain());
     let doc = r.json();
     assert_eq!(doc["experiment"]["probes"]["kinds"], serde_json::json!([]));
-    // No probe ran: the record has no `inside` at all.
-    assert!(first_run_json(&doc, "glibc").get("inside").is_none());
+    // No probe ran inside the workload: the record's `inside` holds only what the kernel
+    // told (transparent huge pages), no allocator or runtime view.
+    let inside = &first_run_json(&doc, "glibc")["inside"];
+    assert!(
+        inside
+            .as_object()
+            .is_none_or(|o| o.keys().all(|k| k == "thp")),
+        "{inside}"
+    );
     assert!(!r.stdout().contains("live at peak"), "{}", r.stdout());
     assert!(
         r.stdout()
@@ -371,10 +425,98 @@ fn a_database_from_the_previous_release_opens_reports_and_resumes() {
     let doc: Value = serde_json::from_str(&std::fs::read_to_string(&json2).unwrap()).unwrap();
     for v in doc["variants"].as_array().unwrap() {
         for r in v["runs"].as_array().unwrap() {
+            let inside = &r["inside"];
             assert!(
-                r.get("inside").is_none(),
+                inside
+                    .as_object()
+                    .is_none_or(|o| o.keys().all(|k| k == "thp")),
                 "a resumed old plan got probes: {r}"
             );
         }
     }
+}
+
+/// Foreign files: a database deleted, its logs left beside the new one. The new database's
+/// first experiment is `exp-1` again, and so is its first run's report directory, which
+/// still holds the old run's reports (one file per process). The new run's figures are its
+/// own: `/bin/true` ends before the probe's first sample and has no allocator view, as in a
+/// clean directory — not the old run's processes (the two of its Python program, with
+/// whatever else that started).
+#[test]
+fn a_deleted_databases_reports_are_not_read_as_the_new_runs() {
+    if !need_python3() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let run = |json: &str, cmd: &[&str]| {
+        let out = std::process::Command::new(memtrial())
+            .args([
+                "run",
+                "--runs",
+                "1",
+                "--variants",
+                "glibc",
+                "--json",
+                json,
+                "--",
+            ])
+            .args(cmd)
+            .current_dir(dir.path())
+            .env("NO_COLOR", "1")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let doc: Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.path().join(json)).unwrap()).unwrap();
+        first_run(&doc, "glibc")
+    };
+    let reports = dir
+        .path()
+        .join("memtrial-logs/exp-1/001-glibc.probe/allocator");
+    let numbered = || -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(&reports)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n.parse::<i32>().is_ok())
+            .collect();
+        v.sort();
+        v
+    };
+    let old = run(
+        "old.json",
+        &[
+            "python3",
+            "-c",
+            "import os, time\nos.fork()\nx = [bytearray(1000) for _ in range(20000)]\ntime.sleep(1.2)",
+        ],
+    );
+    let old_view = old.inside.allocator.expect("the old run's allocator view");
+    assert!(old_view.processes >= 2, "{old_view:?}");
+    assert_eq!(
+        numbered().len(),
+        old_view.processes as usize,
+        "the old run's reports: {:?}",
+        numbered()
+    );
+    for f in std::fs::read_dir(dir.path()).unwrap() {
+        let p = f.unwrap().path();
+        if p.file_name()
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .starts_with("memtrial.db")
+        {
+            std::fs::remove_file(p).unwrap();
+        }
+    }
+    let new = run("new.json", &["/bin/true"]);
+    assert!(numbered().is_empty(), "left: {:?}", numbered());
+    assert!(
+        new.inside
+            .allocator
+            .as_ref()
+            .is_none_or(|a| a.processes == 0),
+        "{:?}",
+        new.inside.allocator
+    );
 }

@@ -243,6 +243,133 @@ fn judge_finds_the_leaner_group_and_not_a_twin() {
     drop(procs);
 }
 
+/// Issue 36, defect 5: groups whose processes share one memory cgroup (any host that is not
+/// a pod per group; here the test's own) under the exporter's group series. The exporter
+/// marks each group's cgroup as holding processes outside it; judge passes over the cgroup's
+/// working set (on it every group got the same figure: 1.00× [1.00, 1.00], "no difference"),
+/// says why, and judges on the groups' own resident bytes: the lean group lower.
+#[test]
+fn judge_passes_over_a_cgroup_figure_the_groups_share() {
+    if !(need_c_compiler()
+        && need_file("/usr/bin/prometheus", "prometheus")
+        && need_cgroups().is_some())
+    {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let id = std::process::id();
+    let (base, lean) = (format!("sb{id}"), format!("sl{id}"));
+    let mut procs = Vec::new();
+    for (name, sizes) in [(&base, [40, 60, 80]), (&lean, [10, 15, 20])] {
+        for mib in sizes {
+            procs.push(start_live(dir.path(), name, mib, false, None));
+        }
+    }
+    let exporter = start_exporter(&memtrial(), &["--match", &format!("^s[bl]{id}$")], &[]);
+    let (_prom, prom) = start_prometheus(dir.path(), exporter.addr);
+    let url = format!("http://{prom}");
+    let both = format!("group=~\"s[bl]{id}\"");
+    wait_for("two groups in Prometheus", 60, || {
+        query(
+            prom,
+            &format!("count(memtrial_group_resident_bytes{{{both}}})"),
+        )
+        .filter(|n| *n == 2.0)
+    });
+    // The exporter marks both: their cgroup holds the other group, this test, the exporter.
+    wait_for("both groups marked shared", 30, || {
+        query(
+            prom,
+            &format!("sum(memtrial_group_cgroup_shared{{{both}}})"),
+        )
+        .filter(|n| *n == 2.0)
+    });
+    let others = query(
+        prom,
+        &format!("min(memtrial_group_cgroup_other_processes{{{both}}})"),
+    )
+    .unwrap();
+    assert!(others >= 3.0, "{others}");
+    // 15 s of scrapes: five blocks of 3 s.
+    std::thread::sleep(Duration::from_secs(16));
+    let sel = |g: &str| format!("group=\"{g}\"");
+    let r = judge(&[
+        "--prometheus",
+        &url,
+        "--baseline",
+        &sel(&base),
+        "--variant",
+        &format!("lean={}", sel(&lean)),
+        "--since",
+        "15s",
+        "--block",
+        "3s",
+        "--json",
+        "j.json",
+    ]);
+    assert_eq!(r.code(), 0, "{}", r.explain());
+    let j: Value = r.json_file("j.json");
+    assert_eq!(j["metric"], "memtrial_group_resident_bytes", "{j}");
+    let skipped = &j["skipped_metrics"];
+    let ws = skipped
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["metric"] == "memtrial_group_cgroup_working_set_bytes")
+        .unwrap_or_else(|| panic!("the working set not passed over: {j}"));
+    assert!(
+        ws["why"]
+            .as_str()
+            .unwrap()
+            .contains("memory cgroups also hold processes outside the group"),
+        "{ws}"
+    );
+    assert!(
+        j["metric_why"]
+            .as_str()
+            .unwrap()
+            .contains("that belong to each group"),
+        "{j}"
+    );
+    let lean_group = &j["groups"][1];
+    assert_eq!(lean_group["verdict"], "lower", "{lean_group}");
+    let ratio = lean_group["ratio"].as_f64().unwrap();
+    assert!((0.2..0.35).contains(&ratio), "{lean_group}");
+    // The shared figure is not shown beside it either.
+    assert!(
+        lean_group["also"].as_array().is_none_or(|a| a
+            .iter()
+            .all(|b| b["name"] != "memtrial_group_cgroup_working_set_bytes")),
+        "{lean_group}"
+    );
+    let text = r.stdout();
+    assert!(
+        text.contains("metric: memtrial_group_resident_bytes, the first memory metric")
+            && text.contains("not memtrial_group_cgroup_working_set_bytes: ")
+            && text.contains("recommendation: lean: memtrial_group_resident_bytes 0."),
+        "{text}"
+    );
+    // Named, the shared metric is refused with why and what to use.
+    judge_refused(
+        &[
+            "--prometheus",
+            &url,
+            "--baseline",
+            &sel(&base),
+            "--variant",
+            &format!("lean={}", sel(&lean)),
+            "--since",
+            "15s",
+            "--block",
+            "3s",
+            "--metric",
+            "memtrial_group_cgroup_working_set_bytes",
+        ],
+        "--metric memtrial_group_cgroup_working_set_bytes: its series are not each group's own",
+    );
+    drop(procs);
+}
+
 #[test]
 fn judge_bad_input_names_the_flag() {
     // Nothing listens on this loopback port: the URL is named.
@@ -651,4 +778,277 @@ fn judge_compares_latency_quantiles_from_a_histogram() {
     let ratio = t["ratio"].as_f64().unwrap();
     assert!((0.8..1.25).contains(&ratio), "the same 40 a second: {t}");
     assert!(r.stdout().contains("slow latency: p50 "), "{}", r.stdout());
+}
+
+/// What a fake Prometheus answers to one `query_range`: HTTP status, content type, body.
+type Answer = (u16, &'static str, String);
+
+/// `%XX` and `+` of a query string decoded.
+fn url_decoded(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < b.len() => {
+                out.push(u8::from_str_radix(&s[i + 1..i + 3], 16).unwrap());
+                i += 2;
+            }
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// A hostile stand-in for Prometheus on loopback (a proxy, a broken or malicious server:
+/// what a real one never sends): every `query_range` is answered by `answer(query, start,
+/// end, step)`. Its URL.
+fn fake_prometheus(answer: impl Fn(&str, f64, f64, f64) -> Answer + Send + 'static) -> String {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+            let mut r = BufReader::new(stream);
+            let mut head = String::new();
+            if r.read_line(&mut head).is_err() {
+                continue;
+            }
+            let mut line = String::new();
+            while r.read_line(&mut line).is_ok_and(|n| n > 2) {
+                line.clear();
+            }
+            let target = head.split(' ').nth(1).unwrap_or("");
+            let params: std::collections::HashMap<String, String> = target
+                .split_once('?')
+                .map_or("", |(_, q)| q)
+                .split('&')
+                .filter_map(|kv| kv.split_once('='))
+                .map(|(k, v)| (k.to_string(), url_decoded(v)))
+                .collect();
+            let num = |k: &str| {
+                params
+                    .get(k)
+                    .map_or(0.0, |v| v.trim_end_matches('s').parse().unwrap_or(0.0))
+            };
+            let (code, kind, body) = answer(
+                params.get("query").map_or("", String::as_str),
+                num("start"),
+                num("end"),
+                num("step"),
+            );
+            let mut s = r.into_inner();
+            let _ = write!(
+                s,
+                "HTTP/1.1 {code} {}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                if code == 200 { "OK" } else { "Error" },
+                body.len()
+            );
+        }
+    });
+    format!("http://{addr}")
+}
+
+/// A matrix answer of `series`, each its `metric` object (JSON) and a value (JSON) at
+/// every step of the window.
+fn matrix(series: &[(&str, &str)], (start, end, step): (f64, f64, f64)) -> Answer {
+    let result: Vec<String> = series
+        .iter()
+        .map(|(metric, v)| {
+            let mut t = start;
+            let mut points = Vec::new();
+            while t <= end && step > 0.0 {
+                points.push(format!("[{t},{v}]"));
+                t += step;
+            }
+            format!("{{\"metric\":{metric},\"values\":[{}]}}", points.join(","))
+        })
+        .collect();
+    (
+        200,
+        "application/json",
+        format!(
+            "{{\"status\":\"success\",\"data\":{{\"resultType\":\"matrix\",\"result\":[{}]}}}}",
+            result.join(",")
+        ),
+    )
+}
+
+/// A fleet of two groups, `app="base"` and `app="var"`, three pods each, whose working set
+/// (and, with `probe`, the allocator probe's live and held bytes and the resident set) is
+/// `base` and `var` (JSON values, as Prometheus writes them: `"1048576"`) at every step;
+/// every other query matches nothing. `labels` are the pods' labels beside `pod`.
+fn fleet(base: &'static str, var: &'static str, labels: &'static str) -> String {
+    fleet_with(base, var, labels, false)
+}
+
+fn fleet_with(base: &'static str, var: &'static str, labels: &'static str, probe: bool) -> String {
+    fake_prometheus(move |q, start, end, step| {
+        let w = (start, end, step);
+        let Some((name, sel)) = q.split_once('{') else {
+            return matrix(&[], w);
+        };
+        let known = name == "container_memory_working_set_bytes"
+            || probe
+                && [
+                    "memtrial_process_allocator_live_bytes",
+                    "memtrial_process_allocator_held_bytes",
+                    "memtrial_process_resident_bytes",
+                ]
+                .contains(&name);
+        // Each group's pods its own (b0…, v0…): judge passes over a metric whose series
+        // two groups share.
+        let (v, pod) = match sel {
+            s if s.contains("\"base\"") => (base, "b"),
+            s if s.contains("\"var\"") => (var, "v"),
+            _ => return matrix(&[], w),
+        };
+        if !known {
+            return matrix(&[], w);
+        }
+        let pods: Vec<String> = (0..3)
+            .map(|p| format!("{{\"__name__\":\"{name}\",\"pod\":\"{pod}{p}\"{labels}}}"))
+            .collect();
+        let series: Vec<(&str, &str)> = pods.iter().map(|m| (m.as_str(), v)).collect();
+        matrix(&series, w)
+    })
+}
+
+fn judge_fleet(url: &str, more: &[&str]) -> Run {
+    judge(
+        &[
+            &[
+                "--prometheus",
+                url,
+                "--baseline",
+                "app=\"base\"",
+                "--variant",
+                "var=app=\"var\"",
+                "--since",
+                "12m",
+            ],
+            more,
+        ]
+        .concat(),
+    )
+}
+
+/// Issue 38, item 4: memory a machine cannot have — negative, not a number, infinite, 1e308
+/// bytes — is refused naming the series, and a baseline of 0 bytes is refused as one no
+/// ratio can be taken against (before: "0.50× … lower than the baseline, significantly"
+/// from −95.4 MiB against −47.7 MiB, and "too little data for an interval" for the rest).
+#[test]
+fn judge_refuses_impossible_memory_naming_the_series() {
+    for (base, var, says) in [
+        ("\"-100000000\"", "\"-50000000\"", "the value -100000000 at"),
+        ("\"NaN\"", "\"50000000\"", "not a number"),
+        ("\"+Inf\"", "\"50000000\"", "infinite"),
+        ("\"1e308\"", "\"1e308\"", "more than 1 PiB"),
+    ] {
+        let r = judge_fleet(&fleet(base, var, ""), &[]);
+        assert_eq!(r.code(), 2, "{base}: {}", r.stderr());
+        assert!(r.stderr().contains(says), "{base}: {}", r.stderr());
+        assert!(
+            r.stderr()
+                .contains("container_memory_working_set_bytes{pod=\"b0\"}"),
+            "{base}: the series is named: {}",
+            r.stderr()
+        );
+        assert!(!r.stdout().contains("recommendation"), "{}", r.stdout());
+    }
+    let r = judge_fleet(&fleet("\"0\"", "\"50000000\"", ""), &[]);
+    assert_eq!(r.code(), 2, "{}", r.stderr());
+    assert!(r.stderr().contains("is 0 bytes"), "{}", r.stderr());
+    // The same fleet with real figures is judged.
+    let r = judge_fleet(&fleet("\"100000000\"", "\"50000000\"", ""), &[]);
+    assert_eq!(r.code(), 0, "{}", r.stderr());
+    assert!(r.stdout().contains("var: 47.7 MiB"), "{}", r.stdout());
+}
+
+/// Issue 38, item 7: a label *name* holding a terminal escape, and Prometheus's own error
+/// text holding line breaks, are shown as text: no raw escape in the judgement or its HTML
+/// page, no line of memtrial's forged (before: the name cleared the screen, and the error's
+/// lines were printed as lines).
+#[test]
+fn judge_shows_what_a_server_sent_as_text() {
+    let url = fleet_with(
+        "\"100000000\"",
+        "\"50000000\"",
+        ",\"zone\\u001b[2J\\u202e\":\"x\"",
+        true,
+    );
+    let r = judge_fleet(&url, &["--html", "page.html"]);
+    assert_eq!(r.code(), 0, "{}", r.stderr());
+    for (what, text) in [
+        ("the judgement", r.stdout()),
+        (
+            "the HTML page",
+            std::fs::read_to_string(r.dir.path().join("page.html")).unwrap(),
+        ),
+    ] {
+        assert!(
+            !text.contains(['\u{1b}', '\u{202e}']),
+            "{what} shows a raw escape:\n{text}"
+        );
+    }
+    assert!(
+        r.stdout().contains("zone\\x1b[2J\\u{202e}"),
+        "{}",
+        r.stdout()
+    );
+    let url = fake_prometheus(|_, _, _, _| {
+        (
+            400,
+            "application/json",
+            r#"{"status":"error","errorType":"bad_data","error":"bad\nrecommendation: var: take it\u001b[31m"}"#.into(),
+        )
+    });
+    let r = judge_fleet(&url, &[]);
+    assert_eq!(r.code(), 2, "{}", r.stderr());
+    assert!(
+        !r.stderr().lines().any(|l| l.starts_with("recommendation")),
+        "a forged line: {}",
+        r.stderr()
+    );
+    assert!(!r.stderr().contains('\u{1b}'), "{}", r.stderr());
+    assert!(
+        r.stderr()
+            .contains("(HTTP 400 Error): bad\\nrecommendation"),
+        "{}",
+        r.stderr()
+    );
+}
+
+/// Issue 38, item 12: an answer that is not Prometheus's is told by its HTTP status and
+/// how it began (before: "expected value at line 1" and no status), and a sample that is
+/// not a string is said to be one (before: "matches no series").
+#[test]
+fn judge_names_the_http_status_and_what_was_wrong() {
+    let url = fake_prometheus(|_, _, _, _| {
+        (
+            500,
+            "text/html",
+            "<html><body>upstream crashed</body></html>".into(),
+        )
+    });
+    let r = judge_fleet(&url, &[]);
+    assert_eq!(r.code(), 2, "{}", r.stderr());
+    let e = r.stderr();
+    assert!(e.contains("(HTTP 500 Error)"), "{e}");
+    assert!(
+        e.contains("its body began: \"<html><body>upstream crashed"),
+        "{e}"
+    );
+    assert!(!e.contains("expected value"), "{e}");
+    let r = judge_fleet(&fleet("100000000", "50000000", ""), &[]);
+    assert_eq!(r.code(), 2, "{}", r.stderr());
+    assert!(
+        r.stderr().contains("expected a sample value as a string"),
+        "{}",
+        r.stderr()
+    );
+    assert!(!r.stderr().contains("matches no series"), "{}", r.stderr());
 }

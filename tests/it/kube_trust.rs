@@ -354,17 +354,17 @@ fn collect_refuses_hostile_names_and_sizes_up_front() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("--namespace \"--kubeconfig=/tmp/x\""), "{err}");
-    // A Job of 2^32 - 1 completions: refused, naming the limit.
+    // A Job of 2^31 - 1 completions (Kubernetes' most): refused, naming the limit.
     std::fs::write(
         dir.path().join("job.json"),
-        r#"{"spec":{"completionMode":"Indexed","completions":4294967295}}"#,
+        r#"{"spec":{"completionMode":"Indexed","completions":2147483647}}"#,
     )
     .expect("write");
     let out = collect(&["web-trial"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(
-        err.contains("4294967295 completions") && err.contains("at most 100000"),
+        err.contains("2147483647 completions") && err.contains("at most 100000"),
         "{err}"
     );
 }

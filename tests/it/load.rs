@@ -253,6 +253,34 @@ fn load_connect_errors_when_nothing_listens() {
     );
 }
 
+/// A dead server is tried again every 20 ms per connection; errors once counted those
+/// attempts (6,656 connect errors for 15 due requests). In an open loop each request that
+/// was due and found no connection is one error.
+#[test]
+fn load_open_loop_counts_one_connect_error_per_due_request() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let r = load(port, "/", &["--rate", "5", "--duration", "3s"]);
+    assert_eq!(r.code(), 1, "{}", r.stderr());
+    let j = load_json(&r);
+    let connect = u(&j, &["errors", "connect"]);
+    assert!((14..=16).contains(&connect), "15 due at 5/s for 3 s: {j}");
+    let per_second: u64 = j["per_second"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| u(s, &["errors_connect"]))
+        .sum();
+    assert_eq!(per_second, connect, "{j}");
+    assert!(
+        r.stdout().contains("no request got a connection"),
+        "{}",
+        r.stdout()
+    );
+}
+
 #[test]
 fn load_open_loop_holds_the_rate() {
     let (port, _) = load_servers::start(Behaviour::Ok);
@@ -295,6 +323,57 @@ fn load_open_loop_latency_counts_from_the_intended_send_time() {
     let achieved = j["achieved_rate"].as_f64().unwrap();
     assert!(achieved < 12.0, "{achieved}");
     assert!(r.stdout().contains("could not keep up"), "{}", r.stdout());
+}
+
+/// One line of 30 dated 9999: the clock never goes back, so every line after it waited
+/// ~8,000 years and the replay sent 10 requests and then nothing, silently. Such a line is
+/// skipped and said; the other 29 keep their pace.
+#[test]
+fn load_replay_skips_a_line_dated_in_the_future_and_says_so() {
+    let (port, seen) = load_servers::start(Behaviour::Ok);
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("access.log");
+    let text: String = (0..30)
+        .map(|i| {
+            let year = if i == 10 { 9999 } else { 2024 };
+            format!(
+                "127.0.0.1 - - [12/Mar/{year}:10:00:{i:02} +0000] \"GET /x{i} HTTP/1.1\" 200 5\n"
+            )
+        })
+        .collect();
+    std::fs::write(&log, text).unwrap();
+    // 29 lines over 29 s of log time, at 20x: once through in under 1.5 s.
+    let r = load(
+        port,
+        "/",
+        &[
+            "--duration",
+            "1700ms",
+            "-c",
+            "2",
+            "--replay",
+            log.to_str().unwrap(),
+            "--speed",
+            "20",
+        ],
+    );
+    assert_eq!(r.code(), 0, "{}", r.stderr());
+    let err = r.stderr();
+    assert!(
+        err.contains("replaying 29 request(s)")
+            && err.contains("1 line(s) dated in the future skipped")
+            && err.contains("line 11: [12/Mar/9999:10:00:10 +0000]"),
+        "{err}"
+    );
+    let targets: Vec<String> = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(_, t, _)| t.clone())
+        .collect();
+    assert!(targets.len() >= 29, "{targets:?}");
+    assert!(targets.iter().any(|t| t == "/x29"), "{targets:?}");
+    assert!(!targets.iter().any(|t| t == "/x10"), "{targets:?}");
 }
 
 #[test]

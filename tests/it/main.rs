@@ -2,6 +2,7 @@
 //! a file per area. Every test works in its own temporary directory and database.
 
 mod bad_input;
+mod baseline;
 mod cache_server;
 mod cgroup_v2;
 mod common;
@@ -10,12 +11,15 @@ mod evidence;
 mod exporter;
 mod exporter_trust;
 mod forking;
+mod gate;
 mod import;
 mod inside;
 mod inspect;
 mod judge;
 mod jvm_probe;
+mod knobs;
 mod kube;
+mod kube_cluster;
 mod kube_trust;
 mod layers;
 mod load;

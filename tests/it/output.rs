@@ -73,17 +73,6 @@ fn database_in_a_missing_directory_is_named_once() {
 }
 
 #[test]
-fn quiet_demo_prints_nothing_but_the_table() {
-    let r = memtrial_in_tmp(&["--quiet", "demo", "--runs", "1"]);
-    assert!(matches!(r.code(), 0 | 1), "{}", r.stderr());
-    assert_eq!(r.stderr(), "", "nothing on stderr with --quiet");
-    let out = r.stdout();
-    assert!(out.starts_with("experiment 1 · "), "{out}");
-    assert!(!out.contains("HTML report with charts"), "{out}");
-    assert!(r.dir.path().join("memtrial-demo.html").exists());
-}
-
-#[test]
 fn inspect_kernel_thread_says_kernel_thread_not_exited() {
     let comm = std::fs::read_to_string("/proc/2/comm").unwrap_or_default();
     let kthreadd = || comm.trim() == "kthreadd";
@@ -133,4 +122,75 @@ fn preload_that_is_not_elf_quotes_the_loader_not_setuid() {
         "{all}"
     );
     assert!(!all.contains("setuid"), "{all}");
+}
+
+/// Issue 38, item 12: an output that cannot be written is refused before any run (a
+/// directory, a device that takes no data, a /proc file), its OS error said once; one that
+/// fails only at the end (a file /proc cannot create) says once that the runs are stored
+/// and how to write them again (before: every case failed after the whole experiment, the
+/// OS error twice, and no word of the stored runs).
+#[test]
+fn outputs_are_checked_before_the_runs_and_a_late_failure_says_the_runs_are_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("out")).unwrap();
+    let run = |extra: &[&str]| {
+        let mut args = vec!["run", "--runs", "1", "--variants", "glibc", "--quiet"];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--", "/bin/sh", "-c", "echo x >> ran"]);
+        Command::new(memtrial())
+            .args(&args)
+            .current_dir(dir.path())
+            .env("NO_COLOR", "1")
+            .output()
+            .unwrap()
+    };
+    for (flag, path, says) in [
+        (
+            "--html",
+            "out",
+            "--html out: is a directory; give a file's path, e.g. --html out/report.html",
+        ),
+        (
+            "--json",
+            "/dev/full",
+            "--json /dev/full: cannot write: No space left on device",
+        ),
+        (
+            "--csv",
+            "/proc/version",
+            "--csv /proc/version: cannot write",
+        ),
+    ] {
+        let o = run(&[flag, path]);
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{flag} {path}: {e}");
+        assert!(e.contains(says), "{flag} {path}: {e}");
+        assert!(e.matches("os error").count() <= 1, "said twice: {e}");
+        assert!(
+            !dir.path().join("ran").exists(),
+            "{flag} {path}: the workload ran"
+        );
+    }
+    let o = run(&[
+        "--json",
+        "/proc/memtrial-no-such-file.json",
+        "--csv",
+        "runs.csv",
+    ]);
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{e}");
+    assert!(dir.path().join("ran").exists());
+    assert_eq!(e.matches("os error").count(), 1, "said once: {e}");
+    assert!(
+        e.contains("the runs are stored in memtrial.db (experiment 1): write them again with `memtrial report 1 --json FILE`"),
+        "{e}"
+    );
+    // The other output was written all the same, and the runs are there to write again.
+    assert!(dir.path().join("runs.csv").exists());
+    let o = Command::new(memtrial())
+        .args(["report", "1", "--json", "again.json"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 }

@@ -122,7 +122,13 @@ fn rails_boot_is_a_tree_of_requires_with_what_each_added() {
                     .filter(|c| c.depth == n.depth + 1)
                     .map(|c| c.rss_after_bytes.saturating_sub(c.rss_before_bytes))
                     .sum();
-                assert!(kids <= n.rss_after_bytes.saturating_sub(n.rss_before_bytes) + 64 * 4096);
+                let own = n.rss_after_bytes.saturating_sub(n.rss_before_bytes);
+                assert!(
+                    kids <= own + 64 * 4096,
+                    "{name}: the children of {} (depth {}) add {kids} bytes, it added {own}",
+                    n.name,
+                    n.depth
+                );
             }
         }
     }

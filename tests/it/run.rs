@@ -365,7 +365,9 @@ fn bad_input_gets_a_clear_error() {
     .unwrap();
     {
         let c = rusqlite::Connection::open(dir.path().join("future.db")).unwrap();
-        c.execute_batch("PRAGMA user_version = 42;").unwrap();
+        // memtrial's own mark ("memt"), from a memtrial newer than this one.
+        c.execute_batch("PRAGMA application_id = 1835363700; PRAGMA user_version = 42;")
+            .unwrap();
     }
     let cases: &[(&[&str], &str)] = &[
         (
@@ -546,7 +548,7 @@ fn a_batch_gets_no_trend_verdict_only_its_state_at_the_peak() {
         let trend = trend(&doc, "glibc");
         assert!(trend.is_null(), "{trend}");
         assert_eq!(why(&doc, "glibc")["verdict"], "at_peak");
-        assert!(r.stdout().contains("at its peak:"), "{}", r.stdout());
+        assert!(r.stdout().contains("at its RSS peak:"), "{}", r.stdout());
     }
 }
 
@@ -587,5 +589,228 @@ fn the_record_names_its_spawner_and_probe_library() {
     assert!(
         !bare.iter().any(|n| n.starts_with("allocator probe: ")),
         "{bare:?}"
+    );
+}
+
+/// memtrial's own cost, said in the experiment's notes, agrees with what the kernel tells
+/// about it: its peak RSS with `ru_maxrss` as `maxrss_of` (a small static parent, so the
+/// harness's image is not inherited) reaps it, its CPU with wait4's account of that parent
+/// (memtrial and the `sleep`s it waited for, whose CPU is small beside memtrial's).
+#[test]
+fn memtrials_own_cost_is_in_the_notes_and_agrees_with_wait4() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_file = dir.path().join("maxrss");
+    let bin = memtrial();
+    // Waited for below with wait4, which std's Child cannot do (it has no rusage).
+    #[allow(clippy::zombie_processes)]
+    let child = Command::new(fixture("maxrss_of"))
+        .arg(&out_file)
+        .arg(&bin)
+        .args([
+            "run",
+            "--runs",
+            "2",
+            "--variants",
+            "glibc",
+            "--json",
+            "out.json",
+            "--quiet",
+            "--",
+            "sleep",
+            "0.3",
+        ])
+        .current_dir(dir.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut status = 0;
+    // SAFETY: libc::rusage is plain data; all zeroes is a valid value.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: a rusage for wait4 to fill; the pid is our own child, waited once.
+    let pid = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut ru) };
+    assert_eq!(pid, child.id() as i32);
+    assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
+    let reaped = std::fs::read_to_string(&out_file).unwrap();
+    let mut words = reaped.split_whitespace();
+    assert_eq!(words.next(), Some("0"), "memtrial's exit: {reaped}");
+    let maxrss_kib: f64 = words.next().unwrap().parse().unwrap();
+    let doc = json_in(dir.path());
+    let note = doc["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .find(|n| n.starts_with("memtrial's own cost"))
+        .unwrap_or_else(|| panic!("no own-cost note in {}", doc["notes"]))
+        .to_string();
+    assert!(note.contains("over these 2 run(s)"), "{note}");
+    let bytes = |word: &str| -> f64 {
+        let after = note.split(word).nth(1).unwrap().trim_start();
+        let mut it = after.split_whitespace();
+        let n: f64 = it.next().unwrap().parse().unwrap();
+        let unit = it.next().unwrap();
+        n * match unit {
+            "KiB" => 1024.0,
+            "MiB" => 1024.0 * 1024.0,
+            "GiB" => 1024.0 * 1024.0 * 1024.0,
+            u => panic!("unit {u} in {note}"),
+        }
+    };
+    let said_peak = bytes("peak RSS");
+    let kernel_peak = maxrss_kib * 1024.0;
+    // Said to three figures (0.5%); memtrial grows a little after the note (the report).
+    assert!(
+        said_peak <= kernel_peak * 1.005 && said_peak >= 0.5 * kernel_peak,
+        "note says {said_peak} B, wait4 {kernel_peak} B: {note}"
+    );
+    let cpu_said: f64 = {
+        let after = note.split("): ").nth(1).unwrap();
+        let mut it = after.split_whitespace();
+        let n: f64 = it.next().unwrap().parse().unwrap();
+        n * if it.next().unwrap() == "ms" {
+            1e-3
+        } else {
+            1.0
+        }
+    };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    let kernel_cpu = secs(ru.ru_utime) + secs(ru.ru_stime);
+    assert!(
+        cpu_said <= kernel_cpu + 0.01,
+        "note says {cpu_said} s CPU, wait4 {kernel_cpu} s: {note}"
+    );
+}
+
+/// A run that prints 20 MB keeps 1 MiB of it with `--log-limit 1M`: its first and last
+/// halves in whole lines, with the bytes left out said between them; and while it ran, its
+/// file never held much more than the limit on disk (the workload reads its own file's
+/// allocated blocks before it exits, after the watcher's next look).
+#[test]
+fn a_run_that_prints_too_much_keeps_its_head_and_tail() {
+    let script = "seq 1 3000000; sleep 1; stat -L -c '%b %B' /proc/self/fd/1 >&2";
+    let r = run_with(
+        1,
+        "glibc",
+        &["--log-limit", "1M", "--no-probes"],
+        &["sh", "-c", script],
+    );
+    assert_eq!(r.code(), 0, "{}", r.explain());
+    let logs = r.dir.path().join("memtrial-logs/exp-1");
+    let file = |ext: &str| {
+        std::fs::read_dir(&logs)
+            .expect("the run's logs")
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| p.extension().is_some_and(|x| x == ext))
+            .unwrap_or_else(|| panic!("no .{ext} in {}", logs.display()))
+    };
+    let text = std::fs::read_to_string(file("stdout")).expect("stdout");
+    assert!(text.starts_with("1\n2\n3\n"), "{}", &text[..20]);
+    assert!(text.ends_with("2999999\n3000000\n"));
+    assert!(text.len() <= (1 << 20) + 200, "{} bytes kept", text.len());
+    let said = text
+        .lines()
+        .find(|l| l.starts_with("[memtrial: "))
+        .expect("the line saying what was left out");
+    assert!(said.contains("--log-limit 1.0 MiB"), "{said}");
+    // What was left out is exactly the lines between the last number of the head and the
+    // first of the tail.
+    let (head, tail) = text.split_once(&format!("\n{said}\n")).expect("one line");
+    let last: u64 = head.lines().last().unwrap().parse().unwrap();
+    let first: u64 = tail.lines().next().unwrap().parse().unwrap();
+    let missing: usize = (last + 1..first).map(|n| n.to_string().len() + 1).sum();
+    assert!(
+        said.contains(&format!("({missing} bytes)")),
+        "{said}: {last} .. {first}"
+    );
+    // On disk at the end of the run: at most the limit and its slack (128 KiB), a
+    // filesystem's rounding aside.
+    let err = std::fs::read_to_string(file("stderr")).expect("stderr");
+    let mut f = err.split_whitespace().map(|w| w.parse::<u64>().unwrap());
+    let on_disk = f.next().unwrap() * f.next().unwrap();
+    assert!(
+        on_disk <= (1 << 20) + (128 << 10) + (64 << 10),
+        "{on_disk} bytes on disk while the run went on: {err}"
+    );
+}
+
+/// A disk filled by a run's own output: the error names the run logs beside the database,
+/// what they take, and `--log-limit` (a 4 MiB tmpfs, a run printing 20 MB with no bound).
+#[test]
+fn a_full_disk_names_the_run_logs_and_the_bound() {
+    if !need_root("mounts a 4 MiB tmpfs") {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mnt = dir.path().join("small");
+    std::fs::create_dir(&mnt).unwrap();
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=4m", "tmpfs"])
+        .arg(&mnt)
+        .status()
+        .expect("mount");
+    assert!(mounted.success(), "mount a tmpfs");
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _unmount = Unmount(mnt.clone());
+    let out = Command::new(memtrial())
+        .args(["run", "--runs", "1", "--variants", "glibc", "--no-probes"])
+        .args(["--log-limit", "0", "--", "sh", "-c", "seq 1 3000000"])
+        .current_dir(&mnt)
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("run memtrial");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("database or disk is full")
+            && err.contains("the run logs beside the database, ./memtrial-logs, take ")
+            && err.contains(" MiB on disk")
+            && err.contains("all of its output: --log-limit 0")
+            && err.contains("lower --log-limit"),
+        "{err}"
+    );
+}
+
+/// The probe library cannot be written where the loader would read it (TMPDIR names no
+/// directory): each run says why it has no allocator figures, and the experiment's notes
+/// no longer say the embedded probe was in the workloads.
+#[test]
+fn a_probe_that_cannot_be_written_is_not_said_to_be_used() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let missing = dir.path().join("no-such-dir");
+    let args = run_json_args(1, "glibc", &[], &["/bin/sleep", "0.1"]);
+    let out = Command::new(memtrial())
+        .args(&args)
+        .current_dir(dir.path())
+        .env("NO_COLOR", "1")
+        .env("TMPDIR", &missing)
+        .output()
+        .expect("run memtrial");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    let doc: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("out.json")).unwrap())
+            .unwrap();
+    let notes = doc["notes"].to_string();
+    let why = format!("cannot create {}/memtrial-", missing.display());
+    assert!(
+        notes.contains("allocator probe: in no workload: ") && notes.contains(&why),
+        "{notes}"
+    );
+    assert!(!notes.contains("embedded libmemtrial-probe.so"), "{notes}");
+    let absent = doc["variants"][0]["runs"][0]["inside"]["absent"].to_string();
+    assert!(
+        absent.contains("allocator") && absent.contains(&why),
+        "{absent}"
     );
 }

@@ -27,10 +27,8 @@ fn assert_no_orphan_cgroups(h: &memtrial::linux::cgroup::Hierarchy) {
             continue;
         };
         for e in rd.flatten().filter(|e| e.path().is_dir()) {
-            let name = e.file_name().to_string_lossy().into_owned();
-            // Owned by a live process (PID and start time), whatever its binary is called.
-            let alive = memtrial::linux::cgroup::group_owner(&name)
-                .is_some_and(memtrial::linux::cgroup::owner_alive);
+            // Owned by a live memtrial (the lock on the group), whatever its binary is called.
+            let alive = memtrial::linux::cgroup::group_alive(&e.path());
             assert!(alive, "cgroup {} outlived its memtrial", e.path().display());
         }
     }
@@ -206,6 +204,7 @@ fn sigint_then_resume_completes_the_experiment() {
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_millis(2000));
+    // SAFETY: a signal to our own child, not yet waited for.
     unsafe {
         libc::kill(child.id() as i32, libc::SIGINT);
     }
@@ -244,19 +243,29 @@ fn sigint_then_resume_completes_the_experiment() {
 #[test]
 fn stale_cgroups_of_a_killed_memtrial_are_cleaned() {
     let Some(h) = cgroups() else { return };
-    // A group named for a PID that is not a running memtrial, as a SIGKILLed memtrial leaves.
-    let stale: Vec<PathBuf> = cgroup_bases(&h)
-        .iter()
-        .map(|b| b.join("999999999-0"))
-        .collect();
+    // A group of this memtrial's naming that nobody holds the lock on, with a process in
+    // it, as a SIGKILLed memtrial leaves it (the kernel dropped its lock as it died).
+    let ns = {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata("/proc/self/ns/pid").unwrap().ino()
+    };
+    let name = format!("n{ns}-999999999-{}-0", std::process::id());
+    let stale: Vec<PathBuf> = cgroup_bases(&h).iter().map(|b| b.join(&name)).collect();
     for d in &stale {
         std::fs::create_dir_all(d).unwrap();
     }
+    let mut orphan = Command::new("sleep").arg("30").spawn().unwrap();
+    std::fs::write(stale[0].join("cgroup.procs"), orphan.id().to_string()).unwrap();
     let r = run_with(1, "glibc", &[], &["true"]);
     assert_eq!(r.code(), 0, "{}", r.stderr());
     // Another memtrial starting at the same moment (tests run in parallel) may be the one
-    // that cleans it and says so; either way it must be gone.
+    // that cleans it and says so; either way it must be gone, its process with it.
     for d in &stale {
         assert!(!d.exists(), "{} was cleaned", d.display());
     }
+    let status = orphan.wait().unwrap();
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&status),
+        Some(libc::SIGKILL)
+    );
 }

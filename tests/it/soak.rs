@@ -115,6 +115,8 @@ fn variants_run_side_by_side_on_the_same_requests_and_nothing_is_left() {
         no_process_matching(&marker),
         "an instance outlived its soak"
     );
+    // Remedies a soak can take (issue 38, item 12: soak has no --probe-interval).
+    assert!(!text(&out).contains("--probe-interval"), "{}", text(&out));
     let doc = summary(dir.path());
     assert_eq!(doc["schema"], "memtrial-soak/1");
     assert_eq!(doc["status"], "done");
@@ -218,9 +220,41 @@ fn a_killed_soak_leaves_nothing_after_the_next_start_and_resumes_with_its_gap() 
     );
     let before = summary(dir.path());
     assert_eq!(before["status"], "running");
-    let out = soak(dir.path()).arg("--resume").output().unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    let err = String::from_utf8_lossy(&out.stderr);
+    // Two resumes at once (two shells): one takes the soak, the other is refused, naming
+    // who has it. Before, both ran it: twice the servers, windows stored twice.
+    let resumes: Vec<std::process::Child> = (0..2)
+        .map(|_| {
+            soak(dir.path())
+                .arg("--resume")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let outs: Vec<Output> = resumes
+        .into_iter()
+        .map(|c| c.wait_with_output().unwrap())
+        .collect();
+    let ran: Vec<&Output> = outs.iter().filter(|o| o.status.code() == Some(0)).collect();
+    let refused: Vec<&Output> = outs.iter().filter(|o| o.status.code() == Some(2)).collect();
+    assert_eq!(
+        (ran.len(), refused.len()),
+        (1, 1),
+        "{}\n{}",
+        text(&outs[0]),
+        text(&outs[1])
+    );
+    let no = String::from_utf8_lossy(&refused[0].stderr);
+    assert!(
+        no.contains("soak 1 is running in another memtrial (PID "),
+        "{}",
+        text(refused[0])
+    );
+    let err: String = outs
+        .iter()
+        .map(|o| String::from_utf8_lossy(&o.stderr).into_owned())
+        .collect();
     assert!(
         err.contains("removed a cgroup left by an earlier memtrial"),
         "{err}"
@@ -229,7 +263,15 @@ fn a_killed_soak_leaves_nothing_after_the_next_start_and_resumes_with_its_gap() 
     let doc = summary(dir.path());
     assert_eq!(doc["status"], "done");
     let gaps = doc["gaps"].as_array().unwrap();
-    assert_eq!(gaps.len(), 1, "{doc:#}");
+    assert_eq!(gaps.len(), 1, "one resume ran: {doc:#}");
+    // No window stored twice: at most one per window of the soak's 30 s, per variant.
+    for v in ["glibc", "arena2"] {
+        let windows = variant(&doc, v)["windows"].as_u64().unwrap();
+        assert!(
+            windows <= 8,
+            "{v}: {windows} windows of 4 s in 30 s: {doc:#}"
+        );
+    }
     let (a, b) = (gaps[0][0].as_f64().unwrap(), gaps[0][1].as_f64().unwrap());
     assert!(a > 5.0 && b > a, "{gaps:?}");
     assert!(
@@ -338,6 +380,197 @@ fn a_rate_the_machine_cannot_drive_is_said() {
         "{stdout}"
     );
     assert!(stdout.contains("lower --rate"), "{stdout}");
+}
+
+/// Both servers crash 3 s in: memtrial once soaked the dead instances for the whole
+/// duration, said "every instance fell behind … lower --rate" every window, counted one
+/// error per reconnect attempt and exited 0. A dead instance is down: an event, its load
+/// stopped, its windows left out; with every instance down the soak ends at once, failed,
+/// naming which died and when, and exits 1.
+#[test]
+fn a_soak_whose_servers_all_die_ends_failed_naming_them() {
+    if !ready() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let marker = format!("soak-die-{}", std::process::id());
+    let started = Instant::now();
+    let mut c = server_soak(dir.path(), "glibc,arena2", "10");
+    c.args([
+        "--duration",
+        "1m",
+        "--window",
+        "3s",
+        "--interval",
+        "500ms",
+        "--",
+    ])
+    .args([
+        "python3",
+        &server(),
+        "{port}",
+        "crash-after-30",
+        "0",
+        &marker,
+    ]);
+    let out = c.output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "a soak of dead servers went on: {}",
+        text(&out)
+    );
+    assert!(no_process_matching(&marker));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!stdout.contains("fell behind"), "{stdout}");
+    let doc = summary(dir.path());
+    assert_eq!(doc["status"], "failed", "{doc:#}");
+    let reason = doc["stop_reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("every instance is down: ")
+            && reason.contains("glibc at ")
+            && reason.contains("arena2 at ")
+            && reason.contains("exited with code 3"),
+        "{reason}"
+    );
+    for v in ["glibc", "arena2"] {
+        let s = variant(&doc, v);
+        let down = &s["down"][0];
+        assert_eq!(down["why"], "exited with code 3", "{s:#}");
+        let t = down["t"].as_f64().unwrap();
+        assert!((2.0..15.0).contains(&t), "{s:#}");
+        // Errors count requests that were due, not reconnect attempts.
+        let errors = s["errors"].as_u64().unwrap();
+        assert!(errors <= 30, "{v}: {errors} errors: {s:#}");
+    }
+    assert!(
+        stdout.contains("soak 1: failed — every instance is down"),
+        "{stdout}"
+    );
+}
+
+/// One variant's server dies (after 20 requests), the other lives: the soak goes on for
+/// its duration with the live one (no "every instance fell behind"), says which died and
+/// when, and exits 1. Its requests come from a replayed log with one line dated 9999,
+/// which once held back every later line (~8,000 years): skipped, and said as an event.
+#[test]
+fn a_soak_with_one_dead_instance_goes_on_and_says_which() {
+    if !ready() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let marker = format!("soak-one-{}", std::process::id());
+    let log: String = (0..50)
+        .map(|i| {
+            let year = if i == 7 { 9999 } else { 2024 };
+            format!(
+                "127.0.0.1 - - [12/Mar/{year}:10:{:02}:{:02} +0000] \"GET / HTTP/1.1\" 200 5\n",
+                i / 60,
+                i % 60
+            )
+        })
+        .collect();
+    std::fs::write(dir.path().join("access.log"), log).unwrap();
+    let script = format!(
+        "exec python3 {} $MEMTRIAL_PORT ${{SERVER_MODE:-ok}} 0 {marker}",
+        server()
+    );
+    let out = soak(dir.path())
+        .args([
+            "--variants",
+            "glibc",
+            "--variant",
+            "crashy=SERVER_MODE=crash-after-20",
+        ])
+        .args([
+            "--url",
+            "http://127.0.0.1:{port}/",
+            "--replay",
+            "access.log",
+        ])
+        .args(["--speed", "5", "--duration", "15s", "--window", "3s"])
+        .args(["--interval", "500ms", "--", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(no_process_matching(&marker));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!stdout.contains("fell behind"), "{stdout}");
+    assert!(stdout.contains("down: crashy at "), "{stdout}");
+    let doc = summary(dir.path());
+    assert_eq!(doc["status"], "done", "{doc:#}");
+    let crashy = variant(&doc, "crashy");
+    assert_eq!(crashy["down"][0]["why"], "exited with code 3", "{crashy:#}");
+    // Nothing is due to it once it is down: its due requests are those it completed or
+    // failed, give or take what fell due before memtrial saw it go (a sample, 500 ms: ~3
+    // requests at this pace). It once counted the whole schedule's: 19 of 72 due.
+    let n = |k: &str| {
+        crashy[k]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{k}: {crashy:#}"))
+    };
+    assert!(
+        n("due") <= n("requests") + n("errors") + 5,
+        "{} of {} due, {} errors: {crashy:#}",
+        n("requests"),
+        n("due"),
+        n("errors")
+    );
+    let glibc = variant(&doc, "glibc");
+    assert!(glibc.get("down").is_none(), "{glibc:#}");
+    // The live instance got its requests: the replay did not stall at the 9999 line.
+    let (done, due) = (
+        glibc["requests"].as_u64().unwrap(),
+        glibc["due"].as_u64().unwrap(),
+    );
+    assert!(
+        due >= 60 && done as f64 >= 0.9 * due as f64,
+        "{done} of {due}: {glibc:#}"
+    );
+    assert!(
+        doc["events"].as_array().unwrap().iter().any(|e| {
+            let t = e["text"].as_str().unwrap();
+            t.contains("1 line(s) dated in the future skipped") && t.contains("line 8")
+        }),
+        "{doc:#}"
+    );
+}
+
+/// The server exits at once: memtrial exits 2 saying why, and the stored soak is failed
+/// with that reason (it stayed "running" with a dead owner: "soak 1: running — running").
+#[test]
+fn a_soak_whose_start_fails_is_stored_as_failed() {
+    if !ready() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = server_soak(dir.path(), "glibc,arena2", "10")
+        .args(["--duration", "1m", "--window", "3s", "--"])
+        .args(["sh", "-c", "echo boom >&2; exit 3", "{port}"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("exited before it answered"), "{err}");
+    let doc = summary(dir.path());
+    assert_eq!(doc["status"], "failed", "{doc:#}");
+    let reason = doc["stop_reason"].as_str().unwrap();
+    assert!(
+        reason.contains("the glibc instance exited before it answered (exited with code 3)")
+            && reason.contains("boom"),
+        "{reason}"
+    );
+    let shown = Command::new(memtrial())
+        .args(["report", "--soak"])
+        .current_dir(dir.path())
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    assert!(
+        shown.starts_with("soak 1: failed — the glibc instance"),
+        "{shown}"
+    );
 }
 
 #[test]
@@ -454,5 +687,89 @@ fn a_worker_soak_runs_one_driver_per_instance() {
     assert!(
         doc["events"].as_array().unwrap().is_empty(),
         "the drivers ran to the end: {doc:#}"
+    );
+}
+
+/// Issue 36: a Ruby app whose live bytes are a GC sawtooth and nothing else
+/// (tests/fixtures/servers/gc_sawtooth.ru keeps nothing between requests; each process
+/// writes how often its Ruby collected as it exits) under puma,
+/// soaked side by side for 4 minutes under glibc, arena2 and jemalloc, is never called a
+/// leak in any variant; where 4 minutes cannot tell, each says how much longer would.
+/// (Heroku's method on a Rails app once gave glibc "leak: live bytes grow 3.5 MiB/min" from
+/// a line through 3.5 minutes of this sawtooth while the other variants were flat.)
+#[test]
+#[ignore = "measures: a 4-minute soak of three puma instances; runs alone in the second pass of scripts/test.sh"]
+fn a_ruby_gc_sawtooth_is_never_called_a_leak() {
+    if !ready() || !need_program("puma", "puma ruby-rack") || !need_allocators(&["jemalloc"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let counts = tempfile::tempdir().unwrap();
+    let app = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/servers/gc_sawtooth.ru");
+    let out = server_soak(dir.path(), "glibc,arena2,jemalloc", "40")
+        .env("GC_SAWTOOTH_OUT", counts.path())
+        .args(["--duration", "4m", "--window", "10s", "--"])
+        .args(["puma", "-t", "8:8", "-b", "tcp://127.0.0.1:{port}"])
+        .arg(&app)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let doc = summary(dir.path());
+    assert_eq!(doc["status"], "done", "{doc:#}");
+    // The sawtooth was real: each instance's Ruby collected again and again (at 40 pages
+    // of 256 KiB a second against a malloc limit of 16 to 32 MiB, every few seconds).
+    for v in ["glibc", "arena2", "jemalloc"] {
+        let gcs: Vec<u64> = std::fs::read_dir(counts.path())
+            .unwrap()
+            .map(|e| e.unwrap())
+            .filter(|e| {
+                e.file_name()
+                    .to_str()
+                    .is_some_and(|n| n.starts_with(&format!("{v}.")))
+            })
+            .map(|e| {
+                let text = std::fs::read_to_string(e.path()).unwrap();
+                text.split_whitespace().next().unwrap().parse().unwrap()
+            })
+            .collect();
+        assert!(
+            gcs.len() == 1 && gcs[0] >= 20,
+            "{v}: collections per process {gcs:?}"
+        );
+    }
+    let mut too_short = 0;
+    for v in ["glibc", "arena2", "jemalloc"] {
+        let s = variant(&doc, v);
+        assert_eq!(s["errors"], 0, "{s:#}");
+        let why = &s["why"];
+        let verdict = why["verdict"].as_str().unwrap_or("");
+        assert!(
+            !verdict.is_empty() && verdict != "leak",
+            "{v}: {why:#}\n{}",
+            text(&out)
+        );
+        // The allocator probe followed the instance through the soak: a verdict from its
+        // samples, or its figures (glibc's heap under 8 threads may well be fragmented:
+        // held 4.7× live in one run, a verdict this test accepts).
+        if verdict == "too_short" {
+            too_short += 1;
+            assert!(why["samples"].as_u64().unwrap_or(0) >= 100, "{v}: {why:#}");
+            // More than it had (the steady window is the soak less its warm-up window).
+            assert!(
+                why["need_seconds"].as_f64().unwrap() > why["seconds"].as_f64().unwrap(),
+                "{v}: {why:#}"
+            );
+        } else {
+            assert!(
+                why["live_bytes"].as_f64().unwrap_or(0.0) > 0.0,
+                "{v}: {why:#}"
+            );
+        }
+    }
+    let printed = text(&out);
+    assert!(!printed.contains(": leak: "), "{printed}");
+    assert!(
+        too_short == 0 || printed.contains("more minute"),
+        "{printed}"
     );
 }

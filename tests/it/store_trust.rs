@@ -247,6 +247,7 @@ fn two_concurrent_resumes_add_exactly_the_missing_runs() {
     );
     // The first run creates `go` and sleeps: interrupt it there.
     wait_for_first_run(dir);
+    // SAFETY: a signal to our own child, not yet waited for.
     unsafe { libc::kill(first.id() as i32, libc::SIGINT) };
     let o = first.wait().unwrap();
     assert_eq!(o.code(), Some(130));
@@ -334,6 +335,44 @@ fn an_imported_hostname_cannot_forge_lines() {
         "a forged line: {text:?}"
     );
     assert!(text.contains("node-b\\nimported 0 runs"), "{text:?}");
+}
+
+/// Issue 38, item 7: a record's `message` and `allocator_detected` holding terminal
+/// escapes and a bidirectional override are shown escaped by `report --csv -` (before:
+/// written raw, as the text, Markdown, HTML and JSON renderers never did).
+#[test]
+fn an_imported_message_cannot_drive_the_terminal_through_csv() {
+    if need_cgroups().is_none() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let mut rec = local_with_record(dir);
+    rec["experiment"]["hosts"][0]["hostname"] = "node-b".into();
+    rec["variants"][0]["runs"][0]["message"] =
+        "ok\u{1b}]0;owned\u{7}\u{1b}[2J\u{202e}gnp.exe".into();
+    rec["variants"][0]["runs"][0]["allocator_detected"] = "glibc\u{1b}[31m".into();
+    std::fs::write(dir.join("esc.json"), rec.to_string()).unwrap();
+    ok(
+        &out(dir, &["import", "--db", "esc.db", "esc.json"]),
+        "import",
+    );
+    for flag in ["--csv", "--samples-csv"] {
+        let csv = ok(&out(dir, &["report", "--db", "esc.db", flag, "-"]), flag);
+        assert!(
+            !csv.contains(['\u{1b}', '\u{7}', '\u{202e}']),
+            "{flag} writes a raw escape: {csv:?}"
+        );
+    }
+    let csv = ok(
+        &out(dir, &["report", "--db", "esc.db", "--csv", "-"]),
+        "--csv",
+    );
+    assert!(
+        csv.contains("ok\\x1b]0;owned\\x07\\x1b[2J\\u{202e}gnp.exe"),
+        "{csv}"
+    );
+    assert!(csv.contains("glibc\\x1b[31m"), "{csv}");
 }
 
 /// Item 14: an input larger than the stated limit (64 MiB) is refused naming it, before
@@ -425,4 +464,106 @@ fn wait_for_first_run(dir: &Path) {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     assert!(dir.join("go").exists(), "the first run never started");
+}
+
+/// Another application's SQLite database, as its own migrations left it.
+fn foreign_database(path: &Path, tables: &str) -> Vec<u8> {
+    let c = rusqlite::Connection::open(path).unwrap();
+    c.execute_batch(&format!("{tables} PRAGMA user_version = 3;"))
+        .unwrap();
+    drop(c);
+    std::fs::read(path).unwrap()
+}
+
+/// Issue 38, item 5: `list`, `report`, `recommend` and `run` pointed at another
+/// program's database refuse it in one line and leave it byte for byte as it was (before:
+/// `list` added 12 tables and set its user_version to 11; with a table named `runs` the
+/// error was a 143-line SQL dump).
+#[test]
+fn another_programs_database_is_refused_untouched() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    for (name, tables) in [
+        (
+            "app.db",
+            "CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT); CREATE TABLE orders (id INTEGER);",
+        ),
+        (
+            "runs.db",
+            "CREATE TABLE runs (id INTEGER PRIMARY KEY, job TEXT, started TEXT);",
+        ),
+    ] {
+        let db = dir.join(name);
+        let before = foreign_database(&db, tables);
+        for args in [
+            &["list"][..],
+            &["report"],
+            &["recommend"],
+            &["report", "--soak"],
+            &["run", "--resume"],
+            &["run", "--runs", "1", "--variants", "glibc", "--", "/bin/true"],
+        ] {
+            let o = out(dir, &[&["--db", name][..], args].concat());
+            let e = stderr(&o);
+            assert_eq!(o.status.code(), Some(2), "{args:?}: {e}");
+            assert!(
+                e.contains("another program's SQLite database")
+                    && e.contains("memtrial leaves it untouched"),
+                "{args:?}: {e}"
+            );
+            assert_eq!(e.lines().count(), 1, "{args:?}: {e}");
+            assert_eq!(
+                std::fs::read(&db).unwrap(),
+                before,
+                "{args:?} changed {name}"
+            );
+            assert!(!dir.join(format!("{name}-journal")).exists());
+        }
+    }
+}
+
+/// Issue 38, item 12: what is not a database file gets a hint, before any run: a directory,
+/// a file that is not SQLite, a device (before: `--db /dev/null` left a world-writable
+/// `/dev/null-journal`, the others SQLite's bare words).
+#[test]
+fn what_is_not_a_database_file_is_said_before_anything_runs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    std::fs::create_dir(dir.join("store")).unwrap();
+    std::fs::write(dir.join("notes.txt"), "my notes\n").unwrap();
+    let journal_before = Path::new("/dev/null-journal").exists();
+    let marker = dir.join("ran");
+    let command = ["/bin/sh", "-c", "touch ran"];
+    for (db, says) in [
+        (
+            "store",
+            "store is a directory: give --db a file's path, e.g. --db store/memtrial.db",
+        ),
+        (
+            "notes.txt",
+            "notes.txt is not an SQLite database (it begins with \"my notes\\n\")",
+        ),
+        ("/dev/null", "/dev/null is not a regular file"),
+    ] {
+        for args in [
+            quiet_run(1, "glibc", &["--db", db], &command),
+            vec!["list".into(), "--db".into(), db.into()],
+        ] {
+            let o = out(dir, &args);
+            let e = stderr(&o);
+            assert_eq!(o.status.code(), Some(2), "{db}: {e}");
+            assert!(e.contains(says), "{db}: {e}");
+        }
+        assert!(!marker.exists(), "{db}: the workload ran");
+    }
+    assert_eq!(
+        std::fs::read_to_string(dir.join("notes.txt")).unwrap(),
+        "my notes\n"
+    );
+    if !journal_before {
+        assert!(
+            !Path::new("/dev/null-journal").exists(),
+            "--db /dev/null left /dev/null-journal"
+        );
+    }
 }

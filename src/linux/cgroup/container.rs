@@ -374,9 +374,109 @@ pub(crate) fn read_container(
     }
 }
 
+/// The processes a memory cgroup's usage counts: those in the group and in every group
+/// below it, as their `cgroup.procs` list them (PIDs as this process sees them).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Members {
+    /// Sorted, each once.
+    pub pids: Vec<i32>,
+    /// Every group below was read: the walk stops after [`MAX_MEMBER_GROUPS`] groups (a
+    /// process in the root group, say), and a group that vanished mid-walk is skipped.
+    pub complete: bool,
+}
+
+/// Groups a walk for [`Members`] reads at most.
+pub const MAX_MEMBER_GROUPS: usize = 256;
+
+/// The most read of one `cgroup.procs` (a root group of a busy host: a few hundred KiB).
+const MAX_PROCS_BYTES: u64 = 4 << 20;
+
+/// The members of the memory cgroup of the process whose `/proc/PID/cgroup` is
+/// `cgroup_text`; `None` without a memory controller or its directory.
+pub(crate) fn memory_members(cgroup_text: &str) -> Option<Members> {
+    let lines = parse_proc_cgroup(cgroup_text).ok()?;
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo")
+        .map(|t| parse_mountinfo(&t))
+        .ok()?;
+    let (_, _, dir) = group_dir(&lines, &mounts, "memory")?;
+    Some(members_below(&dir, MAX_MEMBER_GROUPS))
+}
+
+/// The PIDs in the `cgroup.procs` of `dir` and of every directory below it, reading at
+/// most `max_groups` groups.
+pub(crate) fn members_below(dir: &Path, max_groups: usize) -> Members {
+    use std::io::Read;
+    let mut pids = Vec::new();
+    let mut complete = true;
+    let mut todo = vec![dir.to_path_buf()];
+    let mut read = 0;
+    while let Some(d) = todo.pop() {
+        if read == max_groups {
+            complete = false;
+            break;
+        }
+        read += 1;
+        let mut text = String::new();
+        let got = std::fs::File::open(d.join("cgroup.procs"))
+            .and_then(|f| f.take(MAX_PROCS_BYTES).read_to_string(&mut text));
+        match got {
+            Ok(n) if (n as u64) < MAX_PROCS_BYTES => pids.extend(
+                text.split_whitespace()
+                    .filter_map(|w| w.parse::<i32>().ok()),
+            ),
+            _ => complete = false,
+        }
+        match std::fs::read_dir(&d) {
+            Ok(entries) => todo.extend(
+                entries
+                    .flatten()
+                    .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                    .map(|e| e.path()),
+            ),
+            Err(_) => complete = false,
+        }
+    }
+    pids.sort_unstable();
+    pids.dedup();
+    Members { pids, complete }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn members_are_read_from_the_group_and_every_group_below() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path();
+        std::fs::write(root.join("cgroup.procs"), "12\n7\n").unwrap();
+        std::fs::create_dir_all(root.join("a/b")).unwrap();
+        std::fs::write(root.join("a/cgroup.procs"), "").unwrap();
+        std::fs::write(root.join("a/b/cgroup.procs"), "40\n7\n").unwrap();
+        std::fs::create_dir(root.join("c")).unwrap();
+        std::fs::write(root.join("c/cgroup.procs"), "3\n").unwrap();
+        let m = members_below(root, MAX_MEMBER_GROUPS);
+        assert_eq!(m.pids, vec![3, 7, 12, 40]);
+        assert!(m.complete);
+        // A walk cut short says so.
+        let m = members_below(root, 2);
+        assert!(!m.complete);
+        assert!(m.pids.contains(&12), "{m:?}");
+        // A group without cgroup.procs (gone mid-walk): incomplete, what was read kept.
+        std::fs::remove_file(root.join("c/cgroup.procs")).unwrap();
+        let m = members_below(root, MAX_MEMBER_GROUPS);
+        assert!(!m.complete);
+        assert_eq!(m.pids, vec![7, 12, 40]);
+    }
+
+    #[test]
+    fn this_process_is_a_member_of_its_own_memory_group() {
+        let text = std::fs::read_to_string("/proc/self/cgroup").unwrap();
+        // Without a memory controller (some containers) there is nothing to read.
+        if let Some(m) = memory_members(&text) {
+            assert!(m.pids.contains(&(std::process::id() as i32)), "{m:?}");
+        }
+    }
 
     #[test]
     fn limits_and_quotas() {

@@ -60,6 +60,15 @@ impl CgroupReader {
         }
     }
 
+    /// The memory controller's directory and the hierarchy's version.
+    pub fn memory_group(&self) -> Option<(PathBuf, Version)> {
+        let dir = self.dir_of(Controller::Memory)?.to_path_buf();
+        Some(match self.hierarchy {
+            Hierarchy::V2 { .. } => (dir, Version::V2),
+            Hierarchy::V1 { .. } => (dir, Version::V1),
+        })
+    }
+
     /// Reads memory.stat; keeps the largest anon and page-cache figures seen.
     pub fn sample(&mut self) {
         let v2 = matches!(self.hierarchy, Hierarchy::V2 { .. });

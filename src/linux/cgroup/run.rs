@@ -16,6 +16,9 @@ pub struct RunCgroup {
     pub(super) hierarchy: Hierarchy,
     /// Directories created for this run, by controller (v2: one entry under Memory).
     pub(super) dirs: BTreeMap<Controller, PathBuf>,
+    /// The lock on each directory: who owns the group (see `stale.rs`), held until the
+    /// group is removed.
+    locks: Vec<OwnedFd>,
 }
 pub(super) fn ensure_dir(dir: &Path) -> Result<(), CgroupError> {
     match fs::create_dir(dir) {
@@ -42,11 +45,12 @@ impl RunCgroup {
                     enable_line(base, &want),
                 );
                 let dir = base.join(name);
-                fs::create_dir(&dir).map_err(io_err("create", &dir))?;
+                let lock = make_owned_dir(&dir)?;
                 dirs.insert(Controller::Memory, dir.clone());
                 let cg = RunCgroup {
                     hierarchy: h.clone(),
                     dirs,
+                    locks: vec![lock],
                 };
                 if let Err(e) = cg.apply_v2(&dir, limits) {
                     cg.remove();
@@ -55,6 +59,11 @@ impl RunCgroup {
                 Ok(cg)
             }
             Hierarchy::V1 { bases } => {
+                let mut cg = RunCgroup {
+                    hierarchy: h.clone(),
+                    dirs,
+                    locks: Vec::new(),
+                };
                 for (c, base) in bases {
                     ensure_dir(base)?;
                     if *c == Controller::Cpuset {
@@ -72,13 +81,10 @@ impl RunCgroup {
                         }
                     }
                     let dir = base.join(name);
-                    fs::create_dir(&dir).map_err(io_err("create", &dir))?;
-                    dirs.insert(*c, dir);
+                    // What was made so far is removed with `cg` on an error.
+                    cg.locks.push(make_owned_dir(&dir)?);
+                    cg.dirs.insert(*c, dir);
                 }
-                let cg = RunCgroup {
-                    hierarchy: h.clone(),
-                    dirs,
-                };
                 if let Err(e) = cg.apply_v1(limits) {
                     cg.remove();
                     return Err(e);

@@ -5,10 +5,18 @@
 //! before anything is written; then all of them go in one transaction, so an error in
 //! any file leaves the store as it was. A record whose plan fingerprint equals a stored
 //! experiment's joins it; otherwise it becomes a new experiment. Each run has an identity
-//! (its JSON object and its host, hashed): a run already stored is not added again.
+//! (its JSON object, its host, its variant and its plan's fingerprint, hashed): a run
+//! already stored is not added again, and runs of other variants or plans are never taken
+//! for it.
+//!
+//! Memory: a record is read whole (at most [`MAX_RECORD_BYTES`]), then split where its bulk
+//! is and checked and typed a run and a sample at a time, never held as a JSON tree; an
+//! import holds about twice the largest record's size at its peak (its text and its typed
+//! runs), plus what the schemas take compiled (a few MiB).
 
 mod identity;
 mod parse;
+mod split;
 
 pub(crate) use identity::run_identity;
 use identity::*;
@@ -50,6 +58,11 @@ pub(crate) fn read_record(path: &std::path::Path) -> Result<(String, String), Im
 
 /// The oldest record version import reads.
 pub(crate) const OLDEST_VERSION: u64 = 2;
+
+/// The record versions import reads, oldest and newest (for help texts).
+pub fn versions_read() -> (u64, u64) {
+    (OLDEST_VERSION, u64::from(JSON_SCHEMA_VERSION))
+}
 
 /// Why records were not imported. Each names the file; nothing was written.
 #[derive(Debug, thiserror::Error)]
@@ -136,7 +149,7 @@ pub fn import(
     }
     let parsed: Vec<Parsed> = records
         .iter()
-        .map(|(name, text)| parse(name, text.clone()))
+        .map(|(name, text)| parse(name, text))
         .collect::<Result<_, _>>()?;
     import_parsed(store, parsed)
 }
@@ -153,9 +166,36 @@ pub fn read_files(paths: &[std::path::PathBuf]) -> Result<Records, ImportError> 
     let mut parsed = Vec::with_capacity(paths.len());
     for p in paths {
         let (name, text) = read_record(p)?;
-        parsed.push(parse(&name, text)?);
+        parsed.push(parse(&name, &text)?);
     }
     Ok(Records(parsed))
+}
+
+/// A record file read and checked as `import` reads it, held in memory and not stored
+/// (`memtrial gate --against FILE`): the experiment, and the memtrial that wrote it.
+pub fn read_experiment(
+    path: &std::path::Path,
+) -> Result<(crate::record::Experiment, Option<String>), ImportError> {
+    let (name, text) = read_record(path)?;
+    let p = parse(&name, &text)?;
+    let n = p.runs.len();
+    let (runs, run_hosts): (Vec<_>, Vec<_>) = p.runs.into_iter().map(|(r, _, h)| (r, h)).unzip();
+    Ok((
+        crate::record::Experiment {
+            id: 0,
+            seqs: (0..n as u32).collect(),
+            created_at: p.created_at,
+            finished_at: p.finished_at,
+            status: p.status,
+            plan: p.plan,
+            host: p.host,
+            runs,
+            notes: p.notes,
+            hosts: p.hosts,
+            run_hosts,
+        },
+        p.generator,
+    ))
 }
 
 /// Imports records read by [`read_files`]: all of them or none, in one transaction.
@@ -302,10 +342,23 @@ fn add_runs(
         present_runs: 0,
         hosts: Vec::new(),
     };
+    let fingerprint = p.plan.fingerprint();
     for (record, identity, h) in &p.runs {
+        // Stored before schema 12, a run was identified by its body's hash alone: such a
+        // run is this one only within the same plan and variant.
         let present: bool = tx.query_row(
-            "SELECT EXISTS (SELECT 1 FROM runs WHERE identity IN (?1, ?2))",
-            [&identity.stored, &identity.as_given],
+            "SELECT EXISTS (SELECT 1 FROM runs WHERE identity IN (?1, ?2))
+                 OR EXISTS (SELECT 1 FROM runs
+                     WHERE identity IN (?3, ?4) AND variant = ?5
+                       AND experiment_id IN (SELECT id FROM experiments WHERE fingerprint = ?6))",
+            params![
+                &identity.stored,
+                &identity.as_given,
+                &identity.old_stored,
+                &identity.old_as_given,
+                &record.variant,
+                &fingerprint
+            ],
             |r| r.get(0),
         )?;
         if let Some(host) = p.hosts.get(*h) {
@@ -353,6 +406,7 @@ mod tests {
         let mut v: Value = serde_json::from_str(text).unwrap();
         v["schema_version"] = 3.into();
         v.as_object_mut().unwrap().remove("sharing");
+        v.as_object_mut().unwrap().remove("floor");
         v["recommendation"]
             .as_object_mut()
             .unwrap()
@@ -361,6 +415,9 @@ mod tests {
             let s = var["summary"].as_object_mut().unwrap();
             s.remove("evidence");
             s.remove("live_departure");
+            s.remove("floor_departure");
+            s.remove("peak_live_bytes");
+            s.remove("peak_over_floor");
             if let Some(w) = s.get_mut("why").and_then(Value::as_object_mut) {
                 w.remove("live_bytes");
                 w.remove("held_bytes");
@@ -368,6 +425,16 @@ mod tests {
             for run in var["runs"].as_array_mut().unwrap() {
                 if let Some(a) = run["inside"]["allocator"].as_object_mut() {
                     a.remove("holes");
+                    for key in ["series", "at_peak"] {
+                        match a.get_mut(key) {
+                            Some(Value::Array(points)) => points
+                                .iter_mut()
+                                .filter_map(Value::as_object_mut)
+                                .for_each(|p| drop(p.remove("rss_bytes"))),
+                            Some(Value::Object(p)) => drop(p.remove("rss_bytes")),
+                            _ => {}
+                        }
+                    }
                 }
                 if let Some(i) = run["inside"].as_object_mut() {
                     i.remove("requires");
@@ -557,7 +624,11 @@ mod tests {
             ("{}", "no schema_version"),
             ("{\"schema_version\": \"3\"}", "not a number"),
             ("{\"schema_version\": 1}", "older than this memtrial reads"),
-            ("{\"schema_version\": 2.5}", "not a whole number"),
+            ("{\"schema_version\": 2.5}", "schema_version 2.5 is not a version"),
+            (
+                "{\"schema_version\": -1}",
+                "schema_version -1 is not a version (versions are whole numbers; this memtrial reads versions 2 to 4)",
+            ),
             ("{\"schema_version\": 3}", "at the top level"),
         ];
         for (text, want) in cases {
@@ -780,19 +851,98 @@ mod tests {
         assert_eq!(canonical(&a), canonical(&b));
         assert_eq!(canonical(&a), r#"{"a":"q","b":[1,{"x":1,"y":2}]}"#);
         let h = fixture::experiment().host;
-        assert_eq!(run_identity(&a, &h), run_identity(&b, &h));
+        let id = |v: &Value, h: &crate::linux::host::HostInfo| run_identity(v, h, "f", "glibc");
+        assert_eq!(id(&a, &h), id(&b, &h));
         let mut with_host = a.clone();
         with_host["host"] = 3.into();
-        assert_eq!(run_identity(&a, &h), run_identity(&with_host, &h));
+        assert_eq!(id(&a, &h), id(&with_host, &h));
         let mut other = h.clone();
         other.hostname = "node-b".into();
-        assert_ne!(run_identity(&a, &h), run_identity(&a, &other));
+        assert_ne!(id(&a, &h), id(&a, &other));
         // A report that adds ld.so's complaint to the detail exports the same run.
         let mut explained = a.clone();
         explained["verification_detail"] = "jemalloc not mapped: file too short".into();
-        assert_eq!(run_identity(&a, &h), run_identity(&explained, &h));
+        assert_eq!(id(&a, &h), id(&explained, &h));
         let mut changed = a.clone();
         changed["peak_rss_bytes"] = 1.into();
-        assert_ne!(run_identity(&a, &h), run_identity(&changed, &h));
+        assert_ne!(id(&a, &h), id(&changed, &h));
+        // Another variant's or another plan's run is another run, however equal.
+        assert_ne!(id(&a, &h), run_identity(&a, &h, "f", "arena2"));
+        assert_ne!(id(&a, &h), run_identity(&a, &h, "g", "glibc"));
+    }
+
+    /// A run's body hashed as it is read (fields, then samples one at a time) is the hash
+    /// of its whole JSON object, with its paths as given and blank.
+    #[test]
+    fn a_body_hashed_as_it_is_read_is_the_body_hashed_whole() {
+        let e = fixture::two_host_experiment();
+        for r in e.runs.iter().take(6) {
+            let mut whole = crate::record::wire::run_value(r).unwrap();
+            whole["stdout_path"] = "/x/1.stdout".into();
+            whole["host"] = 1.into();
+            let Value::Object(mut fields) = whole.clone() else {
+                unreachable!()
+            };
+            let Some(Value::Array(samples)) = fields.remove("samples") else {
+                unreachable!()
+            };
+            assert!(!samples.is_empty());
+            let mut hasher = BodyHasher::start(&fields);
+            for s in &samples {
+                hasher.sample(s);
+            }
+            let (given, blank) = hasher.finish(&e.host);
+            assert_eq!(given, body_hash(&whole, &e.host));
+            let mut blanked = whole.clone();
+            blanked["stdout_path"] = "".into();
+            blanked["stderr_path"] = "".into();
+            assert_eq!(blank, body_hash(&blanked, &e.host));
+        }
+    }
+
+    /// Issue 38, item 6: runs equal in every figure but of another variant, or of another
+    /// plan, are other runs (before: "2 new run(s), 2 already present", and a record of
+    /// another plan with the same runs imported nothing); runs stored under the identity
+    /// of before are still found present within their plan and variant.
+    #[test]
+    fn equal_runs_of_other_variants_or_plans_are_other_runs() {
+        let (_d, mut s) = store();
+        let mut v: Value = serde_json::from_str(&record(&fixture::experiment())).unwrap();
+        let runs = v["variants"][0]["runs"].clone();
+        for var in v["variants"].as_array_mut().unwrap() {
+            var["runs"] = runs.clone();
+        }
+        let n = runs.as_array().unwrap().len() * v["variants"].as_array().unwrap().len();
+        let out = import(&mut s, &one("same.json", v.to_string())).unwrap();
+        assert_eq!((out[0].new_runs, out[0].present_runs), (n, 0));
+        let mut other = v.clone();
+        for at in ["/experiment/plan/command", "/experiment/command"] {
+            let c = other.pointer_mut(at).unwrap().as_array_mut().unwrap();
+            c.push("--another".into());
+        }
+        let out = import(&mut s, &one("other.json", other.to_string())).unwrap();
+        assert!(out[0].created);
+        assert_eq!((out[0].new_runs, out[0].present_runs), (n, 0));
+        // Again: all present.
+        let out = import(&mut s, &one("same.json", v.to_string())).unwrap();
+        assert_eq!((out[0].new_runs, out[0].present_runs), (0, n));
+        // A store whose runs carry the identities of before (a body hash alone) finds them
+        // present again.
+        let (_d2, mut old) = store();
+        let plain = record(&fixture::experiment());
+        let n = import(&mut old, &one("plain.json", plain.clone())).unwrap()[0].new_runs;
+        let p = parse("plain.json", &plain).unwrap();
+        for (record, ids, _) in &p.runs {
+            let changed = old
+                .conn
+                .execute(
+                    "UPDATE runs SET identity = ?2 WHERE identity = ?1 AND variant = ?3",
+                    rusqlite::params![ids.stored, ids.old_stored, record.variant],
+                )
+                .unwrap();
+            assert_eq!(changed, 1);
+        }
+        let again = import(&mut old, &one("plain.json", plain)).unwrap();
+        assert_eq!((again[0].new_runs, again[0].present_runs), (0, n));
     }
 }

@@ -31,6 +31,8 @@ pub(super) struct Parsed {
     /// Each run: its record, its identities, its host (an index into `hosts`).
     pub(super) runs: Vec<(RunRecord, Identities, usize)>,
     pub(super) remarks: Vec<String>,
+    /// The memtrial that wrote it (`memtrial 0.1.0`), when the record says.
+    pub(super) generator: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -40,6 +42,8 @@ pub(super) struct RecordJson {
     pub(super) variants: Vec<VariantJson>,
     #[serde(default)]
     pub(super) notes: Vec<String>,
+    #[serde(default)]
+    pub(super) generator: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -85,7 +89,7 @@ pub(super) struct VariantJson {
     pub(super) program: Option<String>,
     #[serde(default)]
     pub(super) command: Option<Vec<String>>,
-    pub(super) runs: Vec<Value>,
+    // Its runs are read from their text, one at a time (see `typed_run`).
 }
 
 /// What is wrong with a value: its JSON pointer, the value, why.
@@ -211,23 +215,52 @@ pub(super) fn check_plan(plan: &Plan, has_plan: bool) -> Result<(), Refusal> {
     Ok(())
 }
 
-/// The embedded schema of `version`, compiled.
-pub(super) fn validator(version: u32) -> Result<jsonschema::Validator, ImportError> {
-    let text = SCHEMAS
+/// The embedded schema of `version`, compiled three ways: the whole record (checked with
+/// its runs left out), one run (checked with its samples left out), one sample. Compiled
+/// once per process and version.
+pub(super) struct Validators {
+    record: jsonschema::Validator,
+    run: jsonschema::Validator,
+    sample: jsonschema::Validator,
+}
+
+pub(super) fn validators(version: u32) -> Result<&'static Validators, ImportError> {
+    static COMPILED: [std::sync::OnceLock<Result<Validators, String>>; SCHEMAS.len()] =
+        [const { std::sync::OnceLock::new() }; SCHEMAS.len()];
+    let at = SCHEMAS
         .iter()
-        .find(|(v, _)| *v == version)
-        .map(|(_, t)| *t)
+        .position(|(v, _)| *v == version)
         .ok_or_else(|| ImportError::Schema {
             version,
             reason: "not embedded".into(),
         })?;
-    let schema: Value = serde_json::from_str(text).map_err(|e| ImportError::Schema {
-        version,
-        reason: e.to_string(),
-    })?;
-    jsonschema::validator_for(&schema).map_err(|e| ImportError::Schema {
-        version,
-        reason: e.to_string(),
+    COMPILED[at]
+        .get_or_init(|| compile(SCHEMAS[at].1))
+        .as_ref()
+        .map_err(|reason| ImportError::Schema {
+            version,
+            reason: reason.clone(),
+        })
+}
+
+fn compile(text: &str) -> Result<Validators, String> {
+    let full: Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    // One definition of the schema as a schema of its own: the same `$defs`, a `$ref` to it.
+    let part = |def: &str| {
+        let mut m = serde_json::Map::new();
+        for k in ["$schema", "$id", "$defs"] {
+            if let Some(v) = full.get(k) {
+                m.insert(k.to_string(), v.clone());
+            }
+        }
+        m.insert("$ref".into(), Value::String(format!("#/$defs/{def}")));
+        Value::Object(m)
+    };
+    let build = |s: &Value| jsonschema::validator_for(s).map_err(|e| e.to_string());
+    Ok(Validators {
+        record: build(&full)?,
+        run: build(&part("run"))?,
+        sample: build(&part("sample"))?,
     })
 }
 
@@ -239,18 +272,18 @@ pub(super) fn pointer_text(p: &str) -> String {
     }
 }
 
-/// Reads one record: JSON, its version, its schema, then typed data. The text is dropped
-/// once parsed and the document consumed as it is typed, so that a record is held about
-/// once at a time, not as several copies.
-pub(super) fn parse(source: &str, text: String) -> Result<Parsed, ImportError> {
+/// Reads one record: JSON, its version, its schema, then typed data. The record is split
+/// where its bulk is ([`split`]): everything but the runs is checked against the schema as
+/// one tree, each run and then each of its samples as it is read, so that no tree of the
+/// whole record (about ten times its text) is ever made; what is held is the text and the
+/// typed runs (about half the text).
+pub(super) fn parse(source: &str, text: &str) -> Result<Parsed, ImportError> {
     if text.len() as u64 > MAX_RECORD_BYTES {
         return Err(ImportError::TooLarge {
             source_name: source.to_string(),
         });
     }
-    let doc: Result<Value, _> = serde_json::from_str(&text);
-    drop(text);
-    let doc: Value = doc.map_err(|e| ImportError::NotJson {
+    let doc = super::split::record(text).map_err(|e| ImportError::NotJson {
         source_name: source.to_string(),
         line: e.line(),
         column: e.column(),
@@ -265,16 +298,19 @@ pub(super) fn parse(source: &str, text: String) -> Result<Parsed, ImportError> {
         source_name: source.to_string(),
         reason: reason.to_string(),
     };
-    let Some(obj) = doc.as_object() else {
+    let Some(obj) = doc.skeleton.as_object() else {
         return Err(not_a_record("the top level is not an object"));
     };
+    let reads = format!("this memtrial reads versions {OLDEST_VERSION} to {JSON_SCHEMA_VERSION}");
     let version = match obj.get("schema_version") {
-        Some(Value::Number(n)) => n
-            .as_u64()
-            .ok_or_else(|| not_a_record(&format!("schema_version {n} is not a whole number")))?,
+        Some(Value::Number(n)) => n.as_u64().ok_or_else(|| {
+            not_a_record(&format!(
+                "schema_version {n} is not a version (versions are whole numbers; {reads})"
+            ))
+        })?,
         Some(other) => {
             return Err(not_a_record(&format!(
-                "schema_version {other} is not a number"
+                "schema_version {other} is not a number ({reads})"
             )))
         }
         None => {
@@ -295,20 +331,29 @@ pub(super) fn parse(source: &str, text: String) -> Result<Parsed, ImportError> {
             found: version,
         });
     }
-    let invalid = |pointer: String, reason: String| ImportError::Invalid {
+    // version is 2..=JSON_SCHEMA_VERSION here, so it fits.
+    let v = validators(version as u32)?;
+    if let Some(e) = v.record.iter_errors(&doc.skeleton).next() {
+        return Err(invalid(
+            source,
+            version,
+            e.instance_path.to_string(),
+            e.to_string(),
+        ));
+    }
+    let record: RecordJson = serde_json::from_value(doc.skeleton)
+        .map_err(|e| invalid(source, version, String::new(), e.to_string()))?;
+    typed(source, version, record, (&doc.runs, v))
+}
+
+/// A record that does not match its schema (or the types it implies) at `pointer`.
+fn invalid(source: &str, version: u64, pointer: String, reason: String) -> ImportError {
+    ImportError::Invalid {
         source_name: source.to_string(),
         version,
         pointer: pointer_text(&pointer),
         reason,
-    };
-    // version is 2..=JSON_SCHEMA_VERSION here, so it fits.
-    let v = validator(version as u32)?;
-    if let Some(e) = v.iter_errors(&doc).next() {
-        return Err(invalid(e.instance_path.to_string(), e.to_string()));
     }
-    let record: RecordJson =
-        serde_json::from_value(doc).map_err(|e| invalid(String::new(), e.to_string()))?;
-    typed(source, version, record)
 }
 
 /// The plan a v2 record implies: what it lacks is filled in and said.
@@ -341,6 +386,7 @@ pub(super) fn plan_from_v2(rec: &RecordJson, remarks: &mut Vec<String>) -> Plan 
                     }),
                     (None, None) => None,
                 },
+                knobs: Default::default(),
             })
             .collect(),
         baseline: rec.baseline.clone(),
@@ -360,7 +406,8 @@ pub(super) fn plan_from_v2(rec: &RecordJson, remarks: &mut Vec<String>) -> Plan 
 pub(super) fn typed(
     source: &str,
     version: u64,
-    mut rec: RecordJson,
+    rec: RecordJson,
+    (texts, validators): (&[Vec<&serde_json::value::RawValue>], &Validators),
 ) -> Result<Parsed, ImportError> {
     let inconsistent = |reason: String| ImportError::Inconsistent {
         source_name: source.to_string(),
@@ -430,43 +477,17 @@ pub(super) fn typed(
         })?;
     }
     let mut runs = Vec::new();
-    for (vi, v) in rec.variants.iter_mut().enumerate() {
-        let values = std::mem::take(&mut v.runs);
-        for (ri, value) in values.into_iter().enumerate() {
+    for (vi, v) in rec.variants.iter().enumerate() {
+        for (ri, raw) in texts.get(vi).into_iter().flatten().enumerate() {
             let pointer = format!("/variants/{vi}/runs/{ri}");
-            let identity_host = value
-                .get("host")
-                .and_then(Value::as_u64)
-                .and_then(|h| usize::try_from(h).ok())
-                .unwrap_or(0);
-            let identity = hosts.get(identity_host).map(|h| Identities {
-                stored: identity_of(&value, h, Paths::Blank),
-                as_given: identity_of(&value, h, Paths::AsGiven),
-            });
-            let r: RunIn = serde_json::from_value(value).map_err(|e| ImportError::Invalid {
-                source_name: source.to_string(),
+            runs.push(typed_run(
+                source,
                 version,
-                pointer: pointer.clone(),
-                reason: e.to_string(),
-            })?;
-            let h = r.host.unwrap_or(0);
-            let (Some(identity), true) = (identity, h < hosts.len()) else {
-                return Err(inconsistent(format!(
-                    "{pointer}/host is {h}, but experiment.hosts has {} host(s)",
-                    hosts.len()
-                )));
-            };
-            let record = wire::record_of(&v.name, r)
-                .map_err(|reason| inconsistent(format!("{pointer}: {reason}")))?;
-            check_run(&record, &pointer).map_err(|(pointer, value, why)| {
-                ImportError::OutOfRange {
-                    source_name: source.to_string(),
-                    pointer,
-                    value,
-                    why,
-                }
-            })?;
-            runs.push((record, identity, h));
+                (raw, &pointer),
+                (v, &fingerprint),
+                &hosts,
+                validators,
+            )?);
         }
     }
     Ok(Parsed {
@@ -480,5 +501,108 @@ pub(super) fn typed(
         notes: rec.notes,
         runs,
         remarks,
+        generator: rec.generator,
     })
+}
+
+/// One run of a record from its text: checked against the run's schema (its samples each
+/// against the sample's, as they are read), its identities hashed as it is read, typed,
+/// each number within the store's types.
+fn typed_run(
+    source: &str,
+    version: u64,
+    (raw, pointer): (&serde_json::value::RawValue, &str),
+    (variant, fingerprint): (&VariantJson, &str),
+    hosts: &[HostInfo],
+    v: &Validators,
+) -> Result<(RunRecord, Identities, usize), ImportError> {
+    use serde::Deserialize as _;
+    let at = |path: String| format!("{pointer}{path}");
+    let first_error = |validator: &jsonschema::Validator, value: &Value, prefix: &str| {
+        validator.iter_errors(value).next().map(|e| {
+            invalid(
+                source,
+                version,
+                format!("{prefix}{}", e.instance_path),
+                e.to_string(),
+            )
+        })
+    };
+    let (mut fields, samples_text) = match super::split::run(raw) {
+        Ok(parts) => parts,
+        Err(whole) => {
+            return Err(first_error(&v.run, &whole, pointer).unwrap_or_else(|| {
+                invalid(source, version, at(String::new()), "not a run".into())
+            }))
+        }
+    };
+    // The run without its samples against the run's schema (they are checked one by one).
+    let had_samples = samples_text.is_some();
+    if had_samples {
+        fields.insert("samples".into(), Value::Array(Vec::new()));
+    }
+    let value = Value::Object(fields);
+    if let Some(e) = first_error(&v.run, &value, pointer) {
+        return Err(e);
+    }
+    let Value::Object(mut fields) = value else {
+        unreachable!("made an object above");
+    };
+    fields.remove("samples");
+    let h = fields
+        .get("host")
+        .and_then(Value::as_u64)
+        .and_then(|h| usize::try_from(h).ok())
+        .unwrap_or(0);
+    let Some(host) = hosts.get(h) else {
+        return Err(ImportError::Inconsistent {
+            source_name: source.to_string(),
+            reason: format!(
+                "{pointer}/host is {h}, but experiment.hosts has {} host(s)",
+                hosts.len()
+            ),
+        });
+    };
+    let mut hasher = BodyHasher::start(&fields);
+    let mut samples = Vec::new();
+    if let Some(text) = samples_text {
+        super::split::each_sample(text, &mut |k, s: Value| {
+            let prefix = format!("{pointer}/samples/{k}");
+            if let Some(e) = first_error(&v.sample, &s, &prefix) {
+                return Err(e);
+            }
+            hasher.sample(&s);
+            let typed = crate::record::TreeSample::deserialize(&s)
+                .map_err(|e| invalid(source, version, prefix.clone(), e.to_string()))?;
+            samples.push(typed);
+            Ok(())
+        })
+        .map_err(|e| {
+            e.unwrap_or_else(|| {
+                invalid(
+                    source,
+                    version,
+                    at("/samples".into()),
+                    "not an array".into(),
+                )
+            })
+        })?;
+    }
+    samples.shrink_to_fit();
+    let identity = Identities::of(fingerprint, &variant.name, hasher.finish(host));
+    fields.insert("samples".into(), Value::Array(Vec::new()));
+    let mut r: RunIn = serde_json::from_value(Value::Object(fields))
+        .map_err(|e| invalid(source, version, pointer.to_string(), e.to_string()))?;
+    r.samples = samples;
+    let record = wire::record_of(&variant.name, r).map_err(|reason| ImportError::Inconsistent {
+        source_name: source.to_string(),
+        reason: format!("{pointer}: {reason}"),
+    })?;
+    check_run(&record, pointer).map_err(|(pointer, value, why)| ImportError::OutOfRange {
+        source_name: source.to_string(),
+        pointer,
+        value,
+        why,
+    })?;
+    Ok((record, identity, h))
 }
