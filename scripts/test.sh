@@ -27,7 +27,17 @@ phase() {
     return
   fi
   say "phase '$name': $*"
-  if "$@" 2>&1 | tee -a "$log"; then status=0; else status=${PIPESTATUS[0]}; fi
+  # Into the log, shown from there as it grows until the command ends: a process it left
+  # running with its output (a daemon, an orphan) cannot hold the suite open as a pipe's
+  # writer would hold tee.
+  local from pid
+  from=$(($(stat -c %s "$log") + 1))
+  "$@" >>"$log" 2>&1 &
+  pid=$!
+  trap 'kill -TERM "$pid" 2>/dev/null' INT TERM
+  tail -c +"$from" --pid="$pid" -f "$log" || true
+  if wait "$pid"; then status=0; else status=$?; fi
+  trap - INT TERM
   say "phase '$name' ended: exit $status after $((SECONDS - start))s"
 }
 
