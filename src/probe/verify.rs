@@ -628,41 +628,62 @@ pub(crate) fn head_of(path: &Path, limit: u64) -> String {
 enum EmptyEnvironment {
     /// The process is exiting: no evidence either way.
     Exiting,
-    /// In the middle of `execve`: the kernel has switched the memory map but not yet
-    /// recorded the new argument and environment bounds, so `cmdline` reads empty too.
-    /// "Could not read yet", never "missing".
+    /// In the middle of `execve` (the kernel has not yet written the environment's bounds),
+    /// or not decided yet: "could not read yet", never "missing". Asked again at the next
+    /// check.
     MidExec,
-    /// Its arguments are there and its environment is not: started with none.
+    /// Its arguments are there and its environment is not, and it has finished its exec:
+    /// started with none.
     StartedWithNone,
 }
 
+/// Whether a process whose environment reads empty has finished its exec. The kernel
+/// writes the argument bounds, then the environment's pointers with the environment's
+/// bounds equal (it reads empty) until the last is written. A process preempted there
+/// reads "arguments, no environment" for as long as it waits for a CPU — on a loaded
+/// machine (the suite's exec storm beside busy loops) longer than any fixed wait, so time
+/// alone never decides it. What does: that loop neither sleeps nor returns to user mode,
+/// so a process that is sleeping or stopped, or that has spent user-mode time since the
+/// first empty read, has finished its exec. A process waiting for a CPU (`R`) or in an
+/// uninterruptible wait (`D`, a page fault) without user time since stays undecided.
 fn empty_environment(pid: i32) -> EmptyEnvironment {
     if !has_address_space(pid) {
         return EmptyEnvironment::Exiting;
     }
-    // The kernel records the argument bounds just before the environment's: arguments
-    // first, then the environment again. While it writes the environment's pointers the
-    // environment's bounds are equal (it reads empty) and the arguments' are set: a
-    // process preempted there (a loaded machine: one in the suite's exec storm) reads so
-    // for as long as it waits for a CPU. So the environment is read again over a few
-    // milliseconds before "started with none" is concluded.
     let args = proc::read_proc_file(pid, "cmdline").unwrap_or_default();
     if args.is_empty() {
         return EmptyEnvironment::MidExec;
     }
-    for wait_ms in [0, 1, 2, 4, 8, 16] {
+    let Ok(first) = proc::read_stat(pid) else {
+        return EmptyEnvironment::Exiting;
+    };
+    for wait_ms in [0, 1, 2, 4, 8, 16, 32] {
         std::thread::sleep(std::time::Duration::from_millis(wait_ms));
+        // The state first, then the environment: empty after a sleep or after user time
+        // was seen means empty after the exec ended.
+        let Ok(now) = proc::read_stat(pid) else {
+            return EmptyEnvironment::Exiting;
+        };
+        let exec_done = exec_finished(&first, &now);
         match proc::read_environ(pid) {
             // Gone meanwhile: an exiting process reads empty too.
             Ok(env) if env.is_empty() && !has_address_space(pid) => {
                 return EmptyEnvironment::Exiting
             }
+            Ok(env) if env.is_empty() && exec_done => return EmptyEnvironment::StartedWithNone,
             Ok(env) if env.is_empty() => {}
             Ok(_) => return EmptyEnvironment::MidExec,
             Err(_) => return EmptyEnvironment::Exiting,
         }
     }
-    EmptyEnvironment::StartedWithNone
+    EmptyEnvironment::MidExec
+}
+
+/// Whether `now` (a later read of the same process's stat than `first`) shows a process
+/// that is past its exec: sleeping or stopped, or with user-mode time since `first`.
+fn exec_finished(first: &proc::Stat, now: &proc::Stat) -> bool {
+    let same = first.starttime_ticks == now.starttime_ticks;
+    same && (matches!(now.state, 'S' | 'T' | 't' | 'I') || now.utime_ticks > first.utime_ticks)
 }
 
 /// A process that is exiting (or a zombie) has released its memory: `statm` reads zeros.
@@ -729,5 +750,61 @@ mod loader_tests {
         // Already explained: left alone; nothing said by the loader: no change.
         assert_eq!(explain_not_mapped(&d, stderr, "/etc/hostname"), None);
         assert_eq!(explain_not_mapped(&detail, "", "/etc/hostname"), None);
+    }
+
+    fn stat(state: char, utime_ticks: u64, starttime_ticks: u64) -> proc::Stat {
+        proc::Stat {
+            pid: 7,
+            comm: "true".into(),
+            state,
+            ppid: 1,
+            pgrp: 7,
+            minflt: 0,
+            majflt: 0,
+            utime_ticks,
+            stime_ticks: 0,
+            num_threads: 1,
+            starttime_ticks,
+            vsize_bytes: 1 << 20,
+            rss_pages: 100,
+        }
+    }
+
+    #[test]
+    fn only_a_sleeping_process_or_user_time_shows_the_exec_has_ended() {
+        // Waiting for a CPU (or in a page fault) with no user time since: may still be
+        // writing its environment's pointers, however long it waited.
+        assert!(!exec_finished(&stat('R', 3, 50), &stat('R', 3, 50)));
+        assert!(!exec_finished(&stat('R', 3, 50), &stat('D', 3, 50)));
+        // Sleeping, stopped, or user time since: past its exec.
+        for state in ['S', 'T', 't'] {
+            assert!(exec_finished(&stat('R', 3, 50), &stat(state, 3, 50)));
+        }
+        assert!(exec_finished(&stat('R', 3, 50), &stat('R', 4, 50)));
+        // Another process under a reused PID proves nothing.
+        assert!(!exec_finished(&stat('R', 3, 50), &stat('S', 9, 51)));
+    }
+
+    #[test]
+    fn a_process_started_without_an_environment_is_told_apart() {
+        // A real process started with none (as by `env -i`), once past its exec.
+        let mut child = std::process::Command::new("/bin/sleep")
+            .arg("5")
+            .env_clear()
+            .spawn()
+            .unwrap();
+        let pid = child.id() as i32;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while proc::read_stat(pid).map_or(true, |s| s.comm != "sleep") {
+            assert!(std::time::Instant::now() < deadline, "sleep never started");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let mut verdict = empty_environment(pid);
+        while matches!(verdict, EmptyEnvironment::MidExec) && std::time::Instant::now() < deadline {
+            verdict = empty_environment(pid);
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(matches!(verdict, EmptyEnvironment::StartedWithNone));
     }
 }
