@@ -14,6 +14,8 @@
 #
 # Environment:
 #   VM_TIMEOUT    seconds before qemu is killed (default 600)
+#   VM_BOOT_TIMEOUT  seconds for the guest to reach its init (default 180); a boot
+#                 that hangs before is stopped and tried once more
 #   VM_MEMORY     guest memory (default 2G)     VM_CPUS  guest CPUs (default 2)
 #   VM_ACCEL      kvm: KVM or exit 77; tcg: software emulation; auto (default):
 #                 KVM where it can boot a stock kernel, else software emulation
@@ -37,6 +39,7 @@ readonly GUEST_PACKAGES=(
 readonly CACHE_ROOT=${VM_CACHE_DIR:-/var/cache/memtrial-vm}
 readonly CACHE=$CACHE_ROOT/$SUITE-v$IMAGE_VERSION
 readonly VM_TIMEOUT=${VM_TIMEOUT:-600}
+readonly VM_BOOT_TIMEOUT=${VM_BOOT_TIMEOUT:-180}
 readonly VM_MEMORY=${VM_MEMORY:-2G}
 readonly VM_CPUS=${VM_CPUS:-2}
 readonly VM_ACCEL=${VM_ACCEL:-auto}
@@ -63,6 +66,7 @@ while (($#)); do
 done
 (($#)) || usage
 [[ $VM_TIMEOUT =~ ^[0-9]+$ ]] || die "VM_TIMEOUT must be a number of seconds, not '$VM_TIMEOUT'"
+[[ $VM_BOOT_TIMEOUT =~ ^[0-9]+$ ]] || die "VM_BOOT_TIMEOUT must be a number of seconds, not '$VM_BOOT_TIMEOUT'"
 
 # Why KVM cannot run a stock kernel here, or nothing when it can. Besides a
 # missing /dev/kvm: some sandboxes expose a /dev/kvm backed by PVM (kvm_pvm:
@@ -247,6 +251,7 @@ set -u
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 export HOME=/root LANG=C.UTF-8 TERM=dumb
 S=$SCRATCH_GUEST
+cat /proc/uptime >"\$S/booted"
 poweroff() { sync; echo o >/proc/sysrq-trigger; sleep 10; }
 fail() { echo "\$*" >"\$S/guest-error"; poweroff; }
 9p() { mkdir -p "\$2" && mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144 "\$1" "\$2"; }
@@ -271,6 +276,9 @@ EOF
       printf '9p s%d %q || fail %q\n' "$i" "${dirs[$i]}" "cannot mount the share ${dirs[$i]}"
     done
     printf 'cd %q || fail %q\n' "$cwd" "cannot enter $cwd"
+    # What runs, every 20 s, for a run that times out to show where it stood.
+    # shellcheck disable=SC2016  # expanded by the guest
+    echo '( while sleep 20; do { cat /proc/uptime; ps -eo pid,ppid,stat,etimes,wchan:24,args --forest; } >"$S/ps.new" 2>&1 && mv "$S/ps.new" "$S/ps.txt"; done ) &'
     printf '%q ' "$@"
     # shellcheck disable=SC2016  # $S is expanded by the guest
     printf '<%s >"$S/stdout" 2>"$S/stderr"\n' /dev/null
@@ -284,10 +292,10 @@ write_guest_script "$@"
 : >"$scratch/stdout"
 : >"$scratch/stderr"
 
-# quiet/loglevel=0 keep the console short; panic=-1 with -no-reboot ends qemu
+# quiet/loglevel=4 keep the console to warnings (an OOM kill, a hung task); panic=-1 with -no-reboot ends qemu
 # should the guest's init ever die.
 kernel_cmdline="root=/dev/vda rw rootfstype=ext4 fsck.mode=skip init=/memtrial-init"
-kernel_cmdline+=" console=ttyS0 quiet loglevel=0 panic=-1"
+kernel_cmdline+=" console=ttyS0 quiet loglevel=4 panic=-1"
 kernel_cmdline+=" systemd.unified_cgroup_hierarchy=1 cgroup_no_v1=all"
 qemu_args=(
   "${accel_args[@]}" -m "$VM_MEMORY" -smp "$VM_CPUS"
@@ -302,20 +310,54 @@ for i in "${!dirs[@]}"; do
   qemu_args+=(-virtfs "local,path=${dirs[$i]//,/,,},mount_tag=s$i,security_model=passthrough")
 done
 
-timeout --kill-after=10 "$VM_TIMEOUT" qemu-system-x86_64 "${qemu_args[@]}" \
-  </dev/null >"$scratch/qemu.log" 2>&1 &
-qemu_pid=$!
-# Stream the command's output while it runs; each tail stops once qemu is gone.
-tail -q -n +1 --pid="$qemu_pid" -f "$scratch/stdout" &
-tail_out=$!
-tail -q -n +1 --pid="$qemu_pid" -f "$scratch/stderr" >&2 &
-tail_err=$!
-qemu_rc=0
-wait "$qemu_pid" || qemu_rc=$?
-qemu_pid=
-wait "$tail_out" "$tail_err" || true
+# One boot, its output streamed while it runs (each tail stops once qemu is gone).
+# Sets qemu_rc.
+boot() {
+  timeout --kill-after=10 "$VM_TIMEOUT" qemu-system-x86_64 "${qemu_args[@]}" \
+    </dev/null >"$scratch/qemu.log" 2>&1 &
+  qemu_pid=$!
+  tail -q -n +1 --pid="$qemu_pid" -f "$scratch/stdout" &
+  tail_out=$!
+  tail -q -n +1 --pid="$qemu_pid" -f "$scratch/stderr" >&2 &
+  tail_err=$!
+  # A guest that has not reached its init within VM_BOOT_TIMEOUT hung while booting
+  # (seen once under software emulation: a run killed at VM_TIMEOUT with no output): qemu
+  # is stopped and the caller boots again. Past its init, only VM_TIMEOUT applies.
+  local waited=0
+  boot_hung=no
+  while [[ ! -e $scratch/booted ]] && kill -0 "$qemu_pid" 2>/dev/null; do
+    if ((waited >= VM_BOOT_TIMEOUT)); then
+      boot_hung=yes
+      kill "$qemu_pid" 2>/dev/null || true
+      break
+    fi
+    sleep 1
+    waited=$((waited + 1))
+  done
+  qemu_rc=0
+  wait "$qemu_pid" || qemu_rc=$?
+  qemu_pid=
+  wait "$tail_out" "$tail_err" || true
+}
+boot
+if [[ $boot_hung == yes ]]; then
+  echo "vm.sh: the guest did not reach its init within ${VM_BOOT_TIMEOUT}s (VM_BOOT_TIMEOUT); its console:" >&2
+  tr -d '\r' <"$scratch/console.log" | tail -n 15 | sed 's/^/vm.sh: console: /' >&2
+  echo "vm.sh: booting it once more" >&2
+  : >"$scratch/console.log"
+  boot
+  [[ $boot_hung == yes ]] && die "the guest did not reach its init within ${VM_BOOT_TIMEOUT}s twice (console: above)"
+fi
 
 if ((qemu_rc == 124 || qemu_rc == 137)); then
+  # Where it stood: the console's last lines (boot or the guest's kernel messages) and
+  # how far the command got (its output so far was streamed above).
+  tr -d '\r' <"$scratch/console.log" | tail -n 25 | sed 's/^/vm.sh: console: /' >&2
+  if [[ -s $scratch/booted ]]; then
+    echo "vm.sh: the guest reached its init $(cut -d' ' -f1 "$scratch/booted") s after boot; what ran there last (uptime, then ps):" >&2
+    [[ -s $scratch/ps.txt ]] && grep -v ' \\_ \[' "$scratch/ps.txt" | sed 's/^/vm.sh: ps: /' >&2 || true
+  fi
+  echo "vm.sh: the command's standard output had $(wc -l <"$scratch/stdout") lines, its last: $(tail -n 1 "$scratch/stdout")" >&2
   die "the VM timed out after ${VM_TIMEOUT}s (VM_TIMEOUT) and qemu was killed"
 fi
 if ((qemu_rc != 0)); then

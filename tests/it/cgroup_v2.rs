@@ -62,6 +62,29 @@ fn record(dir: &Path, name: &str) -> Value {
     serde_json::from_str(&text).expect("valid JSON")
 }
 
+/// A guest that does not reach its init in time (here: a limit of 1 s, shorter than any
+/// boot) is booted once more, then vm.sh gives up with its own status and says why: a boot
+/// that hangs under software emulation is retried rather than waited on for VM_TIMEOUT.
+#[test]
+#[ignore = "boots a VM twice for a second or two each: runs in the second pass of scripts/test.sh, beside the other VM tests"]
+fn a_boot_that_never_reaches_the_init_is_tried_again_then_reported() {
+    let Some(dir) = vm_dir() else { return };
+    let out = Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/vm.sh"))
+        .args(["--", "true"])
+        .env("VM_BOOT_TIMEOUT", "1")
+        .current_dir(dir.path())
+        .stdin(Stdio::null())
+        .output()
+        .expect("run scripts/vm.sh");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{stderr}");
+    assert!(stderr.contains("booting it once more"), "{stderr}");
+    assert!(
+        stderr.contains("did not reach its init within 1s twice"),
+        "{stderr}"
+    );
+}
+
 /// Limits applied and recorded, an OOM kill read from `memory.events`, the CPU quota seen by
 /// the workload in its own group's `cpu.max`, and every run group removed afterwards.
 #[test]
