@@ -5,6 +5,7 @@ mod bad_input;
 mod baseline;
 mod cache_server;
 mod cgroup_v2;
+mod ci_summary;
 mod common;
 mod cpu;
 mod evidence;
