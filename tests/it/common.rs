@@ -465,6 +465,49 @@ pub fn stop_signal_keeps_runs_and_leaves_nothing(sig: i32, seconds: &str) {
     assert_eq!(first_run(&doc, "glibc").status, RunStatus::Interrupted);
 }
 
+/// Removes the cgroups in `dir` that an earlier run of the suite made and could not remove
+/// because it was killed: those `owner` reads a test process's PID from, when that process
+/// is gone. Their processes are killed first; each removal is said on stderr.
+pub fn remove_groups_of_killed_runs(dir: &Path, owner: impl Fn(&str) -> Option<u32>) {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in rd
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+    {
+        let Some(pid) = owner(&e.file_name().to_string_lossy()) else {
+            continue;
+        };
+        if pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        let group = e.path();
+        let procs = std::fs::read_to_string(group.join("cgroup.procs")).unwrap_or_default();
+        for p in procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+            // SAFETY: kill has no memory-safety preconditions.
+            unsafe {
+                libc::kill(p, libc::SIGKILL);
+            }
+        }
+        for _ in 0..50 {
+            if std::fs::remove_dir(&group).is_ok() || !group.exists() {
+                eprintln!(
+                    "removed cgroup {}, left by a killed run of the suite",
+                    group.display()
+                );
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// The PID in a name `<prefix><pid>`.
+pub fn pid_after(prefix: &str) -> impl Fn(&str) -> Option<u32> + '_ {
+    move |name| name.strip_prefix(prefix)?.parse().ok()
+}
+
 // ───────────── several hosts on this machine (import) ─────────────
 
 /// A `cpu` cgroup of the tests' own, with a CPU quota; when dropped, the processes still in
@@ -504,9 +547,11 @@ impl QuotaGroup {
     /// there is one, else at the top of a v2 hierarchy with the cpu controller; `None`
     /// when neither is there or the group cannot be made.
     pub fn create(name: &str, quota_us: u64) -> Option<QuotaGroup> {
-        let name = format!("memtrial-it-{name}-{}", std::process::id());
+        let prefix = format!("memtrial-it-{name}-");
+        let name = format!("{prefix}{}", std::process::id());
         let v1 = Path::new("/sys/fs/cgroup/cpu");
         if v1.join("cpu.cfs_quota_us").exists() {
+            remove_groups_of_killed_runs(v1, pid_after(&prefix));
             let g = QuotaGroup {
                 dir: v1.join(name),
                 parent_procs: v1.join("cgroup.procs"),
@@ -522,6 +567,7 @@ impl QuotaGroup {
             return None;
         }
         let _ = std::fs::write(v2.join("cgroup.subtree_control"), "+cpu");
+        remove_groups_of_killed_runs(v2, pid_after(&prefix));
         let g = QuotaGroup {
             dir: v2.join(name),
             parent_procs: v2.join("cgroup.procs"),

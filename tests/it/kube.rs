@@ -30,7 +30,20 @@ struct TestGroup {
 impl TestGroup {
     fn make(h: &memtrial::linux::cgroup::Hierarchy) -> TestGroup {
         use memtrial::linux::cgroup::{Controller, Hierarchy};
-        let name = format!("kube-test-{}", std::process::id());
+        // Beside memtrial's base, never inside it: a group there that no memtrial owns is
+        // what the sandbox tests call a leftover. What a killed run of the suite left here
+        // (or, in its base, under the name used before) goes first.
+        const PREFIX: &str = "memtrial-it-kube-";
+        let name = format!("{PREFIX}{}", std::process::id());
+        let beside = |base: &Path| {
+            let parent = base
+                .parent()
+                .expect("memtrial's base has a parent")
+                .to_path_buf();
+            remove_groups_of_killed_runs(&parent, pid_after(PREFIX));
+            remove_groups_of_killed_runs(base, pid_after("kube-test-"));
+            parent
+        };
         let mut g = TestGroup {
             dirs: Vec::new(),
             limit_files: Vec::new(),
@@ -42,7 +55,7 @@ impl TestGroup {
             Hierarchy::V1 { bases } => {
                 for c in [Controller::Memory, Controller::Cpu] {
                     let base = bases.get(&c).expect("a v1 hierarchy with memory and cpu");
-                    let dir = base.join(&name);
+                    let dir = beside(base).join(&name);
                     std::fs::create_dir_all(&dir).expect("make the test cgroup");
                     g.dirs.push(dir);
                 }
@@ -64,9 +77,9 @@ impl TestGroup {
             }
             Hierarchy::V2 { mount, base } => {
                 let _ = std::fs::write(mount.join("cgroup.subtree_control"), "+memory +cpu");
-                std::fs::create_dir_all(base).expect("make memtrial's base group");
-                write(&base.join("cgroup.subtree_control"), "+memory +cpu");
-                let dir = base.join(&name);
+                let parent = beside(base);
+                let _ = std::fs::write(parent.join("cgroup.subtree_control"), "+memory +cpu");
+                let dir = parent.join(&name);
                 std::fs::create_dir_all(&dir).expect("make the test cgroup");
                 write(&dir.join("memory.max"), &MEMORY_LIMIT.to_string());
                 write(
