@@ -229,7 +229,28 @@ if ((${#dirs[@]})); then
   mapfile -t dirs < <(printf '%s\n' "${dirs[@]}" | LC_ALL=C sort -u)
 fi
 
+# What a vm.sh killed midway left (SIGKILL skips its EXIT trap): its qemu, which runs on
+# until VM_TIMEOUT and takes both cores from whatever runs next, and its scratch directory.
+# A scratch directory whose owner is gone is removed, its qemu (named by the pidfile, and
+# only if that process is a qemu of this directory) killed first; each is said.
+remove_left_scratch() {
+  local d owner qpid
+  for d in "${TMPDIR:-/tmp}"/vmsh.*; do
+    [[ -f $d/owner ]] || continue
+    owner=$(<"$d/owner")
+    [[ -d /proc/${owner%% *} && $(cut -d' ' -f22 "/proc/${owner%% *}/stat" 2>/dev/null) == "${owner#* }" ]] && continue
+    qpid=$(cat "$d/qemu.pid" 2>/dev/null || true)
+    if [[ $qpid =~ ^[0-9]+$ ]] && tr '\0' ' ' <"/proc/$qpid/cmdline" 2>/dev/null | grep -qF "$d/"; then
+      kill -KILL "$qpid" 2>/dev/null && echo "vm.sh: killed qemu $qpid, left running by a vm.sh that was killed ($d)" >&2
+    fi
+    [[ -n ${VM_KEEP:-} ]] || { rm -rf "$d" && echo "vm.sh: removed $d, left by a vm.sh that was killed" >&2; }
+  done
+}
+remove_left_scratch
+
 scratch=$(mktemp -d "${TMPDIR:-/tmp}/vmsh.XXXXXX")
+# The owner (PID and start time), for a later vm.sh to tell this one's leftovers.
+echo "$$ $(cut -d' ' -f22 /proc/$$/stat)" >"$scratch/owner"
 qemu_pid=
 # shellcheck disable=SC2317  # called by the EXIT trap
 cleanup() {
@@ -300,7 +321,7 @@ kernel_cmdline+=" systemd.unified_cgroup_hierarchy=1 cgroup_no_v1=all"
 qemu_args=(
   "${accel_args[@]}" -m "$VM_MEMORY" -smp "$VM_CPUS"
   -nodefaults -nographic -monitor none -serial "file:$scratch/console.log"
-  -nic none -no-reboot
+  -nic none -no-reboot -pidfile "$scratch/qemu.pid"
   -kernel "$CACHE/vmlinuz" -initrd "$CACHE/initrd.img"
   -append "$kernel_cmdline"
   -drive "file=$CACHE/rootfs.img,format=raw,if=virtio,snapshot=on"
