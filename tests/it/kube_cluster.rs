@@ -100,6 +100,25 @@ impl HostState {
     }
 }
 
+/// The host as a test finds it once a cluster that an earlier, killed run of the suite left
+/// (its processes killed with it, its state on the host) is cleared by `k8s.sh down`: the
+/// host to compare with after this test's own cluster is down.
+fn host_without_a_dead_cluster() -> HostState {
+    if Path::new("/var/lib/memtrial-k8s").exists() {
+        let out = Command::new(script("k8s.sh"))
+            .arg("down")
+            .stdin(Stdio::null())
+            .output()
+            .expect("run scripts/k8s.sh down");
+        eprintln!(
+            "k8s.sh down, for what an earlier run left: {}",
+            text(&out).trim()
+        );
+        assert!(out.status.success(), "k8s.sh down failed: {}", text(&out));
+    }
+    HostState::now()
+}
+
 /// A cluster of `scripts/k8s.sh up --owner <this test process>`, torn down when dropped
 /// (and by the script's watchdog should this process die without dropping it).
 struct Cluster {
@@ -128,7 +147,7 @@ impl Cluster {
         {
             return None;
         }
-        let before = HostState::now();
+        let before = host_without_a_dead_cluster();
         let t0 = Instant::now();
         let out = Command::new(script("k8s.sh"))
             .args(["up", "--owner", &std::process::id().to_string()])
@@ -1025,7 +1044,7 @@ fn the_cluster_goes_with_its_owner_and_leaves_the_host_as_found() {
     if !need_root("scripts/k8s.sh starts a kubelet") {
         return;
     }
-    let before = HostState::now();
+    let before = host_without_a_dead_cluster();
     let mut owner = Killed(
         Command::new("sleep")
             .arg("600")
