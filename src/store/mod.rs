@@ -290,7 +290,14 @@ impl Store {
         };
         let conn = Connection::open_with_flags(path, flags).map_err(sqlite_err(path))?;
         conn.busy_timeout(BUSY_TIMEOUT).map_err(sqlite_err(path))?;
-        let version = match holds(&conn).map_err(sqlite_err(path))? {
+        // One snapshot: read piecemeal, the marks could be from before another memtrial's
+        // commit of a new database's schema and the tables from after it.
+        let held = conn.unchecked_transaction().and_then(|tx| {
+            let held = holds(&tx)?;
+            tx.commit()?;
+            Ok(held)
+        });
+        let version = match held.map_err(sqlite_err(path))? {
             Holds::Foreign(what) => return Err(StoreError::Foreign { path: p(), what }),
             Holds::Nothing => 0,
             Holds::Memtrial(v) => v,
@@ -349,6 +356,33 @@ mod tests {
     use rusqlite::params;
 
     use crate::record::fixture::plan;
+
+    /// Memtrials that open one new database at once: one makes the schema, the others
+    /// find it memtrial's. What a database holds is read in one snapshot: read piecemeal,
+    /// an opener saw the marks from before another's commit and the tables from after it,
+    /// and refused the database as another program's (1 of 4 concurrent runs, in CI).
+    #[test]
+    fn memtrials_opening_one_new_database_at_once_all_find_it_theirs() {
+        let dir = tempfile::tempdir().unwrap();
+        for i in 0..150 {
+            let path = dir.path().join(format!("shared-{i}.db"));
+            let barrier = std::sync::Arc::new(std::sync::Barrier::new(4));
+            let openers: Vec<_> = (0..4)
+                .map(|_| {
+                    let (path, barrier) = (path.clone(), barrier.clone());
+                    std::thread::spawn(move || {
+                        barrier.wait();
+                        Store::open(&path).map(|_| ()).map_err(|e| e.to_string())
+                    })
+                })
+                .collect();
+            for o in openers {
+                o.join()
+                    .unwrap()
+                    .unwrap_or_else(|e| panic!("database {i}: {e}"));
+            }
+        }
+    }
 
     fn run() -> RunRecord {
         crate::record::fixture::with_optional_parts(RunRecord {
