@@ -58,8 +58,15 @@ need_root() {
 }
 
 # ---------------------------------------------------------------- build
+POLICY_MARK="# k8s.sh (memtrial): no service starts during its apt-get install"
 apt_install_missing() {
-  local missing=() p
+  local missing=() p policy=/usr/sbin/policy-rc.d
+  # Ours, left by a k8s.sh killed during its install (the build lock is held: no other
+  # k8s.sh is installing): every service would stay stopped on every later install.
+  if [[ -f $policy ]] && grep -qxF "$POLICY_MARK" "$policy"; then
+    say "removing the $policy an interrupted install left"
+    rm -f "$policy"
+  fi
   for p in "$@"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
   done
@@ -67,9 +74,9 @@ apt_install_missing() {
   say "installing ${missing[*]} (once)"
   # Packages with a service (etcd's init script) must not start it: the cluster starts its
   # own, on its own ports and data directory.
-  local policy=/usr/sbin/policy-rc.d made_policy=no
+  local made_policy=no
   if [[ ! -e $policy ]]; then
-    printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod 755 "$policy" && made_policy=yes
+    printf '#!/bin/sh\n%s\nexit 101\n' "$POLICY_MARK" >"$policy" && chmod 755 "$policy" && made_policy=yes
   fi
   local rc=0
   (
@@ -280,7 +287,27 @@ run_lock() {
   flock -w 300 7 || die 6 "another k8s.sh has held $CACHE_ROOT/.run.lock for 5 minutes: $(pgrep -af 'k8s\.sh' | head -3 | tr '\n' ';')"
 }
 
-component_pid() { [[ -s $STATE/$1.pid ]] && cat "$STATE/$1.pid"; }
+# The start time of PID $1 (clock ticks since boot, /proc/PID/stat's 22nd field).
+start_time() {
+  local stat
+  stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+  stat=${stat##*) }
+  # shellcheck disable=SC2086  # its fields, one a word
+  set -- $stat
+  echo "${20}"
+}
+# A component's PID file holds its PID and start time: a PID the kernel gave to another
+# process since (a cluster killed long ago, pid_max is 32768) is not the component.
+component_pid() {
+  local p t
+  [[ -s $STATE/$1.pid ]] || return 1
+  read -r p t <"$STATE/$1.pid" || true
+  [[ -n $p ]] || return 1
+  if [[ -n $t && $(start_time "$p" || true) != "$t" ]]; then
+    return 1
+  fi
+  echo "$p"
+}
 # Whether PID $1 runs (a zombie does not: components are reaped by init, not by us).
 running() {
   local stat
@@ -296,7 +323,7 @@ start() {
   shift
   # Not the locks' descriptors: a component must not hold them.
   setsid "$@" </dev/null >"$LOGS/$name.log" 2>&1 7>&- 8>&- &
-  echo $! >"$STATE/$name.pid"
+  echo "$! $(start_time $! || true)" >"$STATE/$name.pid"
   disown $!
 }
 
@@ -607,7 +634,7 @@ kill_pods() {
 # The cluster's state is thrown away: its components are killed, not asked to stop.
 stop_component() {
   local name=$1 pid i
-  pid=$(component_pid "$name") || return 0
+  pid=$(component_pid "$name") || { rm -f "$STATE/$name.pid"; return 0; }
   kill -KILL "$pid" 2>/dev/null || true
   for i in $(seq 50); do
     running "$pid" || break
@@ -680,11 +707,17 @@ teardown() {
   [[ -n $(shims) ]] && left+=("containerd shims: $(shims | tr '\n' ' ')")
   for c in "${COMPONENTS[@]}"; do alive "$c" && left+=("$c (pid $(component_pid "$c"))"); done
   awk '{print $5}' /proc/self/mountinfo | grep -qE "^(${RUN//./\\.})(/|$)" && left+=("mounts under $RUN")
-  rm -rf --one-file-system "$RUN" 2>/dev/null || left+=("$RUN")
+  # What is left keeps $RUN, its record of what to put back: the next `down` (or `up`)
+  # tries again from it.
   if ((${#left[@]})); then
     printf 'k8s.sh: left on the host: %s\n' "${left[@]}" >&2
+    printf 'k8s.sh: %s is kept for the next down to try again\n' "$RUN" >&2
     return 1
   fi
+  rm -rf --one-file-system "$RUN" 2>/dev/null || {
+    printf 'k8s.sh: left on the host: %s\n' "$RUN" >&2
+    return 1
+  }
   return 0
 }
 

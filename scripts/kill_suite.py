@@ -11,8 +11,9 @@ of HEAD with a read-only copy of ../shared beside it, `bash .ci/run` with CI=tru
 standard input, in a session of its own. It
 
   1. takes the machine's state (below) before anything runs;
-  2. starts the suite and SIGKILLs its whole process group --parallel-after seconds into the
-     parallel phase (default: random, 60-600 s), and prints what the kill left;
+  2. starts the suite and SIGKILLs its whole process group --parallel-after seconds after
+     the parallel phase's first test binary started (default: random, 60-600 s; the phase's
+     tests take about 10 min), and prints what the kill left;
   3. starts it again in the same clone and SIGKILLs it --measurement-after seconds (default:
      random, 20-150 s) after --measurement-test began in the measurement phase (default:
      a random one of them; a substring of its name), and prints what that left;
@@ -239,7 +240,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--parallel-after", type=float, default=None,
-                    help="seconds into the parallel phase for the first kill (default random 60-600)")
+                    help="seconds after the parallel phase's first test binary started, for the first kill (default random 60-600)")
     ap.add_argument("--measurement-test", default=None,
                     help="the second kill falls in the measurement test whose name has this (default random)")
     ap.add_argument("--measurement-after", type=float, default=None,
@@ -273,7 +274,8 @@ def main():
     log1 = os.path.join(work, "run1.log")
     say(f"run 1: the suite, killed {after1:.0f}s into its parallel phase (log {log1})")
     p = start_suite(clone, log1)
-    if not wait_for(log1, r"^==> test\.sh phase 'parallel tests':", p, 3600):
+    # The phase's first test binary runs once its build is done (3-5 min).
+    if not wait_for(log1, r"^==> test\.sh phase 'parallel tests':(.|\n)*^\s+Running ", p, 3600):
         say(f"run 1 ended (exit {p.poll()}) before its parallel phase: see {log1}")
         return 2
     time.sleep(after1)

@@ -6,6 +6,17 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# A dpkg killed midway (an earlier run of this script, or of the suite, was) leaves packages
+# half-configured, and apt refuses every install until they are finished.
+finish_interrupted_dpkg() {
+  [ "$(id -u)" -eq 0 ] || return 0
+  if [ -n "$(ls -A /var/lib/dpkg/updates 2>/dev/null)" ] || [ -n "$(dpkg --audit 2>/dev/null)" ]; then
+    echo "setup: finishing what an interrupted dpkg left (dpkg --configure -a)" >&2
+    DEBIAN_FRONTEND=noninteractive dpkg --configure -a </dev/null >/dev/null
+  fi
+}
+finish_interrupted_dpkg
+
 # Installs the Debian packages given as arguments that are not installed yet.
 install_missing() {
   local missing=()

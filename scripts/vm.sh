@@ -157,8 +157,14 @@ build_image() {
   exec 9>"$CACHE_ROOT/.lock"
   flock 9
   if [[ -f $CACHE/ok ]]; then exec 9>&-; return 0; fi
-  # Leftovers of interrupted builds and images of other versions.
-  rm -rf "$CACHE" "$CACHE_ROOT"/.build.* "$CACHE_ROOT/$SUITE"-v*
+  # Leftovers of interrupted builds and images of other versions. A build killed inside
+  # debootstrap or its chroot left the tree's proc, sys and dev mounted: those go first
+  # (deepest first), and rm stays on the cache's file system whatever is still mounted.
+  local m
+  while read -r m; do
+    umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
+  done < <(awk '{print $5}' /proc/self/mountinfo | grep -F "$CACHE_ROOT/" | sort -r)
+  rm -rf --one-file-system "$CACHE" "$CACHE_ROOT"/.build.* "$CACHE_ROOT/$SUITE"-v*
 
   local tmp mirror mib kdir log=$CACHE_ROOT/build.log
   tmp=$(mktemp -d "$CACHE_ROOT/.build.XXXXXX")

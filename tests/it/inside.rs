@@ -361,6 +361,19 @@ fn a_database_from_the_previous_release_opens_reports_and_resumes() {
         &db,
     )
     .unwrap();
+    // The stored experiments ran in /tmp/v3: here, in a directory of this test's own, so
+    // that what a killed earlier run (or anyone) left at /tmp/v3 cannot skip the check below.
+    let workdir = dir.path().join("v3");
+    rusqlite::Connection::open(&db)
+        .unwrap()
+        .execute(
+            "UPDATE experiments SET plan_json = replace(plan_json, '\"workdir\":\"/tmp/v3\"', ?1)",
+            [format!(
+                "\"workdir\":{}",
+                serde_json::json!(workdir.display().to_string())
+            )],
+        )
+        .unwrap();
     let db_arg = db.display().to_string();
     let run = |args: &[&str]| {
         let mut a: Vec<&str> = args.to_vec();
@@ -389,22 +402,18 @@ fn a_database_from_the_previous_release_opens_reports_and_resumes() {
     assert_eq!(first_run(&doc, "glibc").status, RunStatus::Ok);
     // An experiment stored before probes existed resumes without them: its runs stay alike.
     assert_eq!(doc["experiment"]["probes"]["kinds"], serde_json::json!([]));
-    // The stored experiment ran in /tmp/v3: resuming where that directory is missing is
-    // refused up front, naming it (before, every resumed run failed with "could not start
-    // memtrial's spawner: No such file or directory").
-    let workdir = std::path::Path::new("/tmp/v3");
-    let created = !workdir.exists();
-    if created {
-        let refused = run(&["run", "--resume", "2", "--quiet"]);
-        let err = String::from_utf8_lossy(&refused.stderr);
-        assert_eq!(refused.status.code(), Some(2), "{err}");
-        assert!(err.contains("/tmp/v3, which does not exist"), "{err}");
-        std::fs::create_dir_all(workdir).unwrap();
-    }
+    // Resuming where the stored experiment's directory is missing is refused up front,
+    // naming it (before, every resumed run failed with "could not start memtrial's
+    // spawner: No such file or directory").
+    let refused = run(&["run", "--resume", "2", "--quiet"]);
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&format!("{}, which does not exist", workdir.display())),
+        "{err}"
+    );
+    std::fs::create_dir_all(&workdir).unwrap();
     let resumed = run(&["run", "--resume", "2", "--quiet"]);
-    if created {
-        let _ = std::fs::remove_dir(workdir);
-    }
     assert!(
         resumed.status.success(),
         "{}",

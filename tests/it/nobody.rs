@@ -246,7 +246,10 @@ fn a_run_without_a_cgroup_stops_cleanly_daemons_included() {
         return;
     }
     let (dir, bin) = sandbox();
-    let (daemon, main) = ("sleep 47.25", "sleep 46.25");
+    // Markers of this test process alone: a daemon a killed earlier run left (it ignores
+    // SIGTERM) is not taken for this one.
+    let id = std::process::id();
+    let (daemon, main) = (format!("sleep 47.{id:07}"), format!("sleep 46.{id:07}"));
     let script = format!("setsid sh -c 'trap \"\" TERM INT HUP; {daemon}' & {main}");
     let child = Command::new(AS_NOBODY[0])
         .args(&AS_NOBODY[1..])
