@@ -4,6 +4,7 @@
     python3 scripts/kill_suite.py [--seed S] [--parallel-after S]
                                   [--measurement-test NAME] [--measurement-after S]
                                   [--rerun CMD] [--keep]          # as root, from the repo
+    python3 scripts/kill_suite.py --check WORKDIR/before.json
 
 CI starts right after the contributor's own processes were killed, on the same machine, and
 meets whatever they left. This does that to the suite itself, as CI runs it: a fresh clone
@@ -20,7 +21,8 @@ standard input, in a session of its own. It
   4. runs the suite a third time to its end, or --rerun CMD (a shell command run from the
      repo, such as `../shared/ci-local`, so that a fresh clone meets the debris): it must be
      green;
-  5. takes the state again: nothing may be left that was not there in step 1.
+  5. takes the state again: nothing may be left that was not there in step 1. That state is
+     kept in the run's directory as before.json: --check compares the machine with it again.
 
 The state: processes started since step 1 that descend from no process that ran before it
 (orphans of the suite: workloads, servers, a VM, a cluster's components), cgroup
@@ -37,6 +39,7 @@ script itself could not run. The whole takes about as long as three runs of the 
 """
 
 import argparse
+import json
 import os
 import random
 import re
@@ -185,6 +188,13 @@ def difference(before, now, mine=None):
     rnd = [p for p in diff["path"] if os.path.dirname(p) in ("/tmp", "/var/tmp", "/dev/shm")
            and RANDOM_NAME.match(os.path.basename(p))]
     diff["path"] = [p for p in diff["path"] if p not in rnd]
+    # memtrial's base group beside its caller's own (`<own group>/memtrial`), made by the
+    # first run as root and kept for the next ones: empty, it holds nothing of a run.
+    base = [c for c in diff["cgroup"] if os.path.basename(c) == "memtrial"
+            and not any(d.startswith(c + "/") for d in diff["cgroup"])
+            and not (read(os.path.join(c, "cgroup.procs")) or "").strip()]
+    diff["cgroup"] = [c for c in diff["cgroup"] if c not in base]
+    rnd += [f"{c} (memtrial's base group, empty)" for c in base]
     gone = {k: sorted(before[k] - now[k]) for k in ("sysctl",)}
     return diff, rnd, gone
 
@@ -200,9 +210,23 @@ def report(title, diff, rnd, gone):
     for e in gone.get("sysctl", []):
         print(f"    {'sysctl':9} (was {e})")
     if rnd:
-        print(f"    and {len(rnd)} random-named entries under /tmp (not judged): "
-              + " ".join(os.path.basename(p) for p in rnd[:12]) + (" ..." if len(rnd) > 12 else ""))
+        print(f"    and {len(rnd)} not judged: random-named entries under /tmp (they cannot "
+              "collide with a later run) and memtrial's empty base groups: "
+              + " ".join(rnd[:12]) + (" ..." if len(rnd) > 12 else ""))
     return n
+
+
+def save(st, path):
+    with open(path, "w") as f:
+        json.dump({k: (sorted(v) if isinstance(v, set) else {str(p): list(e) for p, e in v.items()})
+                   for k, v in st.items()}, f)
+
+
+def load(path):
+    with open(path) as f:
+        d = json.load(f)
+    return {k: ({int(p): tuple(e) for p, e in v.items()} if k == "_procs" else set(v))
+            for k, v in d.items()}
 
 
 def wait_for(log, pattern, proc, limit):
@@ -248,10 +272,15 @@ def main():
     ap.add_argument("--rerun", default=None,
                     help="shell command for the last, green run, run from the repo (default: the suite in the clone)")
     ap.add_argument("--keep", action="store_true", help="keep the clone and its logs")
+    ap.add_argument("--check", metavar="BEFORE_JSON",
+                    help="only compare the machine now with the state a run saved (its before.json)")
     a = ap.parse_args()
     if os.geteuid() != 0:
         print("kill_suite: run as root (the suite is)", file=sys.stderr)
         return 2
+    if a.check:
+        own = [os.path.dirname(os.path.abspath(a.check))]
+        return 1 if report("left now", *difference(load(a.check), state(own))) else 0
     seed = a.seed if a.seed is not None else random.randrange(1 << 30)
     rng = random.Random(seed)
     after1 = a.parallel_after if a.parallel_after is not None else rng.uniform(60, 600)
@@ -263,6 +292,7 @@ def main():
     clone = os.path.join(work, "main")
     say(f"seed {seed}; HEAD {head[:10]}; in {work}")
     before = state([work])
+    save(before, os.path.join(work, "before.json"))
     subprocess.run(["git", "clone", "-q", ROOT, clone], check=True)
     subprocess.run(["git", "-C", clone, "checkout", "-q", head], check=True)
     shared = os.path.join(work, "shared")
