@@ -653,42 +653,62 @@ fn whole_cycles(span: f64, cycle: f64) -> usize {
     (span / cycle + 1e-6).floor() as usize
 }
 
-/// The verdict on `series` (`(t_seconds, bytes)`, increasing `t`).
-pub fn trend(series: &[(f64, f64)], rules: &TrendRules) -> Trend {
-    let samples = series.len();
-    let seconds = match (series.first(), series.last()) {
-        (Some(a), Some(b)) => (b.0 - a.0).max(0.0),
-        _ => 0.0,
-    };
-    let short = |need_seconds: f64,
-                 late_samples: Option<usize>,
-                 cycles: Option<Cycles>,
-                 undecided: Option<Undecided>| Trend::TooShort {
-        samples,
-        seconds,
-        need_samples: rules.min_samples,
-        need_seconds,
-        late_samples,
-        cycles,
-        undecided,
-    };
-    if samples < rules.min_samples.max(6) || seconds < rules.min_seconds {
-        return short(rules.min_seconds, None, None, None);
+/// A window's size, what every "too short" verdict on it says beside what it needs.
+struct Window<'a> {
+    rules: &'a TrendRules,
+    samples: usize,
+    seconds: f64,
+    /// The later half's span, where the slope is fitted (0 until it is known).
+    fitted_seconds: f64,
+}
+
+impl Window<'_> {
+    fn short(
+        &self,
+        need_seconds: f64,
+        late_samples: Option<usize>,
+        cycles: Option<Cycles>,
+        undecided: Option<Undecided>,
+    ) -> Trend {
+        Trend::TooShort {
+            samples: self.samples,
+            seconds: self.seconds,
+            need_samples: self.rules.min_samples,
+            need_seconds,
+            late_samples,
+            cycles,
+            undecided,
+        }
     }
-    let t0 = series[0].0;
-    let mid = t0 + seconds / 2.0;
-    let fitted: Vec<(f64, f64)> = series.iter().copied().filter(|p| p.0 >= mid).collect();
-    // Samples bunched at the start (dense start-up sampling, then a probe held to its CPU
-    // budget) leave too few where the slope is fitted: say so rather than "too few".
-    if fitted.len() < MIN_FITTED_SAMPLES {
-        return short(rules.min_seconds, Some(fitted.len()), None, None);
+
+    /// The whole window that gives the later half `span` seconds.
+    fn grow_to(&self, span: f64) -> f64 {
+        self.seconds + 2.0 * (span - self.fitted_seconds).max(0.0)
     }
-    let Some(g) = grid(&fitted) else {
-        return short(rules.min_seconds, None, None, None);
-    };
-    let fitted_seconds = fitted.last().map_or(0.0, |l| l.0) - fitted[0].0;
-    let grow_to = |span: f64| seconds + 2.0 * (span - fitted_seconds).max(0.0);
-    let (len, count, basis, need) = match correlation(&g.values) {
+}
+
+/// How the later half is cut into blocks whose means the slope is fitted to.
+struct BlockPlan {
+    seconds: f64,
+    count: usize,
+    basis: BlockBasis,
+    /// Blocks the fit needs.
+    need: usize,
+    /// The cycle the series' drops imply, if any.
+    cycle: Option<f64>,
+}
+
+/// The blocks of the later half `fitted` (on grid `g`, `fitted_seconds` long): a sample
+/// each when they are independent, else three autocorrelation times, or one cycle when the
+/// series' drops show a longer one that the later half holds enough of. `None`: the series
+/// wanders over longer than the later half can show.
+fn block_plan(
+    series: &[(f64, f64)],
+    fitted: &[(f64, f64)],
+    g: &Grid,
+    fitted_seconds: f64,
+) -> Option<BlockPlan> {
+    let (seconds, count, basis, need) = match correlation(&g.values) {
         Correlation::Independent => (
             g.step,
             (fitted_seconds / g.step).floor() as usize + 1,
@@ -697,61 +717,117 @@ pub fn trend(series: &[(f64, f64)], rules: &TrendRules) -> Trend {
         ),
         Correlation::Blocks { steps, basis } => {
             let len = steps as f64 * g.step;
-            (
-                len,
-                (fitted_seconds / len).floor() as usize,
-                basis,
-                MIN_BLOCKS,
-            )
+            let count = (fitted_seconds / len).floor() as usize;
+            (len, count, basis, MIN_BLOCKS)
         }
-        Correlation::Wanders => {
-            let c = Cycles {
-                block_seconds: None,
-                blocks: 0,
-                basis: BlockBasis::Correlation,
-            };
-            return short(2.0 * seconds, None, Some(c), None);
-        }
+        Correlation::Wanders => return None,
     };
     // A cycle seen by its drops that is longer than these blocks: their means would follow
     // it (one block on a sawtooth's climb, the next on its fall) and read its phase as
     // growth or decline. With enough whole cycles in the later half, each cycle is a block.
-    let cycle = drop_cycle(series, &fitted);
-    let (len, count, basis, need) = match cycle {
-        Some(c) if c > len && whole_cycles(fitted_seconds, c) >= MIN_BLOCKS => (
-            c,
-            whole_cycles(fitted_seconds, c),
-            BlockBasis::Cycle,
-            MIN_BLOCKS,
-        ),
-        _ => (len, count, basis, need),
+    let cycle = drop_cycle(series, fitted);
+    let plan = match cycle {
+        Some(c) if c > seconds && whole_cycles(fitted_seconds, c) >= MIN_BLOCKS => BlockPlan {
+            seconds: c,
+            count: whole_cycles(fitted_seconds, c),
+            basis: BlockBasis::Cycle,
+            need: MIN_BLOCKS,
+            cycle,
+        },
+        _ => BlockPlan {
+            seconds,
+            count,
+            basis,
+            need,
+            cycle,
+        },
     };
-    let means = if count > 0 {
-        block_means(&fitted, len, count)
+    Some(plan)
+}
+
+/// The verdict on `series` (`(t_seconds, bytes)`, increasing `t`).
+pub fn trend(series: &[(f64, f64)], rules: &TrendRules) -> Trend {
+    let samples = series.len();
+    let seconds = match (series.first(), series.last()) {
+        (Some(a), Some(b)) => (b.0 - a.0).max(0.0),
+        _ => 0.0,
+    };
+    let mut w = Window {
+        rules,
+        samples,
+        seconds,
+        fitted_seconds: 0.0,
+    };
+    if samples < rules.min_samples.max(6) || seconds < rules.min_seconds {
+        return w.short(rules.min_seconds, None, None, None);
+    }
+    let mid = series[0].0 + seconds / 2.0;
+    let fitted: Vec<(f64, f64)> = series.iter().copied().filter(|p| p.0 >= mid).collect();
+    // Samples bunched at the start (dense start-up sampling, then a probe held to its CPU
+    // budget) leave too few where the slope is fitted: say so rather than "too few".
+    if fitted.len() < MIN_FITTED_SAMPLES {
+        return w.short(rules.min_seconds, Some(fitted.len()), None, None);
+    }
+    let Some(g) = grid(&fitted) else {
+        return w.short(rules.min_seconds, None, None, None);
+    };
+    w.fitted_seconds = fitted.last().map_or(0.0, |l| l.0) - fitted[0].0;
+    let Some(plan) = block_plan(series, &fitted, &g, w.fitted_seconds) else {
+        let c = Cycles {
+            block_seconds: None,
+            blocks: 0,
+            basis: BlockBasis::Correlation,
+        };
+        return w.short(2.0 * seconds, None, Some(c), None);
+    };
+    let means = if plan.count > 0 {
+        block_means(&fitted, plan.seconds, plan.count)
     } else {
         Vec::new()
     };
-    if means.len() < need {
-        if basis == BlockBasis::Samples {
-            return short(rules.min_seconds, Some(fitted.len()), None, None);
+    if means.len() < plan.need {
+        if plan.basis == BlockBasis::Samples {
+            return w.short(rules.min_seconds, Some(fitted.len()), None, None);
         }
         let c = Cycles {
-            block_seconds: Some(len),
+            block_seconds: Some(plan.seconds),
             blocks: means.len(),
-            basis,
+            basis: plan.basis,
         };
-        return short(grow_to(need as f64 * len), None, Some(c), None);
+        return w.short(
+            w.grow_to(plan.need as f64 * plan.seconds),
+            None,
+            Some(c),
+            None,
+        );
     }
     let Some((b, ci)) = ols_slope_ci95(&means) else {
-        return short(rules.min_seconds, None, None, None);
+        return w.short(rules.min_seconds, None, None, None);
     };
     let blocks = Blocks {
         count: means.len(),
-        seconds: len,
-        basis,
+        seconds: plan.seconds,
+        basis: plan.basis,
     };
+    slope_verdict(&w, series, &fitted, plan.cycle, blocks, b, ci)
+}
+
+/// The verdict from the slope `b` (bytes/s, 95% interval `ci`) fitted to the block means
+/// of the later half `fitted`: a leak or a fall when the interval excludes 0 and the growth
+/// over the half is material, unless a cycle (`cycle`) the later half holds too few of
+/// explains it; undecided while the interval still reaches material growth; else a plateau.
+fn slope_verdict(
+    w: &Window,
+    series: &[(f64, f64)],
+    fitted: &[(f64, f64)],
+    cycle: Option<f64>,
+    blocks: Blocks,
+    b: f64,
+    ci: (f64, f64),
+) -> Trend {
+    let fitted_seconds = w.fitted_seconds;
     let level = fitted.iter().map(|p| p.1).sum::<f64>() / fitted.len() as f64;
-    let material = rules.material_bytes(level);
+    let material = w.rules.material_bytes(level);
     let growth = b * fitted_seconds;
     let per_min = |x: f64| x * 60.0;
     let fitted_samples = fitted.len();
@@ -768,7 +844,7 @@ pub fn trend(series: &[(f64, f64)], rules: &TrendRules) -> Trend {
                 blocks: fits,
                 basis: BlockBasis::Cycle,
             };
-            return short(grow_to(MIN_BLOCKS as f64 * cycle), None, Some(c), None);
+            return w.short(w.grow_to(MIN_BLOCKS as f64 * cycle), None, Some(c), None);
         }
     }
     if grows {
@@ -801,10 +877,10 @@ pub fn trend(series: &[(f64, f64)], rules: &TrendRules) -> Trend {
             material_bytes: material,
             blocks,
         };
-        return short(grow_to(span), None, None, Some(u));
+        return w.short(w.grow_to(span), None, None, Some(u));
     }
-    let band = (rules.plateau_band_fraction * level.abs()).max(rules.min_growth_bytes);
-    let mut since = series[samples - 1].0;
+    let band = (w.rules.plateau_band_fraction * level.abs()).max(w.rules.min_growth_bytes);
+    let mut since = series[w.samples - 1].0;
     for p in series.iter().rev() {
         if (p.1 - level).abs() > band {
             break;
@@ -813,7 +889,7 @@ pub fn trend(series: &[(f64, f64)], rules: &TrendRules) -> Trend {
     }
     Trend::Plateau {
         level_bytes: level,
-        since_seconds: since - t0,
+        since_seconds: since - series[0].0,
         slope_bytes_per_min: per_min(b),
         ci: (per_min(ci.0), per_min(ci.1)),
         fitted_samples,
