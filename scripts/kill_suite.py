@@ -5,6 +5,7 @@
                                   [--measurement-test NAME] [--measurement-after S]
                                   [--rerun CMD] [--keep]          # as root, from the repo
     python3 scripts/kill_suite.py --check WORKDIR/before.json
+    python3 scripts/kill_suite.py --before WORKDIR/before.json --skip-parallel-kill ...
 
 CI starts right after the contributor's own processes were killed, on the same machine, and
 meets whatever they left. This does that to the suite itself, as CI runs it: a fresh clone
@@ -22,7 +23,9 @@ standard input, in a session of its own. It
      repo, such as `../shared/ci-local`, so that a fresh clone meets the debris): it must be
      green;
   5. takes the state again: nothing may be left that was not there in step 1. That state is
-     kept in the run's directory as before.json: --check compares the machine with it again.
+     kept in the run's directory as before.json: --check compares the machine with it again,
+     and --before starts another run from it (its leftovers are judged too; with
+     --skip-parallel-kill that run begins at step 3, after an earlier one's step 2).
 
 The state: processes started since step 1 that descend from no process that ran before it
 (orphans of the suite: workloads, servers, a VM, a cluster's components), cgroup
@@ -260,6 +263,26 @@ def kill_group(proc):
     time.sleep(5)  # what the kernel tears down by itself (pipes, a dying group) goes first
 
 
+def parallel_kill(clone, log1, after1, before, own):
+    """Run 1: the suite SIGKILLed `after1` seconds after its first test binary started.
+    None when done, else the exit status."""
+    say(f"run 1: the suite, killed {after1:.0f}s into its parallel phase (log {log1})")
+    p = start_suite(clone, log1)
+    # The phase's first test binary runs once its build is done (3-5 min).
+    if not wait_for(log1, r"^==> test\.sh phase 'parallel tests':(.|\n)*^\s+Running ", p, 3600):
+        say(f"run 1 ended (exit {p.poll()}) before its parallel phase: see {log1}")
+        return 2
+    time.sleep(after1)
+    if p.poll() is not None:
+        say(f"run 1 ended (exit {p.returncode}) before the kill: choose a shorter --parallel-after")
+        return 2
+    last = [ln for ln in (read(log1) or "").splitlines() if ln.startswith("test ")][-1:]
+    kill_group(p)
+    say(f"run 1 SIGKILLed; its last test line: {last[0] if last else '(none yet)'}")
+    report("left by the kill in the parallel phase", *difference(before, state(own)))
+    return None
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seed", type=int, default=None)
@@ -272,6 +295,10 @@ def main():
     ap.add_argument("--rerun", default=None,
                     help="shell command for the last, green run, run from the repo (default: the suite in the clone)")
     ap.add_argument("--keep", action="store_true", help="keep the clone and its logs")
+    ap.add_argument("--before", metavar="BEFORE_JSON",
+                    help="the state before is this earlier run's (its before.json): its leftovers are judged too")
+    ap.add_argument("--skip-parallel-kill", action="store_true",
+                    help="no run 1 (an earlier run, named by --before, was killed in its parallel phase)")
     ap.add_argument("--check", metavar="BEFORE_JSON",
                     help="only compare the machine now with the state a run saved (its before.json)")
     a = ap.parse_args()
@@ -291,7 +318,12 @@ def main():
     os.chmod(work, 0o755)
     clone = os.path.join(work, "main")
     say(f"seed {seed}; HEAD {head[:10]}; in {work}")
-    before = state([work])
+    own = [work] + ([os.path.dirname(os.path.abspath(a.before))] if a.before else [])
+    if a.before:
+        before = load(a.before)
+        say(f"the state before is {a.before}'s")
+    else:
+        before = state(own)
     save(before, os.path.join(work, "before.json"))
     subprocess.run(["git", "clone", "-q", ROOT, clone], check=True)
     subprocess.run(["git", "-C", clone, "checkout", "-q", head], check=True)
@@ -302,26 +334,20 @@ def main():
 
     # 1. Killed in the parallel phase.
     log1 = os.path.join(work, "run1.log")
-    say(f"run 1: the suite, killed {after1:.0f}s into its parallel phase (log {log1})")
-    p = start_suite(clone, log1)
-    # The phase's first test binary runs once its build is done (3-5 min).
-    if not wait_for(log1, r"^==> test\.sh phase 'parallel tests':(.|\n)*^\s+Running ", p, 3600):
-        say(f"run 1 ended (exit {p.poll()}) before its parallel phase: see {log1}")
-        return 2
-    time.sleep(after1)
-    if p.poll() is not None:
-        say(f"run 1 ended (exit {p.returncode}) before the kill: choose a shorter --parallel-after")
-        return 2
-    last = [ln for ln in (read(log1) or "").splitlines() if ln.startswith("test ")][-1:]
-    kill_group(p)
-    say(f"run 1 SIGKILLed; its last test line: {last[0] if last else '(none yet)'}")
-    report("left by the kill in the parallel phase", *difference(before, state([work])))
+    if a.skip_parallel_kill:
+        say("run 1 skipped (--skip-parallel-kill)")
+    else:
+        r = parallel_kill(clone, log1, after1, before, own)
+        if r is not None:
+            return r
+
 
     # 2. Killed in the measurement phase.
     log2 = os.path.join(work, "run2.log")
     p = start_suite(clone, log2)
     if not wait_for(log2, r"^==> test\.sh phase 'measurement tests':", p, 3600):
         say(f"run 2 ended (exit {p.poll()}) before its measurement phase: see {log2}")
+        print("\n".join((read(log2) or "").splitlines()[-12:]))
         return 1
     if a.measurement_test is None:
         lst = subprocess.run(["cargo", "test", "--release", "--locked", "--test", "it", "--",
@@ -337,7 +363,7 @@ def main():
     time.sleep(after2)
     kill_group(p)
     say(f"run 2 SIGKILLed in {m.group(0).strip()}")
-    report("left by the kill in the measurement phase", *difference(before, state([work])))
+    report("left by the kill in the measurement phase", *difference(before, state(own)))
 
     # 3. The run that must be green.
     if a.rerun:
@@ -353,7 +379,7 @@ def main():
         print("\n".join((read(log3) or "").splitlines()[-12:]))
     say(f"run 3 ended: exit {rc} ({'green' if rc == 0 else 'RED'})")
     time.sleep(5)
-    n = report("left after the last run", *difference(before, state([work])))
+    n = report("left after the last run", *difference(before, state(own)))
     say(f"all three runs: {(time.monotonic() - t0) / 60:.0f} min; seed {seed}")
     if not a.keep:
         subprocess.run(["chmod", "-R", "u+w", shared])
