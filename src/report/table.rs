@@ -86,6 +86,62 @@ impl<'a> super::Exporter<super::Report<'a>> for TableExporter {
 
 /// Renders the summary table and the notes under it.
 pub fn render(e: &Experiment, a: &Analysis, color: bool) -> String {
+    let mut out = format!(
+        "experiment {} · {} · {} run(s) per variant · baseline {}\n",
+        e.id,
+        shell_line(&e.plan.command),
+        e.plan.runs,
+        terminal(&a.baseline)
+    );
+    out.push_str(&summary_table(a, color).to_string());
+    out.push('\n');
+    out.push_str(
+        "medians over the runs that finished ok; ratio to the baseline's median with a 95% bootstrap interval;\n\
+         * = significant (the interval excludes 1, at least 3 ok runs on both sides).\n\
+         peak RSS: a kernel high-water mark (wait4 ru_maxrss or VmHWM); for several processes at once, the sampled tree sum if larger.\n",
+    );
+    if let Some(legend) = super::multi_process_legend(a) {
+        out.push_str(&legend);
+        out.push('\n');
+    }
+    section(&mut out, super::EVIDENCE_HEADING, super::evidence_lines(a));
+    section(&mut out, WHY_HEADING, why_lines(e, a));
+    section(
+        &mut out,
+        super::regions::REGIONS_HEADING,
+        super::regions::region_lines(e, a),
+    );
+    section(
+        &mut out,
+        &super::requires::requires_heading(e),
+        super::requires::require_lines(e, a),
+    );
+    section(
+        &mut out,
+        super::holes::HOLES_HEADING,
+        super::holes::hole_lines(e, a),
+    );
+    section(
+        &mut out,
+        super::knobs::KNOBS_HEADING,
+        super::knobs::knob_lines(e, a),
+    );
+    section(
+        &mut out,
+        &super::cpu::cpu_heading(e),
+        super::cpu::cpu_lines(e, a),
+    );
+    section(
+        &mut out,
+        "runtime figures (medians over ok runs of the last value each run reported)",
+        runtime_lines(e, a),
+    );
+    section(&mut out, "! not every run counted", problem_lines(e, a));
+    out
+}
+
+/// The table: a row per variant, its runs, allocator, figures and the driver's columns.
+fn summary_table(a: &Analysis, color: bool) -> Table {
     let mut t = Table::new();
     t.load_preset(presets::UTF8_FULL_CONDENSED)
         .set_content_arrangement(ContentArrangement::Disabled);
@@ -115,108 +171,21 @@ pub fn render(e: &Experiment, a: &Analysis, color: bool) -> String {
         row.extend(driver.iter().map(|n| driver_cell(s, n)));
         t.add_row(row);
     }
-    let mut out = format!(
-        "experiment {} · {} · {} run(s) per variant · baseline {}\n",
-        e.id,
-        shell_line(&e.plan.command),
-        e.plan.runs,
-        terminal(&a.baseline)
-    );
-    out.push_str(&t.to_string());
-    out.push('\n');
-    out.push_str(
-        "medians over the runs that finished ok; ratio to the baseline's median with a 95% bootstrap interval;\n\
-         * = significant (the interval excludes 1, at least 3 ok runs on both sides).\n\
-         peak RSS: a kernel high-water mark (wait4 ru_maxrss or VmHWM); for several processes at once, the sampled tree sum if larger.\n",
-    );
-    if let Some(legend) = super::multi_process_legend(a) {
-        out.push_str(&legend);
+    t
+}
+
+/// A section under the table: a blank line, `heading:`, then each line indented (nothing
+/// when there are no lines).
+fn section<S: AsRef<str>>(out: &mut String, heading: &str, lines: Vec<S>) {
+    if lines.is_empty() {
+        return;
+    }
+    out.push_str(&format!("\n{heading}:\n"));
+    for t in lines {
+        out.push_str("  ");
+        out.push_str(&terminal(t.as_ref()));
         out.push('\n');
     }
-    let evidence = super::evidence_lines(a);
-    if !evidence.is_empty() {
-        out.push_str(&format!("\n{}:\n", super::EVIDENCE_HEADING));
-        for t in evidence {
-            out.push_str("  ");
-            out.push_str(&terminal(&t));
-            out.push('\n');
-        }
-    }
-    let trends = why_lines(e, a);
-    if !trends.is_empty() {
-        out.push_str(&format!("\n{WHY_HEADING}:\n"));
-        for t in trends {
-            out.push_str("  ");
-            out.push_str(&terminal(&t));
-            out.push('\n');
-        }
-    }
-    let regions = super::regions::region_lines(e, a);
-    if !regions.is_empty() {
-        out.push_str(&format!("\n{}:\n", super::regions::REGIONS_HEADING));
-        for t in regions {
-            out.push_str("  ");
-            out.push_str(&terminal(&t));
-            out.push('\n');
-        }
-    }
-    let requires = super::requires::require_lines(e, a);
-    if !requires.is_empty() {
-        out.push_str(&format!("\n{}:\n", super::requires::requires_heading(e)));
-        for t in requires {
-            out.push_str("  ");
-            out.push_str(&terminal(&t));
-            out.push('\n');
-        }
-    }
-    let holes = super::holes::hole_lines(e, a);
-    if !holes.is_empty() {
-        out.push_str(&format!("\n{}:\n", super::holes::HOLES_HEADING));
-        for t in holes {
-            out.push_str("  ");
-            out.push_str(&terminal(&t));
-            out.push('\n');
-        }
-    }
-    let knobs = super::knobs::knob_lines(e, a);
-    if !knobs.is_empty() {
-        out.push_str(&format!("\n{}:\n", super::knobs::KNOBS_HEADING));
-        for t in knobs {
-            out.push_str("  ");
-            out.push_str(&terminal(&t));
-            out.push('\n');
-        }
-    }
-    let cpu = super::cpu::cpu_lines(e, a);
-    if !cpu.is_empty() {
-        out.push_str(&format!("\n{}:\n", super::cpu::cpu_heading(e)));
-        for t in cpu {
-            out.push_str("  ");
-            out.push_str(&terminal(&t));
-            out.push('\n');
-        }
-    }
-    let runtimes = runtime_lines(e, a);
-    if !runtimes.is_empty() {
-        out.push_str(
-            "\nruntime figures (medians over ok runs of the last value each run reported):\n",
-        );
-        for t in runtimes {
-            out.push_str("  ");
-            out.push_str(&terminal(&t));
-            out.push('\n');
-        }
-    }
-    let problems = problem_lines(e, a);
-    if !problems.is_empty() {
-        out.push_str("\n! not every run counted:\n");
-        for p in problems {
-            out.push_str("  ");
-            out.push_str(&terminal(&p));
-            out.push('\n');
-        }
-    }
-    out
 }
 
 /// The heading of the leak-or-fragmentation lines, in every format.
