@@ -5,9 +5,9 @@
 
 use plotters::prelude::*;
 
-use super::charts::{canvas, color, counted, draw_keys, styled, Key, Picture, MIB, WIDTH};
+use super::charts::{canvas, color, counted, draw_keys, styled, Chart, Key, Picture, MIB, WIDTH};
 use crate::analysis::recommend::{label, Recommendation};
-use crate::analysis::{Analysis, Figure};
+use crate::analysis::{Analysis, Estimate, Figure};
 use crate::record::Experiment;
 use crate::units::{format_bytes, format_seconds};
 
@@ -118,50 +118,21 @@ pub(crate) fn overview(e: &Experiment, a: &Analysis, rec: &Recommendation) -> Op
                     )))
                     .ok()?;
             }
-            // Peak above the row's middle, mean below: a whisker for the interval, a dot
-            // for the median (filled for the peak, open for the mean).
-            for (f, dy, filled) in [(peak_f, 0.14, true), (mean_f, -0.14, false)] {
-                let Some(x) = est(i, f) else { continue };
-                let (lo, hi, m) = (x.ci95[0] / MIB, x.ci95[1] / MIB, x.median / MIB);
-                let yy = y + dy;
-                chart
-                    .draw_series(LineSeries::new(vec![(lo, yy), (hi, yy)], c.stroke_width(2)))
-                    .ok()?;
-                for end in [lo, hi] {
-                    chart
-                        .draw_series(LineSeries::new(
-                            vec![(end, yy - 0.07), (end, yy + 0.07)],
-                            c.stroke_width(2),
-                        ))
-                        .ok()?;
-                }
-                let style = if filled { c.filled() } else { WHITE.filled() };
-                chart
-                    .draw_series(std::iter::once(Circle::new((m, yy), 5, style)))
-                    .ok()?;
-                if !filled {
-                    chart
-                        .draw_series(std::iter::once(Circle::new((m, yy), 5, c.stroke_width(2))))
-                        .ok()?;
-                }
-                // The peak's ratio to the baseline at the end of its whisker.
-                let s = &a.variants[i];
-                let words = if s.is_baseline && filled {
+            // Peak above the row's middle, mean below; the peak's ratio to the baseline at
+            // the end of its whisker.
+            let s = &a.variants[i];
+            if let Some(x) = est(i, peak_f) {
+                let words = if s.is_baseline {
                     Some("baseline".to_string())
-                } else if filled {
-                    s.ratio_to_baseline
-                        .get(&f)
-                        .map(|r| super::ratio_text(r, ""))
                 } else {
-                    None
+                    s.ratio_to_baseline
+                        .get(&peak_f)
+                        .map(|r| super::ratio_text(r, ""))
                 };
-                if let Some(w) = words {
-                    chart
-                        .draw_series(std::iter::once(
-                            EmptyElement::at((hi, yy)) + Text::new(w, (8, -6), text.clone()),
-                        ))
-                        .ok()?;
-                }
+                draw_estimate(&mut chart, x, y + 0.14, c, true, words, &text)?;
+            }
+            if let Some(x) = est(i, mean_f) {
+                draw_estimate(&mut chart, x, y - 0.14, c, false, None, &text)?;
             }
         }
         let ink = RGBColor(60, 60, 60);
@@ -180,6 +151,48 @@ pub(crate) fn overview(e: &Experiment, a: &Analysis, rec: &Recommendation) -> Op
         svg,
         notes: vec![floor_sentence(a, &floors, peak_f)],
     })
+}
+
+/// One estimate at height `y`: a whisker for its 95% interval, a dot for its median
+/// (filled, or a ring), and `words` at the whisker's end.
+fn draw_estimate(
+    chart: &mut Chart<'_, '_>,
+    x: &Estimate,
+    y: f64,
+    c: RGBColor,
+    filled: bool,
+    words: Option<String>,
+    text: &TextStyle,
+) -> Option<()> {
+    let (lo, hi, m) = (x.ci95[0] / MIB, x.ci95[1] / MIB, x.median / MIB);
+    chart
+        .draw_series(LineSeries::new(vec![(lo, y), (hi, y)], c.stroke_width(2)))
+        .ok()?;
+    for end in [lo, hi] {
+        chart
+            .draw_series(LineSeries::new(
+                vec![(end, y - 0.07), (end, y + 0.07)],
+                c.stroke_width(2),
+            ))
+            .ok()?;
+    }
+    let style = if filled { c.filled() } else { WHITE.filled() };
+    chart
+        .draw_series(std::iter::once(Circle::new((m, y), 5, style)))
+        .ok()?;
+    if !filled {
+        chart
+            .draw_series(std::iter::once(Circle::new((m, y), 5, c.stroke_width(2))))
+            .ok()?;
+    }
+    if let Some(w) = words {
+        chart
+            .draw_series(std::iter::once(
+                EmptyElement::at((hi, y)) + Text::new(w, (8, -6), text.clone()),
+            ))
+            .ok()?;
+    }
+    Some(())
 }
 
 /// What the picture shows and where its floor comes from, per variant.
