@@ -548,6 +548,75 @@ fn seed_for(base_seed: u64, variant_idx: usize, f: Figure) -> u64 {
         .wrapping_add((variant_idx as u64) << 8 | f.index())
 }
 
+/// A variant's figures over its counted runs.
+struct FigureSet {
+    figures: BTreeMap<Figure, Estimate>,
+    range: BTreeMap<Figure, [f64; 2]>,
+    ratio_to_baseline: BTreeMap<Figure, Ratio>,
+    evidence: BTreeMap<Figure, FigureEvidence>,
+}
+
+/// Each figure of the counted runs `ok`: its median with a 95% interval (bootstrap seeded
+/// by `seed(figure)`), its range, its evidence, and (not for the baseline, nor for a
+/// figure each variant takes at its own moment) its ratio to the baseline's runs.
+fn summarise_figures(
+    ok: &[&RunRecord],
+    base_runs: &[&RunRecord],
+    is_baseline: bool,
+    seed: impl Fn(Figure) -> u64,
+) -> FigureSet {
+    let mut set = FigureSet {
+        figures: BTreeMap::new(),
+        range: BTreeMap::new(),
+        ratio_to_baseline: BTreeMap::new(),
+        evidence: BTreeMap::new(),
+    };
+    for f in Figure::ALL {
+        if let Some(ev) = figure_evidence(ok, f) {
+            set.evidence.insert(f, ev);
+        }
+        let xs = values(ok, f);
+        if xs.is_empty() {
+            continue;
+        }
+        let s = seed(f);
+        let (lo, hi) = stats::median_ci95(&xs, s);
+        set.figures.insert(
+            f,
+            Estimate {
+                median: stats::median(&xs),
+                ci95: [lo, hi],
+                n: xs.len(),
+            },
+        );
+        set.range.insert(
+            f,
+            [
+                xs.iter().copied().fold(f64::INFINITY, f64::min),
+                xs.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+            ],
+        );
+        // No ratio for a figure each variant takes at its own moment (`Figure::compared`).
+        if is_baseline || !f.compared() {
+            continue;
+        }
+        let base = values(base_runs, f);
+        if let Some((value, (lo, hi))) = stats::ratio_ci95(&xs, &base, s ^ 0xA5A5) {
+            let enough =
+                xs.len() >= MIN_RUNS_FOR_SIGNIFICANCE && base.len() >= MIN_RUNS_FOR_SIGNIFICANCE;
+            set.ratio_to_baseline.insert(
+                f,
+                Ratio {
+                    value,
+                    ci95: [lo, hi],
+                    significant: enough && (hi < 1.0 || lo > 1.0),
+                },
+            );
+        }
+    }
+    set
+}
+
 /// Summarises every variant of an experiment.
 pub fn analyse(e: &Experiment) -> Analysis {
     let seed = e.plan.seed;
@@ -582,53 +651,12 @@ pub fn analyse(e: &Experiment) -> Analysis {
             .max_by_key(|(_, n)| **n)
             .map(|(a, _)| a.to_string());
         let is_baseline = v.name == e.plan.baseline;
-        let mut figures = BTreeMap::new();
-        let mut range = BTreeMap::new();
-        let mut ratio_to_baseline = BTreeMap::new();
-        let mut evidence = BTreeMap::new();
-        for f in Figure::ALL {
-            if let Some(ev) = figure_evidence(&ok, f) {
-                evidence.insert(f, ev);
-            }
-            let xs = values(&ok, f);
-            if xs.is_empty() {
-                continue;
-            }
-            let s = seed_for(seed, vi, f);
-            let (lo, hi) = stats::median_ci95(&xs, s);
-            figures.insert(
-                f,
-                Estimate {
-                    median: stats::median(&xs),
-                    ci95: [lo, hi],
-                    n: xs.len(),
-                },
-            );
-            range.insert(
-                f,
-                [
-                    xs.iter().copied().fold(f64::INFINITY, f64::min),
-                    xs.iter().copied().fold(f64::NEG_INFINITY, f64::max),
-                ],
-            );
-            // No ratio for a figure each variant takes at its own moment (`Figure::compared`).
-            if is_baseline || !f.compared() {
-                continue;
-            }
-            let base = values(&base_runs, f);
-            if let Some((value, (lo, hi))) = stats::ratio_ci95(&xs, &base, s ^ 0xA5A5) {
-                let enough = xs.len() >= MIN_RUNS_FOR_SIGNIFICANCE
-                    && base.len() >= MIN_RUNS_FOR_SIGNIFICANCE;
-                ratio_to_baseline.insert(
-                    f,
-                    Ratio {
-                        value,
-                        ci95: [lo, hi],
-                        significant: enough && (hi < 1.0 || lo > 1.0),
-                    },
-                );
-            }
-        }
+        let FigureSet {
+            figures,
+            range,
+            ratio_to_baseline,
+            evidence,
+        } = summarise_figures(&ok, &base_runs, is_baseline, |f| seed_for(seed, vi, f));
         let trend = summarise_trends(&ok);
         let driver_figures = summarise_driver(
             &ok,
