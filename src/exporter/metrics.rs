@@ -14,7 +14,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use super::figures::{group, Snapshot};
+use super::figures::{group, GroupFigures, ProcessFigures, Snapshot};
 
 type IntGauge = Gauge<u64, AtomicU64>;
 type RealGauge = Gauge<f64, AtomicU64>;
@@ -137,6 +137,74 @@ impl Groups {
             age: family(reg, "memtrial_group_stale_seconds", "Age of the oldest cached costly figure (PSS, USS, arenas) in the group."),
         }
     }
+
+    /// One group's figures into the families.
+    fn set(&self, name: String, f: &GroupFigures) {
+        let l = GroupLabel {
+            group: name.clone(),
+        };
+        self.processes.get_or_create(&l).set(f.processes);
+        self.rss.get_or_create(&l).set(f.rss_bytes);
+        self.swap.get_or_create(&l).set(f.swap_bytes);
+        self.threads.get_or_create(&l).set(f.threads);
+        self.pss_processes.get_or_create(&l).set(f.pss_processes);
+        if f.pss_processes > 0 {
+            self.pss.get_or_create(&l).set(f.pss_bytes);
+            self.uss.get_or_create(&l).set(f.uss_bytes);
+        }
+        if let Some(a) = f.glibc_arenas {
+            self.arenas.get_or_create(&l).set(a);
+        }
+        if let Some(a) = f.glibc_arena_limit {
+            self.arena_limit.get_or_create(&l).set(a);
+            self.estimated
+                .get_or_create(&l)
+                .set(f.glibc_arenas_estimated);
+        }
+        self.pitfall
+            .get_or_create(&l)
+            .set(u64::from(f.pitfall_processes > 0));
+        if let Some(a) = f.jemalloc_arenas {
+            self.jemalloc_arenas.get_or_create(&l).set(a);
+        }
+        if let Some(q) = f.cpu_quota_cpus {
+            self.quota.get_or_create(&l).set(q);
+        }
+        self.visible
+            .get_or_create(&l)
+            .set(u64::from(f.visible_cpus));
+        if let Some(m) = f.memory_limit_bytes {
+            self.mem_limit.get_or_create(&l).set(m);
+        }
+        if let Some(w) = f.cgroup_working_set_bytes {
+            self.working_set.get_or_create(&l).set(w);
+        }
+        if let Some(shared) = f.cgroup_shared() {
+            self.shared.get_or_create(&l).set(u64::from(shared));
+        }
+        if let Some(n) = f.cgroup_other_processes {
+            self.others.get_or_create(&l).set(n);
+        }
+        for (a, n) in &f.allocators {
+            let labels = GroupAllocatorLabels {
+                group: name.clone(),
+                allocator: a.name.into(),
+                how: a.how.as_str().into(),
+            };
+            self.allocator.get_or_create(&labels).set(1);
+            self.allocator_processes.get_or_create(&labels).set(*n);
+        }
+        self.probed.get_or_create(&l).set(f.probed_processes);
+        if let Some(v) = f.live_bytes {
+            self.live.get_or_create(&l).set(v);
+        }
+        if let Some(v) = f.held_bytes {
+            self.held.get_or_create(&l).set(v);
+        }
+        if let Some(a) = f.costly_age_seconds {
+            self.age.get_or_create(&l).set(a);
+        }
+    }
 }
 
 /// Per-process families (`--per-process`).
@@ -212,6 +280,55 @@ impl Processes {
             ),
         }
     }
+
+    /// One process's figures into the families.
+    fn set(&self, f: &ProcessFigures) {
+        let l = ProcessLabels {
+            group: f.group.clone(),
+            pid: f.pid.to_string(),
+        };
+        self.rss.get_or_create(&l).set(f.rss_bytes);
+        self.swap.get_or_create(&l).set(f.swap_bytes);
+        self.threads.get_or_create(&l).set(f.threads);
+        if let Some(v) = f.pss_bytes {
+            self.pss.get_or_create(&l).set(v);
+        }
+        if let Some(v) = f.uss_bytes {
+            self.uss.get_or_create(&l).set(v);
+        }
+        if let (Some(a), true) = (f.arenas, f.allocator.is_some_and(|a| a.is_glibc())) {
+            self.arenas.get_or_create(&l).set(a.count);
+            self.arena_limit.get_or_create(&l).set(a.limit);
+        }
+        self.pitfall.get_or_create(&l).set(u64::from(f.pitfall()));
+        if let Some(je) = f.jemalloc_arenas {
+            self.jemalloc_arenas
+                .get_or_create(&ProcessJemallocLabels {
+                    group: f.group.clone(),
+                    pid: l.pid.clone(),
+                    source: je.source.as_str().into(),
+                })
+                .set(je.count);
+        }
+        if let Some(a) = f.allocator {
+            self.allocator
+                .get_or_create(&ProcessAllocatorLabels {
+                    group: f.group.clone(),
+                    pid: l.pid.clone(),
+                    allocator: a.name.into(),
+                    how: a.how.as_str().into(),
+                })
+                .set(1);
+        }
+        if let Some(pr) = f.probe {
+            if let Some(v) = pr.live_bytes {
+                self.live.get_or_create(&l).set(v);
+            }
+            if let Some(v) = pr.held_bytes {
+                self.held.get_or_create(&l).set(v);
+            }
+        }
+    }
 }
 
 /// The text of `/metrics` for one snapshot (OpenMetrics text, ending in `# EOF`).
@@ -219,115 +336,12 @@ pub(crate) fn encode(s: &Snapshot) -> Result<String, std::fmt::Error> {
     let mut reg = Registry::default();
     let g = Groups::register(&mut reg);
     for (name, f) in group(&s.processes, &s.cgroup_members) {
-        let l = GroupLabel {
-            group: name.clone(),
-        };
-        g.processes.get_or_create(&l).set(f.processes);
-        g.rss.get_or_create(&l).set(f.rss_bytes);
-        g.swap.get_or_create(&l).set(f.swap_bytes);
-        g.threads.get_or_create(&l).set(f.threads);
-        g.pss_processes.get_or_create(&l).set(f.pss_processes);
-        if f.pss_processes > 0 {
-            g.pss.get_or_create(&l).set(f.pss_bytes);
-            g.uss.get_or_create(&l).set(f.uss_bytes);
-        }
-        if let Some(a) = f.glibc_arenas {
-            g.arenas.get_or_create(&l).set(a);
-        }
-        if let Some(a) = f.glibc_arena_limit {
-            g.arena_limit.get_or_create(&l).set(a);
-            g.estimated.get_or_create(&l).set(f.glibc_arenas_estimated);
-        }
-        g.pitfall
-            .get_or_create(&l)
-            .set(u64::from(f.pitfall_processes > 0));
-        if let Some(a) = f.jemalloc_arenas {
-            g.jemalloc_arenas.get_or_create(&l).set(a);
-        }
-        if let Some(q) = f.cpu_quota_cpus {
-            g.quota.get_or_create(&l).set(q);
-        }
-        g.visible.get_or_create(&l).set(u64::from(f.visible_cpus));
-        if let Some(m) = f.memory_limit_bytes {
-            g.mem_limit.get_or_create(&l).set(m);
-        }
-        if let Some(w) = f.cgroup_working_set_bytes {
-            g.working_set.get_or_create(&l).set(w);
-        }
-        if let Some(shared) = f.cgroup_shared() {
-            g.shared.get_or_create(&l).set(u64::from(shared));
-        }
-        if let Some(n) = f.cgroup_other_processes {
-            g.others.get_or_create(&l).set(n);
-        }
-        for (a, n) in &f.allocators {
-            let labels = GroupAllocatorLabels {
-                group: name.clone(),
-                allocator: a.name.into(),
-                how: a.how.as_str().into(),
-            };
-            g.allocator.get_or_create(&labels).set(1);
-            g.allocator_processes.get_or_create(&labels).set(*n);
-        }
-        g.probed.get_or_create(&l).set(f.probed_processes);
-        if let Some(v) = f.live_bytes {
-            g.live.get_or_create(&l).set(v);
-        }
-        if let Some(v) = f.held_bytes {
-            g.held.get_or_create(&l).set(v);
-        }
-        if let Some(a) = f.costly_age_seconds {
-            g.age.get_or_create(&l).set(a);
-        }
+        g.set(name, &f);
     }
     if s.per_process {
         let p = Processes::register(&mut reg);
         for f in &s.processes {
-            let l = ProcessLabels {
-                group: f.group.clone(),
-                pid: f.pid.to_string(),
-            };
-            p.rss.get_or_create(&l).set(f.rss_bytes);
-            p.swap.get_or_create(&l).set(f.swap_bytes);
-            p.threads.get_or_create(&l).set(f.threads);
-            if let Some(v) = f.pss_bytes {
-                p.pss.get_or_create(&l).set(v);
-            }
-            if let Some(v) = f.uss_bytes {
-                p.uss.get_or_create(&l).set(v);
-            }
-            if let (Some(a), true) = (f.arenas, f.allocator.is_some_and(|a| a.is_glibc())) {
-                p.arenas.get_or_create(&l).set(a.count);
-                p.arena_limit.get_or_create(&l).set(a.limit);
-            }
-            p.pitfall.get_or_create(&l).set(u64::from(f.pitfall()));
-            if let Some(je) = f.jemalloc_arenas {
-                p.jemalloc_arenas
-                    .get_or_create(&ProcessJemallocLabels {
-                        group: f.group.clone(),
-                        pid: l.pid.clone(),
-                        source: je.source.as_str().into(),
-                    })
-                    .set(je.count);
-            }
-            if let Some(a) = f.allocator {
-                p.allocator
-                    .get_or_create(&ProcessAllocatorLabels {
-                        group: f.group.clone(),
-                        pid: l.pid.clone(),
-                        allocator: a.name.into(),
-                        how: a.how.as_str().into(),
-                    })
-                    .set(1);
-            }
-            if let Some(pr) = f.probe {
-                if let Some(v) = pr.live_bytes {
-                    p.live.get_or_create(&l).set(v);
-                }
-                if let Some(v) = pr.held_bytes {
-                    p.held.get_or_create(&l).set(v);
-                }
-            }
+            p.set(f);
         }
     }
     exporter_families(&mut reg, s);
