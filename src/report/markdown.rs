@@ -96,6 +96,24 @@ fn list(out: &mut String, heading: &str, lines: &[String]) {
 /// other figure and section folded below it (`<details>`).
 pub fn render(e: &Experiment, a: &Analysis, rec: &Recommendation) -> String {
     let mut out = String::new();
+    answer(&mut out, e, a, rec);
+    out.push_str("\n\n<details><summary>Every figure, what each rests on, leak or fragmentation, where the memory is</summary>\n\n");
+    details(&mut out, e, a, rec);
+    out.push_str("\n</details>\n");
+    out.push_str(&format!(
+        "\n<sub>memtrial {} · experiment {} · {} CPUs · kernel {} · glibc {}</sub>\n",
+        env!("CARGO_PKG_VERSION"),
+        e.id,
+        e.host.cpus,
+        md(&e.host.kernel),
+        md(&e.host.glibc)
+    ));
+    out
+}
+
+/// What shows unfolded: the headline, trade-offs, the baseline's story, the key figures,
+/// runs not counted and how to apply the pick.
+fn answer(out: &mut String, e: &Experiment, a: &Analysis, rec: &Recommendation) {
     out.push_str(&format!(
         "### memtrial: `{}`\n\n",
         markdown_code(&shell_line(&e.plan.command))
@@ -132,7 +150,10 @@ pub fn render(e: &Experiment, a: &Analysis, rec: &Recommendation) -> String {
             ));
         }
     }
-    out.push_str("\n\n<details><summary>Every figure, what each rests on, leak or fragmentation, where the memory is</summary>\n\n");
+}
+
+/// What is folded: every figure, the Pareto front and the sections of the terminal report.
+fn details(out: &mut String, e: &Experiment, a: &Analysis, rec: &Recommendation) {
     out.push_str(&table(a, &super::columns(a)));
     if let Some(legend) = super::multi_process_legend(a) {
         out.push_str(&format!("\n{}\n", md(&legend)));
@@ -146,14 +167,14 @@ pub fn render(e: &Experiment, a: &Analysis, rec: &Recommendation) -> String {
             md(&rec.pareto_front.join(", "))
         }
     ));
-    list(&mut out, super::EVIDENCE_HEADING, &super::evidence_lines(a));
+    list(out, super::EVIDENCE_HEADING, &super::evidence_lines(a));
     list(
-        &mut out,
+        out,
         super::table::WHY_HEADING,
         &super::table::why_lines(e, a),
     );
     list(
-        &mut out,
+        out,
         super::regions::REGIONS_HEADING,
         &super::regions::region_lines(e, a),
     );
@@ -171,35 +192,25 @@ pub fn render(e: &Experiment, a: &Analysis, rec: &Recommendation) -> String {
         out.push_str("```\n");
     }
     list(
-        &mut out,
+        out,
         super::holes::HOLES_HEADING,
         &super::holes::hole_lines(e, a),
     );
     list(
-        &mut out,
+        out,
         super::knobs::KNOBS_HEADING,
         &super::knobs::knob_lines(e, a),
     );
     list(
-        &mut out,
+        out,
         &super::cpu::cpu_heading(e),
         &super::cpu::cpu_lines(e, a),
     );
     list(
-        &mut out,
+        out,
         "Runtime figures (medians over ok runs of the last value each run reported)",
         &super::table::runtime_lines(e, a),
     );
-    out.push_str("\n</details>\n");
-    out.push_str(&format!(
-        "\n<sub>memtrial {} · experiment {} · {} CPUs · kernel {} · glibc {}</sub>\n",
-        env!("CARGO_PKG_VERSION"),
-        e.id,
-        e.host.cpus,
-        md(&e.host.kernel),
-        md(&e.host.glibc)
-    ));
-    out
 }
 
 #[cfg(test)]
