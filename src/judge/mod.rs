@@ -873,7 +873,7 @@ fn kube_state(
 
 /// The judgement as text.
 pub fn text(j: &Judgement) -> String {
-    use crate::units::{format_bytes, format_seconds};
+    use crate::units::format_seconds;
     let bytes = j.metric.ends_with("_bytes");
     let mut out = format!("metric: {}, {}\n", j.metric, j.metric_why);
     for k in &j.skipped_metrics {
@@ -891,75 +891,13 @@ pub fn text(j: &Judgement) -> String {
         format_seconds(j.warmup_seconds)
     );
     for g in &j.groups {
-        let figure = g.median.map_or("-".to_string(), |m| {
-            if bytes {
-                format_bytes(m)
-            } else {
-                format!("{m:.4}")
-            }
-        });
-        out.push_str(&format!(
-            "{}: {figure} ({} pod(s), {} of {} block(s) with data, {} samples{}{}; {{{}}} {} – {}): {}\n",
-            g.name,
-            g.pods,
-            g.blocks_with_data,
-            g.blocks,
-            g.samples,
-            if g.warmed_pods > 0 {
-                format!(", {} started in the window", g.warmed_pods)
-            } else {
-                String::new()
-            },
-            match (g.restarts, g.oom_killed_pods) {
-                (Some(r), Some(o)) => format!(", {r} restart(s), {o} pod(s) last ended by an OOM kill"),
-                _ => String::new(),
-            },
-            g.selector,
-            g.start,
-            g.end,
-            g.says
-        ));
+        out.push_str(&group_line(g, bytes));
     }
     for g in j.groups.iter().filter(|g| !g.also.is_empty()) {
-        let figs: Vec<String> = g
-            .also
-            .iter()
-            .map(|b| {
-                let v = b.median.map_or("-".to_string(), format_bytes);
-                let r = match (b.ratio, b.ci95) {
-                    (Some(r), Some([lo, hi])) => format!(" ({r:.2}× [{lo:.2}, {hi:.2}])"),
-                    _ => String::new(),
-                };
-                format!("{} {v}{r}", b.name)
-            })
-            .collect();
-        out.push_str(&format!("{} also: {}\n", g.name, figs.join(", ")));
+        out.push_str(&also_line(g));
     }
     for g in j.groups.iter().filter(|g| !g.beside.is_empty()) {
-        let figs: Vec<String> = g
-            .beside
-            .iter()
-            .map(|b| {
-                let v = b.median.map_or("-".to_string(), |m| {
-                    if b.name.ends_with("_seconds") {
-                        format_seconds(m)
-                    } else {
-                        format!("{m:.1}/s")
-                    }
-                });
-                let r = match (b.ratio, b.ci95) {
-                    (Some(r), Some([lo, hi])) => format!(" ({r:.2}× [{lo:.2}, {hi:.2}])"),
-                    _ => String::new(),
-                };
-                format!(
-                    "{} {v}{r}",
-                    b.name
-                        .replace("_seconds", "")
-                        .replace("requests_per_second", "throughput")
-                )
-            })
-            .collect();
-        out.push_str(&format!("{} latency: {}\n", g.name, figs.join(", ")));
+        out.push_str(&latency_line(g));
     }
     for g in &j.groups {
         out.push_str(&why::line(&g.name, &g.why));
@@ -980,6 +918,86 @@ pub fn text(j: &Judgement) -> String {
             None => crate::escape::terminal(l),
         })
         .collect()
+}
+
+/// A group's line: its figure, what it rests on and what it says.
+fn group_line(g: &GroupResult, bytes: bool) -> String {
+    use crate::units::format_bytes;
+    let figure = g.median.map_or("-".to_string(), |m| {
+        if bytes {
+            format_bytes(m)
+        } else {
+            format!("{m:.4}")
+        }
+    });
+    format!(
+        "{}: {figure} ({} pod(s), {} of {} block(s) with data, {} samples{}{}; {{{}}} {} – {}): {}\n",
+        g.name,
+        g.pods,
+        g.blocks_with_data,
+        g.blocks,
+        g.samples,
+        if g.warmed_pods > 0 {
+            format!(", {} started in the window", g.warmed_pods)
+        } else {
+            String::new()
+        },
+        match (g.restarts, g.oom_killed_pods) {
+            (Some(r), Some(o)) => format!(", {r} restart(s), {o} pod(s) last ended by an OOM kill"),
+            _ => String::new(),
+        },
+        g.selector,
+        g.start,
+        g.end,
+        g.says
+    )
+}
+
+/// A group's other memory figures, each with its ratio and interval.
+fn also_line(g: &GroupResult) -> String {
+    use crate::units::format_bytes;
+    let figs: Vec<String> = g
+        .also
+        .iter()
+        .map(|b| {
+            let v = b.median.map_or("-".to_string(), format_bytes);
+            let r = match (b.ratio, b.ci95) {
+                (Some(r), Some([lo, hi])) => format!(" ({r:.2}× [{lo:.2}, {hi:.2}])"),
+                _ => String::new(),
+            };
+            format!("{} {v}{r}", b.name)
+        })
+        .collect();
+    format!("{} also: {}\n", g.name, figs.join(", "))
+}
+
+/// A group's latency and throughput figures, each with its ratio and interval.
+fn latency_line(g: &GroupResult) -> String {
+    use crate::units::format_seconds;
+    let figs: Vec<String> = g
+        .beside
+        .iter()
+        .map(|b| {
+            let v = b.median.map_or("-".to_string(), |m| {
+                if b.name.ends_with("_seconds") {
+                    format_seconds(m)
+                } else {
+                    format!("{m:.1}/s")
+                }
+            });
+            let r = match (b.ratio, b.ci95) {
+                (Some(r), Some([lo, hi])) => format!(" ({r:.2}× [{lo:.2}, {hi:.2}])"),
+                _ => String::new(),
+            };
+            format!(
+                "{} {v}{r}",
+                b.name
+                    .replace("_seconds", "")
+                    .replace("requests_per_second", "throughput")
+            )
+        })
+        .collect();
+    format!("{} latency: {}\n", g.name, figs.join(", "))
 }
 
 #[cfg(test)]
