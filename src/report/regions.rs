@@ -133,42 +133,10 @@ pub(crate) fn region_lines(e: &Experiment, a: &Analysis) -> Vec<String> {
         .filter_map(|s| Some((s.name.as_str(), where_of(&runs_of(&s.name))?)))
         .collect();
     for s in &a.variants {
-        let runs = runs_of(&s.name);
-        let Some(w) = wheres.get(s.name.as_str()) else {
-            // Read, but never near the peak: say how near the nearest came.
-            let nearest = runs
-                .iter()
-                .filter_map(|r| Some((r.regions.as_ref()?.rss_at_read(), r.peak_rss_bytes)))
-                .max_by(|x, y| {
-                    (x.0 as f64 / x.1.max(1) as f64).total_cmp(&(y.0 as f64 / y.1.max(1) as f64))
-                });
-            if let Some((at, peak)) = nearest {
-                out.push(format!(
-                    "{}: no read near a peak (the nearest at {} of a {} peak): smaps is read at each 5% rise of RSS while one read costs under 50 ms of CPU, and within a CPU budget beyond that, so a run that stays near its peak longer gets one",
-                    s.name,
-                    mib(at as f64),
-                    mib(peak as f64)
-                ));
-            }
-            continue;
-        };
-        let mut kinds: Vec<(&Kind, &f64)> = w
-            .by_kind
-            .iter()
-            .filter(|(_, b)| **b >= SHOWN_SHARE * w.total && **b > 0.0)
-            .collect();
-        kinds.sort_by(|x, y| y.1.total_cmp(x.1));
-        let parts: Vec<String> = kinds
-            .iter()
-            .map(|(k, b)| format!("{} {}{}", k.label(), mib(**b), detail(**k, w)))
-            .collect();
-        out.push(format!(
-            "{}: {} resident: {} ({} of {} runs read within 10% of their peak)",
-            s.name,
-            mib(w.total),
-            parts.join(", "),
-            w.near,
-            w.read
+        out.extend(where_line(
+            &s.name,
+            wheres.get(s.name.as_str()),
+            &runs_of(&s.name),
         ));
     }
     // The run cgroups' working sets, one line for all variants.
@@ -195,38 +163,80 @@ pub(crate) fn region_lines(e: &Experiment, a: &Analysis) -> Vec<String> {
     let base = &e.plan.baseline;
     if let Some(b) = wheres.get(base.as_str()) {
         for s in a.variants.iter().filter(|s| s.name != *base) {
-            let Some(w) = wheres.get(s.name.as_str()) else {
-                continue;
-            };
-            let diff = w.total - b.total;
-            let kinds: BTreeSet<Kind> = w.by_kind.keys().chain(b.by_kind.keys()).copied().collect();
-            let mut diffs: Vec<(Kind, f64)> = kinds
-                .into_iter()
-                .map(|k| {
-                    let get = |x: &Where| x.by_kind.get(&k).copied().unwrap_or(0.0);
-                    (k, get(w) - get(b))
-                })
-                .filter(|(_, d)| d.abs() >= (1u64 << 20) as f64 && d.abs() >= 0.05 * diff.abs())
-                .collect();
-            diffs.sort_by(|x, y| y.1.abs().total_cmp(&x.1.abs()));
-            let parts: Vec<String> = diffs
-                .iter()
-                .map(|(k, d)| format!("{} {}", k.label(), signed(*d)))
-                .collect();
-            out.push(format!(
-                "{} against {base}: {} resident{}",
-                s.name,
-                signed(diff),
-                if parts.is_empty() {
-                    String::new()
-                } else {
-                    format!(": {}", parts.join(", "))
-                }
-            ));
-            if let Some(next) = next_for_yjit(e, &s.name, w, diff, &diffs) {
-                out.push(next);
+            if let Some(w) = wheres.get(s.name.as_str()) {
+                out.extend(against_baseline(e, &s.name, w, base, b));
             }
         }
+    }
+    out
+}
+
+/// A variant's line: where its resident bytes were at its peak, by kind; or, read but
+/// never near a peak, how near the nearest read came.
+fn where_line(name: &str, w: Option<&Where>, runs: &[&RunRecord]) -> Option<String> {
+    let Some(w) = w else {
+        let (at, peak) = runs
+            .iter()
+            .filter_map(|r| Some((r.regions.as_ref()?.rss_at_read(), r.peak_rss_bytes)))
+            .max_by(|x, y| {
+                (x.0 as f64 / x.1.max(1) as f64).total_cmp(&(y.0 as f64 / y.1.max(1) as f64))
+            })?;
+        return Some(format!(
+            "{name}: no read near a peak (the nearest at {} of a {} peak): smaps is read at each 5% rise of RSS while one read costs under 50 ms of CPU, and within a CPU budget beyond that, so a run that stays near its peak longer gets one",
+            mib(at as f64),
+            mib(peak as f64)
+        ));
+    };
+    let mut kinds: Vec<(&Kind, &f64)> = w
+        .by_kind
+        .iter()
+        .filter(|(_, b)| **b >= SHOWN_SHARE * w.total && **b > 0.0)
+        .collect();
+    kinds.sort_by(|x, y| y.1.total_cmp(x.1));
+    let parts: Vec<String> = kinds
+        .iter()
+        .map(|(k, b)| format!("{} {}{}", k.label(), mib(**b), detail(**k, w)))
+        .collect();
+    Some(format!(
+        "{name}: {} resident: {} ({} of {} runs read within 10% of their peak)",
+        mib(w.total),
+        parts.join(", "),
+        w.near,
+        w.read
+    ))
+}
+
+/// Variant `name`'s resident bytes at its peak (`w`) against the baseline's (`b`): in all
+/// and by the kinds that differ by a MiB and 5% of the difference or more; then the next
+/// experiment a YJIT finding suggests.
+fn against_baseline(e: &Experiment, name: &str, w: &Where, base: &str, b: &Where) -> Vec<String> {
+    let mut out = Vec::new();
+    let diff = w.total - b.total;
+    let kinds: BTreeSet<Kind> = w.by_kind.keys().chain(b.by_kind.keys()).copied().collect();
+    let mut diffs: Vec<(Kind, f64)> = kinds
+        .into_iter()
+        .map(|k| {
+            let get = |x: &Where| x.by_kind.get(&k).copied().unwrap_or(0.0);
+            (k, get(w) - get(b))
+        })
+        .filter(|(_, d)| d.abs() >= (1u64 << 20) as f64 && d.abs() >= 0.05 * diff.abs())
+        .collect();
+    diffs.sort_by(|x, y| y.1.abs().total_cmp(&x.1.abs()));
+    let parts: Vec<String> = diffs
+        .iter()
+        .map(|(k, d)| format!("{} {}", k.label(), signed(*d)))
+        .collect();
+    out.push(format!(
+        "{name} against {base}: {} resident{}",
+        signed(diff),
+        if parts.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", parts.join(", "))
+        }
+    ));
+    if let Some(next) = next_for_yjit(e, name, w, diff, &diffs) {
+        out.push(next);
     }
     out
 }
