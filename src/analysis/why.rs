@@ -211,6 +211,37 @@ impl Why {
                     .unwrap_or_default(),
                 b(*rss_bytes)
             ),
+            Why::TooShort { .. } => self.too_short_sentence(judged),
+            Why::AllocatorDeparts {
+                flat_under,
+                cause,
+                was,
+            } => departs_sentence(flat_under, cause, &was.sentence_for(judged)),
+            Why::AtPeak {
+                live_bytes,
+                held_bytes,
+                rss_bytes,
+                missing,
+            } => at_peak_sentence(
+                live_bytes.map(|v| v as f64),
+                held_bytes.map(|v| v as f64),
+                live_bytes
+                    .zip(*held_bytes)
+                    .map(|(l, h)| h as f64 / l.max(1) as f64),
+                *rss_bytes as f64,
+                missing.as_deref(),
+            ),
+            Why::RssOnly { trend, reason } => format!(
+                "{} (RSS only, which cannot tell a leak from fragmentation: {reason})",
+                super::trend_phrase(trend)
+            ),
+        }
+    }
+
+    /// A too-short verdict in words: what grew, or what a verdict needs and how to get it.
+    fn too_short_sentence(&self, judged: Judged) -> String {
+        let b = format_bytes;
+        match self {
             Why::TooShort {
                 samples,
                 seconds,
@@ -252,29 +283,7 @@ impl Why {
                     }
                 ),
             },
-            Why::AllocatorDeparts {
-                flat_under,
-                cause,
-                was,
-            } => departs_sentence(flat_under, cause, &was.sentence_for(judged)),
-            Why::AtPeak {
-                live_bytes,
-                held_bytes,
-                rss_bytes,
-                missing,
-            } => at_peak_sentence(
-                live_bytes.map(|v| v as f64),
-                held_bytes.map(|v| v as f64),
-                live_bytes
-                    .zip(*held_bytes)
-                    .map(|(l, h)| h as f64 / l.max(1) as f64),
-                *rss_bytes as f64,
-                missing.as_deref(),
-            ),
-            Why::RssOnly { trend, reason } => format!(
-                "{} (RSS only, which cannot tell a leak from fragmentation: {reason})",
-                super::trend_phrase(trend)
-            ),
+            _ => unreachable!("too_short_sentence of {self:?}"),
         }
     }
 }
