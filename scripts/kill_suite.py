@@ -297,6 +297,8 @@ def main():
     ap.add_argument("--keep", action="store_true", help="keep the clone and its logs")
     ap.add_argument("--before", metavar="BEFORE_JSON",
                     help="the state before is this earlier run's (its before.json): its leftovers are judged too")
+    ap.add_argument("--work", metavar="DIR",
+                    help="an earlier run's directory (--keep): its clone, at HEAD now, and its build are used again")
     ap.add_argument("--skip-parallel-kill", action="store_true",
                     help="no run 1 (an earlier run, named by --before, was killed in its parallel phase)")
     ap.add_argument("--check", metavar="BEFORE_JSON",
@@ -314,8 +316,11 @@ def main():
     after2 = a.measurement_after if a.measurement_after is not None else rng.uniform(20, 150)
     head = subprocess.run(["git", "-C", ROOT, "rev-parse", "HEAD"], capture_output=True,
                           text=True, check=True).stdout.strip()
-    work = tempfile.mkdtemp(prefix="kill-suite.")
-    os.chmod(work, 0o755)
+    if a.work:
+        work = os.path.abspath(a.work)
+    else:
+        work = tempfile.mkdtemp(prefix="kill-suite.")
+        os.chmod(work, 0o755)
     clone = os.path.join(work, "main")
     say(f"seed {seed}; HEAD {head[:10]}; in {work}")
     own = [work] + ([os.path.dirname(os.path.abspath(a.before))] if a.before else [])
@@ -325,15 +330,21 @@ def main():
     else:
         before = state(own)
     save(before, os.path.join(work, "before.json"))
-    subprocess.run(["git", "clone", "-q", ROOT, clone], check=True)
-    subprocess.run(["git", "-C", clone, "checkout", "-q", head], check=True)
     shared = os.path.join(work, "shared")
-    shutil.copytree(os.path.join(ROOT, "..", "shared"), shared)
-    subprocess.run(["chmod", "-R", "a-w", shared], check=True)
+    if a.work:
+        # The clone of an earlier run, its build kept: only the commit changes.
+        subprocess.run(["git", "-C", clone, "fetch", "-q", "origin"], check=True)
+        subprocess.run(["git", "-C", clone, "checkout", "-q", head], check=True)
+    else:
+        subprocess.run(["git", "clone", "-q", ROOT, clone], check=True)
+        subprocess.run(["git", "-C", clone, "checkout", "-q", head], check=True)
+        shutil.copytree(os.path.join(ROOT, "..", "shared"), shared)
+        subprocess.run(["chmod", "-R", "a-w", shared], check=True)
     t0 = time.monotonic()
 
     # 1. Killed in the parallel phase.
-    log1 = os.path.join(work, "run1.log")
+    tag = time.strftime("%H%M%S")
+    log1 = os.path.join(work, f"run1-{tag}.log")
     if a.skip_parallel_kill:
         say("run 1 skipped (--skip-parallel-kill)")
     else:
@@ -343,7 +354,7 @@ def main():
 
 
     # 2. Killed in the measurement phase.
-    log2 = os.path.join(work, "run2.log")
+    log2 = os.path.join(work, f"run2-{tag}.log")
     p = start_suite(clone, log2)
     if not wait_for(log2, r"^==> test\.sh phase 'measurement tests':", p, 3600):
         say(f"run 2 ended (exit {p.poll()}) before its measurement phase: see {log2}")
@@ -372,7 +383,7 @@ def main():
                            start_new_session=True)
         rc = r.returncode
     else:
-        log3 = os.path.join(work, "run3.log")
+        log3 = os.path.join(work, f"run3-{tag}.log")
         say(f"run 3: the suite to its end (log {log3})")
         p = start_suite(clone, log3)
         rc = p.wait()

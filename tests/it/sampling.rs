@@ -118,14 +118,23 @@ fn jemalloc_live_bytes_leave_out_its_thread_caches() {
         (j / g - 1.0).abs() < 0.05,
         "jemalloc live {j} vs glibc live {g} for the same job"
     );
+    let cache = at_peak(&first_run(&doc, "jemalloc")).and_then(|p| p.thread_cache_bytes);
+    let cache = cache.unwrap_or(0) as f64;
+    assert!(
+        cache > 0.0,
+        "jemalloc's thread-cache bytes are reported apart"
+    );
+    // Flat: the samples' spread is well below what the caches would move it by, were they
+    // counted in some samples and not in others. Not a fixed share of the level: jemalloc's
+    // live bytes are its allocated count less its caches, read while 20 threads churn, and
+    // beside two busy loops they spread 3.3-4.6% of 43 MiB (glibc's 1.4-2.4%), once 5.03%
+    // beside the suite and a build, while its caches held 8-10 MiB.
     let (lo, hi) = je
         .iter()
         .fold((f64::MAX, 0.0f64), |(lo, hi), v| (lo.min(*v), hi.max(*v)));
-    assert!(hi <= lo * 1.05, "jemalloc live not flat: {lo} .. {hi}");
-    let cache = at_peak(&first_run(&doc, "jemalloc")).and_then(|p| p.thread_cache_bytes);
     assert!(
-        cache.unwrap_or(0) > 0,
-        "jemalloc's thread-cache bytes are reported apart"
+        hi - lo < cache / 2.0,
+        "jemalloc live not flat: {lo} .. {hi}, its thread caches {cache}"
     );
 }
 
