@@ -1,7 +1,8 @@
 //! PSS and USS of the run's processes (`smaps_rollup`, one read gives both), read on a
 //! thread of its own within a CPU budget and attached to the tree sample taken at the tick
-//! it arrived. Every live member is read each time, so a worker a master forks (or
-//! restarts) during the run is read from the first request after it joined the tree.
+//! it arrived, when it was read of that sample's processes. Every live member is read each
+//! time, so a worker a master forks (or restarts) during the run is read from the first
+//! request after it joined the tree.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -122,6 +123,9 @@ pub struct PssProbe {
     readings: BTreeMap<u64, Option<Sums>>,
     /// Every process whose `smaps_rollup` was read at least once.
     pids_read: BTreeSet<i32>,
+    /// Sums read of other processes than those of the sample they arrived at: for the
+    /// huge-pages view only.
+    unattached: Vec<Sums>,
     pub reads: u64,
     pub time: Duration,
     /// The budget's share of a core with one live process, and with several.
@@ -136,6 +140,7 @@ impl PssProbe {
             reader: Background::new("memtrial-pss", read_sums),
             readings: BTreeMap::new(),
             pids_read: BTreeSet::new(),
+            unattached: Vec::new(),
             reads: 0,
             time: Duration::ZERO,
             single_fraction: PSS_SINGLE_FRACTION,
@@ -174,19 +179,28 @@ impl Probe for PssProbe {
             return;
         }
         let now = Instant::now();
-        if let Some(r) = self.reader.poll() {
-            self.reads += 1;
-            self.time += r.cost;
-            self.budget.spent(r.started, r.cost);
-            self.pids_read.extend(r.read);
-            self.readings.insert(tick.t_seconds.to_bits(), r.sums);
-        }
         let live: Vec<i32> = tick
             .members
             .iter()
             .filter(|m| m.state != 'Z')
             .map(|m| m.pid)
             .collect();
+        if let Some(r) = self.reader.poll() {
+            self.reads += 1;
+            self.time += r.cost;
+            self.budget.spent(r.started, r.cost);
+            // A sum stands for this tick's sample only when it was read of the sample's
+            // processes: a read asked for at an earlier tick (on a busy machine, ticks
+            // before) may lack children forked since, and beside their RSS sum it read
+            // half the shared region's PSS (32 of 65 MiB for 4 processes).
+            let read: BTreeSet<i32> = r.read.iter().copied().collect();
+            if read == live.iter().copied().collect::<BTreeSet<i32>>() {
+                self.readings.insert(tick.t_seconds.to_bits(), r.sums);
+            } else if let Some(sums) = r.sums {
+                self.unattached.push(sums);
+            }
+            self.pids_read.extend(r.read);
+        }
         self.budget.cpu_fraction = match live.len() {
             0 | 1 => self.single_fraction,
             _ => self.several_fraction,
@@ -207,7 +221,7 @@ impl Probe for PssProbe {
         }
         record.peak_pss_bytes = record.samples.iter().filter_map(|s| s.pss_bytes).max();
         record.peak_uss_bytes = peak_uss;
-        record.inside.thp = thp_view(self.readings.values().flatten());
+        record.inside.thp = thp_view(self.readings.values().flatten().chain(&self.unattached));
     }
 }
 
@@ -301,8 +315,14 @@ mod tests {
 
     #[test]
     fn pss_arrives_with_a_later_sample() {
-        let mut child = Command::new("sleep").arg("2").spawn().unwrap();
-        let tree = TreeProbe::new(Membership::DescendantsOf(std::process::id() as i32));
+        // A tree of its own: other tests of this binary start processes beside it, and a
+        // sum read of other processes than a sample's is not attached to it.
+        let mut child = Command::new("sh")
+            .args(["-c", "sleep 2 & wait"])
+            .spawn()
+            .unwrap();
+        let tree = TreeProbe::new(Membership::DescendantsOf(child.id() as i32));
+        std::thread::sleep(Duration::from_millis(100)); // sleep forked
         let mut set = ProbeSet::new(tree, vec![Box::new(PssProbe::new())]);
         set.tick(Duration::ZERO, TickKind::Sample);
         std::thread::sleep(Duration::from_millis(100));
