@@ -338,9 +338,11 @@ for i in "${!dirs[@]}"; do
 done
 
 # One boot, its output streamed while it runs (each tail stops once qemu is gone).
-# Sets qemu_rc.
+# Sets qemu_rc. `--foreground` keeps timeout and qemu in this script's process group:
+# without it timeout makes a group of its own, and a killed suite's group (CI's, or
+# kill_suite.py's SIGKILL) left qemu running until VM_TIMEOUT.
 boot() {
-  timeout --kill-after=10 "$VM_TIMEOUT" qemu-system-x86_64 "${qemu_args[@]}" \
+  timeout --foreground --kill-after=10 "$VM_TIMEOUT" qemu-system-x86_64 "${qemu_args[@]}" \
     </dev/null >"$scratch/qemu.log" 2>&1 &
   qemu_pid=$!
   tail -q -n +1 --pid="$qemu_pid" -f "$scratch/stdout" &
