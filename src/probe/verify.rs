@@ -188,6 +188,17 @@ impl Verifier {
                 Err(ProcError::Gone { .. }) => continue,
                 Err(e) => (Check::Pending, format!("unknown ({e})")),
             };
+            // What was read is the member's only if its PID still holds it: one that exited
+            // meanwhile leaves its PID to the next process the machine starts (PIDs wrap at
+            // pid_max, 32768 here), and a stranger's maps read under it said
+            // "libjemalloc.so.2 is not mapped" of a run that carried it (the suite under
+            // load). A verdict against the variant needs the member proved; one gone
+            // since cannot be, and stays undecided.
+            match same_process(m.pid, m.starttime_ticks) {
+                Some(false) => continue,
+                None if matches!(check, Check::NotEffective(_)) => continue,
+                _ => {}
+            }
             let entry = self.checked.entry(key).or_insert(ProcessCheck {
                 comm: m.comm.clone(),
                 check: Check::Pending,
@@ -317,6 +328,47 @@ impl Verifier {
         Ok(None)
     }
 
+    /// The preload, when the variant has one: `Some` verdict when it decides the check
+    /// (not effective, or pending until the loader has mapped libc), `None` when it took
+    /// (said in `reasons_ok`). `exe`: the executable's facts, when they could be read.
+    fn check_preload(
+        &mut self,
+        exe: Option<&elf::ElfFacts>,
+        libs: &[String],
+        libc_mapped: bool,
+        linked: &[crate::linux::allocator::LinkedAllocator],
+        reasons_ok: &mut Vec<String>,
+    ) -> Option<Check> {
+        let pre = self.preload.as_ref()?;
+        if exe.is_some_and(|f| matches!(f.linkage, Linkage::Static)) {
+            return Some(Check::NotEffective(
+                "statically linked executable: LD_PRELOAD is ignored".into(),
+            ));
+        }
+        let name = file_name(&pre.display().to_string()).to_string();
+        if !libs.iter().any(|l| same_file(Path::new(l), pre)) {
+            if libc_mapped {
+                return Some(Check::NotEffective(format!(
+                    "{} is not mapped{NOT_MAPPED_GUESS}",
+                    pre.display()
+                )));
+            }
+            return Some(Check::Pending);
+        }
+        if exe.is_some_and(|f| f.defines_malloc) {
+            return Some(Check::NotEffective(format!(
+                "{name} is mapped but unused: the executable defines malloc itself"
+            )));
+        }
+        reasons_ok.push(format!("{name} mapped"));
+        if let Some(note) = preload_over_linked(&pre.display().to_string(), linked) {
+            if !self.notes.contains(&note) {
+                self.notes.push(note);
+            }
+        }
+        None
+    }
+
     fn check_process(&mut self, pid: i32, root_first: bool) -> Result<(Check, String), ProcError> {
         let maps_text = proc::read_maps_text(pid)?;
         if maps_text.is_empty() {
@@ -369,47 +421,10 @@ impl Verifier {
         if let Some(verdict) = self.check_env(pid, &mut reasons_ok)? {
             return Ok((verdict, allocator));
         }
-        if let Some(pre) = &self.preload {
-            if let Ok(f) = &facts {
-                if let Linkage::Static = f.linkage {
-                    return Ok((
-                        Check::NotEffective(
-                            "statically linked executable: LD_PRELOAD is ignored".into(),
-                        ),
-                        allocator,
-                    ));
-                }
-            }
-            let mapped = libs.iter().any(|l| same_file(Path::new(l), pre));
-            if !mapped {
-                if libc_mapped {
-                    return Ok((
-                        Check::NotEffective(format!(
-                            "{} is not mapped{NOT_MAPPED_GUESS}",
-                            pre.display()
-                        )),
-                        allocator,
-                    ));
-                }
-                return Ok((Check::Pending, allocator));
-            }
-            if let Ok(f) = &facts {
-                if f.defines_malloc {
-                    return Ok((
-                        Check::NotEffective(format!(
-                            "{} is mapped but unused: the executable defines malloc itself",
-                            file_name(&pre.display().to_string())
-                        )),
-                        allocator,
-                    ));
-                }
-            }
-            reasons_ok.push(format!("{} mapped", file_name(&pre.display().to_string())));
-            if let Some(note) = preload_over_linked(&pre.display().to_string(), &linked) {
-                if !self.notes.contains(&note) {
-                    self.notes.push(note);
-                }
-            }
+        let exe = facts.as_ref().ok();
+        if let Some(verdict) = self.check_preload(exe, &libs, libc_mapped, &linked, &mut reasons_ok)
+        {
+            return Ok((verdict, allocator));
         }
         if self.knobs.any() && !loader_done {
             return Ok((Check::Pending, allocator));
@@ -677,6 +692,14 @@ fn empty_environment(pid: i32) -> EmptyEnvironment {
         }
     }
     EmptyEnvironment::MidExec
+}
+
+/// Whether `pid` is still held by the process started at `starttime_ticks` (a zombie
+/// too); `None` when nothing holds it.
+fn same_process(pid: i32, starttime_ticks: u64) -> Option<bool> {
+    proc::read_stat(pid)
+        .ok()
+        .map(|s| s.starttime_ticks == starttime_ticks)
 }
 
 /// Whether `now` (a later read of the same process's stat than `first`) shows a process
