@@ -43,6 +43,23 @@ fn parse_err(what: &'static str, reason: impl Into<String>) -> ProcError {
     }
 }
 
+/// The calling thread's CPU time.
+pub(crate) fn thread_cpu() -> std::time::Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec, which `ts` is.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    if rc != 0 {
+        return std::time::Duration::ZERO;
+    }
+    std::time::Duration::new(
+        ts.tv_sec.max(0) as u64,
+        ts.tv_nsec.clamp(0, 999_999_999) as u32,
+    )
+}
+
 /// The file to read a process's executable from: by its path where that file still
 /// exists (`link_target` is `/proc/PID/exe`'s target), else through the link itself (a
 /// deleted or replaced executable, or one outside this mount namespace).

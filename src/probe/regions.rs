@@ -87,31 +87,14 @@ struct Reading {
 /// thread's CPU time.
 fn reading(request: Request) -> Reading {
     let started = Instant::now();
-    let cpu = thread_cpu();
+    let cpu = proc::thread_cpu();
     let regions = read(&request.pids);
     Reading {
         request,
         started,
-        cost: thread_cpu().saturating_sub(cpu),
+        cost: proc::thread_cpu().saturating_sub(cpu),
         regions,
     }
-}
-
-/// The calling thread's CPU time.
-fn thread_cpu() -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec, which `ts` is.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    if rc != 0 {
-        return Duration::ZERO;
-    }
-    Duration::new(
-        ts.tv_sec.max(0) as u64,
-        ts.tv_nsec.clamp(0, 999_999_999) as u32,
-    )
 }
 
 /// What one read found.

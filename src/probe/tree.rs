@@ -18,8 +18,8 @@ pub(crate) const FULL_SCAN_EVERY: Duration = Duration::from_secs(10);
 /// Share of one core the search for new members may use. Reading a cgroup's
 /// `cgroup.procs` lists and sorts every *thread* of the group (0.57 ms for a process of
 /// 1000 threads), and on a busy machine the kernel's last PID changes at every tick, so
-/// the search is paced by its own cost: after [`SCAN_BURST`], a search is due while the
-/// time spent searching is at most `SCAN_BURST + SCAN_CPU_FRACTION × time since the first`.
+/// the search is paced by its own cost (the CPU time it took): after [`SCAN_BURST`], a
+/// search is due while the time spent searching is at most `SCAN_BURST + SCAN_CPU_FRACTION × time since the first`.
 /// A small tree (a search of ~20 µs) is still searched at every tick; one of 1000 threads
 /// about every 2 s.
 pub(crate) const SCAN_CPU_FRACTION: f64 = 0.0003;
@@ -244,9 +244,13 @@ impl TreeProbe {
         };
         let due = self.next_full_scan.is_none_or(|t| now >= t);
         if (last.is_none() || last != self.last_pid || due) && allowed {
+            // The budget is of CPU time: on a busy machine a search's wall time is mostly
+            // waiting for a CPU, and counted as cost one preempted search spent the start's
+            // burst, so that a 3 s run of puma never found the workers its master forked.
+            let cpu = proc::thread_cpu();
             self.scan();
             self.first_scan.get_or_insert(now);
-            self.scan_spent += now.elapsed();
+            self.scan_spent += proc::thread_cpu().saturating_sub(cpu);
             self.last_pid = last;
             self.next_full_scan = Some(now + FULL_SCAN_EVERY);
         }
