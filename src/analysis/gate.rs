@@ -352,21 +352,11 @@ pub fn judge(e: &Experiment, a: &Analysis, criteria: &[Criterion]) -> Vec<Judged
 fn judge_one(e: &Experiment, a: &Analysis, variant: &str, c: &Criterion) -> Judged {
     let xs = values(e, variant, &c.figure);
     let bs = values(e, &a.baseline, &c.figure);
-    let unit = match &c.figure {
-        GateFigure::Fixed(f) if f.is_bytes() => Some("bytes".to_string()),
-        GateFigure::Fixed(f) if f.is_latency() => Some("ms".to_string()),
-        GateFigure::Fixed(Figure::WallSeconds | Figure::CpuSeconds) => Some("seconds".into()),
-        GateFigure::Fixed(_) => None,
-        GateFigure::Driver(n) => a
-            .variants
-            .iter()
-            .find_map(|s| s.driver_figures.get(n)?.unit.clone()),
-    };
     let mut j = Judged {
         variant: variant.to_string(),
         baseline: a.baseline.clone(),
         criterion: c.clone(),
-        unit,
+        unit: unit_of(&c.figure, a),
         variant_runs: side_of(&xs),
         baseline_runs: side_of(&bs),
         ratio: None,
@@ -432,29 +422,50 @@ fn judge_one(e: &Experiment, a: &Analysis, variant: &str, c: &Criterion) -> Judg
         }
     };
     j.edge = edge;
-    let beyond = match (c.worse, side(ci, edge)) {
-        (Worse::Higher, Side::Above) | (Worse::Lower, Side::Below) => Some(true),
-        (_, Side::Straddles) => None,
-        _ => Some(false),
-    };
-    let improved = match c.worse {
-        Worse::Higher => ci[1] < better_edge,
-        Worse::Lower => ci[0] > better_edge,
-    };
-    j.outcome = if n < MIN_RUNS_FOR_SIGNIFICANCE {
-        Outcome::Undecided
-    } else {
-        match beyond {
-            Some(true) => Outcome::Regression,
-            None => Outcome::Undecided,
-            Some(false) if improved => Outcome::Improved,
-            Some(false) => Outcome::Pass,
-        }
-    };
+    j.outcome = outcome_of(c.worse, ci, (edge, better_edge), n);
     if j.outcome == Outcome::Undecided {
         j.more_runs = Some(more_runs(estimate, ci, n, edge, scale));
     }
     j
+}
+
+/// The unit a figure is gated in (`None`: a count or a ratio).
+fn unit_of(figure: &GateFigure, a: &Analysis) -> Option<String> {
+    match figure {
+        GateFigure::Fixed(f) if f.is_bytes() => Some("bytes".to_string()),
+        GateFigure::Fixed(f) if f.is_latency() => Some("ms".to_string()),
+        GateFigure::Fixed(Figure::WallSeconds | Figure::CpuSeconds) => Some("seconds".into()),
+        GateFigure::Fixed(_) => None,
+        GateFigure::Driver(n) => a
+            .variants
+            .iter()
+            .find_map(|s| s.driver_figures.get(n)?.unit.clone()),
+    }
+}
+
+/// A criterion's outcome from the interval `ci` of `n` runs a side: a regression when it
+/// lies beyond `edge` on the `worse` side, improved when it lies wholly on the better side
+/// of `better_edge` (no change), undecided when it straddles `edge` or the runs are too
+/// few.
+fn outcome_of(worse: Worse, ci: [f64; 2], (edge, better_edge): (f64, f64), n: usize) -> Outcome {
+    if n < MIN_RUNS_FOR_SIGNIFICANCE {
+        return Outcome::Undecided;
+    }
+    let beyond = match (worse, side(ci, edge)) {
+        (Worse::Higher, Side::Above) | (Worse::Lower, Side::Below) => Some(true),
+        (_, Side::Straddles) => None,
+        _ => Some(false),
+    };
+    let improved = match worse {
+        Worse::Higher => ci[1] < better_edge,
+        Worse::Lower => ci[0] > better_edge,
+    };
+    match beyond {
+        Some(true) => Outcome::Regression,
+        None => Outcome::Undecided,
+        Some(false) if improved => Outcome::Improved,
+        Some(false) => Outcome::Pass,
+    }
 }
 
 /// Why a variant has no value of a figure: the figure's absence as the analysis says it,

@@ -100,17 +100,7 @@ pub(super) fn start(spec: LaunchSpec, cgroup: Option<RunCgroup>) -> Result<Launc
     let mut started = Instant::now();
     let child = match Child::spawn(&mut cmd) {
         Ok(c) => c,
-        Err(e) if !spec.workdir.is_dir() => {
-            return Ok(Launch::NotStarted(format!(
-                "the working directory {} does not exist ({e})",
-                spec.workdir.display()
-            )))
-        }
-        Err(e) => {
-            return Ok(Launch::NotStarted(format!(
-                "could not start memtrial's spawner: {e}"
-            )))
-        }
+        Err(e) => return Ok(Launch::NotStarted(spawn_failure(&spec.workdir, &e))),
     };
     let pid = child.pid();
     drop(report_w);
@@ -129,22 +119,10 @@ pub(super) fn start(spec: LaunchSpec, cgroup: Option<RunCgroup>) -> Result<Launc
         }
         first => {
             let _ = wait_for(child, None);
-            let why = match first {
-                Some(Report::ExecFailed(libc::EAGAIN)) if spec.limits.pids_max.is_some() => {
-                    format!(
-                        "{}: the run's cgroup holds at most {} processes and threads \
-                         (--pids-limit), memtrial's spawner, which starts the workload there, \
-                         included; give a higher --pids-limit",
-                        std::io::Error::from_raw_os_error(libc::EAGAIN),
-                        spec.limits.pids_max.unwrap_or(0)
-                    )
-                }
-                Some(Report::ExecFailed(e)) => std::io::Error::from_raw_os_error(e).to_string(),
-                _ => "the spawner ended before it could start it".into(),
-            };
             return Ok(Launch::NotStarted(format!(
-                "could not start {}: {why}",
-                spec.program.display()
+                "could not start {}: {}",
+                spec.program.display(),
+                not_started(first, spec.limits.pids_max)
             )));
         }
     };
@@ -164,6 +142,33 @@ pub(super) fn start(spec: LaunchSpec, cgroup: Option<RunCgroup>) -> Result<Launc
         exits,
         cgroup,
     })))
+}
+
+/// Why memtrial's spawner could not be started in `workdir`.
+fn spawn_failure(workdir: &std::path::Path, e: &std::io::Error) -> String {
+    if workdir.is_dir() {
+        format!("could not start memtrial's spawner: {e}")
+    } else {
+        format!(
+            "the working directory {} does not exist ({e})",
+            workdir.display()
+        )
+    }
+}
+
+/// Why the spawner did not start the workload, from its first report (`None`: it ended
+/// first); `pids_max` is the run's --pids-limit, which a failed fork may have met.
+fn not_started(first: Option<Report>, pids_max: Option<u64>) -> String {
+    match (first, pids_max) {
+        (Some(Report::ExecFailed(libc::EAGAIN)), Some(most)) => format!(
+            "{}: the run's cgroup holds at most {most} processes and threads (--pids-limit), \
+             memtrial's spawner, which starts the workload there, included; give a higher \
+             --pids-limit",
+            std::io::Error::from_raw_os_error(libc::EAGAIN),
+        ),
+        (Some(Report::ExecFailed(e)), _) => std::io::Error::from_raw_os_error(e).to_string(),
+        _ => "the spawner ended before it could start it".into(),
+    }
 }
 
 /// A pipe for the spawner's reports: (read end, write end), both close-on-exec.

@@ -339,7 +339,13 @@ pub fn spawner_main(args: Vec<OsString>) -> Result<i32, NotForDirectUse> {
     if let Report::ExecFailed(_) = started {
         return Ok(127);
     }
-    Ok(match kind {
+    Ok(exit_like(kind))
+}
+
+/// Ends as the workload ended: dies of its signal (its default action), or returns its
+/// exit code (`128 + signal` should the signal not end the spawner).
+fn exit_like(kind: ExitKind) -> i32 {
+    match kind {
         ExitKind::Code(c) => c,
         ExitKind::Signal(s) => {
             // SAFETY: die of the same signal, with its default action.
@@ -349,7 +355,7 @@ pub fn spawner_main(args: Vec<OsString>) -> Result<i32, NotForDirectUse> {
             }
             128 + s
         }
-    })
+    }
 }
 
 struct Parsed {

@@ -12,10 +12,10 @@ use crate::cli::{GateArgs, GateFlags, UndecidedPolicy};
 use memtrial::analysis::decide::Look;
 use memtrial::analysis::gate::{
     against, expect, host_differences, judge, look, overall, parse_criterion, Criterion,
-    GateVerdict, FROM_RECORD,
+    Expectation, GateVerdict, Judged, FROM_RECORD,
 };
 use memtrial::analysis::recommend::recommend;
-use memtrial::analysis::{analyse, any_failed};
+use memtrial::analysis::{analyse, any_failed, Analysis};
 use memtrial::plan::{Plan, PlanInput, VariantOrigin};
 use memtrial::record::Experiment;
 use memtrial::report::gate::{self as render, GateReport};
@@ -72,27 +72,8 @@ pub(super) fn gate_cmd(db: &Path, args: &GateArgs, ui: &Ui) -> Result<Outcome> {
         None => Vec::new(),
     };
 
-    let judged_of = |e: &Experiment| -> Option<Experiment> {
-        match &record {
-            Some((rec, _)) => against(rec, e),
-            None => Some(e.clone()),
-        }
-    };
     let rule = super::run::until_rule(run)?;
-    let mut look_at = |e: &Experiment| -> Look {
-        let mut l = judged_of(e)
-            .map(|x| look(&judge(&x, &analyse(&x), &checked.criteria)))
-            .unwrap_or_default();
-        if gate.expect_recommendation.is_some() {
-            let r = memtrial::analysis::recommend::look(&analyse(e));
-            for (k, s) in r.standings {
-                l.standings.insert(format!("recommendation {k}"), s);
-            }
-            l.open
-                .extend(r.open.into_iter().map(|o| format!("recommendation {o}")));
-        }
-        l
-    };
+    let mut look_at = |e: &Experiment| look_of(record.as_ref(), e, gate, &checked.criteria);
     let until = rule.map(|rule| UntilDecided {
         rule,
         judge: &mut look_at,
@@ -117,7 +98,7 @@ pub(super) fn gate_cmd(db: &Path, args: &GateArgs, ui: &Ui) -> Result<Outcome> {
     if record.is_none() {
         gate_notes.insert(0, interleaved_note(&ran.exp));
     }
-    let judged_exp = judged_of(&ran.exp).with_context(|| {
+    let judged_exp = judged_of(record.as_ref(), &ran.exp).with_context(|| {
         format!(
             "--against: the record's baseline '{}' has no run that finished ok",
             record
@@ -126,30 +107,89 @@ pub(super) fn gate_cmd(db: &Path, args: &GateArgs, ui: &Ui) -> Result<Outcome> {
                 .unwrap_or("")
         )
     })?;
-    let a = analyse(&judged_exp);
-    let judged = judge(&judged_exp, &a, &checked.criteria);
-    let here = analyse(&ran.exp);
-    let expectation = gate
-        .expect_recommendation
-        .as_ref()
-        .map(|name| expect(&here, &recommend(&here), name));
-    let verdict = overall(&judged, expectation.as_ref(), any_failed(&ran.exp));
-    let fails = match verdict {
-        GateVerdict::Pass => false,
-        GateVerdict::Undecided => gate.undecided == UndecidedPolicy::Fail,
-        _ => true,
-    };
+    let verdict = Verdict::of(&judged_exp, &ran.exp, gate, &checked.criteria);
     let report = GateReport {
         experiment: &judged_exp,
-        analysis: &a,
-        judged: &judged,
-        expectation: expectation.as_ref(),
-        verdict,
-        fails,
+        analysis: &verdict.analysis,
+        judged: &verdict.judged,
+        expectation: verdict.expectation.as_ref(),
+        verdict: verdict.verdict,
+        fails: verdict.fails,
         notes: &gate_notes,
     };
     write_reports(&report, gate, &checked, ui)?;
     outcome(&report, shown)
+}
+
+/// The experiment the criteria judge: `e` itself, or `e` beside the stored record's
+/// baseline (`None` when that baseline has no run that finished ok).
+fn judged_of(record: Option<&Record>, e: &Experiment) -> Option<Experiment> {
+    match record {
+        Some((rec, _)) => against(rec, e),
+        None => Some(e.clone()),
+    }
+}
+
+/// Where the criteria (and the expected recommendation) stand on `e` so far: what
+/// `--until decided` asks after each block.
+fn look_of(
+    record: Option<&Record>,
+    e: &Experiment,
+    gate: &GateFlags,
+    criteria: &[Criterion],
+) -> Look {
+    let mut l = judged_of(record, e)
+        .map(|x| look(&judge(&x, &analyse(&x), criteria)))
+        .unwrap_or_default();
+    if gate.expect_recommendation.is_some() {
+        let r = memtrial::analysis::recommend::look(&analyse(e));
+        for (k, s) in r.standings {
+            l.standings.insert(format!("recommendation {k}"), s);
+        }
+        l.open
+            .extend(r.open.into_iter().map(|o| format!("recommendation {o}")));
+    }
+    l
+}
+
+/// The gate's verdict on the runs: the criteria on `judged` (the runs, or the runs beside
+/// the record), the expected recommendation on the runs `here`, and whether it fails.
+struct Verdict {
+    analysis: Analysis,
+    judged: Vec<Judged>,
+    expectation: Option<Expectation>,
+    verdict: GateVerdict,
+    fails: bool,
+}
+
+impl Verdict {
+    fn of(
+        judged: &Experiment,
+        here: &Experiment,
+        gate: &GateFlags,
+        criteria: &[Criterion],
+    ) -> Self {
+        let analysis = analyse(judged);
+        let judged_criteria = judge(judged, &analysis, criteria);
+        let here_analysis = analyse(here);
+        let expectation = gate
+            .expect_recommendation
+            .as_ref()
+            .map(|name| expect(&here_analysis, &recommend(&here_analysis), name));
+        let verdict = overall(&judged_criteria, expectation.as_ref(), any_failed(here));
+        let fails = match verdict {
+            GateVerdict::Pass => false,
+            GateVerdict::Undecided => gate.undecided == UndecidedPolicy::Fail,
+            _ => true,
+        };
+        Verdict {
+            analysis,
+            judged: judged_criteria,
+            expectation,
+            verdict,
+            fails,
+        }
+    }
 }
 
 /// What the flags alone settle, checked before anything is read or run.

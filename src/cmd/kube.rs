@@ -247,7 +247,7 @@ pub fn kube_cmd(db: &Path, args: &crate::cli::KubeArgs, ui: &Ui) -> Result<Outco
     let (Some(plan), Some(image), Some(cpu), Some(memory)) = (plan, image, cpu, memory) else {
         bail!("memtrial kube needs PLAN, --image, --cpu and --memory (see memtrial kube --help)");
     };
-    use memtrial::kube::render::{self, KubeJob, Seed};
+    use memtrial::kube::render::{self, KubeJob};
     let text = memtrial::plan::read_plan_text(plan).context(
         "memtrial kube carries the plan in a ConfigMap, which Kubernetes limits to 1 MiB",
     )?;
@@ -262,48 +262,12 @@ pub fn kube_cmd(db: &Path, args: &crate::cli::KubeArgs, ui: &Ui) -> Result<Outco
     }
     let (variants, slots) =
         render::plan_slots(&input).map_err(|e| anyhow::anyhow!("plan {}: {e}", plan.display()))?;
-    let name = match name {
-        Some(n) => n.clone(),
-        None => format!(
-            "memtrial-{}",
-            plan.file_stem()
-                .map(|s| s.to_string_lossy().into_owned())
-                .unwrap_or_default()
-        ),
-    };
-    if let Err(why) = memtrial::kube::dns1123_label(&name) {
-        let flag = if args.name.is_some() {
-            "--name"
-        } else {
-            "the Job's name (from the plan file's name; give --name)"
-        };
-        bail!("{flag} {name:?}: not a DNS-1123 label: {why}");
-    }
-    // The Job's pods are named NAME-INDEX-XXXXX; the ConfigMap NAME-plan.
-    if name.len() > 52 {
-        bail!(
-            "--name {name:?}: {} characters; at most 52, so that the ConfigMap ({name}-plan) and \
-             the pods' names (NAME-INDEX-XXXXX) stay within Kubernetes' 63",
-            name.len()
-        );
-    }
+    let name = job_name(name.as_deref(), plan)?;
     let (least, most) = memtrial::plan::settings::KUBE_PARALLELISM;
     if !(least..=most).contains(parallelism) {
         bail!("--parallelism {parallelism}: must be from {least} to {most}");
     }
-    let seed = match input.seed {
-        Some(s) => {
-            memtrial::plan::settings::count("seed", s, memtrial::plan::settings::SEED)?;
-            Seed::InPlan(s)
-        }
-        None => {
-            let s = rand::random::<u64>() & ((1 << 53) - 1);
-            ui.note(&format!(
-                "note: the plan sets no seed: every pod gets --seed {s}, so that all compute the same schedule"
-            ));
-            Seed::Chosen(s)
-        }
-    };
+    let seed = job_seed(input.seed, ui)?;
     if input.warmup.is_some_and(|w| w > 0) {
         ui.note("note: the plan has warm-up runs: each is a slot of its own, in a pod of its own, and warms only that pod (and its node's page cache)");
     }
@@ -333,12 +297,61 @@ pub fn kube_cmd(db: &Path, args: &crate::cli::KubeArgs, ui: &Ui) -> Result<Outco
     Ok(Outcome::Ok)
 }
 
+/// The Job's name: --name, or `memtrial-` and the plan file's name; refused when it is not
+/// a DNS-1123 label, or too long for the names Kubernetes makes of it.
+fn job_name(given: Option<&str>, plan: &Path) -> Result<String> {
+    let name = match given {
+        Some(n) => n.to_string(),
+        None => format!(
+            "memtrial-{}",
+            plan.file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        ),
+    };
+    if let Err(why) = memtrial::kube::dns1123_label(&name) {
+        let flag = if given.is_some() {
+            "--name"
+        } else {
+            "the Job's name (from the plan file's name; give --name)"
+        };
+        bail!("{flag} {name:?}: not a DNS-1123 label: {why}");
+    }
+    // The Job's pods are named NAME-INDEX-XXXXX; the ConfigMap NAME-plan.
+    if name.len() > 52 {
+        bail!(
+            "--name {name:?}: {} characters; at most 52, so that the ConfigMap ({name}-plan) and \
+             the pods' names (NAME-INDEX-XXXXX) stay within Kubernetes' 63",
+            name.len()
+        );
+    }
+    Ok(name)
+}
+
+/// The seed every pod is given: the plan's, checked, or one chosen now (and said), so that
+/// all pods compute the same schedule.
+fn job_seed(in_plan: Option<u64>, ui: &Ui) -> Result<memtrial::kube::render::Seed> {
+    use memtrial::kube::render::Seed;
+    Ok(match in_plan {
+        Some(s) => {
+            memtrial::plan::settings::count("seed", s, memtrial::plan::settings::SEED)?;
+            Seed::InPlan(s)
+        }
+        None => {
+            let s = rand::random::<u64>() & ((1 << 53) - 1);
+            ui.note(&format!(
+                "note: the plan sets no seed: every pod gets --seed {s}, so that all compute the same schedule"
+            ));
+            Seed::Chosen(s)
+        }
+    })
+}
+
 /// `memtrial kube collect NAME`: every index's record into --out, then the hand-over to
 /// the import. Exit 0 when every index was collected and imported, 1 otherwise (each index
 /// not collected, and why, is said).
 fn collect_cmd(db: &Path, args: &crate::cli::CollectArgs, ui: &Ui) -> Result<Outcome> {
     use memtrial::kube::collect::{collect, IndexOutcome, KubectlProgram};
-    use memtrial::report::escape::terminal as one_line;
     let crate::cli::CollectArgs {
         name,
         namespace,
@@ -372,61 +385,7 @@ fn collect_cmd(db: &Path, args: &crate::cli::CollectArgs, ui: &Ui) -> Result<Out
     let c = collect(&k, name, &out)?;
     let mut missing = Vec::new();
     for (index, o) in &c.indexes {
-        let line = match o {
-            IndexOutcome::Collected {
-                pod,
-                file,
-                run_status,
-            } => format!(
-                "index {index}: {} (pod {pod}) → {}",
-                one_line(run_status),
-                file.display()
-            ),
-            IndexOutcome::NoRecord { pod, why } => {
-                format!("index {index}: NO RECORD: pod {pod} succeeded but {why}")
-            }
-            IndexOutcome::Refused { pod, why } => format!(
-                "index {index}: REFUSED: the record of pod {}: {}",
-                one_line(pod),
-                one_line(why)
-            ),
-            IndexOutcome::LogFailed { pod, said } => format!(
-                "index {index}: NO LOG: kubectl could not give the log of pod {pod}: {}",
-                one_line(said)
-            ),
-            IndexOutcome::Failed { pods } => format!(
-                "index {index}: FAILED: {}",
-                pods.iter()
-                    .map(|(p, r)| format!(
-                        "{} ({})",
-                        one_line(p),
-                        one_line(r.as_deref().unwrap_or("no reason given"))
-                    ))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-            IndexOutcome::Unfinished {
-                pod,
-                phase,
-                waiting,
-            } => match waiting {
-                Some(w) => format!(
-                    "index {index}: {}: pod {} is {phase:?}: {}",
-                    if w.stuck {
-                        "CANNOT START"
-                    } else {
-                        "NOT FINISHED"
-                    },
-                    one_line(pod),
-                    one_line(&w.said)
-                ),
-                None => format!(
-                    "index {index}: NOT FINISHED: pod {} is {phase:?}",
-                    one_line(pod)
-                ),
-            },
-            IndexOutcome::Missing => format!("index {index}: MISSING: no pod of this index"),
-        };
+        let line = index_line(*index, o);
         if !matches!(o, IndexOutcome::Collected { .. }) {
             missing.push(*index);
         }
@@ -455,6 +414,67 @@ fn collect_cmd(db: &Path, args: &crate::cli::CollectArgs, ui: &Ui) -> Result<Out
     } else {
         Outcome::RunsFailed
     })
+}
+
+/// One line of `collect`'s report: what became of an index of the Job.
+fn index_line(index: u32, o: &memtrial::kube::collect::IndexOutcome) -> String {
+    use memtrial::kube::collect::IndexOutcome;
+    use memtrial::report::escape::terminal as one_line;
+    match o {
+        IndexOutcome::Collected {
+            pod,
+            file,
+            run_status,
+        } => format!(
+            "index {index}: {} (pod {pod}) → {}",
+            one_line(run_status),
+            file.display()
+        ),
+        IndexOutcome::NoRecord { pod, why } => {
+            format!("index {index}: NO RECORD: pod {pod} succeeded but {why}")
+        }
+        IndexOutcome::Refused { pod, why } => format!(
+            "index {index}: REFUSED: the record of pod {}: {}",
+            one_line(pod),
+            one_line(why)
+        ),
+        IndexOutcome::LogFailed { pod, said } => format!(
+            "index {index}: NO LOG: kubectl could not give the log of pod {pod}: {}",
+            one_line(said)
+        ),
+        IndexOutcome::Failed { pods } => format!(
+            "index {index}: FAILED: {}",
+            pods.iter()
+                .map(|(p, r)| format!(
+                    "{} ({})",
+                    one_line(p),
+                    one_line(r.as_deref().unwrap_or("no reason given"))
+                ))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        IndexOutcome::Unfinished {
+            pod,
+            phase,
+            waiting,
+        } => match waiting {
+            Some(w) => format!(
+                "index {index}: {}: pod {} is {phase:?}: {}",
+                if w.stuck {
+                    "CANNOT START"
+                } else {
+                    "NOT FINISHED"
+                },
+                one_line(pod),
+                one_line(&w.said)
+            ),
+            None => format!(
+                "index {index}: NOT FINISHED: pod {} is {phase:?}",
+                one_line(pod)
+            ),
+        },
+        IndexOutcome::Missing => format!("index {index}: MISSING: no pod of this index"),
+    }
 }
 
 /// Waits up to `limit` for the Job's indexes to finish, saying where they stand whenever

@@ -311,34 +311,7 @@ impl Collector {
         problems: &mut Problems,
     ) -> Option<ProcessFigures> {
         let c = self.cache.entry(m.pid).or_default();
-        match self.reader.kept(
-            &mut c.status,
-            c.keep,
-            m.pid,
-            "status",
-            Shape::OnePiece,
-            KERNEL_MAX,
-        ) {
-            Ok(b) if !b.is_empty() => {
-                self.status_text.clear();
-                self.status_text.push_str(&String::from_utf8_lossy(b));
-            }
-            Ok(_) => {
-                problems.0.insert(Unreadable::Vanished);
-                return None;
-            }
-            Err(e) => {
-                problems.0.insert(io_reason(&e));
-                return None;
-            }
-        }
-        let status = match proc::parse_status(&self.status_text) {
-            Ok(s) => s,
-            Err(e) => {
-                problems.note(&e);
-                return None;
-            }
-        };
+        let status = read_status(&mut self.reader, c, m.pid, &mut self.status_text, problems)?;
         if c.env.is_none() {
             match read_environ(&mut self.reader, m.pid) {
                 // Empty: mid-execve, or a process that cleared it; try again next time.
@@ -371,16 +344,13 @@ impl Collector {
         ) {
             Ok(b) => {
                 let text = String::from_utf8_lossy(b);
-                if !cgroups.contains_key(text.as_ref()) {
-                    let cont = container::read_container(
-                        m.pid,
-                        &text,
-                        &self.status_text,
-                        self.online_cpus,
-                    );
-                    cgroups.insert(text.clone().into_owned(), cont);
+                let key = text.as_ref();
+                if !cgroups.contains_key(key) {
+                    let cont =
+                        container::read_container(m.pid, key, &self.status_text, self.online_cpus);
+                    cgroups.insert(key.to_string(), cont);
                 }
-                cgroups.get(text.as_ref())
+                cgroups.get(key)
             }
             Err(e) => {
                 problems.0.insert(io_reason(&e));
@@ -417,6 +387,39 @@ impl Collector {
             jemalloc_arenas,
         })
     }
+}
+
+/// `pid`'s `status`, read through `c`'s kept descriptor into `text`, and parsed; `None`
+/// (said in `problems`) when the process is gone or the file could not be read.
+fn read_status(
+    reader: &mut Reader,
+    c: &mut Cached,
+    pid: i32,
+    text: &mut String,
+    problems: &mut Problems,
+) -> Option<proc::Status> {
+    match reader.kept(
+        &mut c.status,
+        c.keep,
+        pid,
+        "status",
+        Shape::OnePiece,
+        KERNEL_MAX,
+    ) {
+        Ok(b) if !b.is_empty() => {
+            text.clear();
+            text.push_str(&String::from_utf8_lossy(b));
+        }
+        Ok(_) => {
+            problems.0.insert(Unreadable::Vanished);
+            return None;
+        }
+        Err(e) => {
+            problems.0.insert(io_reason(&e));
+            return None;
+        }
+    }
+    proc::parse_status(text).map_err(|e| problems.note(&e)).ok()
 }
 
 /// The most read of a watched process's `cmdline` and `environ`, whose size the process

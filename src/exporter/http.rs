@@ -19,7 +19,7 @@ use std::io::{self, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver, TrySendError};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -254,67 +254,88 @@ where
                 }
             }
         }
-        // Accept every waiting connection (also after an error such as EMFILE, which
-        // leaves them queued in the kernel with no new readiness event).
-        loop {
-            match listener.accept() {
-                Ok((stream, _)) => {
-                    if stream.set_nonblocking(true).is_err() {
-                        continue;
-                    }
-                    if pending.len() >= limits.max_pending {
-                        let oldest = pending
-                            .iter()
-                            .min_by_key(|(_, p)| p.accepted)
-                            .map(|(t, _)| *t);
-                        if let Some(p) = oldest.and_then(|t| pending.remove(&t)) {
-                            settle(&poll, &tx, p, Step::Close(too_slow(&limits)));
-                        }
-                    }
-                    let token = Token(next);
-                    next = next.wrapping_add(1).max(1);
-                    let fd = stream.as_raw_fd();
-                    if poll
-                        .registry()
-                        .register(&mut SourceFd(&fd), token, Interest::READABLE)
-                        .is_err()
-                    {
-                        continue;
-                    }
-                    let mut p = Pending {
-                        stream,
-                        buf: Vec::new(),
-                        accepted: Instant::now(),
-                    };
-                    // Bytes that came with the connection raise no new event.
-                    let step = read_head(&mut p, limits.max_head);
-                    if let Some(p) = settle(&poll, &tx, p, step) {
-                        pending.insert(token, p);
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                // WouldBlock: none left; anything else (EMFILE, ECONNABORTED): next turn.
-                Err(_) => break,
-            }
-        }
-        // Close the connections whose head did not arrive in time.
-        let now = Instant::now();
-        let late: Vec<Token> = pending
-            .iter()
-            .filter(|(_, p)| now.duration_since(p.accepted) >= limits.head_timeout)
-            .map(|(t, _)| *t)
-            .collect();
-        for t in late {
-            if let Some(p) = pending.remove(&t) {
-                settle(&poll, &tx, p, Step::Close(too_slow(&limits)));
-            }
-        }
+        accept_waiting(&listener, &poll, &tx, &mut pending, &mut next, &limits);
+        close_late(&poll, &tx, &mut pending, &limits);
     }
     drop(tx);
     for w in workers {
         let _ = w.join();
     }
     Ok(())
+}
+
+/// Accepts every waiting connection (also after an error such as EMFILE, which leaves
+/// them queued in the kernel with no new readiness event), making room among `pending` by
+/// closing the oldest when it holds `limits.max_pending`.
+fn accept_waiting(
+    listener: &TcpListener,
+    poll: &Poll,
+    tx: &SyncSender<Ready>,
+    pending: &mut HashMap<Token, Pending>,
+    next: &mut usize,
+    limits: &Limits,
+) {
+    loop {
+        match listener.accept() {
+            Ok((stream, _)) => {
+                if stream.set_nonblocking(true).is_err() {
+                    continue;
+                }
+                if pending.len() >= limits.max_pending {
+                    let oldest = pending
+                        .iter()
+                        .min_by_key(|(_, p)| p.accepted)
+                        .map(|(t, _)| *t);
+                    if let Some(p) = oldest.and_then(|t| pending.remove(&t)) {
+                        settle(poll, tx, p, Step::Close(too_slow(limits)));
+                    }
+                }
+                let token = Token(*next);
+                *next = next.wrapping_add(1).max(1);
+                let fd = stream.as_raw_fd();
+                if poll
+                    .registry()
+                    .register(&mut SourceFd(&fd), token, Interest::READABLE)
+                    .is_err()
+                {
+                    continue;
+                }
+                let mut p = Pending {
+                    stream,
+                    buf: Vec::new(),
+                    accepted: Instant::now(),
+                };
+                // Bytes that came with the connection raise no new event.
+                let step = read_head(&mut p, limits.max_head);
+                if let Some(p) = settle(poll, tx, p, step) {
+                    pending.insert(token, p);
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            // WouldBlock: none left; anything else (EMFILE, ECONNABORTED): next turn.
+            Err(_) => break,
+        }
+    }
+}
+
+/// Closes the connections whose head did not arrive within `limits.head_timeout`.
+fn close_late(
+    poll: &Poll,
+    tx: &SyncSender<Ready>,
+    pending: &mut HashMap<Token, Pending>,
+    limits: &Limits,
+) {
+    let now = Instant::now();
+    let late: Vec<Token> = pending
+        .iter()
+        .filter(|(_, p)| now.duration_since(p.accepted) >= limits.head_timeout)
+        .map(|(t, _)| *t)
+        .collect();
+    for t in late {
+        if let Some(p) = pending.remove(&t) {
+            settle(poll, tx, p, Step::Close(too_slow(limits)));
+        }
+    }
 }
 
 /// Acts on a step: keeps the connection waiting (returned), hands a whole request to

@@ -103,22 +103,11 @@ pub(crate) fn gather(pid: i32) -> Result<Inspection, InspectError> {
         gone: false,
     };
     let ticks = proc::clock_ticks_per_second() as f64;
-    let age_seconds = std::fs::read_to_string("/proc/uptime")
-        .ok()
-        .and_then(|t| t.split_whitespace().next()?.parse::<f64>().ok())
-        .map(|up| (up - stat.starttime_ticks as f64 / ticks).max(0.0));
+    let age_seconds = age_of(stat.starttime_ticks as f64 / ticks);
     let exe_link = std::fs::read_link(format!("/proc/{pid}/exe"))
         .ok()
         .map(|p| p.display().to_string());
-    let cmdline: Vec<String> = p
-        .take("/proc/PID/cmdline", proc::read_proc_file(pid, "cmdline"))
-        .map(|b| {
-            b.split(|c| *c == 0)
-                .filter(|s| !s.is_empty())
-                .map(|s| String::from_utf8_lossy(s).into_owned())
-                .collect()
-        })
-        .unwrap_or_default();
+    let cmdline = cmdline_of(&mut p, pid);
     let rollup = p.take("/proc/PID/smaps_rollup", proc::read_smaps_rollup(pid));
     let memory = memory_of(&status, rollup.as_ref());
     let smaps = read_smaps(&mut p, pid);
@@ -128,18 +117,7 @@ pub(crate) fn gather(pid: i32) -> Result<Inspection, InspectError> {
         .unwrap_or_default();
 
     // Allocator.
-    let exe_facts = if p.gone {
-        None
-    } else {
-        exe_elf_facts(pid, exe_link.as_deref())
-            .map_err(|e| {
-                if e.contains("Permission denied") {
-                    p.denied.push("/proc/PID/exe".into());
-                }
-                p.missing.push(format!("executable: {e}"))
-            })
-            .ok()
-    };
+    let exe_facts = exe_facts_of(&mut p, pid, exe_link.as_deref());
     let libs = maps::mapped_libraries(&maps);
     let allocator = (!maps.is_empty()).then(|| allocator_facts(&libs, exe_facts.as_ref(), &env));
 
@@ -156,15 +134,7 @@ pub(crate) fn gather(pid: i32) -> Result<Inspection, InspectError> {
     };
 
     // Container.
-    let container = p
-        .take("/proc/PID/cgroup", proc::read_proc_file(pid, "cgroup"))
-        .map(|b| {
-            container::read_container(pid, &String::from_utf8_lossy(&b), &status_text, online_cpus)
-        });
-    if let Some(c) = &container {
-        p.missing
-            .extend(c.notes.iter().map(|n| format!("cgroup: {n}")));
-    }
+    let container = container_of(&mut p, &status_text, online_cpus);
     last_look(&mut p, stat.starttime_ticks);
 
     let runtimes = runtime_hints(&libs, exe_link.as_deref(), &cmdline, exe_facts.as_ref());
@@ -178,14 +148,11 @@ pub(crate) fn gather(pid: i32) -> Result<Inspection, InspectError> {
         .as_ref()
         .filter(|a| a.name.starts_with("jemalloc"))
         .map(|_| {
-            let visible = container
-                .as_ref()
-                .and_then(|c| c.cpus_allowed_count)
-                .unwrap_or(online_cpus);
+            let visible = container.as_ref().and_then(|c| c.cpus_allowed_count);
             crate::linux::allocator::jemalloc_arenas(
                 probe_arenas(pid, &env, &status),
                 &env,
-                visible,
+                visible.unwrap_or(online_cpus),
             )
         });
     let access = access_of(&p, &status_text);
@@ -228,6 +195,62 @@ pub(crate) fn gather(pid: i32) -> Result<Inspection, InspectError> {
     Ok(ins)
 }
 
+/// Seconds since a process started `started` seconds after boot (`None` without
+/// `/proc/uptime`).
+fn age_of(started: f64) -> Option<f64> {
+    std::fs::read_to_string("/proc/uptime")
+        .ok()
+        .and_then(|t| t.split_whitespace().next()?.parse::<f64>().ok())
+        .map(|up| (up - started).max(0.0))
+}
+
+/// The process's arguments, from `/proc/PID/cmdline` (empty when unreadable).
+fn cmdline_of(p: &mut Partial, pid: i32) -> Vec<String> {
+    p.take("/proc/PID/cmdline", proc::read_proc_file(pid, "cmdline"))
+        .map(|b| {
+            b.split(|c| *c == 0)
+                .filter(|s| !s.is_empty())
+                .map(|s| String::from_utf8_lossy(s).into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// What the executable's ELF says (static allocator, build); `None` once the process is
+/// gone, or when it cannot be read (said in `missing`, and in `denied` for permission).
+fn exe_facts_of(
+    p: &mut Partial,
+    pid: i32,
+    exe_link: Option<&str>,
+) -> Option<crate::linux::elf::ElfFacts> {
+    if p.gone {
+        return None;
+    }
+    exe_elf_facts(pid, exe_link)
+        .map_err(|e| {
+            if e.contains("Permission denied") {
+                p.denied.push("/proc/PID/exe".into());
+            }
+            p.missing.push(format!("executable: {e}"))
+        })
+        .ok()
+}
+
+/// The process's container (cgroup, limits, CPUs it may use); its notes go to `missing`.
+fn container_of(p: &mut Partial, status_text: &str, online_cpus: u32) -> Option<Container> {
+    let pid = p.pid;
+    let container = p
+        .take("/proc/PID/cgroup", proc::read_proc_file(pid, "cgroup"))
+        .map(|b| {
+            container::read_container(pid, &String::from_utf8_lossy(&b), status_text, online_cpus)
+        });
+    if let Some(c) = &container {
+        p.missing
+            .extend(c.notes.iter().map(|n| format!("cgroup: {n}")));
+    }
+    container
+}
+
 /// What `malloc_trim(0)` could give back from a glibc process now (a walk over its heaps
 /// through `/proc/PID/mem` and `pagemap`); `None` for another allocator, or when the walk
 /// cannot be made (said in `missing`).
@@ -256,6 +279,30 @@ fn trimmable_of(
 /// `<dir>/<pid>.request` beneath the process's root (no link followed, a directory of the
 /// process's owner or root) and waits for the call's line in `<dir>/<pid>`: a request not
 /// taken within 5 s is removed again.
+/// The probe library's account of its trims, `account` below the process's `root`
+/// (owned by one of `owners`): its header line, then the calls' lines of its last 64 KiB.
+/// Empty while there is none.
+fn trim_account(root: &std::path::Path, account: &std::path::Path, owners: &[u32]) -> Vec<String> {
+    crate::linux::safe_file::open_beneath(root, account, owners)
+        .ok()
+        .and_then(|f| crate::linux::safe_file::read_head_and_tail(&f, 1024, 64 << 10).ok())
+        .map(|(head, tail, cut)| {
+            // The header from the head; the calls from the tail (its first line partial
+            // when the file is longer than the tail).
+            let head = String::from_utf8_lossy(&head);
+            let mut out: Vec<String> = head.lines().take(1).map(String::from).collect();
+            let tail = String::from_utf8_lossy(&tail);
+            out.extend(
+                tail.lines()
+                    .skip(usize::from(cut))
+                    .filter(|l| !l.starts_with('#'))
+                    .map(String::from),
+            );
+            out
+        })
+        .unwrap_or_default()
+}
+
 fn ask_trim(pid: i32) -> Result<Trimmed, String> {
     let status = proc::read_status(pid).map_err(|e| e.to_string())?;
     let env = proc::read_environ(pid).map_err(|e| e.to_string())?;
@@ -280,26 +327,7 @@ fn ask_trim(pid: i32) -> Result<Trimmed, String> {
     let own = status.ns_pid.unwrap_or(pid).to_string();
     let root = std::path::PathBuf::from(format!("/proc/{pid}/root"));
     let account = rel.join(&own);
-    let lines = || -> Vec<String> {
-        crate::linux::safe_file::open_beneath(&root, &account, &status.uids)
-            .ok()
-            .and_then(|f| crate::linux::safe_file::read_head_and_tail(&f, 1024, 64 << 10).ok())
-            .map(|(head, tail, cut)| {
-                // The header from the head; the calls from the tail (its first line partial
-                // when the file is longer than the tail).
-                let head = String::from_utf8_lossy(&head);
-                let mut out: Vec<String> = head.lines().take(1).map(String::from).collect();
-                let tail = String::from_utf8_lossy(&tail);
-                out.extend(
-                    tail.lines()
-                        .skip(usize::from(cut))
-                        .filter(|l| !l.starts_with('#'))
-                        .map(String::from),
-                );
-                out
-            })
-            .unwrap_or_default()
-    };
+    let lines = || trim_account(&root, &account, &status.uids);
     let before = lines();
     if let Some(h) = before
         .first()

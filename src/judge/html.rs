@@ -113,11 +113,57 @@ fn latency(g: &GroupResult, name: &str) -> String {
         .unwrap_or_default()
 }
 
-/// The page.
-pub fn render(j: &Judgement) -> String {
+/// The groups against the baseline, a row each; the columns of other memory metrics,
+/// of Kubernetes' restarts and of latency only when some group has them.
+fn groups_table(j: &Judgement) -> Markup {
     let with_latency = j.groups.iter().any(|g| !g.beside.is_empty());
     let with_kube = j.groups.iter().any(|g| g.restarts.is_some());
     let with_also = j.groups.iter().any(|g| !g.also.is_empty());
+    html! {
+        div.scroll { table.figures {
+            tr {
+                th.l { "group" } th.l { "selector and window" } th { "pods" }
+                th { "blocks with data" } th { "samples" } th { (j.metric) }
+                th { "against the baseline" } th.l { "verdict" }
+                @if with_also { th { "other memory metrics" } }
+                @if with_kube { th { "restarts" } th { "OOM-killed pods" } }
+                @if with_latency { th { "p50" } th { "p95" } th { "throughput" } }
+                th.l { "leak or fragmentation" }
+            }
+            @for (i, g) in j.groups.iter().enumerate() {
+                tr {
+                    td.l { span.swatch style=(format!("background:{}", css_color(i))) {} (g.name) }
+                    td.l { code { "{" (g.selector) "}" } br; span.small { (g.start) " – " (g.end) } }
+                    td { (g.pods) @if g.warmed_pods > 0 { br; span.small { (g.warmed_pods) " started in it" } } }
+                    td { (g.blocks_with_data) " of " (g.blocks) }
+                    td { (g.samples) }
+                    td { (figure(j, g.median)) }
+                    td class=(verdict_class(&g.verdict)) { (ratio(g.ratio, g.ci95)) }
+                    td.l { (g.says) }
+                    @if with_also {
+                        td { @for b in &g.also {
+                            span.small { (b.name) } br;
+                            (b.median.map_or("-".into(), format_bytes)) " " (ratio(b.ratio, b.ci95)) br;
+                        } }
+                    }
+                    @if with_kube {
+                        td { (g.restarts.map_or("-".into(), |r| r.to_string())) }
+                        td { (g.oom_killed_pods.map_or("-".into(), |r| r.to_string())) }
+                    }
+                    @if with_latency {
+                        td { (latency(g, "p50_seconds")) }
+                        td { (latency(g, "p95_seconds")) }
+                        td { (latency(g, "requests_per_second")) }
+                    }
+                    td.l { (g.why.verdict) }
+                }
+            }
+        } }
+    }
+}
+
+/// The page.
+pub fn render(j: &Judgement) -> String {
     let keep = j.recommendation.starts_with("keep ");
     let page: Markup = html! {
         (DOCTYPE)
@@ -144,45 +190,7 @@ pub fn render(j: &Judgement) -> String {
                     "Recommendation: " (j.recommendation)
                 }
                 h2 { "Groups against the baseline" }
-                div.scroll { table.figures {
-                    tr {
-                        th.l { "group" } th.l { "selector and window" } th { "pods" }
-                        th { "blocks with data" } th { "samples" } th { (j.metric) }
-                        th { "against the baseline" } th.l { "verdict" }
-                        @if with_also { th { "other memory metrics" } }
-                        @if with_kube { th { "restarts" } th { "OOM-killed pods" } }
-                        @if with_latency { th { "p50" } th { "p95" } th { "throughput" } }
-                        th.l { "leak or fragmentation" }
-                    }
-                    @for (i, g) in j.groups.iter().enumerate() {
-                        tr {
-                            td.l { span.swatch style=(format!("background:{}", css_color(i))) {} (g.name) }
-                            td.l { code { "{" (g.selector) "}" } br; span.small { (g.start) " – " (g.end) } }
-                            td { (g.pods) @if g.warmed_pods > 0 { br; span.small { (g.warmed_pods) " started in it" } } }
-                            td { (g.blocks_with_data) " of " (g.blocks) }
-                            td { (g.samples) }
-                            td { (figure(j, g.median)) }
-                            td class=(verdict_class(&g.verdict)) { (ratio(g.ratio, g.ci95)) }
-                            td.l { (g.says) }
-                            @if with_also {
-                                td { @for b in &g.also {
-                                    span.small { (b.name) } br;
-                                    (b.median.map_or("-".into(), format_bytes)) " " (ratio(b.ratio, b.ci95)) br;
-                                } }
-                            }
-                            @if with_kube {
-                                td { (g.restarts.map_or("-".into(), |r| r.to_string())) }
-                                td { (g.oom_killed_pods.map_or("-".into(), |r| r.to_string())) }
-                            }
-                            @if with_latency {
-                                td { (latency(g, "p50_seconds")) }
-                                td { (latency(g, "p95_seconds")) }
-                                td { (latency(g, "requests_per_second")) }
-                            }
-                            td.l { (g.why.verdict) }
-                        }
-                    }
-                } }
+                (groups_table(j))
                 h2 { "Leak or fragmentation" }
                 ul {
                     @for g in &j.groups {

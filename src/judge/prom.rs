@@ -168,13 +168,15 @@ impl Prometheus {
         Ok(series)
     }
 
-    fn fetch(
+    /// Asks for `query` over `start`..`end` (Unix seconds) at `step` seconds: the response,
+    /// whatever its status (Prometheus's errors come with its JSON saying why).
+    fn ask(
         &self,
         query: &str,
         start: f64,
         end: f64,
         step: u64,
-    ) -> Result<Vec<Series>, PromError> {
+    ) -> Result<ureq::Response, PromError> {
         let url = format!("{}/api/v1/query_range", self.base);
         let answer = self
             .agent
@@ -184,17 +186,23 @@ impl Prometheus {
             .query("end", &format!("{end:.3}"))
             .query("step", &format!("{step}s"))
             .call();
-        let response = match answer {
-            Ok(r) => r,
-            // Prometheus's errors come with its JSON saying why.
-            Err(ureq::Error::Status(_, r)) => r,
-            Err(ureq::Error::Transport(t)) => {
-                return Err(PromError::Unreachable {
-                    url: self.base.clone(),
-                    why: escape::terminal(&t.to_string()),
-                })
-            }
-        };
+        match answer {
+            Ok(r) | Err(ureq::Error::Status(_, r)) => Ok(r),
+            Err(ureq::Error::Transport(t)) => Err(PromError::Unreachable {
+                url: self.base.clone(),
+                why: escape::terminal(&t.to_string()),
+            }),
+        }
+    }
+
+    fn fetch(
+        &self,
+        query: &str,
+        start: f64,
+        end: f64,
+        step: u64,
+    ) -> Result<Vec<Series>, PromError> {
+        let response = self.ask(query, start, end, step)?;
         let code = response.status();
         let status = format!("HTTP {code} {}", escape::terminal(response.status_text()))
             .trim_end()

@@ -459,11 +459,9 @@ fn shown(v: impl std::fmt::Debug) -> String {
     }
 }
 
-/// Checks a pod's record against its Job, its index and its node; the record's plan
-/// fingerprint when it holds, why not otherwise.
-pub(crate) fn check_record(record: &Value, job: &JobPlan, pod: &Pod) -> Result<String, String> {
-    let plan: Plan = serde_json::from_value(record["experiment"]["plan"].clone())
-        .map_err(|e| format!("its experiment.plan is not a plan: {e}"))?;
+/// Whether a record's `plan` is the Job's: its command, variants, baseline, runs, warm-up
+/// and seed; why not otherwise.
+fn same_plan(plan: &Plan, job: &JobPlan) -> Result<(), String> {
     let not_the_jobs = |what: &str, theirs: String, jobs: String| {
         format!(
             "it is not a record of the Job's plan (ConfigMap {}-plan): its {what} is {theirs}, the Job's {jobs}",
@@ -495,6 +493,15 @@ pub(crate) fn check_record(record: &Value, job: &JobPlan, pod: &Pod) -> Result<S
             return Err(not_the_jobs(what, theirs, jobs));
         }
     }
+    Ok(())
+}
+
+/// Checks a pod's record against its Job, its index and its node; the record's plan
+/// fingerprint when it holds, why not otherwise.
+pub(crate) fn check_record(record: &Value, job: &JobPlan, pod: &Pod) -> Result<String, String> {
+    let plan: Plan = serde_json::from_value(record["experiment"]["plan"].clone())
+        .map_err(|e| format!("its experiment.plan is not a plan: {e}"))?;
+    same_plan(&plan, job)?;
     // The host: every pod of the Job records the Job's name (MEMTRIAL_HOST).
     let e = &record["experiment"];
     let hosts = std::iter::once(&e["host"]).chain(e["hosts"].as_array().into_iter().flatten());
@@ -792,16 +799,7 @@ pub fn collect(kubectl: &dyn Kubectl, name: &str, out: &Path) -> Result<Collecte
         indexes.push((index, outcome));
     }
     // One plan fingerprint for the Job: the one most records carry.
-    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
-    for c in &candidates {
-        *counts.entry(c.fingerprint.as_str()).or_default() += 1;
-    }
-    let top = counts.values().copied().max().unwrap_or(0);
-    let leaders: Vec<String> = counts
-        .iter()
-        .filter(|(_, n)| **n == top)
-        .map(|(f, _)| f.to_string())
-        .collect();
+    let (leaders, top) = most_carried(&candidates);
     let job_fingerprint = match &leaders[..] {
         [one] => Some(one.clone()),
         _ => None,
@@ -855,6 +853,21 @@ pub fn collect(kubectl: &dyn Kubectl, name: &str, out: &Path) -> Result<Collecte
         completions,
         indexes,
     })
+}
+
+/// The plan fingerprints the most of `candidates` carry, and how many carry each.
+fn most_carried(candidates: &[Candidate]) -> (Vec<String>, usize) {
+    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+    for c in candidates {
+        *counts.entry(c.fingerprint.as_str()).or_default() += 1;
+    }
+    let top = counts.values().copied().max().unwrap_or(0);
+    let leaders = counts
+        .iter()
+        .filter(|(_, n)| **n == top)
+        .map(|(f, _)| f.to_string())
+        .collect();
+    (leaders, top)
 }
 
 /// The checked record of a succeeded pod, or what became of its index instead.

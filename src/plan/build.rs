@@ -208,6 +208,45 @@ pub(super) fn build_probes(
 pub(crate) const DEFAULT_COOLDOWN: &str = "10s";
 pub(crate) const DEFAULT_READY_TIMEOUT: &str = "30s";
 
+/// A server trial's `--url`, checked as it will be with a port: on this machine; a note
+/// when it has no `{port}`.
+fn server_url(given: Option<&str>, notes: &mut Vec<String>) -> Result<String, PlanError> {
+    let bad = |flag: &'static str, value: String, reason: String| PlanError::BadValue {
+        flag,
+        value,
+        reason,
+    };
+    let Some(url) = given else {
+        return Err(bad(
+            "--url",
+            String::new(),
+            "a server trial needs --url http://127.0.0.1:{port}/PATH (the server's address; {port} is replaced by a free port per run)".into(),
+        ));
+    };
+    // Check the URL as it will be with a port.
+    let parsed = crate::load::parse_url(&substitute(url, 8080))
+        .map_err(|e| bad("--url", url.to_string(), e))?;
+    let loopback = parsed.host == "localhost"
+        || parsed
+            .host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback());
+    if !loopback {
+        return Err(bad(
+            "--url",
+            url.to_string(),
+            "memtrial starts the server on this machine: use 127.0.0.1 (or localhost) with {port}"
+                .into(),
+        ));
+    }
+    if !url.contains(PORT_PLACEHOLDER) {
+        notes.push(format!(
+            "--url {url} has no {{port}}: every run uses the same port, so a server left over from an earlier run would be measured instead"
+        ));
+    }
+    Ok(url.to_string())
+}
+
 pub(super) fn build_server(
     s: &ServerInput,
     ctx: &PlanContext,
@@ -221,34 +260,7 @@ pub(super) fn build_server(
         value,
         reason,
     };
-    let Some(url) = &s.url else {
-        return Err(bad(
-            "--url",
-            String::new(),
-            "a server trial needs --url http://127.0.0.1:{port}/PATH (the server's address; {port} is replaced by a free port per run)".into(),
-        ));
-    };
-    // Check the URL as it will be with a port.
-    let parsed =
-        crate::load::parse_url(&substitute(url, 8080)).map_err(|e| bad("--url", url.clone(), e))?;
-    let loopback = parsed.host == "localhost"
-        || parsed
-            .host
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback());
-    if !loopback {
-        return Err(bad(
-            "--url",
-            url.clone(),
-            "memtrial starts the server on this machine: use 127.0.0.1 (or localhost) with {port}"
-                .into(),
-        ));
-    }
-    if !url.contains(PORT_PLACEHOLDER) {
-        notes.push(format!(
-            "--url {url} has no {{port}}: every run uses the same port, so a server left over from an earlier run would be measured instead"
-        ));
-    }
+    let url = server_url(s.url.as_deref(), notes)?;
     let load = settings::resolve_load(
         &s.load_input(),
         settings::LoadCommand::ServerTrial,
@@ -274,7 +286,7 @@ pub(super) fn build_server(
         (None, None) => RequestSource::Url,
     };
     let plan = ServerPlan {
-        url: url.clone(),
+        url,
         ready_path: s.ready.clone(),
         ready_timeout_ms: ms(settings::duration(
             "--ready-timeout",

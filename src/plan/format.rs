@@ -137,28 +137,7 @@ pub fn read_plan_file(path: &Path) -> Result<PlanInput, PlanError> {
 
 /// Parses plan-file text. The error is a message naming line and column.
 pub fn parse_plan_text(text: &str) -> Result<PlanInput, String> {
-    let file: PlanFile = toml::from_str(text).map_err(|e| {
-        let (line, col) = e.span().map(|s| line_col(text, s.start)).unwrap_or((0, 0));
-        let mut msg = e.message().trim().to_string();
-        if msg.is_empty() {
-            // The parser names no reason for a character it does not take: say which.
-            let at = e.span().and_then(|s| text.get(s.start..)?.chars().next());
-            msg = match at {
-                Some(c) if c.is_control() => format!(
-                    "the control character U+{:04X} is not allowed in TOML (not even in a \
-                     comment); remove it, or write it as \\u{:04X} inside a quoted string",
-                    c as u32, c as u32
-                ),
-                Some(c) => format!("{:?} is not valid TOML here", c),
-                None => "the plan ends where TOML expects more".into(),
-            };
-        }
-        if line > 0 {
-            format!("line {line}, column {col}: {msg}")
-        } else {
-            msg
-        }
-    })?;
+    let file: PlanFile = toml::from_str(text).map_err(|e| toml_error(text, &e))?;
     let command = match file.command {
         None => Vec::new(),
         Some(CommandField::Argv(v)) => v,
@@ -168,57 +147,7 @@ pub fn parse_plan_text(text: &str) -> Result<PlanInput, String> {
     };
     let mut custom = Vec::new();
     for v in file.variant {
-        if !valid_name(&v.name) {
-            return Err(format!(
-                "[[variant]] name {}: {VARIANT_NAME_RULE}",
-                shown_name(&v.name)
-            ));
-        }
-        let mut parts: Vec<String> = Vec::new();
-        if let Some(p) = v.program {
-            parts.push(shell_words::quote(&format!("program:{p}")).into_owned());
-        }
-        if let Some(c) = v.command {
-            let line = match c {
-                CommandField::Line(s) => s,
-                CommandField::Argv(argv) => shell_words::join(argv),
-            };
-            parts.push(shell_words::quote(&format!("command:{line}")).into_owned());
-        }
-        if let Some(p) = v.preload {
-            parts.push(shell_words::quote(&format!("preload:{p}")).into_owned());
-        }
-        for (k, val) in v.env {
-            if let Some(reason) = env_key_problem(&k).or_else(|| {
-                val.contains('\0')
-                    .then_some("has a value containing a NUL byte (an environment cannot hold one)")
-            }) {
-                return Err(PlanError::BadEnvKey {
-                    variant: v.name,
-                    key: k,
-                    reason,
-                }
-                .to_string());
-            }
-            parts.push(shell_words::quote(&format!("{k}={val}")).into_owned());
-        }
-        if let Some(t) = v.thp {
-            parts.push(shell_words::quote(&format!("thp:{t}")).into_owned());
-        }
-        for (k, val) in v.tunables {
-            let val = match val {
-                TunableValue::Int(i) => i.to_string(),
-                TunableValue::Text(t) => t,
-            };
-            parts.push(shell_words::quote(&format!("tunable:{k}={val}")).into_owned());
-        }
-        if let Some(t) = v.trim {
-            parts.push(shell_words::quote(&format!("trim:{t}")).into_owned());
-        }
-        if let Some(s) = v.spec {
-            parts.push(s);
-        }
-        custom.push(format!("{}={}", v.name, parts.join(" ")));
+        custom.push(variant_spec(v)?);
     }
     Ok(PlanInput {
         command,
@@ -243,6 +172,86 @@ pub fn parse_plan_text(text: &str) -> Result<PlanInput, String> {
         probe_interval: file.probe_interval,
         require_cut_off: file.require_cut_off,
     })
+}
+
+/// A TOML parse error of `text` as a message naming line and column, and the character
+/// refused when the parser names no reason.
+fn toml_error(text: &str, e: &toml::de::Error) -> String {
+    let (line, col) = e.span().map(|s| line_col(text, s.start)).unwrap_or((0, 0));
+    let mut msg = e.message().trim().to_string();
+    if msg.is_empty() {
+        // The parser names no reason for a character it does not take: say which.
+        let at = e.span().and_then(|s| text.get(s.start..)?.chars().next());
+        msg = match at {
+            Some(c) if c.is_control() => format!(
+                "the control character U+{:04X} is not allowed in TOML (not even in a \
+                 comment); remove it, or write it as \\u{:04X} inside a quoted string",
+                c as u32, c as u32
+            ),
+            Some(c) => format!("{:?} is not valid TOML here", c),
+            None => "the plan ends where TOML expects more".into(),
+        };
+    }
+    if line > 0 {
+        format!("line {line}, column {col}: {msg}")
+    } else {
+        msg
+    }
+}
+
+/// A `[[variant]]` table as the `NAME=SPEC` a custom variant is given on the command line.
+fn variant_spec(v: VariantFile) -> Result<String, String> {
+    if !valid_name(&v.name) {
+        return Err(format!(
+            "[[variant]] name {}: {VARIANT_NAME_RULE}",
+            shown_name(&v.name)
+        ));
+    }
+    let mut parts: Vec<String> = Vec::new();
+    if let Some(p) = v.program {
+        parts.push(shell_words::quote(&format!("program:{p}")).into_owned());
+    }
+    if let Some(c) = v.command {
+        let line = match c {
+            CommandField::Line(s) => s,
+            CommandField::Argv(argv) => shell_words::join(argv),
+        };
+        parts.push(shell_words::quote(&format!("command:{line}")).into_owned());
+    }
+    if let Some(p) = v.preload {
+        parts.push(shell_words::quote(&format!("preload:{p}")).into_owned());
+    }
+    for (k, val) in v.env {
+        if let Some(reason) = env_key_problem(&k).or_else(|| {
+            val.contains('\0')
+                .then_some("has a value containing a NUL byte (an environment cannot hold one)")
+        }) {
+            return Err(PlanError::BadEnvKey {
+                variant: v.name,
+                key: k,
+                reason,
+            }
+            .to_string());
+        }
+        parts.push(shell_words::quote(&format!("{k}={val}")).into_owned());
+    }
+    if let Some(t) = v.thp {
+        parts.push(shell_words::quote(&format!("thp:{t}")).into_owned());
+    }
+    for (k, val) in v.tunables {
+        let val = match val {
+            TunableValue::Int(i) => i.to_string(),
+            TunableValue::Text(t) => t,
+        };
+        parts.push(shell_words::quote(&format!("tunable:{k}={val}")).into_owned());
+    }
+    if let Some(t) = v.trim {
+        parts.push(shell_words::quote(&format!("trim:{t}")).into_owned());
+    }
+    if let Some(s) = v.spec {
+        parts.push(s);
+    }
+    Ok(format!("{}={}", v.name, parts.join(" ")))
 }
 
 pub(super) fn line_col(text: &str, offset: usize) -> (usize, usize) {

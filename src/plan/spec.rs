@@ -38,24 +38,10 @@ pub fn parse_custom_variant(spec: &str, ctx: &PlanContext) -> Result<Variant, Pl
                 },
             )?);
         } else if let Some(c) = w.strip_prefix("command:") {
-            let argv = shell_words::split(c).map_err(|e| PlanError::BadVariantProgram {
-                variant: name.to_string(),
-                what: format!("command:{c}"),
-                reason: format!("cannot be split like a shell would: {e}"),
-            })?;
-            let Some(first) = argv.first() else {
-                return Err(PlanError::BadVariantProgram {
-                    variant: name.to_string(),
-                    what: "command:".into(),
-                    reason: "is empty; give the whole command, e.g. command:'ruby --yjit job.rb'"
-                        .into(),
-                });
-            };
-            let path = resolve_variant_program(name, "command:", first, ctx)?;
             program = Some(variant_program(
                 name,
                 program,
-                VariantProgram::Command { argv, path },
+                command_program(name, c, ctx)?,
             )?);
         } else if let Some(lib) = w.strip_prefix("preload:") {
             if preload.is_some() {
@@ -65,39 +51,7 @@ pub fn parse_custom_variant(spec: &str, ctx: &PlanContext) -> Result<Variant, Pl
             preload = Some(path);
             preload_spec = Some(lib.to_string());
         } else if let Some((k, v)) = w.split_once('=') {
-            let bad_key = |reason| PlanError::BadEnvKey {
-                variant: name.to_string(),
-                key: k.to_string(),
-                reason,
-            };
-            if let Some(reason) = env_key_problem(k) {
-                return Err(bad_key(reason));
-            }
-            if k.starts_with('-') {
-                // `RUBYOPT=--yjit --yjit-exec-mem-size=32`: the spec is split like a shell
-                // splits it, so an unquoted value with a space became two settings.
-                return Err(bad(&format!(
-                    "'{w}' is not a setting but part of the value before it: quote a value \
-                     with spaces, e.g. 'yjit32=RUBYOPT=\"--yjit --yjit-exec-mem-size=32\"'"
-                )));
-            }
-            if v.contains('\0') {
-                return Err(bad_key(
-                    "has a value containing a NUL byte (an environment cannot hold one)",
-                ));
-            }
-            if env.iter().any(|(seen, _): &(String, String)| seen == k) {
-                return Err(PlanError::DuplicateEnvKey {
-                    variant: name.to_string(),
-                    key: k.to_string(),
-                });
-            }
-            if k == "LD_PRELOAD" {
-                return Err(bad(
-                    "use preload:LIB instead of LD_PRELOAD=…, so memtrial can verify it",
-                ));
-            }
-            env.push((k.to_string(), v.to_string()));
+            env.push(env_setting(spec, name, &w, (k, v), &env)?);
         } else {
             return Err(bad(&format!(
                 "'{w}' is neither KEY=VALUE, preload:LIB, program:PATH, command:'…', \
@@ -120,6 +74,72 @@ pub fn parse_custom_variant(spec: &str, ctx: &PlanContext) -> Result<Variant, Pl
         program,
         knobs,
     })
+}
+
+/// A variant's `command:'…'` word: the whole command, its program found as the command's.
+fn command_program(name: &str, c: &str, ctx: &PlanContext) -> Result<VariantProgram, PlanError> {
+    let argv = shell_words::split(c).map_err(|e| PlanError::BadVariantProgram {
+        variant: name.to_string(),
+        what: format!("command:{c}"),
+        reason: format!("cannot be split like a shell would: {e}"),
+    })?;
+    let Some(first) = argv.first() else {
+        return Err(PlanError::BadVariantProgram {
+            variant: name.to_string(),
+            what: "command:".into(),
+            reason: "is empty; give the whole command, e.g. command:'ruby --yjit job.rb'".into(),
+        });
+    };
+    let path = resolve_variant_program(name, "command:", first, ctx)?;
+    Ok(VariantProgram::Command { argv, path })
+}
+
+/// A variant's `KEY=VALUE` word `w` of `spec`, checked against the settings `env` already
+/// has.
+fn env_setting(
+    spec: &str,
+    name: &str,
+    w: &str,
+    (k, v): (&str, &str),
+    env: &[(String, String)],
+) -> Result<(String, String), PlanError> {
+    let bad = |reason: String| PlanError::BadVariantSpec {
+        spec: spec.to_string(),
+        reason,
+    };
+    let bad_key = |reason| PlanError::BadEnvKey {
+        variant: name.to_string(),
+        key: k.to_string(),
+        reason,
+    };
+    if let Some(reason) = env_key_problem(k) {
+        return Err(bad_key(reason));
+    }
+    if k.starts_with('-') {
+        // `RUBYOPT=--yjit --yjit-exec-mem-size=32`: the spec is split like a shell
+        // splits it, so an unquoted value with a space became two settings.
+        return Err(bad(format!(
+            "'{w}' is not a setting but part of the value before it: quote a value \
+             with spaces, e.g. 'yjit32=RUBYOPT=\"--yjit --yjit-exec-mem-size=32\"'"
+        )));
+    }
+    if v.contains('\0') {
+        return Err(bad_key(
+            "has a value containing a NUL byte (an environment cannot hold one)",
+        ));
+    }
+    if env.iter().any(|(seen, _)| seen == k) {
+        return Err(PlanError::DuplicateEnvKey {
+            variant: name.to_string(),
+            key: k.to_string(),
+        });
+    }
+    if k == "LD_PRELOAD" {
+        return Err(bad(
+            "use preload:LIB instead of LD_PRELOAD=…, so memtrial can verify it".into(),
+        ));
+    }
+    Ok((k.to_string(), v.to_string()))
 }
 
 /// One `program:` or `command:` per variant.

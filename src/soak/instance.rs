@@ -154,28 +154,9 @@ pub(crate) fn start(spec: &StartSpec, variant: &Variant) -> Result<Instance, Str
     if let Err(why) = verify(run.pid(), variant, &sub) {
         return fail(&mut run, format!("did not take its variant: {why}"));
     }
-    let driver = match plan.worker.as_ref().and_then(|w| w.driver.as_ref()) {
-        Some(d) => {
-            let mut env = naming.clone();
-            env.push(("MEMTRIAL_PID".into(), run.pid().to_string()));
-            let group = spec
-                .backend
-                .helper_cgroup(&format!("{}-driver", spec.group))
-                .map_err(|e| e.to_string())?;
-            match crate::backend::helper::Helper::start(
-                &sub(d),
-                &env,
-                &plan.workdir,
-                Some(open("driver.stdout")?),
-                open("driver.stderr")?,
-                group,
-                &crate::probe::Helpers::default(),
-            ) {
-                Ok(h) => Some(h),
-                Err(e) => return fail(&mut run, format!("could not start its --driver: {e}")),
-            }
-        }
-        None => None,
+    let driver = match start_driver(spec, run.pid(), &naming, &sub, &open) {
+        Ok(d) => d,
+        Err(what) => return fail(&mut run, what),
     };
     let (reader, procs_file) = match run.membership() {
         Membership::Cgroup(dir) => (run.cgroup_reader(), Some(dir.join("cgroup.procs"))),
@@ -196,6 +177,37 @@ pub(crate) fn start(spec: &StartSpec, variant: &Variant) -> Result<Instance, Str
         exit: None,
         _logs: logs,
     })
+}
+
+/// The worker's `--driver`, started in a cgroup of its own beside the instance's process
+/// `pid`; `None` without one. `Err` says what failed.
+fn start_driver(
+    spec: &StartSpec,
+    pid: i32,
+    naming: &[(String, String)],
+    sub: &dyn Fn(&str) -> String,
+    open: &dyn Fn(&str) -> Result<File, String>,
+) -> Result<Option<crate::backend::helper::Helper>, String> {
+    let Some(d) = spec.plan.worker.as_ref().and_then(|w| w.driver.as_ref()) else {
+        return Ok(None);
+    };
+    let mut env = naming.to_vec();
+    env.push(("MEMTRIAL_PID".into(), pid.to_string()));
+    let group = spec
+        .backend
+        .helper_cgroup(&format!("{}-driver", spec.group))
+        .map_err(|e| format!("could not make its --driver's cgroup: {e}"))?;
+    crate::backend::helper::Helper::start(
+        &sub(d),
+        &env,
+        &spec.plan.workdir,
+        Some(open("driver.stdout")?),
+        open("driver.stderr")?,
+        group,
+        &crate::probe::Helpers::default(),
+    )
+    .map(Some)
+    .map_err(|e| format!("could not start its --driver: {e}"))
 }
 
 /// Waits until the instance's server answers its ready path; `Err` says what it did

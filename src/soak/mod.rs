@@ -24,7 +24,7 @@ use std::time::{Duration, Instant, SystemTime};
 use hdrhistogram::Histogram;
 
 use crate::backend::Backend;
-use crate::load::{self, SecondReport};
+use crate::load::{self, LoadSpec, SecondReport};
 use crate::record::soak::{
     SoakEvent, SoakPoint, SoakSettings, SoakStatus, SoakWindow, WindowFigures,
 };
@@ -346,6 +346,45 @@ fn run_segment(
     })
 }
 
+/// Instance `i`'s load on a thread of its own, its clock at `t0` and its schedule's first
+/// request at `begin`; each second it measured goes to `tx`, tagged with `i`.
+fn start_load(
+    i: usize,
+    spec: LoadSpec,
+    (t0, begin): (Instant, Instant),
+    tx: &mpsc::Sender<(usize, SecondReport)>,
+    stop: Arc<AtomicBool>,
+) -> Result<std::thread::JoinHandle<Result<(), String>>, SoakError> {
+    let (itx, irx) = mpsc::channel::<SecondReport>();
+    let fwd = tx.clone();
+    std::thread::Builder::new()
+        .name(format!("memtrial-soak-fwd-{i}"))
+        .spawn(move || {
+            for s in irx {
+                if fwd.send((i, s)).is_err() {
+                    break;
+                }
+            }
+        })
+        .map_err(|e| SoakError::Start(format!("cannot start a thread: {e}")))?;
+    std::thread::Builder::new()
+        .name(format!("memtrial-soak-load-{i}"))
+        .spawn(move || {
+            load::run_with(
+                &spec,
+                t0,
+                &stop,
+                load::RunOptions {
+                    begin: Some(begin),
+                    sink: Some(itx),
+                },
+            )
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+        })
+        .map_err(|e| SoakError::Start(format!("cannot start a thread: {e}")))
+}
+
 struct Running {
     id: i64,
     segment: u32,
@@ -439,35 +478,7 @@ impl Running {
             spec.warmup = Duration::ZERO;
             spec.duration =
                 Duration::from_secs_f64((settings.duration_seconds - seg_t0).max(1.0) + 3600.0);
-            let (itx, irx) = mpsc::channel::<SecondReport>();
-            let fwd = tx.clone();
-            std::thread::Builder::new()
-                .name(format!("memtrial-soak-fwd-{i}"))
-                .spawn(move || {
-                    for s in irx {
-                        if fwd.send((i, s)).is_err() {
-                            break;
-                        }
-                    }
-                })
-                .map_err(|e| SoakError::Start(format!("cannot start a thread: {e}")))?;
-            let stop = Arc::clone(&load_stops[i]);
-            let h = std::thread::Builder::new()
-                .name(format!("memtrial-soak-load-{i}"))
-                .spawn(move || {
-                    load::run_with(
-                        &spec,
-                        t0,
-                        &stop,
-                        load::RunOptions {
-                            begin: Some(begin),
-                            sink: Some(itx),
-                        },
-                    )
-                    .map(|_| ())
-                    .map_err(|e| e.to_string())
-                })
-                .map_err(|e| SoakError::Start(format!("cannot start a thread: {e}")))?;
+            let h = start_load(i, spec, (t0, begin), &tx, Arc::clone(&load_stops[i]))?;
             loads.push((i, h));
         }
         let n = instances.len();

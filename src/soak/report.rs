@@ -257,46 +257,9 @@ fn ratio_text(r: &Option<Ratio>, bytes: bool, is_base: bool) -> String {
     }
 }
 
-/// The terminal table: Heroku's, one row per variant.
-pub fn table(s: &SoakSummary) -> String {
+/// The variants' rows of the terminal table: each figure beside the baseline's.
+fn variants_table(s: &SoakSummary) -> String {
     use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
-    let mut out = String::new();
-    out += &format!(
-        "soak {}: {} — {}\n",
-        s.id,
-        s.status.as_str(),
-        s.stop_reason.as_deref().unwrap_or("running")
-    );
-    out += &format!(
-        "{} measured of {}, windows of {} ({} warm-up after each start), the same requests to every variant; ratios to {} over the windows both measured, 95% intervals (moving-block bootstrap over windows)\n",
-        super::clock(s.measured_until),
-        super::clock(s.duration_seconds),
-        super::clock(s.window_seconds),
-        s.warmup_windows,
-        s.baseline
-    );
-    let down: Vec<String> = s
-        .variants
-        .iter()
-        .flat_map(|v| {
-            v.down
-                .iter()
-                .map(|d| format!("{} at {} ({})", v.name, super::clock(d.t), d.why))
-        })
-        .collect();
-    if !down.is_empty() {
-        out += &format!(
-            "down: {}; each one's windows from then on are left out\n",
-            down.join(", ")
-        );
-    }
-    for (a, b) in &s.gaps {
-        out += &format!(
-            "gap: nothing measured from {} to {} (memtrial was not running)\n",
-            super::clock(*a),
-            super::clock(*b)
-        );
-    }
     let mut t = Table::new();
     t.load_preset(UTF8_FULL_CONDENSED);
     t.set_header(vec![
@@ -334,7 +297,49 @@ pub fn table(s: &SoakSummary) -> String {
             errors,
         ]);
     }
-    out += &t.to_string();
+    t.to_string()
+}
+
+/// The terminal table: Heroku's, one row per variant.
+pub fn table(s: &SoakSummary) -> String {
+    let mut out = String::new();
+    out += &format!(
+        "soak {}: {} — {}\n",
+        s.id,
+        s.status.as_str(),
+        s.stop_reason.as_deref().unwrap_or("running")
+    );
+    out += &format!(
+        "{} measured of {}, windows of {} ({} warm-up after each start), the same requests to every variant; ratios to {} over the windows both measured, 95% intervals (moving-block bootstrap over windows)\n",
+        super::clock(s.measured_until),
+        super::clock(s.duration_seconds),
+        super::clock(s.window_seconds),
+        s.warmup_windows,
+        s.baseline
+    );
+    let down: Vec<String> = s
+        .variants
+        .iter()
+        .flat_map(|v| {
+            v.down
+                .iter()
+                .map(|d| format!("{} at {} ({})", v.name, super::clock(d.t), d.why))
+        })
+        .collect();
+    if !down.is_empty() {
+        out += &format!(
+            "down: {}; each one's windows from then on are left out\n",
+            down.join(", ")
+        );
+    }
+    for (a, b) in &s.gaps {
+        out += &format!(
+            "gap: nothing measured from {} to {} (memtrial was not running)\n",
+            super::clock(*a),
+            super::clock(*b)
+        );
+    }
+    out += &variants_table(s);
     out.push('\n');
     for v in &s.variants {
         if let Some(w) = &v.why {

@@ -121,6 +121,35 @@ CREATE UNIQUE INDEX runs_by_identity ON runs(identity);
 /// v10: where a run's resident memory was, by kind of mapping (a JSON object).
 pub(super) const V10_STEP: &str = " ALTER TABLE runs ADD COLUMN regions_json TEXT;";
 
+/// The steps from each version to the next, by the version they lead to: a database at
+/// version N takes every step to a version above N, in order.
+const STEPS: &[(i64, &str)] = &[
+    // v2: the kernel's cgroup figures per run.
+    (2, " ALTER TABLE runs ADD COLUMN cgroup_json TEXT;"),
+    // v3: a server trial's load figures.
+    (3, " ALTER TABLE runs ADD COLUMN load_json TEXT;"),
+    // v4: the inside view (allocator and runtime probes).
+    (4, " ALTER TABLE runs ADD COLUMN inside_json TEXT;"),
+    // v5: a worker's driven phase and its driver's figures.
+    (5, " ALTER TABLE runs ADD COLUMN driver_json TEXT;"),
+    // v6: the tree's peak USS (a column of its own beside peak_pss_bytes: a figure, not a
+    // probe's view).
+    (6, " ALTER TABLE runs ADD COLUMN peak_uss_bytes INTEGER;"),
+    (6, " ALTER TABLE samples ADD COLUMN uss_bytes INTEGER;"),
+    // v7: a variant's own program or command.
+    (7, " ALTER TABLE variants ADD COLUMN program_json TEXT;"),
+    // v8: hosts, fingerprints, run identities.
+    (8, V8_STEP),
+    // v9: origins, owners, slot claims.
+    (9, V9_STEP),
+    // v10: regions.
+    (10, V10_STEP),
+    // v11: soaks.
+    (11, V11_STEP),
+];
+// A new version needs its step here.
+const _: () = assert!(STEPS[STEPS.len() - 1].0 == SCHEMA_VERSION);
+
 pub(super) const V9_STEP: &str = r#"
 ALTER TABLE experiments ADD COLUMN origin TEXT NOT NULL DEFAULT 'local';
 ALTER TABLE experiments ADD COLUMN owner_pid INTEGER;
@@ -167,12 +196,11 @@ pub(super) fn backfill_v8(conn: &Connection) -> rusqlite::Result<()> {
 }
 
 impl Store {
-    /// Brings the schema up to [`SCHEMA_VERSION`]. The version is read under the write
-    /// lock (`BEGIN IMMEDIATE`), so memtrials opening one new or old database at once
-    /// create or migrate it once: the others wait, then find it done.
     /// Brings the database up to [`SCHEMA_VERSION`] (a new one: the whole schema) and
     /// marks it memtrial's ([`APPLICATION_ID`]). Only for a database [`holds`] has found
-    /// memtrial's or empty.
+    /// memtrial's or empty. The version is read again under the write lock (`BEGIN
+    /// IMMEDIATE`), so memtrials opening one new or old database at once create or migrate
+    /// it once: the others wait, then find it done.
     pub(super) fn migrate(&self) -> Result<(), StoreError> {
         self.conn
             .busy_timeout(BUSY_TIMEOUT)
@@ -228,45 +256,11 @@ impl Store {
             self.conn.execute_batch(&batch).map_err(|e| self.err(e))?;
             return Ok(());
         }
-        // v2: the kernel's cgroup figures per run; v3: a server trial's load figures;
-        // v4: the inside view (allocator and runtime probes); v5: a worker's driven
-        // phase and its driver's figures; v6: the tree's peak USS (a column of its own
-        // beside peak_pss_bytes: a figure, not a probe's view); v7: a variant's own
-        // program or command; v8: hosts, fingerprints, run identities (see V8_STEP);
-        // v9: origins, owners, slot claims (see V9_STEP); v10: regions (V10_STEP); v11:
-        // soaks (V11_STEP).
-        let mut steps = String::new();
-        if version < 2 {
-            steps.push_str(" ALTER TABLE runs ADD COLUMN cgroup_json TEXT;");
-        }
-        if version < 3 {
-            steps.push_str(" ALTER TABLE runs ADD COLUMN load_json TEXT;");
-        }
-        if version < 4 {
-            steps.push_str(" ALTER TABLE runs ADD COLUMN inside_json TEXT;");
-        }
-        if version < 5 {
-            steps.push_str(" ALTER TABLE runs ADD COLUMN driver_json TEXT;");
-        }
-        if version < 6 {
-            steps.push_str(" ALTER TABLE runs ADD COLUMN peak_uss_bytes INTEGER;");
-            steps.push_str(" ALTER TABLE samples ADD COLUMN uss_bytes INTEGER;");
-        }
-        if version < 7 {
-            steps.push_str(" ALTER TABLE variants ADD COLUMN program_json TEXT;");
-        }
-        if version < 8 {
-            steps.push_str(V8_STEP);
-        }
-        if version < 9 {
-            steps.push_str(V9_STEP);
-        }
-        if version < 10 {
-            steps.push_str(V10_STEP);
-        }
-        if version < 11 {
-            steps.push_str(V11_STEP);
-        }
+        let steps: String = STEPS
+            .iter()
+            .filter(|(to, _)| version < *to)
+            .map(|(_, sql)| *sql)
+            .collect();
         if version < SCHEMA_VERSION {
             self.conn.execute_batch(&steps).map_err(|e| self.err(e))?;
             if version < 8 {

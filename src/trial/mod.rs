@@ -234,43 +234,57 @@ pub(crate) fn run_trial(
     drop(logs);
     record.wall_seconds = exit.map_or(t0.elapsed(), |e| e.at - t0).as_secs_f64();
     if let Some(e) = exit {
-        record.exit_code = match e.kind {
-            crate::backend::ExitKind::Code(c) => Some(c),
-            crate::backend::ExitKind::Signal(_) => None,
-        };
-        record.signal = match e.kind {
-            crate::backend::ExitKind::Signal(s) => Some(s),
-            crate::backend::ExitKind::Code(_) => None,
-        };
-        record.cpu_user_seconds = e.usage.user_seconds;
-        record.cpu_sys_seconds = e.usage.sys_seconds;
-        record.minor_faults = e.usage.minor_faults;
-        record.major_faults = e.usage.major_faults;
+        record_exit(&mut record, &e);
     }
     let exit_kind = exit.map(|e| e.kind);
     let done = driver.finish(ended_by, exit_kind, &record.samples);
     record.load = done.load;
     record.driver = done.driver;
-    let driven = done.outcome;
-    let in_cgroup = record.cgroup.as_ref().map_or(0, |c| c.oom_kills);
-    let (status, mut message) = status::decide(&Facts {
+    let facts = Facts {
         ended_by,
         exit: exit_kind,
-        oom_kills: in_cgroup.max(oom_outside.as_ref().map_or(0, |(n, _)| *n)),
+        oom_kills: 0, // the larger of the two counts, in settle()
         verification: record.verification,
-        driver: driven,
-    });
+        driver: done.outcome,
+    };
+    settle(&mut record, facts, oom_outside, late.note());
+    Ok(record)
+}
+
+/// The root's exit into the record: its code or signal, CPU time and page faults.
+fn record_exit(record: &mut RunRecord, e: &Exit) {
+    (record.exit_code, record.signal) = match e.kind {
+        crate::backend::ExitKind::Code(c) => (Some(c), None),
+        crate::backend::ExitKind::Signal(s) => (None, Some(s)),
+    };
+    record.cpu_user_seconds = e.usage.user_seconds;
+    record.cpu_sys_seconds = e.usage.sys_seconds;
+    record.minor_faults = e.usage.minor_faults;
+    record.major_faults = e.usage.major_faults;
+}
+
+/// The run's status and message from `facts` and the OOM kills counted in the run's
+/// cgroup or, larger, `oom_outside` (a container's count, said in the message), with the
+/// sampler's lateness `late` added.
+fn settle(
+    record: &mut RunRecord,
+    mut facts: Facts,
+    oom_outside: Option<(u64, String)>,
+    late: Option<String>,
+) {
+    let in_cgroup = record.cgroup.as_ref().map_or(0, |c| c.oom_kills);
+    facts.oom_kills = in_cgroup.max(oom_outside.as_ref().map_or(0, |(n, _)| *n));
+    let (status, mut message) = status::decide(&facts);
     if let (RunStatus::OomKilled, Some((n, counted_by))) = (status, &oom_outside) {
         if *n > in_cgroup {
             message = message.map(|m| format!("{m} (counted by {counted_by})"));
         }
     }
     record.status = status;
-    record.message = match (message, late.note()) {
+    record.message = match (message, late) {
         (Some(m), Some(n)) => Some(format!("{m}; {n}")),
         (m, n) => m.or(n),
     };
-    Ok(record)
 }
 
 /// The environment naming the run for hooks and drivers, on top of memtrial's own.

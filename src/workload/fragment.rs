@@ -154,19 +154,20 @@ pub fn run(cfg: &FragmentConfig) -> FragmentSummary {
         barrier: Barrier::new(threads),
     });
     let start = Instant::now();
+    let params = Params {
+        threads,
+        iterations: cfg.iterations,
+        deadline: cfg.duration.map(|d| start + d),
+        min,
+        max,
+        frac: cfg.survivor_fraction.clamp(0.0, 1.0),
+        live: cfg.live_objects.max(1),
+        seed: cfg.seed,
+    };
     let handles: Vec<_> = (0..threads)
         .map(|tid| {
             let sh = sh.clone();
-            let iterations = cfg.iterations;
-            let deadline = cfg.duration.map(|d| start + d);
-            let frac = cfg.survivor_fraction.clamp(0.0, 1.0);
-            let live = cfg.live_objects.max(1);
-            let seed = cfg.seed;
-            thread::spawn(move || {
-                worker(
-                    tid, threads, &sh, iterations, deadline, min, max, frac, live, seed,
-                )
-            })
+            thread::spawn(move || worker(tid, &params, &sh))
         })
         .collect();
     let mut total = Counts::default();
@@ -189,25 +190,46 @@ pub fn run(cfg: &FragmentConfig) -> FragmentSummary {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn worker(
-    tid: usize,
+/// A worker's settings: the config's, clamped, with the run's end.
+#[derive(Clone, Copy)]
+struct Params {
     threads: usize,
-    sh: &Shared,
+    /// Allocations per thread, or else run until `deadline`.
     iterations: Option<u64>,
     deadline: Option<Instant>,
     min: usize,
     max: usize,
+    /// Fraction of objects kept to the end.
     frac: f64,
+    /// Size of the short-lived working set.
     live: usize,
     seed: u64,
-) -> Counts {
-    let mut rng = Rng(seed ^ (tid as u64 + 1).wrapping_mul(0xD1B5_4A32_D192_ED03));
+}
+
+/// A temporary's end: freed here or, a share of them when there are other threads, put in
+/// `outbox` for the neighbour to free.
+fn retire(victim: Obj, threads: usize, rng: &mut Rng, outbox: &mut Vec<Obj>) {
+    if threads > 1 && rng.unit() < CROSS_THREAD_FRACTION {
+        outbox.push(victim);
+    } else {
+        drop(victim);
+    }
+}
+
+/// Frees what other threads put in thread `tid`'s inbox; how many.
+fn empty_inbox(sh: &Shared, tid: usize) -> u64 {
+    let got = std::mem::take(&mut *sh.inboxes[tid].lock().unwrap());
+    got.len() as u64
+}
+
+fn worker(tid: usize, p: &Params, sh: &Shared) -> Counts {
+    let threads = p.threads;
+    let mut rng = Rng(p.seed ^ (tid as u64 + 1).wrapping_mul(0xD1B5_4A32_D192_ED03));
     let mut c = Counts::default();
-    let ln_min = (min as f64).ln();
-    let ln_span = (max as f64).ln() - ln_min;
-    let burst_len = live * BURST_FACTOR;
-    let mut ring: Vec<Obj> = Vec::with_capacity(live + 1);
+    let ln_min = (p.min as f64).ln();
+    let ln_span = (p.max as f64).ln() - ln_min;
+    let burst_len = p.live * BURST_FACTOR;
+    let mut ring: Vec<Obj> = Vec::with_capacity(p.live + 1);
     let mut burst: Vec<Obj> = Vec::with_capacity(burst_len);
     let mut survivors: Vec<Obj> = Vec::new();
     let neighbour = (tid + 1) % threads;
@@ -219,19 +241,19 @@ fn worker(
     let mut bursting = false;
     let mut i: u64 = 0;
     loop {
-        if let Some(n) = iterations {
+        if let Some(n) = p.iterations {
             if i >= n {
                 break;
             }
-        } else if i % 256 == 0 && Instant::now() >= deadline.unwrap() {
+        } else if i % 256 == 0 && Instant::now() >= p.deadline.unwrap() {
             break;
         }
         if !bursting && i % 64 == 0 && token.load(Ordering::Acquire) % members == me {
             bursting = true;
         }
-        let survive = rng.unit() < frac;
+        let survive = rng.unit() < p.frac;
         // log-uniform size: as many objects in 16..32 B as in 8..16 KiB
-        let size = ((ln_min + ln_span * rng.unit()).exp() as usize).clamp(min, max);
+        let size = ((ln_min + ln_span * rng.unit()).exp() as usize).clamp(p.min, p.max);
         let obj = alloc_touched(size);
         c.allocations += 1;
         c.bytes += size as u64;
@@ -246,32 +268,21 @@ fn worker(
                 bursting = false;
                 token.fetch_add(1, Ordering::AcqRel);
                 for victim in burst.drain(..) {
-                    if threads > 1 && rng.unit() < CROSS_THREAD_FRACTION {
-                        outbox.push(victim);
-                    } else {
-                        drop(victim);
-                    }
+                    retire(victim, threads, &mut rng, &mut outbox);
                 }
             }
         } else {
             ring.push(obj);
-            if ring.len() > live {
+            if ring.len() > p.live {
                 let idx = rng.below(ring.len());
-                let victim = ring.swap_remove(idx);
-                if threads > 1 && rng.unit() < CROSS_THREAD_FRACTION {
-                    outbox.push(victim);
-                } else {
-                    drop(victim);
-                }
+                retire(ring.swap_remove(idx), threads, &mut rng, &mut outbox);
             }
         }
         if i % 16 == 15 {
             if !outbox.is_empty() {
                 sh.inboxes[neighbour].lock().unwrap().append(&mut outbox);
             }
-            let got = std::mem::take(&mut *sh.inboxes[tid].lock().unwrap());
-            c.cross += got.len() as u64;
-            drop(got);
+            c.cross += empty_inbox(sh, tid);
         }
         i += 1;
     }
@@ -290,15 +301,11 @@ fn worker(
         if t % members == me {
             let _ = token.compare_exchange(t, t + 1, Ordering::AcqRel, Ordering::Acquire);
         }
-        let got = std::mem::take(&mut *sh.inboxes[tid].lock().unwrap());
-        c.cross += got.len() as u64;
-        drop(got);
+        c.cross += empty_inbox(sh, tid);
         thread::sleep(Duration::from_millis(1));
     }
     sh.barrier.wait();
-    let got = std::mem::take(&mut *sh.inboxes[tid].lock().unwrap());
-    c.cross += got.len() as u64;
-    drop(got);
+    c.cross += empty_inbox(sh, tid);
     sh.barrier.wait();
     drop(survivors);
     c

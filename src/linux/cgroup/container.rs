@@ -261,6 +261,72 @@ fn read_trim(p: &Path) -> Option<String> {
         .map(|s| s.trim().to_string())
 }
 
+/// The memory group of a process, `groups` its own and those above it (nearest first):
+/// its usage and peak, and the tightest limit on the way up.
+fn memory_group(
+    v: Version,
+    groups: &[(String, std::path::PathBuf)],
+    note_err: &mut impl FnMut(ContainerError),
+) -> MemoryGroup {
+    let (limit, usage, peak) = match v {
+        Version::V1 => (
+            "memory.limit_in_bytes",
+            "memory.usage_in_bytes",
+            "memory.max_usage_in_bytes",
+        ),
+        Version::V2 => ("memory.max", "memory.current", "memory.peak"),
+    };
+    let (path, dir) = groups[0].clone();
+    let num = |f: &str| read_trim(&dir.join(f)).and_then(|t| t.parse::<u64>().ok());
+    let usage_bytes = num(usage);
+    let inactive = read_trim(&dir.join("memory.stat")).and_then(|t| {
+        let stat = super::parse_flat_keyed(&t);
+        let key = match v {
+            Version::V1 => "total_inactive_file",
+            Version::V2 => "inactive_file",
+        };
+        stat.get(key).copied()
+    });
+    let working_set_bytes = usage_bytes.zip(inactive).map(|(u, i)| u.saturating_sub(i));
+    let (limit_bytes, from) = tightest(groups, note_err, |d| {
+        read_trim(&d.join(limit)).map(|t| parse_limit(&t))
+    });
+    MemoryGroup {
+        version: v,
+        limit_from: from.filter(|f| *f != path),
+        path,
+        limit_bytes,
+        usage_bytes,
+        working_set_bytes,
+        peak_bytes: num(peak),
+    }
+}
+
+/// The CPU group of a process, `groups` as for [`memory_group`]: the tightest quota.
+fn cpu_group(
+    v: Version,
+    groups: &[(String, std::path::PathBuf)],
+    note_err: &mut impl FnMut(ContainerError),
+) -> CpuGroup {
+    let (quota, from) = tightest(groups, note_err, |dir| match v {
+        Version::V1 => match (
+            read_trim(&dir.join("cpu.cfs_quota_us")),
+            read_trim(&dir.join("cpu.cfs_period_us")),
+        ) {
+            (Some(q), Some(p)) => Some(parse_cfs(&q, &p)),
+            _ => None,
+        },
+        Version::V2 => read_trim(&dir.join("cpu.max")).map(|t| parse_cpu_max(&t)),
+    });
+    let path = groups[0].0.clone();
+    CpuGroup {
+        version: v,
+        quota_from: from.filter(|f| *f != path),
+        path,
+        quota,
+    }
+}
+
 /// Reads the cgroup facts of `pid`. `cgroup_text` is its `/proc/PID/cgroup`,
 /// `status_text` its `/proc/PID/status`.
 /// `online_cpus` is the host's, the "visible CPUs".
@@ -283,59 +349,10 @@ pub(crate) fn read_container(
         .unwrap_or_default();
     let mut note_err = |e: ContainerError| notes.push(e.to_string());
 
-    let memory = group_dirs_up(&lines, &mounts, "memory").map(|(v, groups)| {
-        let (limit, usage, peak) = match v {
-            Version::V1 => (
-                "memory.limit_in_bytes",
-                "memory.usage_in_bytes",
-                "memory.max_usage_in_bytes",
-            ),
-            Version::V2 => ("memory.max", "memory.current", "memory.peak"),
-        };
-        let (path, dir) = groups[0].clone();
-        let num = |f: &str| read_trim(&dir.join(f)).and_then(|t| t.parse::<u64>().ok());
-        let usage_bytes = num(usage);
-        let inactive = read_trim(&dir.join("memory.stat")).and_then(|t| {
-            let stat = super::parse_flat_keyed(&t);
-            let key = match v {
-                Version::V1 => "total_inactive_file",
-                Version::V2 => "inactive_file",
-            };
-            stat.get(key).copied()
-        });
-        let working_set_bytes = usage_bytes.zip(inactive).map(|(u, i)| u.saturating_sub(i));
-        let (limit_bytes, from) = tightest(&groups, &mut note_err, |d| {
-            read_trim(&d.join(limit)).map(|t| parse_limit(&t))
-        });
-        MemoryGroup {
-            version: v,
-            limit_from: from.filter(|f| *f != path),
-            path,
-            limit_bytes,
-            usage_bytes,
-            working_set_bytes,
-            peak_bytes: num(peak),
-        }
-    });
-    let cpu = group_dirs_up(&lines, &mounts, "cpu").map(|(v, groups)| {
-        let (quota, from) = tightest(&groups, &mut note_err, |dir| match v {
-            Version::V1 => match (
-                read_trim(&dir.join("cpu.cfs_quota_us")),
-                read_trim(&dir.join("cpu.cfs_period_us")),
-            ) {
-                (Some(q), Some(p)) => Some(parse_cfs(&q, &p)),
-                _ => None,
-            },
-            Version::V2 => read_trim(&dir.join("cpu.max")).map(|t| parse_cpu_max(&t)),
-        });
-        let path = groups[0].0.clone();
-        CpuGroup {
-            version: v,
-            quota_from: from.filter(|f| *f != path),
-            path,
-            quota,
-        }
-    });
+    let memory = group_dirs_up(&lines, &mounts, "memory")
+        .map(|(v, groups)| memory_group(v, &groups, &mut note_err));
+    let cpu = group_dirs_up(&lines, &mounts, "cpu")
+        .map(|(v, groups)| cpu_group(v, &groups, &mut note_err));
     let cpuset = group_dir(&lines, &mounts, "cpuset").and_then(|(v, path, dir)| {
         let file = match v {
             Version::V1 => "cpuset.cpus",

@@ -403,17 +403,14 @@ pub(super) fn plan_from_v2(rec: &RecordJson, remarks: &mut Vec<String>) -> Plan 
     }
 }
 
-pub(super) fn typed(
+/// The record's plan: its own (v3 on), or made from a v2 record's fields; a remark when
+/// its recorded fingerprint is not the plan's here.
+fn record_plan(
     source: &str,
     version: u64,
-    rec: RecordJson,
-    (texts, validators): (&[Vec<&serde_json::value::RawValue>], &Validators),
-) -> Result<Parsed, ImportError> {
-    let inconsistent = |reason: String| ImportError::Inconsistent {
-        source_name: source.to_string(),
-        reason,
-    };
-    let mut remarks = Vec::new();
+    rec: &RecordJson,
+    remarks: &mut Vec<String>,
+) -> Result<Plan, ImportError> {
     let plan = match &rec.experiment.plan {
         Some(p) => serde_json::from_value::<Plan>(p.clone()).map_err(|e| ImportError::Invalid {
             source_name: source.to_string(),
@@ -421,7 +418,7 @@ pub(super) fn typed(
             pointer: "/experiment/plan".into(),
             reason: e.to_string(),
         })?,
-        None => plan_from_v2(&rec, &mut remarks),
+        None => plan_from_v2(rec, remarks),
     };
     let fingerprint = plan.fingerprint();
     if let Some(f) = rec
@@ -436,6 +433,22 @@ pub(super) fn typed(
             short(&fingerprint)
         ));
     }
+    Ok(plan)
+}
+
+pub(super) fn typed(
+    source: &str,
+    version: u64,
+    rec: RecordJson,
+    (texts, validators): (&[Vec<&serde_json::value::RawValue>], &Validators),
+) -> Result<Parsed, ImportError> {
+    let inconsistent = |reason: String| ImportError::Inconsistent {
+        source_name: source.to_string(),
+        reason,
+    };
+    let mut remarks = Vec::new();
+    let plan = record_plan(source, version, &rec, &mut remarks)?;
+    let fingerprint = plan.fingerprint();
     let status = ExperimentStatus::parse(&rec.experiment.status).ok_or_else(|| {
         inconsistent(format!(
             "unknown experiment status {:?}",
