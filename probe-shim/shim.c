@@ -487,13 +487,19 @@ static void sample(uint64_t rss) {
 /* The schedule. The first sample is due FIRST_NS after the process started; samples are
  * DENSE_NS apart for DENSE_FOR_NS, then each gap is half again as long as the last, up to
  * the configured interval. Between samples /proc/self/statm is read every WATCH gap (DENSE_NS
- * while dense, then growing likewise up to WATCH_MAX_NS); a resident size HIGH_STEP
- * (1/50: 2%) above the last high takes a sample at once. */
+ * while dense, then growing likewise up to WATCH_MAX_NS, and DENSE_NS again after each new
+ * high); a resident size HIGH_STEP (1/50: 2%) above the last high takes a sample at once,
+ * and so does, within the budget, the top of a climb: a read no higher than the one before
+ * it, yet 1/TOP_STEP (0.5%) above every earlier sample's. Without it the top of a climb fell
+ * between two samples once the gaps had grown, and the next came after the job had freed
+ * part of its peak (a job peaking after its first second, 8 threads: live at the peak
+ * 74.3 MiB in 3 of 5 runs against 78.7 sampled every 10 ms; with it 77.2 or 78.7). */
 #define FIRST_NS 10000000ULL /* FIRST_SAMPLE_MS in src/probe/allocator.rs */
 #define DENSE_NS 10000000ULL
 #define DENSE_FOR_NS 1000000000ULL
 #define WATCH_MAX_NS 50000000ULL
 #define HIGH_STEP 50
+#define TOP_STEP 200
 /* The rungs: a resident size 1/RUNG_STEP (5%) above every earlier account takes one at
  * once, outside the budgets, while the last read of its kind cost under RUNG_MAX_NS; a
  * sample's rungs are half as far apart (1/SAMPLE_RUNG_STEP, 2.5%), since live/held at the
@@ -689,7 +695,8 @@ static void *loop(void *arg) {
             high = rss;
         int at_rung = rss > rung + rung / SAMPLE_RUNG_STEP && last_cost <= RUNG_MAX_NS;
         int scheduled = now >= next_sample;
-        if (at_rung || (figures_ok && (new_high || scheduled))) {
+        int at_top = rss && rss <= prev_rss && rss > rung + rung / TOP_STEP;
+        if (at_rung || (figures_ok && (new_high || scheduled || at_top))) {
             uint64_t cpu = ns_of(CLOCK_THREAD_CPUTIME_ID);
             sample(rss ? rss * page : NONE);
             last_cost = ns_of(CLOCK_THREAD_CPUTIME_ID) - cpu;
@@ -719,7 +726,11 @@ static void *loop(void *arg) {
         }
         if (rss)
             prev_rss = rss;
-        watch = next_gap(watch, now, WATCH_MAX_NS < interval_ns ? WATCH_MAX_NS : interval_ns);
+        uint64_t watch_cap = WATCH_MAX_NS < interval_ns ? WATCH_MAX_NS : interval_ns;
+        if (new_high)
+            watch = DENSE_NS < watch_cap ? DENSE_NS : watch_cap;
+        else
+            watch = next_gap(watch, now, watch_cap);
         uint64_t wake = now + watch;
         if (wake > next_sample)
             wake = next_sample;

@@ -199,8 +199,7 @@ pub(crate) fn at_peak_point(r: &RunRecord) -> Option<&crate::record::AllocatorPo
     if at.len() < MIN_AT_PEAK_SAMPLES {
         return None;
     }
-    at.into_iter()
-        .max_by_key(|p| (p.held_bytes.is_some(), p.held_bytes, p.live_bytes))
+    crate::record::AllocatorPoint::most_held(at)
 }
 
 /// Fewest allocator samples at the memory peak for its figures there to stand.

@@ -340,20 +340,18 @@ impl AllocatorProbe {
     }
 }
 
-/// The point where the allocator held the most and, of those, where live was highest;
-/// where it offers no held figure, where live was highest. Samples written at exit count
-/// only when there is nothing else: by then the program has freed what it frees, while an
-/// allocator that keeps what it got still holds its peak.
+/// The point where the allocator held the most and, of those, where live was highest
+/// (`AllocatorPoint::most_held`). Samples written at exit count only when there is nothing
+/// else: by then the program has freed what it frees, while an allocator that keeps what it
+/// got still holds its peak.
 fn at_peak(series: &[AllocatorPoint], at_exit: &[bool]) -> Option<AllocatorPoint> {
-    let key = |p: &AllocatorPoint| (p.held_bytes.is_some(), p.held_bytes, p.live_bytes);
     let running = series
         .iter()
         .zip(at_exit.iter().chain(std::iter::repeat(&false)))
         .filter(|(_, exited)| !**exited)
-        .map(|(p, _)| p)
-        .max_by_key(|p| key(p));
-    running
-        .or_else(|| series.iter().max_by_key(|p| key(p)))
+        .map(|(p, _)| p);
+    AllocatorPoint::most_held(running)
+        .or_else(|| AllocatorPoint::most_held(series))
         .cloned()
 }
 
@@ -713,6 +711,13 @@ mod tests {
         assert_eq!(at_peak(&s[..4], &exits[..4]).unwrap().t_seconds, 0.2);
         // Only an exit sample: it is all there is.
         assert_eq!(at_peak(&s[4..], &exits[4..]).unwrap().t_seconds, 0.5);
+        // glibc keeps what it got: held 1% higher a moment later, after live fell by a
+        // fifth, is still the peak's held; live at the peak is the higher one.
+        let flat = [p(0.1, 80, Some(1000)), p(0.2, 64, Some(1010))];
+        assert_eq!(at_peak(&flat, &[]).unwrap().t_seconds, 0.1);
+        // Held 3% below the most is not the peak, whatever live was.
+        let lower = [p(0.1, 90, Some(970)), p(0.2, 50, Some(1000))];
+        assert_eq!(at_peak(&lower, &[]).unwrap().t_seconds, 0.2);
         let live_only = [p(0.1, 1, None), p(0.2, 9, None), p(0.3, 4, None)];
         assert_eq!(at_peak(&live_only, &[]).unwrap().t_seconds, 0.2);
         assert!(at_peak(&[], &[]).is_none());
