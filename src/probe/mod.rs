@@ -15,6 +15,7 @@
 
 pub mod allocator;
 mod background;
+pub(crate) mod budget;
 pub mod cgroup;
 pub mod cpu;
 pub mod files;

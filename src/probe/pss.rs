@@ -9,6 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use super::background::Background;
+use super::budget::CpuBudget;
 use super::{Probe, RunEnd, Tick, TickKind};
 use crate::linux::proc::{self, ProcError};
 use crate::record::RunRecord;
@@ -27,43 +28,10 @@ pub(crate) const PSS_SINGLE_FRACTION: f64 = 0.0002;
 /// short run gets PSS samples in its first second, a long one averages the fraction.
 pub(crate) const PSS_START_BURST: Duration = Duration::from_millis(20);
 
-/// Keeps the cost of reading `smaps_rollup` (it walks page tables: ~30 ms for a
-/// 2 GiB process) within a fraction of one core over the run, plus a burst at its start:
-/// a read is due while the time spent is at most `burst + fraction × time since the first
-/// read`.
-#[derive(Debug, Clone)]
-pub(crate) struct PssBudget {
-    /// Fraction of one core PSS reads may use, e.g. 0.005.
-    pub cpu_fraction: f64,
-    /// CPU time allowed at once at the start.
-    pub burst: Duration,
-    started: Option<Instant>,
-    spent: Duration,
-}
-
-impl PssBudget {
-    pub fn new(cpu_fraction: f64) -> Self {
-        PssBudget {
-            cpu_fraction,
-            burst: PSS_START_BURST,
-            started: None,
-            spent: Duration::ZERO,
-        }
-    }
-
-    pub(crate) fn due(&self, now: Instant) -> bool {
-        let Some(start) = self.started else {
-            return true;
-        };
-        let allowed = self.burst.as_secs_f64()
-            + self.cpu_fraction * now.saturating_duration_since(start).as_secs_f64();
-        self.spent.as_secs_f64() <= allowed
-    }
-
-    pub(crate) fn spent(&mut self, started: Instant, cost: Duration) {
-        self.started.get_or_insert(started);
-        self.spent += cost;
-    }
+/// The budget of reading `smaps_rollup` (it walks page tables: ~30 ms for a 2 GiB
+/// process): `fraction` of one core over the run plus [`PSS_START_BURST`] at its start.
+pub(crate) fn pss_budget(fraction: f64) -> CpuBudget {
+    CpuBudget::new(fraction, PSS_START_BURST)
 }
 
 /// The sums of PSS and USS over some processes, read by [`read_sums`].
@@ -123,7 +91,7 @@ fn read_sums(pids: Vec<i32>) -> PssResult {
 /// Sums PSS over the run's live processes at most as often as its budget allows; each
 /// sum is attached to the tree sample of the tick at which it arrived.
 pub struct PssProbe {
-    budget: PssBudget,
+    budget: CpuBudget,
     reader: Background<Vec<i32>, PssResult>,
     /// Tick time (seconds) → the sums that arrived then (`None`: unreadable).
     readings: BTreeMap<u64, Option<Sums>>,
@@ -144,7 +112,7 @@ pub struct PssProbe {
 impl PssProbe {
     pub fn new() -> PssProbe {
         PssProbe {
-            budget: PssBudget::new(PSS_CPU_FRACTION),
+            budget: pss_budget(PSS_CPU_FRACTION),
             reader: Background::new("memtrial-pss", read_sums),
             readings: BTreeMap::new(),
             pids_read: BTreeSet::new(),
@@ -215,7 +183,7 @@ impl Probe for PssProbe {
             }
             self.pids_read.extend(r.read);
         }
-        self.budget.cpu_fraction = match live.len() {
+        self.budget.fraction = match live.len() {
             0 | 1 => self.single_fraction,
             _ => self.several_fraction,
         };
@@ -279,25 +247,6 @@ mod tests {
     use std::process::Command;
 
     #[test]
-    fn pss_budget_allows_a_burst_then_spaces_reads() {
-        let mut b = PssBudget::new(0.01);
-        let now = Instant::now();
-        assert!(b.due(now));
-        // The start's burst (20 ms): two reads of 10 ms at once.
-        b.spent(now, Duration::from_millis(10));
-        assert!(b.due(now));
-        b.spent(now, Duration::from_millis(10));
-        assert!(b.due(now));
-        b.spent(now, Duration::from_millis(10));
-        // 30 ms spent: 1% of a core earns the next 10 ms in a second.
-        assert!(!b.due(now + Duration::from_millis(500)));
-        assert!(b.due(now + Duration::from_millis(1001)));
-        b.spent(now, Duration::from_millis(10));
-        assert!(!b.due(now + Duration::from_millis(1500)));
-        assert!(b.due(now + Duration::from_millis(2001)));
-    }
-
-    #[test]
     fn one_process_gets_a_tenth_of_the_budget_of_several() {
         let one = Member {
             pid: std::process::id() as i32,
@@ -321,10 +270,10 @@ mod tests {
         }
         let mut p = PssProbe::new();
         p.observe(&tick(std::slice::from_ref(&one)));
-        assert_eq!(p.budget.cpu_fraction, PSS_SINGLE_FRACTION);
+        assert_eq!(p.budget.fraction, PSS_SINGLE_FRACTION);
         let two = [one.clone(), Member { pid: 1, ..one }];
         p.observe(&tick(&two));
-        assert_eq!(p.budget.cpu_fraction, PSS_CPU_FRACTION);
+        assert_eq!(p.budget.fraction, PSS_CPU_FRACTION);
         const { assert!(PSS_SINGLE_FRACTION * 10.0 <= PSS_CPU_FRACTION) };
     }
 

@@ -25,7 +25,7 @@
 use std::time::{Duration, Instant};
 
 use super::background::Background;
-use super::pss::PssBudget;
+use super::budget::CpuBudget;
 use super::{Probe, RunEnd, Tick, TickKind};
 use crate::linux::maps::Mapping;
 use crate::linux::proc::{self, ProcError};
@@ -161,7 +161,7 @@ fn without_repeats(smaps: Vec<(Mapping, MapStats)>) -> Vec<(Mapping, MapStats)> 
 
 /// Keeps the `smaps` read with the most resident bytes (see the module's doc).
 pub struct RegionsProbe {
-    budget: PssBudget,
+    budget: CpuBudget,
     reader: Background<Request, Reading>,
     /// The tree's RSS when the last read was asked for.
     asked_at_rss: u64,
@@ -183,10 +183,8 @@ pub struct RegionsProbe {
 
 impl RegionsProbe {
     pub fn new() -> RegionsProbe {
-        let mut budget = PssBudget::new(REGIONS_CPU_FRACTION);
-        budget.burst = REGIONS_START_BURST;
         RegionsProbe {
-            budget,
+            budget: CpuBudget::new(REGIONS_CPU_FRACTION, REGIONS_START_BURST),
             reader: Background::new("memtrial-regions", reading),
             asked_at_rss: 0,
             prev_rss: 0,

@@ -4,6 +4,7 @@
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
+use super::budget::CpuBudget;
 use super::{Probe, RunEnd, Tick};
 use crate::linux::proc;
 use crate::record::{PeakSource, RunRecord, TreeSample};
@@ -118,10 +119,8 @@ pub struct TreeProbe {
     /// The last PID the kernel handed out when `/proc` was last scanned.
     last_pid: Option<i32>,
     next_full_scan: Option<Instant>,
-    /// The first search for members, and the CPU time (wall time of the reads) spent
-    /// searching since: the search's budget.
-    first_scan: Option<Instant>,
-    scan_spent: Duration,
+    /// The search's budget of CPU time.
+    scan_budget: CpuBudget,
     /// Members' `status` files kept open (at most [`KEPT_STATUS`] of them): a sample of a
     /// member then costs one system call.
     status_files: HashMap<i32, proc::KeptProcFile>,
@@ -147,22 +146,11 @@ impl TreeProbe {
             seen: HashSet::new(),
             last_pid: None,
             next_full_scan: None,
-            first_scan: None,
-            scan_spent: Duration::ZERO,
+            scan_budget: CpuBudget::new(SCAN_CPU_FRACTION, SCAN_BURST),
             status_files: HashMap::new(),
             loadavg: Default::default(),
             helpers: Helpers::default(),
         }
-    }
-
-    /// Whether the search for members is within its budget at `now`.
-    fn scan_allowed(&self, now: Instant) -> bool {
-        let Some(first) = self.first_scan else {
-            return true;
-        };
-        let allowed = SCAN_BURST.as_secs_f64()
-            + SCAN_CPU_FRACTION * now.saturating_duration_since(first).as_secs_f64();
-        self.scan_spent.as_secs_f64() <= allowed
     }
 
     /// Leaves the processes hidden in `helpers` out of the run's processes.
@@ -236,7 +224,7 @@ impl TreeProbe {
     pub(crate) fn refresh(&mut self) {
         let now = Instant::now();
         // Over its budget the search waits: the last PID is not even read.
-        let allowed = self.scan_allowed(now);
+        let allowed = self.scan_budget.due(now);
         let last = if allowed {
             proc::last_pid_kept(&mut self.loadavg)
         } else {
@@ -244,13 +232,11 @@ impl TreeProbe {
         };
         let due = self.next_full_scan.is_none_or(|t| now >= t);
         if (last.is_none() || last != self.last_pid || due) && allowed {
-            // The budget is of CPU time: on a busy machine a search's wall time is mostly
-            // waiting for a CPU, and counted as cost one preempted search spent the start's
-            // burst, so that a 3 s run of puma never found the workers its master forked.
+            // The budget is of CPU time (see probe::budget).
             let cpu = proc::thread_cpu();
             self.scan();
-            self.first_scan.get_or_insert(now);
-            self.scan_spent += proc::thread_cpu().saturating_sub(cpu);
+            self.scan_budget
+                .spent(now, proc::thread_cpu().saturating_sub(cpu));
             self.last_pid = last;
             self.next_full_scan = Some(now + FULL_SCAN_EVERY);
         }
@@ -489,25 +475,6 @@ mod tests {
             "one run's helpers hid a process from another run"
         );
         assert!(seen_again, "an unhidden process stays out of the run");
-    }
-
-    #[test]
-    fn the_search_for_members_is_paced_by_its_cost() {
-        let mut probe = TreeProbe::new(Membership::DescendantsOf(std::process::id() as i32));
-        let now = Instant::now();
-        assert!(
-            probe.scan_allowed(now),
-            "the first search is always allowed"
-        );
-        probe.first_scan = Some(now);
-        // A search of 0.57 ms (cgroup.procs of 1000 threads) after the burst is spent.
-        probe.scan_spent = SCAN_BURST + Duration::from_micros(570);
-        assert!(!probe.scan_allowed(now + Duration::from_millis(100)));
-        assert!(!probe.scan_allowed(now + Duration::from_secs(1)));
-        assert!(probe.scan_allowed(now + Duration::from_millis(1901)));
-        // Searches of 20 µs fit at every 100 ms tick.
-        probe.scan_spent = Duration::from_micros(20 * 10);
-        assert!(probe.scan_allowed(now + Duration::from_secs(1)));
     }
 
     #[test]

@@ -30,6 +30,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use crate::probe::budget::CpuBudget;
 use crate::probe::tree::Helpers;
 use crate::probe::{append_env, Member, Probe, RunEnd, Tick, TickKind};
 use crate::record::{Absence, FigureUnit, RunRecord, RuntimeFigure, RuntimeSeries, RuntimeView};
@@ -51,6 +52,10 @@ const RECHECK: Duration = Duration::from_secs(5);
 const STARTUP_GRACE: Duration = Duration::from_secs(2);
 /// Reads that fail in a row before a JVM is left alone.
 const MAX_FAILURES: u32 = 3;
+/// Share of one core the smaps reads after NMT's summaries may use, and the CPU time they
+/// may take at once at the start.
+const SMAPS_CPU_FRACTION: f64 = 0.005;
+const SMAPS_BURST: Duration = Duration::from_millis(40);
 /// The most of jcmd's output kept.
 const OUTPUT_CAP: usize = 1 << 20;
 /// jcmd's JVM: a small heap's collector and the quick compiler, which cut its CPU by a
@@ -140,12 +145,11 @@ pub struct JvmProbe {
     names: Vec<(String, FigureUnit)>,
     points: Vec<(f64, HashMap<String, u64>)>,
     cpu: Duration,
-    /// Time spent reading the JVMs' smaps after their summaries (on the run's clock), and
-    /// how many were read.
-    smaps_seconds: f64,
+    /// The budget of reading the JVMs' smaps after their summaries, the CPU time they took
+    /// and how many were read.
+    smaps_budget: CpuBudget,
+    smaps_cpu: Duration,
     smaps_reads: u32,
-    /// When the probe was made: the smaps reads' budget grows with the run.
-    born: Instant,
     reads_ok: u32,
     reads_failed: u32,
     /// The run's helper processes, where its jcmd reads are hidden.
@@ -162,9 +166,9 @@ impl JvmProbe {
             names: Vec::new(),
             points: Vec::new(),
             cpu: Duration::ZERO,
-            smaps_seconds: 0.0,
+            smaps_budget: CpuBudget::new(SMAPS_CPU_FRACTION, SMAPS_BURST),
+            smaps_cpu: Duration::ZERO,
             smaps_reads: 0,
-            born: Instant::now(),
             reads_ok: 0,
             reads_failed: 0,
             helpers: Helpers::default(),
@@ -241,12 +245,12 @@ impl JvmProbe {
                     jvm.reads += 1;
                     jvm.failures_in_a_row = 0;
                     let mut f = figures(&s, alive.map(|m| m.rss_bytes));
-                    // The mappings NMT's reservations occupy, read right after it, on the
-                    // run's clock: within 0.5% of its time plus a 40 ms burst (a JVM of
-                    // many GiB takes milliseconds a read).
-                    let allowed = 0.04 + 0.005 * self.born.elapsed().as_secs_f64();
-                    if self.smaps_seconds <= allowed {
-                        let started = Instant::now();
+                    // The mappings NMT's reservations occupy, read right after it, within
+                    // their budget of CPU time (a JVM of many GiB takes milliseconds a
+                    // read; counted in wall time, a busy machine's wait for a CPU spent it).
+                    let started = Instant::now();
+                    if self.smaps_budget.due(started) {
+                        let cpu = crate::linux::proc::thread_cpu();
                         if let Some(smaps) =
                             std::fs::read_to_string(format!("/proc/{}/smaps", key.0))
                                 .ok()
@@ -254,7 +258,9 @@ impl JvmProbe {
                         {
                             f.extend(mapped_figures(&s, &smaps));
                         }
-                        self.smaps_seconds += started.elapsed().as_secs_f64();
+                        let cost = crate::linux::proc::thread_cpu().saturating_sub(cpu);
+                        self.smaps_budget.spent(started, cost);
+                        self.smaps_cpu += cost;
                         self.smaps_reads += 1;
                     }
                     jvm.latest = Some(f);
@@ -396,7 +402,7 @@ impl JvmProbe {
             "Native Memory Tracking (summary), read with jcmd at most every {} s per JVM: \
              {} read(s) of {} JVM(s), {} failed; jcmd used {:.2} s of CPU ({:.0} ms a read), \
              outside the run's processes. After each read the JVM's /proc/PID/smaps is read \
-             within 0.5% of the run's time ({:.1} ms a read) to find the mappings NMT's \
+             within 0.5% of a core in CPU time plus a 40 ms burst ({:.1} ms of CPU a read) to find the mappings NMT's \
              reservations occupy: the Java heap \
              and class space by their exact reserved size, the code cache as the executable \
              stretch, thread stacks by their shape (resident.*).",
@@ -406,7 +412,7 @@ impl JvmProbe {
             self.reads_failed,
             self.cpu.as_secs_f64(),
             per_read,
-            self.smaps_seconds * 1000.0 / f64::from(self.smaps_reads.max(1)),
+            self.smaps_cpu.as_secs_f64() * 1000.0 / f64::from(self.smaps_reads.max(1)),
         );
         let unread: Vec<String> = self
             .jvms
