@@ -255,15 +255,14 @@ impl AllocatorProbe {
     }
 
     /// Makes every waiting line of the processes in `pids` a point at the moment it was
-    /// written (no later than `t_seconds`, the tick that read it); lines of other processes
-    /// are history and dropped.
-    fn points(&mut self, t_seconds: f64, pids: &BTreeSet<i32>) {
+    /// written (no later than now, when it was read), on the run's clock from `start_ns`
+    /// (the first one given is kept); lines of other processes are history and dropped.
+    fn points(&mut self, start_ns: i128, pids: &BTreeSet<i32>) {
         let Ok(reports) = self.reports.as_mut() else {
             return;
         };
-        let start = *self
-            .start_ns
-            .get_or_insert_with(|| monotonic_ns() - (t_seconds * 1e9) as i128);
+        let start = *self.start_ns.get_or_insert(start_ns);
+        let read_at = super::seconds_since(start);
         self.current.retain(|pid, _| pids.contains(pid));
         let mut events: Vec<(i32, Timed)> = Vec::new();
         for (pid, state) in reports.each_mut() {
@@ -278,7 +277,7 @@ impl AllocatorProbe {
         let mut last_t = self.series.last().map_or(0.0, |p| p.t_seconds);
         for (pid, t) in events {
             self.current.insert(pid, (t.line, t.exited));
-            let at = ((t.ns as i128 - start) as f64 / 1e9).clamp(last_t, t_seconds.max(last_t));
+            let at = ((t.ns as i128 - start) as f64 / 1e9).clamp(last_t, read_at.max(last_t));
             last_t = at;
             let lines: Vec<Line> = self.current.values().map(|(l, _)| *l).collect();
             self.at_exit.push(self.current.values().all(|(_, e)| *e));
@@ -498,7 +497,7 @@ impl Probe for AllocatorProbe {
         // The lines of every process that was in the run since the last read; then only
         // the processes in it now stay current.
         let since = std::mem::take(&mut self.members_since);
-        self.points(tick.t_seconds, &since);
+        self.points(tick.start_ns, &since);
         let now: BTreeSet<i32> = tick.members.iter().map(|m| m.pid).collect();
         self.current.retain(|pid, _| now.contains(pid));
         if let Ok(reports) = self.reports.as_mut() {
@@ -511,7 +510,7 @@ impl Probe for AllocatorProbe {
             return;
         };
         pids.append(&mut self.members_since);
-        self.points(end.t_seconds, &pids);
+        self.points(super::start_ns_of(end.t_seconds), &pids);
         let view = match &self.reports {
             Ok(reports) => self.view(reports, record, end, &pids),
             Err(reason) => Err(reason.clone()),
@@ -618,16 +617,43 @@ mod tests {
             r.read_new();
             assert!(r.states().all(|f| f.pending.len() <= MAX_PENDING));
         }
-        probe.points(2.5, &[7].into());
+        let start = super::super::start_ns_of(2.5);
+        probe.points(start, &[7].into());
+        let read_at = super::super::seconds_since(start);
         assert!(!probe.series.is_empty() && probe.series.len() <= MAX_PENDING);
         assert!(probe
             .series
             .iter()
-            .all(|p| (0.0..=2.5).contains(&p.t_seconds)));
+            .all(|p| (0.0..=read_at).contains(&p.t_seconds)));
         assert!(probe
             .series
             .windows(2)
             .all(|w| w[0].t_seconds <= w[1].t_seconds));
+    }
+
+    /// A tick that reads the files long after it began (the probes before it took 0.4 s on
+    /// a busy machine) places each line at the moment it was written, not at the tick's.
+    #[test]
+    fn lines_read_late_keep_the_moments_they_were_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut probe = AllocatorProbe::new(dir.path().join("a"), 1000);
+        // The tick began at 1.0 s on the run's clock; it is 2.0 s now.
+        let start = super::super::start_ns_of(2.0);
+        let mut text = String::from("# memtrial-probe 1 7 glibc -\n");
+        for ms in [1200, 1300, 1900] {
+            let ns = start + ms * 1_000_000;
+            text.push_str(&format!("{ns}\t{ms}\t{ms}\t-\t-\t-\t-\t-\t-\t-\n"));
+        }
+        std::fs::write(dir.path().join("a").join("7"), text).unwrap();
+        if let Ok(r) = probe.reports.as_mut() {
+            r.read_new();
+        }
+        probe.points(start, &[7].into());
+        let at: Vec<f64> = probe.series.iter().map(|p| p.t_seconds).collect();
+        assert_eq!(at.len(), 3, "{at:?}");
+        for (t, want) in at.iter().zip([1.2, 1.3, 1.9]) {
+            assert!((t - want).abs() < 1e-6, "{at:?}");
+        }
     }
 
     #[test]

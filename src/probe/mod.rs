@@ -62,8 +62,23 @@ pub enum TickKind {
 pub struct Tick<'a> {
     /// Seconds since the workload was started.
     pub t_seconds: f64,
+    /// The workload's start on `CLOCK_MONOTONIC` (ns), read as the tick began: where lines
+    /// the processes stamp themselves fall on the run's clock. Not `now - t_seconds` later
+    /// in a probe: the probes before it in the tick may have taken long on a busy machine
+    /// (0.4 s beside two busy loops), and every line read then was stamped that much early.
+    pub start_ns: i128,
     pub kind: TickKind,
     pub members: &'a [Member],
+}
+
+/// Seconds from `start_ns` (on `CLOCK_MONOTONIC`) to now.
+pub(crate) fn seconds_since(start_ns: i128) -> f64 {
+    (allocator::monotonic_ns() - start_ns) as f64 / 1e9
+}
+
+/// `start_ns` of a tick at `t_seconds` on the run's clock, taken now.
+pub(crate) fn start_ns_of(t_seconds: f64) -> i128 {
+    allocator::monotonic_ns() - (t_seconds * 1e9) as i128
 }
 
 /// The end of a run, as the backend saw it: what probes may need for their figures.
@@ -136,6 +151,7 @@ impl ProbeSet {
     /// RSS sum at a [`TickKind::Sample`].
     pub(crate) fn tick(&mut self, elapsed: Duration, kind: TickKind) -> Option<u64> {
         let t_seconds = elapsed.as_secs_f64();
+        let start_ns = start_ns_of(t_seconds);
         let rss = match kind {
             TickKind::Sample => Some(self.tree.sample(t_seconds)),
             TickKind::Look => {
@@ -147,6 +163,7 @@ impl ProbeSet {
         self.members.extend(self.tree.members().cloned());
         let tick = Tick {
             t_seconds,
+            start_ns,
             kind,
             members: &self.members,
         };

@@ -264,6 +264,7 @@ mod tests {
         fn tick(members: &[Member]) -> Tick<'_> {
             Tick {
                 t_seconds: 0.0,
+                start_ns: 0,
                 kind: TickKind::Sample,
                 members,
             }
@@ -356,6 +357,7 @@ mod tests {
                 let members: Vec<_> = tree.members().cloned().collect();
                 let tick = Tick {
                     t_seconds: t,
+                    start_ns: 0,
                     kind: TickKind::Sample,
                     members: &members,
                 };
@@ -430,6 +432,7 @@ mod tests {
         let observe = |pss: &mut PssProbe, t_seconds: f64, members: &[Member]| {
             pss.observe(&Tick {
                 t_seconds,
+                start_ns: 0,
                 kind: TickKind::Sample,
                 members,
             })

@@ -563,6 +563,7 @@ mod tests {
         fn tick(t: f64, members: &[crate::probe::Member]) -> Tick<'_> {
             Tick {
                 t_seconds: t,
+                start_ns: 0,
                 kind: TickKind::Sample,
                 members,
             }

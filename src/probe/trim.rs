@@ -217,7 +217,7 @@ impl Probe for TrimProbe {
             return;
         }
         if self.start_ns.is_none() {
-            self.start_ns = Some(super::allocator::monotonic_ns() - (tick.t_seconds * 1e9) as i128);
+            self.start_ns = Some(tick.start_ns);
         }
         if tick.t_seconds < self.next_read {
             return;
