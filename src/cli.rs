@@ -210,7 +210,9 @@ pub struct RunArgs {
     /// Warm-up runs per variant, run first and discarded, 0 to 10000 [default: 0].
     #[arg(long, value_name = "N")]
     pub warmup: Option<u32>,
-    /// Comma-separated variants to run [default: every available built-in variant].
+    /// Comma-separated variants to run [default: the built-in allocator and arena variants
+    /// installed here; the knobs nothp, glibc-thp, jemalloc-thp and trim run when named;
+    /// none with --variant].
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     pub variants: Option<Vec<String>>,
     /// A custom variant NAME=SPEC: space-separated KEY=VALUE settings, preload:LIB (a catalog
@@ -273,8 +275,8 @@ pub struct RunArgs {
     pub log_limit: Option<u64>,
     /// Finish an interrupted experiment (the latest, or ID): runs only what is missing,
     /// with the same plan and seed.
-    /// Every other flag of `run` but --confirm-command and the output flags is refused with
-    /// it, by name (`cmd::applies_with_resume`).
+    /// Every other flag of `run` but --confirm-command, --log-limit and the output flags
+    /// (where its reports go) is refused with it, by name.
     #[arg(long, value_name = "ID", num_args = 0..=1)]
     pub resume: Option<Option<i64>>,
     /// With --resume ID of an experiment made on another host (imported): runs its command
@@ -391,9 +393,13 @@ pub enum GroupBy {
 #[command(mut_arg("duration", |a| a.help(
     "How long the soak runs (e.g. 6h, 90m; 10s to 7 days); with --until-decided, use --max-duration"
 ).help_heading(None::<&str>)))]
+// A soak refuses the server settings' warm-up and cool-down (`check_feed`): not shown.
+#[command(mut_arg("warmup_duration", |a| a.hide(true)))]
+#[command(mut_arg("cooldown", |a| a.hide(true)))]
 pub struct SoakArgs {
-    /// Comma-separated variants, each one instance [default: every available built-in
-    /// variant].
+    /// Comma-separated variants, each one instance [default: the built-in allocator and
+    /// arena variants installed here; the knobs nothp, glibc-thp, jemalloc-thp and trim run
+    /// when named; none with --variant].
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     pub variants: Option<Vec<String>>,
     /// A custom variant NAME=SPEC, as for `memtrial run`. Repeatable.
@@ -442,8 +448,7 @@ pub struct SoakArgs {
     pub log_limit: Option<u64>,
     /// Carry on an interrupted soak, or one whose memtrial died (the latest, or ID): its
     /// instances start again and the time between is recorded as a gap.
-    /// Every other flag but --json and --html is refused with it, by name
-    /// (`cmd::applies_with_resume`).
+    /// Every other flag but --json, --html and --log-limit is refused with it, by name.
     #[arg(long, value_name = "ID", num_args = 0..=1)]
     pub resume: Option<Option<i64>>,
     /// Write the soak's summary as JSON to FILE ('-' for standard output) at its end.

@@ -12,6 +12,8 @@
 
 mod experiment;
 mod gate;
+#[cfg(test)]
+mod help_defaults;
 mod judge;
 mod kube;
 mod report;
@@ -238,6 +240,41 @@ mod tests {
             import.contains(&format!("schema_version {oldest} to {newest}")),
             "{import}"
         );
+    }
+
+    /// `--resume`'s help names each flag that still applies with it, and no flag it refuses
+    /// (the output flags of `run` go by their heading: "the output flags").
+    #[test]
+    fn the_resume_help_names_what_applies_with_it() {
+        let cli = Cli::command();
+        let output = <OutputArgs as clap::Args>::augment_args(clap::Command::new("output"));
+        let is_output = |id: &str| output.get_arguments().any(|a| a.get_id() == id);
+        for sub in ["run", "soak"] {
+            let cmd = cli.find_subcommand(sub).unwrap();
+            let help = cmd
+                .get_arguments()
+                .find(|a| a.get_id() == "resume")
+                .and_then(|a| a.get_long_help().or(a.get_help()))
+                .map(|h| h.to_string().replace('\n', " "))
+                .unwrap();
+            let named = |long: &str| {
+                help.split(|c: char| !(c.is_alphanumeric() || c == '-'))
+                    .any(|w| w == format!("--{long}"))
+            };
+            for a in cmd.get_arguments().filter(|a| !a.is_global_set()) {
+                let (Some(long), id) = (a.get_long(), a.get_id().as_str()) else {
+                    continue;
+                };
+                if id == "resume" || (sub == "run" && is_output(id)) {
+                    continue;
+                }
+                assert_eq!(
+                    named(long),
+                    applies_with_resume(sub, id),
+                    "`{sub} --resume` help and --{long}: {help}"
+                );
+            }
+        }
     }
 
     #[test]

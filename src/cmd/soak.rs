@@ -9,8 +9,8 @@ use anyhow::{bail, Context, Result};
 use crate::cli::{ServerArgs, SoakArgs, WorkerArgs};
 use memtrial::backend::local::LocalBackend;
 use memtrial::plan::settings::{
-    self, SOAK_CONSECUTIVE, SOAK_DURATION, SOAK_INTERVAL, SOAK_MARGIN, SOAK_WARMUP_WINDOWS,
-    SOAK_WINDOW,
+    self, SOAK_CONSECUTIVE, SOAK_DURATION, SOAK_INTERVAL, SOAK_INTERVAL_DEFAULT, SOAK_MARGIN,
+    SOAK_WARMUP_WINDOWS, SOAK_WARMUP_WINDOWS_DEFAULT, SOAK_WINDOW, SOAK_WINDOW_DEFAULT,
 };
 use memtrial::plan::{PlanInput, PORT_PLACEHOLDER};
 use memtrial::record::soak::{DecideRule, SoakHead, SoakSettings, SoakStatus};
@@ -29,7 +29,7 @@ const PSS_EVERY: f64 = 10.0;
 /// The soak's settings from its flags: the plan (variants, command, limits, load) built
 /// and checked the way `memtrial run` builds it, the soak's own settings checked against
 /// their ranges (`plan::settings`).
-fn settings_from(args: &SoakArgs, ui: &Ui) -> Result<SoakSettings> {
+pub(super) fn settings_from(args: &SoakArgs, ui: &Ui) -> Result<SoakSettings> {
     let SoakArgs {
         variants,
         custom,
@@ -157,17 +157,19 @@ fn timing(
         "--duration"
     };
     let length = settings::duration(flag, &length_text, SOAK_DURATION)?;
-    let window = settings::duration("--window", window.as_deref().unwrap_or("10m"), SOAK_WINDOW)?;
+    let window = match window {
+        Some(w) => settings::duration("--window", w, SOAK_WINDOW)?,
+        None => SOAK_WINDOW_DEFAULT,
+    };
     let warmup_windows = settings::count(
         "--warmup-windows",
-        warmup_windows.unwrap_or(1),
+        warmup_windows.unwrap_or(SOAK_WARMUP_WINDOWS_DEFAULT),
         SOAK_WARMUP_WINDOWS,
     )?;
-    let interval = settings::duration(
-        "--interval",
-        interval.as_deref().unwrap_or("1s"),
-        SOAK_INTERVAL,
-    )?;
+    let interval = match interval {
+        Some(i) => settings::duration("--interval", i, SOAK_INTERVAL)?,
+        None => SOAK_INTERVAL_DEFAULT,
+    };
     if window < interval * 2 {
         bail!(
             "--window {}: a window must hold at least two samples; the interval is {}",

@@ -80,12 +80,13 @@ pub(super) fn fragment_cmd(args: &FragmentArgs, ui: &Ui) -> Result<Outcome> {
     Ok(Outcome::Ok)
 }
 
-/// `memtrial workload cache-server`: serves until SIGTERM/SIGINT, then one summary line on
-/// standard error.
-pub(super) fn cache_server_cmd(args: &CacheServerArgs, ui: &Ui) -> Result<Outcome> {
+/// `workload cache-server`'s port and settings from its flags, each checked against its
+/// range; what a flag not given leaves is the cache server's own default.
+pub(super) fn cache_server_config(
+    args: &CacheServerArgs,
+) -> Result<(u64, memtrial::workload::cache_server::CacheServerConfig)> {
     use memtrial::plan::settings::{self as ranges, count};
-    use memtrial::workload::cache_server::{self, CacheServerConfig};
-    let mut cfg = CacheServerConfig::default();
+    let mut cfg = memtrial::workload::cache_server::CacheServerConfig::default();
     let port = count("--port", args.port, ranges::CACHE_SERVER_PORT)?;
     if let Some(t) = args.threads {
         cfg.threads = count("--threads", t, ranges::CACHE_SERVER_THREADS)?;
@@ -123,6 +124,14 @@ pub(super) fn cache_server_cmd(args: &CacheServerArgs, ui: &Ui) -> Result<Outcom
     if let Some(seed) = args.seed {
         cfg.seed = seed;
     }
+    Ok((port, cfg))
+}
+
+/// `memtrial workload cache-server`: serves until SIGTERM/SIGINT, then one summary line on
+/// standard error.
+pub(super) fn cache_server_cmd(args: &CacheServerArgs, ui: &Ui) -> Result<Outcome> {
+    use memtrial::workload::cache_server;
+    let (port, cfg) = cache_server_config(args)?;
     let listener = std::net::TcpListener::bind(("127.0.0.1", port as u16))
         .map_err(|e| anyhow::anyhow!("--port {port}: cannot listen on 127.0.0.1:{port}: {e}"))?;
     let stop = stop_flag()?;
@@ -283,7 +292,7 @@ pub(super) fn probe_library_cmd(args: &ProbeLibraryArgs, ui: &Ui) -> Result<Outc
 /// Builds a load from the flags; every error names its flag, value and reason. The
 /// numbers go through the same rules and defaults as a server trial's
 /// ([`memtrial::plan::settings::resolve_load`]).
-fn load_spec(args: &crate::cli::LoadArgs, ui: &Ui) -> Result<memtrial::load::LoadSpec> {
+pub(super) fn load_spec(args: &crate::cli::LoadArgs, ui: &Ui) -> Result<memtrial::load::LoadSpec> {
     use memtrial::load::{self, Mode};
     use memtrial::plan::settings::{resolve_load, LoadCommand, LoadInput};
     let crate::cli::LoadArgs {

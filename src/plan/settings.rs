@@ -111,10 +111,19 @@ pub const SOAK_WINDOW: DurationRange = DurationRange::new(secs(2), secs(DAY));
 pub const SOAK_WARMUP_WINDOWS: (u32, u32) = (0, 1000);
 /// `memtrial soak --interval`.
 pub const SOAK_INTERVAL: DurationRange = DurationRange::new(millis(200), secs(60));
+/// `memtrial soak --window`'s default.
+pub const SOAK_WINDOW_DEFAULT: Duration = secs(600);
+/// `memtrial soak --warmup-windows`'s default.
+pub const SOAK_WARMUP_WINDOWS_DEFAULT: u32 = 1;
+/// `memtrial soak --interval`'s default.
+pub const SOAK_INTERVAL_DEFAULT: Duration = secs(1);
 /// `memtrial soak --margin`.
 pub const SOAK_MARGIN: (f64, f64) = (0.005, 0.5);
 /// `memtrial soak --consecutive`.
 pub const SOAK_CONSECUTIVE: (u32, u32) = (1, 100);
+/// `--require-cut-off`'s default, bytes: requires that added less are left out of the
+/// reports' trees (derailed's `CUT_OFF`).
+pub const REQUIRE_CUT_OFF: u64 = 314_573; // 0.3 MiB
 /// `workload cache-server --port`.
 pub const CACHE_SERVER_PORT: (u64, u64) = (0, 65_535);
 /// `workload cache-server --threads`.
@@ -420,5 +429,15 @@ mod tests {
             .contains("from 10ms to 1h"));
         assert!(LOAD_WARMUP.parse("0").is_ok());
         assert!(LOAD_DURATION.parse("0").is_err());
+    }
+
+    /// A named default is one its own check accepts.
+    #[test]
+    fn the_soak_defaults_are_within_their_ranges() {
+        let within = |d: Duration, r: DurationRange| r.min <= d && d <= r.max;
+        assert!(within(SOAK_WINDOW_DEFAULT, SOAK_WINDOW));
+        assert!(within(SOAK_INTERVAL_DEFAULT, SOAK_INTERVAL));
+        let (lo, hi) = SOAK_WARMUP_WINDOWS;
+        assert!((lo..=hi).contains(&SOAK_WARMUP_WINDOWS_DEFAULT));
     }
 }

@@ -20,8 +20,9 @@ pub(crate) fn requires_heading(e: &Experiment) -> String {
     )
 }
 
-/// Requires that added less than this are left out by default (derailed's `CUT_OFF`).
-pub(crate) const CUT_OFF: f64 = 0.3 * 1048576.0;
+/// Requires that added less than this are left out by default (`--require-cut-off`'s
+/// default).
+pub(crate) const CUT_OFF: f64 = crate::plan::settings::REQUIRE_CUT_OFF as f64;
 
 /// The experiment's cut-off: `--require-cut-off`, else [`CUT_OFF`].
 fn cut_off(e: &Experiment) -> f64 {
