@@ -101,16 +101,48 @@ fn server_trial_gives_herokus_table() {
     );
 }
 
+/// The generator's schedule, against a server that keeps up: memtrial's own cache-server
+/// (tens of µs a request), not the Python fixture, which beside the suite and two busy
+/// loops answered 82.5 of 100 req/s - a slow server, not a late generator.
 #[test]
 fn server_trial_open_loop_holds_its_rate() {
-    if !need_python3() {
-        return;
-    }
-    let r = server_trial("ok", &["--rate", "100", "--duration", "2s"]);
-    assert_eq!(r.code(), 0, "{}", r.stderr());
+    let bin = memtrial().display().to_string();
+    let r = run_json(
+        1,
+        "glibc",
+        &[
+            "--url",
+            "http://127.0.0.1:{port}/hello",
+            "--rate",
+            "100",
+            "--duration",
+            "2s",
+            "--cooldown",
+            "500ms",
+            "--connections",
+            "4",
+            "--ready-timeout",
+            "10s",
+        ],
+        &[
+            &bin,
+            "workload",
+            "cache-server",
+            "--port",
+            "{port}",
+            "--threads",
+            "2",
+            "--cache-size",
+            "8M",
+        ],
+    );
+    assert_eq!(r.code(), 0, "{}", r.explain());
     let run = first_run(&r.json(), "glibc");
     assert_eq!(load_of(&run).target_rate, Some(100.0));
     let achieved = load_of(&run).throughput_rps;
+    // 15%: 200 requests are due; those due in the window's last moments may complete
+    // after it, and on a loaded machine the generator's and the server's threads wait for
+    // a CPU (tens of ms, far from the 0.3 s of 30 late requests).
     assert!(
         (85.0..=115.0).contains(&achieved),
         "achieved {achieved} req/s of 100"
