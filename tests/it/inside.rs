@@ -119,12 +119,27 @@ fn a_batch_job_gets_its_state_at_the_peak_not_a_leak_verdict() {
         (0.95..2.2).contains(&ratio),
         "held/live {ratio}, made 1.0 then 2.0"
     );
-    let floor = median(&doc, "glibc", "peak_live_bytes").as_f64().unwrap();
     // The highest of the probe's samples: a lower bound, a sample may miss the very top.
-    assert!(
-        (0.85 * 64.0 * MIB..=64.0 * MIB * 1.02).contains(&floor),
-        "the program's peak of live bytes {floor}, made 64 MiB"
-    );
+    // Beside a busy suite the workload's probe thread can wait for a CPU for a second
+    // (seen: 116 samples spanning 56% of a 2.36 s run); the product then shows no peak of
+    // live bytes and says why, by design (evidence rules), rather than a figure from a
+    // part of the run. That stated absence is the allowance; a figure, when shown, holds.
+    match median(&doc, "glibc", "peak_live_bytes").as_f64() {
+        Some(floor) => assert!(
+            (0.85 * 64.0 * MIB..=64.0 * MIB * 1.02).contains(&floor),
+            "the program's peak of live bytes {floor}, made 64 MiB"
+        ),
+        None => {
+            let reason = summary(&doc, "glibc")["evidence"]["peak_live_bytes"]["absent"]["reason"]
+                .as_str()
+                .unwrap_or("");
+            assert!(
+                reason.contains("allocator samples cover"),
+                "no peak of live bytes and no stated reason: {}",
+                summary(&doc, "glibc")["evidence"]
+            );
+        }
+    }
     assert!(
         r.stdout().contains("at its RSS peak:") && r.stdout().contains("held by the allocator"),
         "{}",
