@@ -294,6 +294,87 @@ mod tests {
         e
     }
 
+    /// Box–Muller: a standard normal, then log-normal around 1 with spread `sigma`.
+    fn log_normal(rng: &mut rand_chacha::ChaCha8Rng, sigma: f64) -> f64 {
+        use rand::Rng;
+        let (u1, u2): (f64, f64) = (rng.gen_range(1e-12..1.0), rng.gen());
+        let z = (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos();
+        (sigma * z).exp()
+    }
+
+    /// Which answer a look gave: 0 regression / leaner, 1 pass / not leaner, 2 open.
+    fn answer(s: Option<&Standing>) -> usize {
+        match s {
+            Some(Standing::Decided(a)) if a == "regression" || a == "leaner" => 0,
+            Some(Standing::Decided(_)) => 1,
+            _ => 2,
+        }
+    }
+
+    /// How often the gate ([0]) and the pick ([1]) gave each answer, looked at once after
+    /// `planned` runs and until decided, and the runs the latter used in all.
+    #[derive(Default)]
+    struct Answers {
+        fixed: [[usize; 3]; 2],
+        until: [[usize; 3]; 2],
+        used: [usize; 2],
+    }
+
+    /// `sims` experiments of a true `ratio` with spread `sigma`, each looked at after every
+    /// run from `planned - 1` on, as the runner does under `rule`.
+    fn simulate(
+        ratio: f64,
+        sigma: f64,
+        sims: usize,
+        rule: &Rule,
+        planned: u32,
+        criterion: &crate::analysis::gate::Criterion,
+    ) -> Answers {
+        use rand::SeedableRng;
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(42);
+        let mut out = Answers::default();
+        for sim in 0..sims {
+            let bs: Vec<f64> = (0..rule.max_runs)
+                .map(|_| 100.0 * log_normal(&mut rng, sigma))
+                .collect();
+            let xs: Vec<f64> = (0..rule.max_runs)
+                .map(|_| 100.0 * ratio * log_normal(&mut rng, sigma))
+                .collect();
+            let mut looks = [Looks::default(), Looks::default()];
+            let mut done = [false; 2];
+            for n in (planned - 1)..=rule.max_runs {
+                let e = two_builds(&bs[..n as usize], &xs[..n as usize], sim as u64);
+                let a = crate::analysis::analyse(&e);
+                let judged = crate::analysis::gate::judge(&e, &a, std::slice::from_ref(criterion));
+                let seen = [
+                    crate::analysis::gate::look(&judged),
+                    crate::analysis::recommend::look(&a),
+                ];
+                for (w, l) in seen.into_iter().enumerate() {
+                    let st = l.standings.values().next().cloned();
+                    if n == planned {
+                        out.fixed[w][answer(st.as_ref())] += 1;
+                    }
+                    if done[w] {
+                        continue;
+                    }
+                    looks[w].add(n, l);
+                    let decided =
+                        n >= planned && looks[w].undecided(rule).is_some_and(|u| u.is_empty());
+                    if decided || n == rule.max_runs {
+                        out.until[w][if decided { answer(st.as_ref()) } else { 2 }] += 1;
+                        out.used[w] += n as usize;
+                        done[w] = true;
+                    }
+                }
+                if done == [true, true] {
+                    break;
+                }
+            }
+        }
+        out
+    }
+
     /// The error rates of the gate and of the recommendation's pick, simulated through the
     /// code itself: experiments of two builds whose peaks vary log-normally (σ: the runs'
     /// spread) around a true ratio, each analysed as `memtrial run` analyses it
@@ -304,7 +385,6 @@ mod tests {
     #[test]
     #[ignore = "a simulation of thousands of experiments: benches/decide_rates.sh"]
     fn error_rates_of_the_gate_and_the_pick() {
-        use rand::{Rng, SeedableRng};
         let sims: usize = std::env::var("SIMS")
             .ok()
             .and_then(|s| s.parse().ok())
@@ -315,18 +395,6 @@ mod tests {
         };
         let planned = 7u32;
         let criterion = crate::analysis::gate::parse_criterion("peak_rss > +5%").unwrap();
-        // Box–Muller: a standard normal, then log-normal around 1.
-        let draw = |rng: &mut rand_chacha::ChaCha8Rng, sigma: f64| {
-            let (u1, u2): (f64, f64) = (rng.gen_range(1e-12..1.0), rng.gen());
-            let z = (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos();
-            (sigma * z).exp()
-        };
-        // [gate, pick]: 0 regression / leaner, 1 pass / not leaner, 2 open.
-        let index = |s: Option<&Standing>| match s {
-            Some(Standing::Decided(a)) if a == "regression" || a == "leaner" => 0,
-            Some(Standing::Decided(_)) => 1,
-            _ => 2,
-        };
         let pct = |k: usize| 100.0 * k as f64 / sims as f64;
         let cases = [
             (1.0, 0.01),
@@ -347,50 +415,8 @@ mod tests {
         println!("|---:|---:|---|---|---:|---|---|---:|");
         let (mut false_gate, mut false_pick): (f64, f64) = (0.0, 0.0);
         for (ratio, sigma) in cases {
-            let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(42);
-            let mut fixed = [[0usize; 3]; 2];
-            let mut until = [[0usize; 3]; 2];
-            let mut used = [0usize; 2];
-            for sim in 0..sims {
-                let bs: Vec<f64> = (0..rule.max_runs)
-                    .map(|_| 100.0 * draw(&mut rng, sigma))
-                    .collect();
-                let xs: Vec<f64> = (0..rule.max_runs)
-                    .map(|_| 100.0 * ratio * draw(&mut rng, sigma))
-                    .collect();
-                let mut looks = [Looks::default(), Looks::default()];
-                let mut done = [false; 2];
-                for n in (planned - 1)..=rule.max_runs {
-                    let e = two_builds(&bs[..n as usize], &xs[..n as usize], sim as u64);
-                    let a = crate::analysis::analyse(&e);
-                    let judged =
-                        crate::analysis::gate::judge(&e, &a, std::slice::from_ref(&criterion));
-                    let seen = [
-                        crate::analysis::gate::look(&judged),
-                        crate::analysis::recommend::look(&a),
-                    ];
-                    for (w, l) in seen.into_iter().enumerate() {
-                        let st = l.standings.values().next().cloned();
-                        if n == planned {
-                            fixed[w][index(st.as_ref())] += 1;
-                        }
-                        if done[w] {
-                            continue;
-                        }
-                        looks[w].add(n, l);
-                        let decided =
-                            n >= planned && looks[w].undecided(&rule).is_some_and(|u| u.is_empty());
-                        if decided || n == rule.max_runs {
-                            until[w][if decided { index(st.as_ref()) } else { 2 }] += 1;
-                            used[w] += n as usize;
-                            done[w] = true;
-                        }
-                    }
-                    if done == [true, true] {
-                        break;
-                    }
-                }
-            }
+            let Answers { fixed, until, used } =
+                simulate(ratio, sigma, sims, &rule, planned, &criterion);
             let three = |c: [usize; 3]| {
                 format!("{:.1}% / {:.1}% / {:.1}%", pct(c[0]), pct(c[1]), pct(c[2]))
             };

@@ -71,9 +71,24 @@ fn soak_settings(args: &[&str]) -> memtrial::record::soak::SoakSettings {
     super::soak::settings_from(&soak, &ui).unwrap()
 }
 
+/// A (command path, flag) whose help states a figure as its default, and what the
+/// command applied without the flag.
+type Stated = (&'static [&'static str], &'static str, Applied);
+
 /// Each (command path, flag) whose help states a figure as its default, and what the
 /// command applied without the flag.
-fn applied() -> Vec<(&'static [&'static str], &'static str, Applied)> {
+fn applied() -> Vec<Stated> {
+    [
+        run_applied(),
+        soak_applied(),
+        load_applied(),
+        cache_server_applied(),
+    ]
+    .concat()
+}
+
+/// `run` and `gate`: a plain, a server and a worker trial, and `--until-decided`.
+fn run_applied() -> Vec<Stated> {
     const RUN: &[&str] = &["run", "gate"];
     let plain = run_plan(&["run", "--", "/bin/true"]);
     let server = run_plan(&["run", "--url", "http://127.0.0.1:9/", "--", "/bin/true"]);
@@ -86,67 +101,6 @@ fn applied() -> Vec<(&'static [&'static str], &'static str, Applied)> {
             unreachable!()
         };
         super::run::until_rule(&run).unwrap().expect("a rule")
-    };
-    let soak = soak_settings(&[
-        "soak",
-        "--variants",
-        "glibc,arena2",
-        "--driver",
-        "true",
-        "--before",
-        "true",
-        "--duration",
-        "1h",
-        "--",
-        "/bin/true",
-    ]);
-    let soak_worker = soak.plan.worker.clone().expect("a worker soak");
-    let decided = soak_settings(&[
-        "soak",
-        "--variants",
-        "glibc,arena2",
-        "--driver",
-        "true",
-        "--until-decided",
-        "--max-duration",
-        "1h",
-        "--",
-        "/bin/true",
-    ]);
-    let decided = decided.until_decided.expect("a rule");
-    let served = soak_settings(&[
-        "soak",
-        "--variants",
-        "glibc,arena2",
-        "--url",
-        "http://127.0.0.1:{port}/",
-        "--rate",
-        "1",
-        "--duration",
-        "1h",
-        "--",
-        "/bin/sh",
-        "-c",
-        "exec true {port}",
-    ]);
-    let served = served.plan.server.expect("a server soak");
-    let load = {
-        let (cli, ui) = parse(&["load", "--url", "http://127.0.0.1:9/"]);
-        let Command::Load(load) = cli.command else {
-            unreachable!()
-        };
-        super::tools::load_spec(&load, &ui).unwrap()
-    };
-    let load_connections = match load.mode {
-        memtrial::load::Mode::Closed { connections } => connections,
-        memtrial::load::Mode::Open { connections, .. } => connections,
-    };
-    let cache = {
-        let (cli, _) = parse(&["workload", "cache-server", "--port", "0"]);
-        let Command::Workload(WorkloadCommand::CacheServer(args)) = cli.command else {
-            unreachable!()
-        };
-        super::tools::cache_server_config(&args).unwrap().1
     };
     // Where a default is applied only when the figure is used (the report's require trees,
     // the run logs' bound), its one constant.
@@ -165,50 +119,110 @@ fn applied() -> Vec<(&'static [&'static str], &'static str, Applied)> {
             Applied::Bytes(log_limit),
         ),
         (RUN, "ready-timeout", ms(server.ready_timeout_ms)),
-        (&["soak"], "ready-timeout", ms(served.ready_timeout_ms)),
         (RUN, "warmup-duration", ms(server.warmup_ms)),
         (RUN, "duration", ms(server.duration_ms)),
         (RUN, "cooldown", ms(server.cooldown_ms)),
         (RUN, "connections", number(server.connections as f64)),
-        (&["soak"], "connections", number(served.connections as f64)),
         (RUN, "request-timeout", ms(server.request_timeout_ms)),
-        (&["soak"], "request-timeout", ms(served.request_timeout_ms)),
         (RUN, "before", ms(worker.before_timeout_ms)),
-        (&["soak"], "before", ms(soak_worker.before_timeout_ms)),
-        (&["soak"], "margin", number(decided.margin)),
-        (&["soak"], "consecutive", number(decided.consecutive)),
-        (&["soak"], "window", secs(soak.window_seconds)),
-        (&["soak"], "warmup-windows", number(soak.warmup_windows)),
-        (&["soak"], "interval", secs(soak.sample_seconds)),
+    ]
+}
+
+/// `soak`: a worker soak, one until decided, and a server soak.
+fn soak_applied() -> Vec<Stated> {
+    const SOAK: &[&str] = &["soak"];
+    let variants = ["soak", "--variants", "glibc,arena2"];
+    let soak = soak_settings(
+        &[
+            &variants[..],
+            &["--driver", "true", "--before", "true", "--duration", "1h"],
+            &["--", "/bin/true"],
+        ]
+        .concat(),
+    );
+    let soak_worker = soak.plan.worker.clone().expect("a worker soak");
+    let decided = soak_settings(
+        &[
+            &variants[..],
+            &[
+                "--driver",
+                "true",
+                "--until-decided",
+                "--max-duration",
+                "1h",
+            ],
+            &["--", "/bin/true"],
+        ]
+        .concat(),
+    );
+    let decided = decided.until_decided.expect("a rule");
+    let served = soak_settings(
+        &[
+            &variants[..],
+            &["--url", "http://127.0.0.1:{port}/", "--rate", "1"],
+            &[
+                "--duration",
+                "1h",
+                "--",
+                "/bin/sh",
+                "-c",
+                "exec true {port}",
+            ],
+        ]
+        .concat(),
+    );
+    let served = served.plan.server.expect("a server soak");
+    vec![
+        (SOAK, "ready-timeout", ms(served.ready_timeout_ms)),
+        (SOAK, "connections", number(served.connections as f64)),
+        (SOAK, "request-timeout", ms(served.request_timeout_ms)),
+        (SOAK, "before", ms(soak_worker.before_timeout_ms)),
+        (SOAK, "margin", number(decided.margin)),
+        (SOAK, "consecutive", number(decided.consecutive)),
+        (SOAK, "window", secs(soak.window_seconds)),
+        (SOAK, "warmup-windows", number(soak.warmup_windows)),
+        (SOAK, "interval", secs(soak.sample_seconds)),
+    ]
+}
+
+/// `load` with only a URL.
+fn load_applied() -> Vec<Stated> {
+    let load = {
+        let (cli, ui) = parse(&["load", "--url", "http://127.0.0.1:9/"]);
+        let Command::Load(load) = cli.command else {
+            unreachable!()
+        };
+        super::tools::load_spec(&load, &ui).unwrap()
+    };
+    let connections = load.mode.connections();
+    vec![
         (&["load"], "duration", Applied::Time(load.duration)),
         (&["load"], "warmup-duration", Applied::Time(load.warmup)),
-        (&["load"], "connections", number(load_connections as f64)),
+        (&["load"], "connections", number(connections as f64)),
         (&["load"], "timeout", Applied::Time(load.timeout)),
+    ]
+}
+
+/// `workload cache-server` with only a port.
+fn cache_server_applied() -> Vec<Stated> {
+    const CACHE: &[&str] = &["workload cache-server"];
+    let cache = {
+        let (cli, _) = parse(&["workload", "cache-server", "--port", "0"]);
+        let Command::Workload(WorkloadCommand::CacheServer(args)) = cli.command else {
+            unreachable!()
+        };
+        super::tools::cache_server_config(&args).unwrap().1
+    };
+    vec![
+        (CACHE, "threads", number(cache.threads as f64)),
         (
-            &["workload cache-server"],
-            "threads",
-            number(cache.threads as f64),
-        ),
-        (
-            &["workload cache-server"],
+            CACHE,
             "cache-size",
             Applied::Bytes(cache.cache_bytes as u64),
         ),
-        (
-            &["workload cache-server"],
-            "min-size",
-            Applied::Bytes(cache.min_size as u64),
-        ),
-        (
-            &["workload cache-server"],
-            "max-size",
-            Applied::Bytes(cache.max_size as u64),
-        ),
-        (
-            &["workload cache-server"],
-            "drift",
-            number(cache.drift_requests as f64),
-        ),
+        (CACHE, "min-size", Applied::Bytes(cache.min_size as u64)),
+        (CACHE, "max-size", Applied::Bytes(cache.max_size as u64)),
+        (CACHE, "drift", number(cache.drift_requests as f64)),
     ]
 }
 

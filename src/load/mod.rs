@@ -192,6 +192,37 @@ pub struct LoadResult {
     pub duration_measured: Duration,
     /// True when `stop` ended the run before its duration.
     pub stopped_early: bool,
+    /// The longest time a generator thread did not run when it meant to (stopped, or
+    /// waiting for a CPU), when longer than 100 ms; absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client_stall: Option<ClientStall>,
+}
+
+/// A generator thread did not run when it meant to: requests due meanwhile were sent late,
+/// so the rate fell and (open loop) their latency includes the client's own delay.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct ClientStall {
+    /// How long, within the measurement.
+    pub seconds: f64,
+    /// When it ended, on the caller's clock (`t0`).
+    pub until_seconds: f64,
+}
+
+impl ClientStall {
+    /// The stall in a sentence (`open`: an open loop, whose latency counts from the
+    /// intended send time).
+    pub fn describe(&self, open: bool) -> String {
+        format!(
+            "memtrial's load generator did not run for {:.2} s until {:.1} s into the run (stopped or starved of CPU): no request was sent meanwhile, so the load's rate{} includes memtrial's own delay",
+            self.seconds,
+            self.until_seconds,
+            if open {
+                " and the latency of the requests due meanwhile"
+            } else {
+                ""
+            }
+        )
+    }
 }
 
 fn as_seconds<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
@@ -403,14 +434,9 @@ pub fn run_with(
         options.sink,
     )));
     let outputs = run_workers(spec, connections, &plan, &seconds, stop)?;
-    Ok(summarise(
-        spec,
-        connections,
-        target_rate,
-        &plan,
-        &outputs,
-        &seconds,
-    ))
+    let mut result = summarise(spec, connections, target_rate, &plan, &outputs, &seconds);
+    result.client_stall = longest_stall(&outputs, t0);
+    Ok(result)
 }
 
 /// The requests in sending order and when to send them, from the spec's source and mode.
@@ -529,6 +555,15 @@ fn totals(outputs: &[worker::Output], measure_start: Instant) -> Totals {
     }
 }
 
+/// The longest stall of any worker, ending `t0 + until_seconds`.
+fn longest_stall(outputs: &[worker::Output], t0: Instant) -> Option<ClientStall> {
+    let (d, at) = outputs.iter().filter_map(|o| o.stall).max_by_key(|s| s.0)?;
+    Some(ClientStall {
+        seconds: d.as_secs_f64(),
+        until_seconds: at.saturating_duration_since(t0).as_secs_f64(),
+    })
+}
+
 /// The busiest worker's CPU time over `secs` of measured wall time (0 when none passed).
 fn busiest_thread(outputs: &[worker::Output], secs: f64) -> f64 {
     let mut busiest: f64 = 0.0;
@@ -609,5 +644,6 @@ fn summarise(
         connections,
         duration_measured: measured,
         stopped_early: ended < measure_end,
+        client_stall: None,
     }
 }

@@ -92,6 +92,13 @@ pub fn render(header: &str, r: &LoadResult) -> String {
             100.0 * super::SATURATION
         );
     }
+    if let Some(st) = &r.client_stall {
+        let _ = writeln!(
+            o,
+            "warning: {}; give the load generator a CPU of its own or run on a quieter machine",
+            st.describe(r.target_rate.is_some())
+        );
+    }
     if r.requests == 0 && r.errors.connect > 0 {
         let _ = writeln!(
             o,

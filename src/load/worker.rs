@@ -27,6 +27,10 @@ const TIMER: Token = Token(usize::MAX - 1);
 const CONNECT_BACKOFF: Duration = Duration::from_millis(20);
 /// How often timeouts and reconnects are checked.
 const HOUSEKEEPING: Duration = Duration::from_millis(10);
+/// A worker's loop that woke later than it meant to by more than this was stalled: the
+/// thread was stopped or waited for a CPU. At 100 req/s that is 10 requests sent late,
+/// whose latency (from the intended time in an open loop) then includes the client's delay.
+pub(crate) const STALL_BEYOND: Duration = Duration::from_millis(100);
 
 /// What a worker hands back.
 pub(crate) struct Output {
@@ -38,6 +42,9 @@ pub(crate) struct Output {
     pub ended: Instant,
     /// Why the first failure counted as `other` happened.
     pub other_example: Option<String>,
+    /// The longest time within the measurement that the worker's loop woke later than
+    /// planned, beyond [`STALL_BEYOND`], and when that stall ended.
+    pub stall: Option<(Duration, Instant)>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,6 +86,7 @@ struct Stats<'a> {
     end: Instant,
     seconds: &'a Mutex<Seconds>,
     other_example: Option<String>,
+    stall: Option<(Duration, Instant)>,
 }
 
 enum Failure {
@@ -177,6 +185,18 @@ impl Stats<'_> {
         };
         *a += 1;
         *b += 1;
+    }
+
+    /// The loop meant to run again by `due` at the latest and runs at `now`: keeps the part
+    /// of that delay inside the measurement when it is a stall.
+    #[inline]
+    fn woke(&mut self, due: Instant, now: Instant) {
+        let late = now
+            .min(self.end)
+            .saturating_duration_since(due.max(self.start));
+        if late > STALL_BEYOND && self.stall.is_none_or(|(d, _)| late > d) {
+            self.stall = Some((late, now.min(self.end)));
+        }
     }
 
     /// Reports every second up to the end of the measurement (or `ended`).
@@ -299,8 +319,11 @@ pub(crate) fn run(
     let mut events = Events::with_capacity(1024);
     let mut cpu_start: Option<f64> = None;
     let mut next_housekeeping = now + HOUSEKEEPING;
+    // When the loop means to run again at the latest (the timer may wake it sooner).
+    let mut due = now;
     let ended = loop {
         let now = Instant::now();
+        w.stats.woke(due, now);
         if now >= plan.measure_end || stop.load(Ordering::Relaxed) {
             break now;
         }
@@ -318,6 +341,7 @@ pub(crate) fn run(
         let wake = w.next_wake(now, next_housekeeping);
         w.arm_for_next_send(&mut timer, now, wake);
         let timeout = wake.saturating_duration_since(now);
+        due = wake;
         w.poll_events(&mut events, &mut timer, timeout)?;
         w.write_deferred();
     };
@@ -368,6 +392,7 @@ impl<'a> Worker<'a> {
                 end: plan.measure_end,
                 seconds,
                 other_example: None,
+                stall: None,
             },
             open: !matches!(plan.schedule, Schedule::Closed),
             deferred: Vec::with_capacity(nconns),
@@ -454,6 +479,7 @@ impl<'a> Worker<'a> {
             cpu_seconds: cpu,
             ended,
             other_example: self.stats.other_example.take(),
+            stall: self.stats.stall,
         }
     }
 }
@@ -750,5 +776,45 @@ impl Worker<'_> {
                 true
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_late_wake_inside_the_measurement_is_a_stall() {
+        let start = Instant::now();
+        let end = start + Duration::from_secs(10);
+        let seconds = Mutex::new(Seconds::new(1, start, start..end, None));
+        let mut stats = Stats {
+            total: new_histogram(),
+            sec: new_histogram(),
+            sec_idx: 0,
+            sec_requests: 0,
+            sec_errors: Errors::default(),
+            requests: 0,
+            errors: Errors::default(),
+            bytes: 0,
+            start,
+            end,
+            seconds: &seconds,
+            other_example: None,
+            stall: None,
+        };
+        let at = |ms: u64| start + Duration::from_millis(ms);
+        // 50 ms late: a CPU's ordinary wait, not a stall.
+        stats.woke(at(1000), at(1050));
+        assert_eq!(stats.stall, None);
+        // 0.4 s late: kept, with when it ended.
+        stats.woke(at(2000), at(2400));
+        assert_eq!(stats.stall, Some((Duration::from_millis(400), at(2400))));
+        // A shorter one later does not replace it.
+        stats.woke(at(3000), at(3200));
+        assert_eq!(stats.stall.unwrap().0, Duration::from_millis(400));
+        // Only the part inside the measurement counts: 0.3 s of this one ran past its end.
+        stats.woke(at(9500), at(10_300));
+        assert_eq!(stats.stall, Some((Duration::from_millis(500), end)));
     }
 }

@@ -36,6 +36,8 @@ pub(crate) struct Finished {
     pub load: Option<LoadFigures>,
     /// A worker's or service's driven phase and figures.
     pub driver: Option<DriverFigures>,
+    /// What disturbed the driver, for the run's message (a stalled load generator).
+    pub disturbed: Option<String>,
 }
 
 /// What a driver needs besides the plan.
@@ -164,9 +166,10 @@ impl Driver {
             outcome,
             load: None,
             driver,
+            disturbed: None,
         };
-        let (outcome, load) = match self {
-            Driver::Wait => (DriverOutcome::None, None),
+        let (outcome, load, disturbed) = match self {
+            Driver::Wait => (DriverOutcome::None, None, None),
             Driver::Worker(d) => return worker(d.finish(ended_by, exit)),
             Driver::Service(d) => return worker(d.finish(ended_by)),
             Driver::Http(d) => d.finish(ended_by, exit, samples),
@@ -175,6 +178,7 @@ impl Driver {
             outcome,
             load,
             driver: None,
+            disturbed,
         }
     }
 }
@@ -185,7 +189,7 @@ impl HttpDriver {
         ended_by: Option<EndedBy>,
         exit: Option<ExitKind>,
         samples: &[TreeSample],
-    ) -> (DriverOutcome, Option<LoadFigures>) {
+    ) -> (DriverOutcome, Option<LoadFigures>, Option<String>) {
         let d = self;
         d.root_gone.store(true, Ordering::SeqCst);
         d.halt.store(true, Ordering::SeqCst);
@@ -194,9 +198,16 @@ impl HttpDriver {
             .join()
             .unwrap_or(Driven::Failed("the load driver panicked".into()));
         let exited = exit_phrase(exit);
-        let failed = |m: String| (DriverOutcome::Failed(m), None);
+        let failed = |m: String| (DriverOutcome::Failed(m), None, None);
         match driven {
-            Driven::Done(done) => (DriverOutcome::Done, Some(done.figures(samples))),
+            Driven::Done(done) => {
+                let open = done.result.target_rate.is_some();
+                let disturbed = done
+                    .result
+                    .client_stall
+                    .map(|s| format!("disturbed: {}", s.describe(open)));
+                (DriverOutcome::Done, Some(done.figures(samples)), disturbed)
+            }
             Driven::NotReady(server::NotReady::TimedOut { last }) => failed(format!(
                 "the server never became ready within {} (last: {last})",
                 humantime::format_duration(d.ready_timeout)
@@ -204,11 +215,11 @@ impl HttpDriver {
             Driven::NotReady(server::NotReady::Exited) => {
                 failed(format!("the server exited before it was ready ({exited})"))
             }
-            Driven::NotReady(server::NotReady::Interrupted) => (DriverOutcome::Stopped, None),
+            Driven::NotReady(server::NotReady::Interrupted) => (DriverOutcome::Stopped, None, None),
             Driven::Interrupted { at } if ended_by.is_none() => failed(format!(
                 "the server exited during the load, {at:.1} s into the run ({exited})"
             )),
-            Driven::Interrupted { .. } => (DriverOutcome::Stopped, None),
+            Driven::Interrupted { .. } => (DriverOutcome::Stopped, None, None),
             Driven::Failed(m) => failed(m),
         }
     }

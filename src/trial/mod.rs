@@ -247,7 +247,11 @@ pub(crate) fn run_trial(
         verification: record.verification,
         driver: done.outcome,
     };
-    settle(&mut record, facts, oom_outside, late.note());
+    let disturbed = match (late.note(), done.disturbed) {
+        (Some(a), Some(b)) => Some(format!("{a}; {b}")),
+        (a, b) => a.or(b),
+    };
+    settle(&mut record, facts, oom_outside, disturbed);
     Ok(record)
 }
 

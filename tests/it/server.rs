@@ -142,10 +142,17 @@ fn server_trial_open_loop_holds_its_rate() {
     let achieved = load_of(&run).throughput_rps;
     // 15%: 200 requests are due; those due in the window's last moments may complete
     // after it, and on a loaded machine the generator's and the server's threads wait for
-    // a CPU (tens of ms, far from the 0.3 s of 30 late requests).
+    // a CPU (tens of ms, far from the 0.3 s of 30 late requests). Beside a busy suite a
+    // sibling test's 20 threads have held both CPUs from memtrial's load thread for
+    // 0.55 s (perf sched: runnable, not run) and the rate fell to 67.5: then the run must
+    // say its load generator was stalled, which is the product's answer to that machine.
+    let disturbed = run
+        .message
+        .as_deref()
+        .is_some_and(|m| m.contains("disturbed: memtrial's load generator did not run for"));
     assert!(
-        (85.0..=115.0).contains(&achieved),
-        "achieved {achieved} req/s of 100: {:?}\n{}",
+        (85.0..=115.0).contains(&achieved) || disturbed,
+        "achieved {achieved} req/s of 100 and no stated stall: {:?}\n{}",
         load_of(&run),
         r.explain()
     );
