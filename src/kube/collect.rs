@@ -26,6 +26,7 @@ use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, ContainerStatus, Pod as K8sPod, PodStatus};
+use serde::Deserialize;
 use serde_json::Value;
 
 use super::render::{MAX_SLOTS, PLAN_KEY};
@@ -459,116 +460,191 @@ fn shown(v: impl std::fmt::Debug) -> String {
     }
 }
 
+/// Why a pod's record is not taken as its index's.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub(crate) enum RecordRefused {
+    #[error("it is not a record of memtrial's shape: {0}")]
+    Shape(String),
+    #[error(
+        "it is not a record of the Job's plan (ConfigMap {job}-plan): its {what} is {theirs}, the Job's {jobs}"
+    )]
+    OtherPlan {
+        job: String,
+        what: &'static str,
+        theirs: String,
+        jobs: String,
+    },
+    #[error("its host is {said}; the Job's pods record the Job's name, {job:?} (MEMTRIAL_HOST)")]
+    OtherHost { said: String, job: String },
+    #[error("it says it ran on node(s) {said}; Kubernetes says pod {pod} ran on node {node}")]
+    OtherNode {
+        said: String,
+        pod: String,
+        node: String,
+    },
+    #[error("it does not say it is slot {0} (the pod's completion index)")]
+    NoSlot(u32),
+    #[error("index {0} is outside the Job's schedule")]
+    OutsideSchedule(u32),
+    #[error("slot {index} is one run of {expected}; the record has run(s) of {runs}")]
+    OtherRuns {
+        index: u32,
+        expected: String,
+        runs: String,
+    },
+}
+
+/// The parts of a pod's record that [`check_record`] reads; the rest of it is kept as
+/// it came (the record is written out whole).
+#[derive(Debug, serde::Deserialize)]
+struct PodRecord {
+    experiment: PodExperiment,
+    #[serde(default)]
+    notes: Vec<String>,
+    #[serde(default)]
+    variants: Vec<PodVariant>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct PodExperiment {
+    plan: Plan,
+    #[serde(default)]
+    host: PodHost,
+    #[serde(default)]
+    hosts: Vec<PodHost>,
+}
+
+#[derive(Debug, Default, serde::Deserialize)]
+struct PodHost {
+    hostname: Option<String>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct PodVariant {
+    name: String,
+    #[serde(default)]
+    runs: Vec<PodRun>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct PodRun {
+    status: Option<String>,
+}
+
 /// Whether a record's `plan` is the Job's: its command, variants, baseline, runs, warm-up
 /// and seed; why not otherwise.
-fn same_plan(plan: &Plan, job: &JobPlan) -> Result<(), String> {
-    let not_the_jobs = |what: &str, theirs: String, jobs: String| {
-        format!(
-            "it is not a record of the Job's plan (ConfigMap {}-plan): its {what} is {theirs}, the Job's {jobs}",
-            job.name
-        )
-    };
-    if plan.command != job.command {
-        return Err(not_the_jobs(
+fn same_plan(plan: &Plan, job: &JobPlan) -> Result<(), RecordRefused> {
+    let names: Vec<&str> = plan.variants.iter().map(|v| v.name.as_str()).collect();
+    // Each pair is compared whole; only the message shows them cut.
+    let differs: [(&'static str, bool, String, String); 6] = [
+        (
             "command",
+            plan.command != job.command,
             shown(&plan.command),
             shown(&job.command),
-        ));
-    }
-    let names: Vec<&str> = plan.variants.iter().map(|v| v.name.as_str()).collect();
-    if names != job.variants {
-        return Err(not_the_jobs(
+        ),
+        (
             "variants",
+            names != job.variants,
             shown(&names),
             shown(&job.variants),
-        ));
+        ),
+        (
+            "baseline",
+            plan.baseline != job.baseline,
+            shown(&plan.baseline),
+            shown(&job.baseline),
+        ),
+        (
+            "runs",
+            plan.runs != job.runs,
+            plan.runs.to_string(),
+            job.runs.to_string(),
+        ),
+        (
+            "warmup",
+            plan.warmup != job.warmup,
+            plan.warmup.to_string(),
+            job.warmup.to_string(),
+        ),
+        (
+            "seed",
+            plan.seed != job.seed,
+            plan.seed.to_string(),
+            job.seed.to_string(),
+        ),
+    ];
+    match differs.into_iter().find(|(_, differs, ..)| *differs) {
+        Some((what, _, theirs, jobs)) => Err(RecordRefused::OtherPlan {
+            job: job.name.clone(),
+            what,
+            theirs,
+            jobs,
+        }),
+        None => Ok(()),
     }
-    for (what, theirs, jobs) in [
-        ("baseline", shown(&plan.baseline), shown(&job.baseline)),
-        ("runs", plan.runs.to_string(), job.runs.to_string()),
-        ("warmup", plan.warmup.to_string(), job.warmup.to_string()),
-        ("seed", plan.seed.to_string(), job.seed.to_string()),
-    ] {
-        if theirs != jobs {
-            return Err(not_the_jobs(what, theirs, jobs));
-        }
-    }
-    Ok(())
 }
 
 /// Checks a pod's record against its Job, its index and its node; the record's plan
-/// fingerprint when it holds, why not otherwise.
-pub(crate) fn check_record(record: &Value, job: &JobPlan, pod: &Pod) -> Result<String, String> {
-    let plan: Plan = serde_json::from_value(record["experiment"]["plan"].clone())
-        .map_err(|e| format!("its experiment.plan is not a plan: {e}"))?;
-    same_plan(&plan, job)?;
+/// fingerprint and its run's status ("VARIANT STATUS") when it holds, why not otherwise.
+pub(crate) fn check_record(
+    record: &Value,
+    job: &JobPlan,
+    pod: &Pod,
+) -> Result<(String, String), RecordRefused> {
+    let r = PodRecord::deserialize(record).map_err(|e| RecordRefused::Shape(e.to_string()))?;
+    let e = &r.experiment;
+    same_plan(&e.plan, job)?;
     // The host: every pod of the Job records the Job's name (MEMTRIAL_HOST).
-    let e = &record["experiment"];
-    let hosts = std::iter::once(&e["host"]).chain(e["hosts"].as_array().into_iter().flatten());
-    for h in hosts {
-        if h["hostname"].as_str() != Some(job.name.as_str()) {
-            return Err(format!(
-                "its host is {}; the Job's pods record the Job's name, {:?} (MEMTRIAL_HOST)",
-                h["hostname"].as_str().map_or("not named".into(), shown),
-                job.name
-            ));
+    for h in std::iter::once(&e.host).chain(&e.hosts) {
+        if h.hostname.as_deref() != Some(job.name.as_str()) {
+            return Err(RecordRefused::OtherHost {
+                said: h.hostname.as_ref().map_or("not named".into(), shown),
+                job: job.name.clone(),
+            });
         }
     }
-    let notes: Vec<&str> = record["notes"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-        .collect();
     // The node the record says it ran on is the one Kubernetes says the pod ran on.
     if let Some(node) = &pod.node {
-        let said: Vec<&str> = notes
+        let said: Vec<&str> = r
+            .notes
             .iter()
             .filter_map(|n| n.strip_prefix("in-container: node "))
             .collect();
         if said != [node.as_str()] {
-            return Err(format!(
-                "it says it ran on node(s) {}; Kubernetes says pod {} ran on node {}",
-                shown(&said),
-                pod.name,
-                shown(node)
-            ));
+            return Err(RecordRefused::OtherNode {
+                said: shown(&said),
+                pod: pod.name.clone(),
+                node: shown(node),
+            });
         }
     }
     // The slot: the pod's index, one run of the slot's variant.
     let slot = format!("in-container: slot {} of ", pod.index);
-    if !notes.iter().any(|n| n.starts_with(&slot)) {
-        return Err(format!(
-            "it does not say it is slot {} (the pod's completion index)",
-            pod.index
-        ));
+    if !r.notes.iter().any(|n| n.starts_with(&slot)) {
+        return Err(RecordRefused::NoSlot(pod.index));
     }
     let schedule = crate::schedule::schedule(job.variants.len(), job.warmup, job.runs, job.seed);
     let expected = schedule
         .get(pod.index as usize)
         .and_then(|s| job.variants.get(s.variant))
-        .ok_or_else(|| format!("index {} is outside the Job's schedule", pod.index))?;
-    let runs: Vec<&str> = record["variants"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .flat_map(|v| {
-            let name = v["name"].as_str().unwrap_or("?");
-            v["runs"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(move |_| name)
-        })
+        .ok_or(RecordRefused::OutsideSchedule(pod.index))?;
+    let runs: Vec<(&str, &PodRun)> = r
+        .variants
+        .iter()
+        .flat_map(|v| v.runs.iter().map(move |run| (v.name.as_str(), run)))
         .collect();
-    if runs != [expected.as_str()] {
-        return Err(format!(
-            "slot {} is one run of {expected}; the record has run(s) of {}",
-            pod.index,
-            shown(&runs)
-        ));
+    match &runs[..] {
+        [(name, run)] if name == expected => Ok((
+            e.plan.fingerprint(),
+            format!("{name} {}", run.status.as_deref().unwrap_or("?")),
+        )),
+        _ => Err(RecordRefused::OtherRuns {
+            index: pod.index,
+            expected: expected.clone(),
+            runs: shown(runs.iter().map(|(n, _)| *n).collect::<Vec<_>>()),
+        }),
     }
-    Ok(plan.fingerprint())
 }
 
 /// What became of one completion index.
@@ -622,24 +698,6 @@ impl Collected {
     }
 }
 
-/// The one run's status in a record (`variants[].runs[]`).
-fn run_status(record: &Value) -> String {
-    record["variants"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .flat_map(|v| {
-            v["runs"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(move |r| (v["name"].as_str().unwrap_or("?"), r))
-        })
-        .map(|(v, r)| format!("{v} {}", r["status"].as_str().unwrap_or("?")))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
 /// The answer of a `kubectl get … -o json`, as `T` (a typed Kubernetes object).
 fn get_json<T: serde::de::DeserializeOwned>(
     kubectl: &dyn Kubectl,
@@ -656,6 +714,8 @@ struct Candidate {
     pod: String,
     record: Value,
     fingerprint: String,
+    /// The run's status as recorded ("VARIANT STATUS").
+    run_status: String,
 }
 
 fn words(a: &[&str]) -> Vec<String> {
@@ -824,7 +884,7 @@ pub fn collect(kubectl: &dyn Kubectl, name: &str, out: &Path) -> Result<Collecte
                 IndexOutcome::Collected {
                     pod: c.pod,
                     file,
-                    run_status: run_status(&c.record),
+                    run_status: c.run_status,
                 }
             }
             Some(f) => IndexOutcome::Refused {
@@ -913,12 +973,14 @@ fn pod_record(kubectl: &dyn Kubectl, p: &Pod, plan: &JobPlan) -> Result<Candidat
         }
         Err(e) => return Err(refused(e.to_string())),
     };
-    let fingerprint = check_record(&record, plan, p).map_err(refused)?;
+    let (fingerprint, run_status) =
+        check_record(&record, plan, p).map_err(|e| refused(e.to_string()))?;
     Ok(Candidate {
         index: p.index,
         pod: p.name.clone(),
         record,
         fingerprint,
+        run_status,
     })
 }
 
@@ -1218,13 +1280,52 @@ mod tests {
         )
         .unwrap();
         let r: Value = serde_json::from_str(&record(0, |_| {})).unwrap();
-        assert!(check_record(&r, &job, &p("n1", 0)).is_ok());
-        assert!(check_record(&r, &job, &p("n2", 0))
-            .unwrap_err()
+        let (_, status) = check_record(&r, &job, &p("n1", 0)).unwrap();
+        assert_eq!(status, format!("{} ok", slot_variant(0)));
+        let refused = |r: &Value, node, index| check_record(r, &job, &p(node, index)).unwrap_err();
+        assert!(refused(&r, "n2", 0)
+            .to_string()
             .contains("ran on node \"n2\""));
-        assert!(check_record(&r, &job, &p("n1", 1))
-            .unwrap_err()
-            .contains("slot 1"));
+        assert!(refused(&r, "n1", 1).to_string().contains("slot 1"));
+        // A record of another shape, another host, or more than the slot's one run.
+        let edited =
+            |edit: fn(&mut Value)| -> Value { serde_json::from_str(&record(0, edit)).unwrap() };
+        let no_plan = edited(|r| drop(r["experiment"].as_object_mut().unwrap().remove("plan")));
+        assert!(
+            matches!(refused(&no_plan, "n1", 0), RecordRefused::Shape(m) if m.contains("plan"))
+        );
+        let no_status = edited(|r| {
+            drop(
+                r["variants"][0]["runs"][0]
+                    .as_object_mut()
+                    .unwrap()
+                    .remove("status"),
+            )
+        });
+        assert!(check_record(&no_status, &job, &p("n1", 0))
+            .unwrap()
+            .1
+            .ends_with(" ?"));
+        let unnamed = edited(|r| {
+            drop(
+                r["experiment"]["hosts"][0]
+                    .as_object_mut()
+                    .unwrap()
+                    .remove("hostname"),
+            )
+        });
+        assert_eq!(
+            refused(&unnamed, "n1", 0).to_string(),
+            "its host is not named; the Job's pods record the Job's name, \"t\" (MEMTRIAL_HOST)"
+        );
+        let two = edited(|r| {
+            let run = r["variants"][0]["runs"][0].clone();
+            r["variants"][0]["runs"].as_array_mut().unwrap().push(run)
+        });
+        assert!(matches!(
+            refused(&two, "n1", 0),
+            RecordRefused::OtherRuns { index: 0, .. }
+        ));
     }
 
     #[test]
