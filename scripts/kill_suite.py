@@ -12,7 +12,11 @@ meets whatever they left. This does that to the suite itself, as CI runs it: a f
 of HEAD with a read-only copy of ../shared beside it, `bash .ci/run` with CI=true, no
 standard input, in a session of its own. It
 
-  1. takes the machine's state (below) before anything runs;
+  1. runs the clone's set-up (scripts/setup-tests.sh, as the suite's first phase does), then
+     takes the machine's state (below): what set-up installs and keeps (Debian's packages
+     and the directories their scripts make, the tests' venv, gems, the VM and cluster
+     builds) is the machine's, as CI's machine has it when its tests begin; only what the
+     suite's runs leave is judged;
   2. starts the suite and SIGKILLs its whole process group --parallel-after seconds after
      the parallel phase's first test binary started (default: random, 60-600 s; the phase's
      tests take about 10 min), and prints what the kill left;
@@ -66,6 +70,11 @@ SYSCTLS = ["vm.overcommit_memory", "vm.panic_on_oom", "kernel.panic", "kernel.pa
 # mktemp without a template (tmp.XXXXXXXXXX), Python's tempfile (tmpXXXXXXXX). A name the
 # suite's own scripts choose (vmsh.XXXXXX, ...) is judged: its maker should remove it.
 RANDOM_NAME = re.compile(r"^(\.tmp[A-Za-z0-9]{6}|tmp\.[A-Za-z0-9]{10}|tmp[a-z0-9_]{8})$")
+# memtrial's own directory of the files it hands to workloads (src/probe/files.rs): each is
+# named by a hash of its content, written whole (a temporary file renamed), and used by a
+# later run only when it holds exactly that run's bytes. Kept by design, it cannot mislead
+# a later run, killed or not.
+MEMTRIAL_FILES = re.compile(r"^/tmp/memtrial-\d+$")
 # iptables' built-in chains: their policy lines are there before any run.
 BUILTIN_CHAINS = {"INPUT", "OUTPUT", "FORWARD", "PREROUTING", "POSTROUTING"}
 
@@ -190,7 +199,9 @@ def difference(before, now, mine=None):
         diff[k] = sorted(now[k] - before[k])
     rnd = [p for p in diff["path"] if os.path.dirname(p) in ("/tmp", "/var/tmp", "/dev/shm")
            and RANDOM_NAME.match(os.path.basename(p))]
-    diff["path"] = [p for p in diff["path"] if p not in rnd]
+    files = [p for p in diff["path"] if MEMTRIAL_FILES.match(p)]
+    diff["path"] = [p for p in diff["path"] if p not in rnd and p not in files]
+    rnd += [f"{p} (memtrial's files, named by content)" for p in files]
     # memtrial's base group beside its caller's own (`<own group>/memtrial`), made by the
     # first run as root and kept for the next ones: empty, it holds nothing of a run.
     base = [c for c in diff["cgroup"] if os.path.basename(c) == "memtrial"
@@ -214,7 +225,8 @@ def report(title, diff, rnd, gone):
         print(f"    {'sysctl':9} (was {e})")
     if rnd:
         print(f"    and {len(rnd)} not judged: random-named entries under /tmp (they cannot "
-              "collide with a later run) and memtrial's empty base groups: "
+              "collide with a later run), memtrial's directory of files named by content, "
+              "and memtrial's empty base groups: "
               + " ".join(rnd[:12]) + (" ..." if len(rnd) > 12 else ""))
     return n
 
@@ -245,6 +257,24 @@ def wait_for(log, pattern, proc, limit):
             return None
         time.sleep(2)
     return None
+
+
+def set_up_state(clone, work, own):
+    """Runs the clone's set-up as the suite's first phase would, then takes the state; None
+    when set-up failed (said, with its log's last lines)."""
+    log = os.path.join(work, "setup.log")
+    say(f"set-up first: what it installs is the machine's, not a run's (log {log})")
+    t = time.monotonic()
+    with open(log, "w") as out:
+        rc = subprocess.run(["bash", "scripts/setup-tests.sh"], cwd=clone,
+                            env=dict(os.environ, CI="true"), stdin=subprocess.DEVNULL,
+                            stdout=out, stderr=subprocess.STDOUT, start_new_session=True).returncode
+    if rc != 0:
+        say(f"set-up failed (exit {rc}): the suite's runs were not started")
+        print("\n".join((read(log) or "").splitlines()[-12:]))
+        return None
+    say(f"set-up done in {time.monotonic() - t:.0f}s; the state before is taken now")
+    return state(own)
 
 
 def start_suite(clone, log):
@@ -324,12 +354,6 @@ def main():
     clone = os.path.join(work, "main")
     say(f"seed {seed}; HEAD {head[:10]}; in {work}")
     own = [work] + ([os.path.dirname(os.path.abspath(a.before))] if a.before else [])
-    if a.before:
-        before = load(a.before)
-        say(f"the state before is {a.before}'s")
-    else:
-        before = state(own)
-    save(before, os.path.join(work, "before.json"))
     shared = os.path.join(work, "shared")
     if a.work:
         # The clone of an earlier run, its build kept: only the commit changes.
@@ -340,6 +364,14 @@ def main():
         subprocess.run(["git", "-C", clone, "checkout", "-q", head], check=True)
         shutil.copytree(os.path.join(ROOT, "..", "shared"), shared)
         subprocess.run(["chmod", "-R", "a-w", shared], check=True)
+    if a.before:
+        before = load(a.before)
+        say(f"the state before is {a.before}'s")
+    else:
+        before = set_up_state(clone, work, own)
+        if before is None:
+            return 2
+    save(before, os.path.join(work, "before.json"))
     t0 = time.monotonic()
 
     # 1. Killed in the parallel phase.
