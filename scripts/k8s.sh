@@ -491,6 +491,10 @@ evictionHard: {memory.available: 100Mi, nodefs.available: 1%, imagefs.available:
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 serializeImagePulls: false
+# No KUBE-FIREWALL, KUBE-KUBELET-CANARY, KUBE-IPTABLES-HINT chains: a kubelet makes them on
+# the host's iptables and leaves them when it stops (a rule dropping traffic to 127.0.0.0/8
+# from elsewhere among them); this node has no kube-proxy that would need them.
+makeIPTablesUtilChains: false
 EOF
 }
 

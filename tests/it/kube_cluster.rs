@@ -60,13 +60,35 @@ const HOST_PATHS: [&str; 11] = [
 ];
 
 /// The host as the test found it: the sysctls, which paths exist, the network links, the
-/// kubelet's cgroups.
+/// iptables chains and rules, the kubelet's cgroups.
 #[derive(Debug, PartialEq, Eq)]
 struct HostState {
     sysctls: BTreeMap<&'static str, String>,
     paths: BTreeMap<&'static str, bool>,
     links: Vec<String>,
+    iptables: Vec<String>,
     kubepods: bool,
+}
+
+/// `iptables-save`'s chains and rules of every table, without counters and comments, sorted
+/// (a kubelet left KUBE-FIREWALL and its canaries there until its config said not to make
+/// them).
+fn iptables_now() -> Vec<String> {
+    let out = Command::new("iptables-save")
+        .stdin(Stdio::null())
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    let mut v: Vec<String> = out
+        .lines()
+        .filter(|l| l.starts_with(':') || l.starts_with("-A"))
+        .map(|l| match l.split_once(" [") {
+            Some((chain, _)) if l.starts_with(':') => chain.to_string(),
+            _ => l.to_string(),
+        })
+        .collect();
+    v.sort();
+    v
 }
 
 impl HostState {
@@ -94,6 +116,7 @@ impl HostState {
                 .map(|p| (*p, Path::new(p).exists()))
                 .collect(),
             links,
+            iptables: iptables_now(),
             kubepods: Path::new("/sys/fs/cgroup/memory/kubepods").exists()
                 || Path::new("/sys/fs/cgroup/kubepods").exists(),
         }

@@ -92,8 +92,21 @@ fn a_cpu_quota_throttles_but_glibc_still_sees_every_cpu() {
     assert_eq!(r.code(), 0, "{}", r.stderr());
     let doc = r.json();
     let run = first_run(&doc, "glibc");
-    assert!(cgroup_of(&run).nr_throttled > 0, "{run:?}");
-    assert!(cgroup_of(&run).throttled_seconds > 0.0);
+    // Throttling needs the workload to want more than its quota and get it. Beside a busy
+    // machine (the suite and two busy loops) its 40 threads once got 0.21 s of CPU in
+    // 0.62 s, a third of a CPU, below the quota's half, and no period was throttled. Then
+    // the quota shows as the tree's CPU staying within it (and one 100 ms period's worth);
+    // without a quota, 40 threads on an idle machine take about 2 CPUs.
+    let c = cgroup_of(&run);
+    let cpu = c
+        .cpu_seconds
+        .unwrap_or(run.cpu_user_seconds + run.cpu_sys_seconds);
+    assert!(
+        c.nr_throttled > 0 || cpu <= 0.5 * run.wall_seconds + 0.05,
+        "neither throttled nor within its quota ({cpu} s of CPU in {} s): {run:?}",
+        run.wall_seconds
+    );
+    assert!(c.nr_throttled == 0 || c.throttled_seconds > 0.0, "{run:?}");
     let seen = arena_line(&run);
     assert_eq!(seen["online"], cpus, "a quota hides no CPU");
     assert_eq!(seen["affinity"], cpus);
