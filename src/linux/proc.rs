@@ -424,9 +424,30 @@ pub(crate) fn read_environ(pid: i32) -> Result<Vec<(String, String)>, ProcError>
 }
 
 /// Reads `/proc/{pid}/maps` as text.
+///
+/// Whole, or not at all: the kernel hands the file out a page at a time and ends it early,
+/// without an error, when the process exits or execs between two pages (the memory the file
+/// was opened on is gone). Cut there, a bash under load named libc but not the preloaded
+/// jemalloc mapped above it, and the verifier called the variant not effective (issue 48).
+/// The main thread's stack lies above every library, so a read that reached `[stack]` is
+/// whole; one that did not is taken only when a second read gives the same text, and is
+/// otherwise [`ProcError::Gone`] (the caller's next look reads it again).
 pub(crate) fn read_maps_text(pid: i32) -> Result<String, ProcError> {
-    let bytes = read_proc_file(pid, "maps")?;
-    Ok(String::from_utf8_lossy(&bytes).into_owned())
+    let read = || read_proc_file(pid, "maps").map(|b| String::from_utf8_lossy(&b).into_owned());
+    let text = read()?;
+    if text.is_empty() || reaches_the_stack(&text) {
+        return Ok(text);
+    }
+    if read()? == text {
+        Ok(text)
+    } else {
+        Err(ProcError::Gone { pid })
+    }
+}
+
+/// Whether a maps text reaches the main thread's stack (above every library).
+fn reaches_the_stack(maps: &str) -> bool {
+    maps.lines().any(|l| l.ends_with("[stack]"))
 }
 
 /// Lists the PIDs of all processes (not threads) currently in `/proc`.
@@ -503,6 +524,20 @@ pub(crate) fn signal_name(sig: i32) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_maps_read_is_whole_or_cut_at_a_page() {
+        let whole = include_str!("../../tests/fixtures/maps/cat_jemalloc.txt");
+        assert!(reaches_the_stack(whole));
+        // Cut after libc's lines, before jemalloc's above them: what an exit between two
+        // pages of the file leaves.
+        let cut: String = whole.lines().take(17).map(|l| format!("{l}\n")).collect();
+        assert!(cut.contains("libc.so.6") && !cut.contains("libjemalloc"));
+        assert!(!reaches_the_stack(&cut));
+        // This process's own maps, read through the real file, are whole.
+        let own = read_maps_text(std::process::id() as i32).unwrap();
+        assert!(reaches_the_stack(&own), "{own}");
+    }
 
     #[test]
     fn a_refused_read_tells_root_something_other_than_to_run_as_root() {
